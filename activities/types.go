@@ -1,0 +1,163 @@
+// Package activities holds every Kubernetes call a rollout makes: listing nodes, and creating,
+// watching and finalizing one node's Job. Each exported method of Activities is a Temporal
+// activity; every write is idempotent because activities are retried.
+package activities
+
+import "time"
+
+// Outcome is how one node's rollout ended. The values are part of the public API (status
+// query, results, Node annotations), so they never change spelling.
+type Outcome string
+
+const (
+	OutcomeSucceeded Outcome = "succeeded"
+	OutcomeFailed    Outcome = "failed"
+	OutcomeTimedOut  Outcome = "timedOut"
+	OutcomeSkipped   Outcome = "skipped"
+	OutcomeNodeGone  Outcome = "nodeGone"
+)
+
+// Error types carried by non-retryable ApplicationErrors. Callers switch on
+// ApplicationError.Type(); retry policies list them in NonRetryableErrorTypes.
+const (
+	// ErrInvalidRequest: the request (or the template it names) is malformed; retrying cannot help.
+	ErrInvalidRequest = "InvalidRequest"
+	// ErrForeignObject: a Job with our deterministic name exists but was not made by this rollout.
+	ErrForeignObject = "ForeignObject"
+	// ErrForbidden: the worker's identity may not do what the rollout needs (RBAC).
+	ErrForbidden = "Forbidden"
+	// ErrNodeGone: the node was deleted before or while its Job ran.
+	ErrNodeGone = "NodeGone"
+)
+
+// NonRetryableErrors lists every error type above, for RetryPolicy.NonRetryableErrorTypes.
+var NonRetryableErrors = []string{ErrInvalidRequest, ErrForeignObject, ErrForbidden, ErrNodeGone}
+
+// Reasons recorded in NodeResult.Reason when the Job itself cannot say.
+const (
+	ReasonJobDeleted  = "JobDeleted"
+	ReasonJobTimeout  = "JobTimeout"
+	ReasonNodeDeleted = "NodeDeleted"
+	ReasonAborted     = "Aborted"
+)
+
+// TemplateRef names a Job template kept in a ConfigMap.
+type TemplateRef struct {
+	Namespace string `json:"namespace,omitempty"` // defaults to the rollout's namespace
+	Name      string `json:"name"`
+	Key       string `json:"key,omitempty"` // defaults to "job.yaml"
+}
+
+// OwnerRef is the optional OwnerReference put on every Job, so deleting the owner deletes them.
+type OwnerRef struct {
+	APIVersion string `json:"apiVersion"`
+	Kind       string `json:"kind"`
+	Name       string `json:"name"`
+	UID        string `json:"uid"`
+}
+
+// PrepareTemplateInput asks for the rollout's Job template to be loaded and checked once,
+// before any node starts.
+type PrepareTemplateInput struct {
+	Namespace   string       `json:"namespace"`
+	Template    string       `json:"template,omitempty"`
+	TemplateRef *TemplateRef `json:"templateRef,omitempty"`
+}
+
+// PreparedTemplate is a template that parsed and validated, with its content hash.
+type PreparedTemplate struct {
+	Template string `json:"template"`
+	Hash     string `json:"hash"`
+}
+
+// ListNodesInput selects nodes: Names (explicit) or Selector/FieldSelector (exactly one of
+// Names and Selector is set; FieldSelector may accompany Selector). Results come sorted by
+// name; After and Limit page through them so a huge fleet never travels in one payload.
+type ListNodesInput struct {
+	Rollout       string   `json:"rollout"`
+	Names         []string `json:"names,omitempty"`
+	Selector      string   `json:"selector,omitempty"`
+	FieldSelector string   `json:"fieldSelector,omitempty"`
+	TemplateHash  string   `json:"templateHash"`
+	Rerun         bool     `json:"rerun,omitempty"`
+	After         string   `json:"after,omitempty"` // only names sorted strictly after this one
+	Limit         int      `json:"limit"`           // at most this many names in Nodes+Done+Missing
+}
+
+// ListNodesResult is one slice of the selected nodes, in name order.
+type ListNodesResult struct {
+	Nodes   []string `json:"nodes,omitempty"`   // to run
+	Done    []string `json:"done,omitempty"`    // marked done for this template hash: skipped unless rerun
+	Missing []string `json:"missing,omitempty"` // explicit names with no Node object
+	Next    string   `json:"next,omitempty"`    // pass as After for the next slice
+	More    bool     `json:"more"`              // another slice follows
+	Total   int      `json:"total"`             // nodes selected in all (unique explicit names, or all matches)
+}
+
+// JobRequest is everything CreateJob needs to make one node's Job.
+type JobRequest struct {
+	Rollout   string `json:"rollout"`
+	Namespace string `json:"namespace"`
+	Node      string `json:"node"`
+	// RunID is the NodeRollout child's run ID: part of the Job name, so a retried CreateJob
+	// adopts its own Job while a later rollout of the same node makes a fresh one.
+	RunID        string    `json:"runID"`
+	Template     string    `json:"template"`
+	TemplateHash string    `json:"templateHash"`
+	Owner        *OwnerRef `json:"owner,omitempty"`
+	// JobTimeoutSeconds becomes activeDeadlineSeconds when the template sets none.
+	JobTimeoutSeconds int64 `json:"jobTimeoutSeconds"`
+	// TTLSecondsAfterFinished becomes ttlSecondsAfterFinished when the template sets none.
+	TTLSecondsAfterFinished int32 `json:"ttlSecondsAfterFinished"`
+}
+
+// JobRef identifies a Job the rollout created (or adopted).
+type JobRef struct {
+	Namespace string    `json:"namespace"`
+	Name      string    `json:"name"`
+	UID       string    `json:"uid"`
+	Node      string    `json:"node"`
+	CreatedAt time.Time `json:"createdAt"`
+}
+
+// WaitJobInput asks to wait until the Job finishes, disappears, or runs past its deadline.
+type WaitJobInput struct {
+	Job JobRef `json:"job"`
+	// TimeoutSeconds counts from Job creation (so a retried attempt keeps the same deadline);
+	// past it the Job is deleted and the outcome is timedOut. Zero means no limit.
+	TimeoutSeconds int64 `json:"timeoutSeconds"`
+}
+
+// JobEnd is how a Job ended, as WaitJob saw it.
+type JobEnd struct {
+	Outcome    Outcome   `json:"outcome"`
+	Reason     string    `json:"reason,omitempty"`
+	Message    string    `json:"message,omitempty"`
+	FinishedAt time.Time `json:"finishedAt"`
+}
+
+// KeepJobs says which finished Jobs FinalizeJob leaves in place for inspection.
+type KeepJobs string
+
+const (
+	KeepNever  KeepJobs = "never"
+	KeepFailed KeepJobs = "failed"
+	KeepAlways KeepJobs = "always"
+)
+
+// FinalizeInput records a node's outcome and tidies up its Job.
+type FinalizeInput struct {
+	Rollout      string   `json:"rollout"`
+	Node         string   `json:"node"`
+	TemplateHash string   `json:"templateHash"`
+	Job          *JobRef  `json:"job,omitempty"` // nil when no Job was created
+	End          JobEnd   `json:"end"`
+	KeepJobs     KeepJobs `json:"keepJobs"`
+}
+
+// FinalizeResult carries what was learned from a failed Job's Pod.
+type FinalizeResult struct {
+	LogTail            string `json:"logTail,omitempty"` // at most 4 KiB
+	ExitCode           *int32 `json:"exitCode,omitempty"`
+	TerminationMessage string `json:"terminationMessage,omitempty"`
+}

@@ -1,0 +1,126 @@
+# Shared settings and helpers for the dev/ stack scripts; sourced, never run.
+# shellcheck shell=bash disable=SC2034 # settings here are used by the scripts that source this
+set -euo pipefail
+DEV_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+REPO_DIR=$(dirname "$DEV_DIR")
+CACHE_DIR=${NODEROLLOUT_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/noderollout}
+STATE_DIR=${NODEROLLOUT_STATE:-$REPO_DIR/.stack}
+
+TEMPORAL_CLI_VERSION=1.5.1
+KUBE_VERSION=1.37.2
+ETCD_VERSION=3.7.0
+KWOK_VERSION=0.8.0
+
+TEMPORAL_BIN=$CACHE_DIR/temporal-$TEMPORAL_CLI_VERSION/temporal
+KUBE_BIN_DIR=$CACHE_DIR/kube-$KUBE_VERSION-kwok-$KWOK_VERSION-etcd-$ETCD_VERSION
+APISERVER_BIN=$KUBE_BIN_DIR/kube-apiserver
+KCM_BIN=$KUBE_BIN_DIR/kube-controller-manager
+ETCD_BIN=$KUBE_BIN_DIR/etcd
+KWOK_BIN=$KUBE_BIN_DIR/kwok
+
+TEMPORAL_PORT=${TEMPORAL_PORT:-7233}
+TEMPORAL_UI_PORT=${TEMPORAL_UI_PORT:-8233}
+TEMPORAL_HTTP_PORT=${TEMPORAL_HTTP_PORT:-7243}
+TEMPORAL_METRICS_PORT=${TEMPORAL_METRICS_PORT:-7244}
+ETCD_PORT=${ETCD_PORT:-2379}
+ETCD_PEER_PORT=${ETCD_PEER_PORT:-2380}
+APISERVER_PORT=${APISERVER_PORT:-6443}
+KCM_PORT=${KCM_PORT:-10257}
+KWOK_PORT=${KWOK_PORT:-10247}
+KWOK_STUCK_PORT=${KWOK_STUCK_PORT:-10248}
+
+# Where a running stack keeps its data, pids, logs, certificates and client config.
+PID_DIR=$STATE_DIR/pids
+LOG_DIR=$STATE_DIR/logs
+PKI_DIR=$STATE_DIR/pki
+KUBECONFIG_FILE=$STATE_DIR/kubeconfig
+ENV_FILE=$STATE_DIR/env
+
+# Components in start order; down.sh stops them in reverse.
+COMPONENTS=(temporal etcd kube-apiserver kube-controller-manager kwok kwok-stuck)
+
+# Seconds to wait for a component to become ready, and for one to exit after SIGTERM.
+READY_TIMEOUT=${READY_TIMEOUT:-120}
+STOP_TIMEOUT=${STOP_TIMEOUT:-20}
+
+log() { printf '[dev] %s\n' "$*" >&2; }
+die() { log "$*"; exit 1; }
+
+kube_bins_present() {
+  local b
+  for b in "$APISERVER_BIN" "$KCM_BIN" "$ETCD_BIN" "$KWOK_BIN"; do [ -x "$b" ] || return 1; done
+}
+
+is_component() {
+  local c
+  for c in "${COMPONENTS[@]}"; do [ "$c" = "$1" ] && return 0; done
+  return 1
+}
+
+# pid_of NAME prints the recorded pid of a component if that process is still ours: alive
+# and running the binary we started (a recycled pid is not ours).
+pid_of() {
+  local file=$PID_DIR/$1.pid pid exe
+  [ -f "$file" ] || return 1
+  pid=$(<"$file")
+  [[ $pid =~ ^[0-9]+$ ]] || return 1
+  exe=$(readlink "/proc/$pid/exe" 2>/dev/null) || return 1
+  [ "$exe" = "$(readlink -f "$(component_bin "$1")")" ] || return 1
+  printf '%s\n' "$pid"
+}
+
+is_running() { pid_of "$1" >/dev/null; }
+
+# proc_alive PID: the process exists and is not a zombie waiting to be reaped.
+proc_alive() {
+  local stat
+  stat=$(cat "/proc/$1/stat" 2>/dev/null) || return 1
+  stat=${stat##*) }
+  [ "${stat%% *}" != Z ]
+}
+
+component_bin() {
+  case $1 in
+    temporal) echo "$TEMPORAL_BIN" ;;
+    etcd) echo "$ETCD_BIN" ;;
+    kube-apiserver) echo "$APISERVER_BIN" ;;
+    kube-controller-manager) echo "$KCM_BIN" ;;
+    kwok | kwok-stuck) echo "$KWOK_BIN" ;;
+    *) return 1 ;;
+  esac
+}
+
+# show_log_tail NAME prints the last lines of a component's log, for failure reports.
+show_log_tail() {
+  local file=$LOG_DIR/$1.log
+  log "last 30 lines of $file:"
+  if [ -f "$file" ]; then tail -n 30 "$file" >&2; else log "(no log)"; fi
+}
+
+# wait_until NAME TIMEOUT CHECK... retries CHECK until it succeeds, the component dies, or
+# TIMEOUT seconds pass; on failure it prints the component's log tail and returns 1.
+wait_until() {
+  local name=$1 timeout=$2 deadline
+  shift 2
+  deadline=$((SECONDS + timeout))
+  until "$@" >/dev/null 2>&1; do
+    if [ -f "$PID_DIR/$name.pid" ] && ! is_running "$name"; then
+      log "$name exited while waiting for: $*"
+      show_log_tail "$name"
+      return 1
+    fi
+    if ((SECONDS >= deadline)); then
+      log "$name not ready after ${timeout}s: $*"
+      show_log_tail "$name"
+      return 1
+    fi
+    sleep 0.2
+  done
+}
+
+# kube_get PATH does an authenticated GET on the local API server as admin.
+kube_get() {
+  curl --silent --show-error --fail --max-time 5 \
+    --cacert "$PKI_DIR/ca.crt" --cert "$PKI_DIR/admin.crt" --key "$PKI_DIR/admin.key" \
+    "https://127.0.0.1:$APISERVER_PORT$1"
+}

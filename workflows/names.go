@@ -1,0 +1,38 @@
+// Package workflows holds the deterministic orchestration of a rollout: the Rollout workflow
+// that walks the selected nodes within a concurrency window, and the per-node NodeRollout child
+// that creates, watches and finalizes one Job. All I/O lives in package activities.
+package workflows
+
+// Names that users type in the Temporal UI and CLI; they are public API and never change.
+const (
+	TaskQueue           = "noderollout"
+	RolloutWorkflow     = "Rollout"
+	NodeRolloutWorkflow = "NodeRollout"
+
+	SignalPause          = "pause"
+	SignalResume         = "resume"
+	QueryStatus          = "status"
+	UpdateSetParallelism = "setParallelism"
+
+	// RolloutIDPrefix + request name is the workflow ID the starter and Schedules use.
+	RolloutIDPrefix = "rollout-"
+	// NodeIDPrefix + node name is the NodeRollout workflow ID: one per node across all rollouts,
+	// so a node never runs two rollouts' Jobs at once.
+	NodeIDPrefix = "noderollout-node-"
+
+	// SearchAttributeRolloutName (Keyword) is set by the starter when the namespace has it.
+	SearchAttributeRolloutName = "RolloutName"
+)
+
+// Error types of the workflows' own ApplicationErrors (activities define theirs).
+const (
+	ErrFailureBudgetExceeded = "FailureBudgetExceeded"
+	ErrNodeFailed            = "NodeFailed"
+	ErrRolloutFailed         = "RolloutFailed"
+)
+
+// RolloutID is the workflow ID of the rollout with this name.
+func RolloutID(name string) string { return RolloutIDPrefix + name }
+
+// NodeWorkflowID is the NodeRollout workflow ID of this node.
+func NodeWorkflowID(node string) string { return NodeIDPrefix + node }

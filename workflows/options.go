@@ -1,0 +1,68 @@
+package workflows
+
+import (
+	"time"
+
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/noderollout/noderollout/activities"
+)
+
+// apiRetry retries Kubernetes calls that failed for passing reasons (API server down, 5xx,
+// throttling, conflicts) for as long as it takes, backing off to one try every 30 s; the
+// activities mark everything that retrying cannot fix as non-retryable.
+var apiRetry = &temporal.RetryPolicy{
+	InitialInterval:        time.Second,
+	BackoffCoefficient:     2,
+	MaximumInterval:        30 * time.Second,
+	NonRetryableErrorTypes: activities.NonRetryableErrors,
+}
+
+// withAPIActivity is for short Kubernetes calls made as regular activities.
+func withAPIActivity(ctx workflow.Context, summary string) workflow.Context {
+	return workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
+		StartToCloseTimeout: 5 * time.Minute,
+		RetryPolicy:         apiRetry,
+		Summary:             summary,
+	})
+}
+
+// withLocalAPIActivity is for the single-object writes of a node's rollout (create, finalize,
+// delete). Local activities record one marker event instead of three activity events and a
+// workflow task, which keeps a node's history short at fleet scale; they are idempotent, so
+// re-running one after a worker crash is safe.
+func withLocalAPIActivity(ctx workflow.Context, summary string) workflow.Context {
+	return workflow.WithLocalActivityOptions(ctx, workflow.LocalActivityOptions{
+		StartToCloseTimeout: time.Minute,
+		RetryPolicy:         apiRetry,
+		Summary:             summary,
+	})
+}
+
+// waitHeartbeatTimeout bounds how long a crashed worker's WaitJob goes unnoticed before another
+// attempt resumes waiting on the same Job.
+const waitHeartbeatTimeout = 30 * time.Second
+
+func withWaitActivity(ctx workflow.Context, jobTimeout time.Duration, summary string) workflow.Context {
+	return workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
+		// WaitJob enforces jobTimeout itself, from the Job's creation time; this is a backstop.
+		StartToCloseTimeout: jobTimeout + 10*time.Minute,
+		HeartbeatTimeout:    waitHeartbeatTimeout,
+		RetryPolicy:         apiRetry,
+		WaitForCancellation: true,
+		Summary:             summary,
+	})
+}
+
+func nodeChildOptions(ctx workflow.Context, rollout, node string) workflow.Context {
+	return workflow.WithChildOptions(ctx, workflow.ChildWorkflowOptions{
+		WorkflowID:            NodeWorkflowID(node),
+		WorkflowIDReusePolicy: enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE,
+		ParentClosePolicy:     enumspb.PARENT_CLOSE_POLICY_REQUEST_CANCEL,
+		// An aborted rollout waits until each child has deleted its running Job.
+		WaitForCancellation: true,
+		StaticSummary:       "rollout " + rollout + " on node " + node,
+	})
+}

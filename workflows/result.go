@@ -1,0 +1,125 @@
+package workflows
+
+import (
+	"time"
+
+	"github.com/noderollout/noderollout/activities"
+)
+
+// NodeResult is how one node's rollout ended; NodeRollout returns it (as the details of its
+// error when the node did not succeed).
+type NodeResult struct {
+	Node               string             `json:"node"`
+	Outcome            activities.Outcome `json:"outcome"`
+	Job                string             `json:"job,omitempty"`
+	Reason             string             `json:"reason,omitempty"`
+	Message            string             `json:"message,omitempty"`
+	LogTail            string             `json:"logTail,omitempty"`
+	ExitCode           *int32             `json:"exitCode,omitempty"`
+	TerminationMessage string             `json:"terminationMessage,omitempty"`
+	StartedAt          time.Time          `json:"startedAt,omitempty"`
+	FinishedAt         time.Time          `json:"finishedAt,omitempty"`
+}
+
+// Counts tallies nodes by state. Pending counts only nodes already listed.
+type Counts struct {
+	Pending   int `json:"pending"`
+	Running   int `json:"running"`
+	Waiting   int `json:"waiting"`
+	Succeeded int `json:"succeeded"`
+	Failed    int `json:"failed"`
+	TimedOut  int `json:"timedOut"`
+	Skipped   int `json:"skipped"`
+	NodeGone  int `json:"nodeGone"`
+}
+
+// Finished is the number of nodes with a final outcome.
+func (c Counts) Finished() int { return c.Succeeded + c.Failed + c.TimedOut + c.Skipped + c.NodeGone }
+
+// Failures is what the failure budget is charged with.
+func (c Counts) Failures() int { return c.Failed + c.TimedOut }
+
+func (c *Counts) add(o activities.Outcome) {
+	switch o {
+	case activities.OutcomeSucceeded:
+		c.Succeeded++
+	case activities.OutcomeFailed:
+		c.Failed++
+	case activities.OutcomeTimedOut:
+		c.TimedOut++
+	case activities.OutcomeSkipped:
+		c.Skipped++
+	case activities.OutcomeNodeGone:
+		c.NodeGone++
+	}
+}
+
+// Progress is what one run of Rollout hands to the next when it continues as new.
+type Progress struct {
+	Template       string       `json:"template"`
+	TemplateHash   string       `json:"templateHash"`
+	Cursor         string       `json:"cursor,omitempty"` // last node handled, in name order
+	ListingDone    bool         `json:"listingDone,omitempty"`
+	Selected       int          `json:"selected"` // nodes selected so far (all of them once listing is done)
+	Counts         Counts       `json:"counts"`
+	Failures       []NodeResult `json:"failures,omitempty"` // the first MaxReportedFailures
+	Parallelism    int          `json:"parallelism"`
+	Window         int          `json:"window"`
+	Paused         bool         `json:"paused,omitempty"`
+	ContinuedAsNew int          `json:"continuedAsNew,omitempty"`
+	StartedAt      time.Time    `json:"startedAt"`
+}
+
+// MaxReportedFailures caps the failed nodes carried in results, status and continue-as-new.
+const MaxReportedFailures = 100
+
+// RolloutResult is what a finished rollout returns (and, on failure, the details of its error).
+type RolloutResult struct {
+	Name           string        `json:"name"`
+	TemplateHash   string        `json:"templateHash"`
+	Selected       int           `json:"selected"`
+	Counts         Counts        `json:"counts"`
+	Failures       []NodeResult  `json:"failures,omitempty"`
+	Planned        []PlannedNode `json:"planned,omitempty"` // dry run only
+	ContinuedAsNew int           `json:"continuedAsNew"`
+	StartedAt      time.Time     `json:"startedAt"`
+	FinishedAt     time.Time     `json:"finishedAt"`
+}
+
+// PlannedNode is one node a dry run would roll out to.
+type PlannedNode struct {
+	Node string `json:"node"`
+	// JobPrefix is the start of the Job's name; the suffix depends on the run that creates it.
+	JobPrefix string `json:"jobPrefix,omitempty"`
+	// Skip is why the node would not get a Job ("done" for this template, or "missing").
+	Skip string `json:"skip,omitempty"`
+}
+
+// RolloutStatus answers the status query.
+type RolloutStatus struct {
+	Name           string       `json:"name"`
+	Phase          string       `json:"phase"` // running | paused | draining | done
+	Paused         bool         `json:"paused"`
+	Parallelism    int          `json:"parallelism"`
+	Window         int          `json:"window"`
+	Selected       int          `json:"selected"`
+	ListingDone    bool         `json:"listingDone"`
+	Counts         Counts       `json:"counts"`
+	Waiting        []string     `json:"waiting,omitempty"`
+	Recent         []NodeResult `json:"recent,omitempty"`
+	Failures       []NodeResult `json:"failures,omitempty"`
+	ContinuedAsNew int          `json:"continuedAsNew"`
+	TemplateHash   string       `json:"templateHash"`
+	StartedAt      time.Time    `json:"startedAt"`
+}
+
+// SetParallelismRequest is the input of the setParallelism update.
+type SetParallelismRequest struct {
+	Parallelism int `json:"parallelism"`
+}
+
+// SetParallelismResult is what the update returns.
+type SetParallelismResult struct {
+	Previous    int `json:"previous"`
+	Parallelism int `json:"parallelism"`
+}

@@ -1,0 +1,501 @@
+package workflows
+
+import (
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/noderollout/noderollout/activities"
+	"github.com/noderollout/noderollout/activities/jobspec"
+)
+
+// Tuning of the Rollout workflow that is not part of the request.
+const (
+	// listPageSize is how many node names one ListNodes call returns to the workflow.
+	listPageSize = 1000
+	// recentResults is how many of the latest node results the status query shows.
+	recentResults = 20
+	// busyNodeBackoff and busyNodeMaxBackoff pace retries of a node that another rollout holds.
+	busyNodeBackoff    = 5 * time.Second
+	busyNodeMaxBackoff = time.Minute
+)
+
+// Rollout runs NodeRollout on every selected node, at most a window of them at a time.
+// Validation comes first and fails the workflow with a non-retryable InvalidRequest.
+func Rollout(ctx workflow.Context, req RolloutRequest) (RolloutResult, error) {
+	s, err := Validate(req)
+	if err != nil {
+		return RolloutResult{}, err
+	}
+	r := &rollout{req: req, s: s}
+	if err := r.start(ctx); err != nil {
+		return RolloutResult{}, err
+	}
+	if err := r.registerHandlers(ctx); err != nil {
+		return RolloutResult{}, err
+	}
+	if req.DryRun {
+		return r.dryRun(ctx)
+	}
+	return r.run(ctx)
+}
+
+// queuedNode is a listed node not yet handled, in name order.
+type queuedNode struct {
+	name string
+	skip string // "", "done" or "missing"
+}
+
+type rollout struct {
+	req RolloutRequest
+	s   settings
+	p   Progress
+	win window
+
+	queue           []queuedNode
+	inFlight        int // nodes holding a window slot
+	waiting         map[string]bool
+	recent          []NodeResult
+	launchedThisRun int
+	draining        bool
+}
+
+// start restores carried progress, or prepares the template on the first run.
+func (r *rollout) start(ctx workflow.Context) error {
+	r.waiting = map[string]bool{}
+	if r.req.Progress != nil {
+		r.p = *r.req.Progress
+		r.win = resumeWindow(r.s.batch, r.p.Parallelism, r.p.Window)
+		return nil
+	}
+	var a *activities.Activities
+	var prepared activities.PreparedTemplate
+	err := workflow.ExecuteActivity(withAPIActivity(ctx, "load and check the Job template"), a.PrepareTemplate, activities.PrepareTemplateInput{
+		Namespace:   r.namespace(),
+		Template:    r.req.JobTemplate,
+		TemplateRef: r.req.JobTemplateRef,
+	}).Get(ctx, &prepared)
+	if err != nil {
+		return asWorkflowError(err)
+	}
+	r.p = Progress{
+		Template:     prepared.Template,
+		TemplateHash: prepared.Hash,
+		Parallelism:  r.s.parallelism,
+		StartedAt:    workflow.Now(ctx),
+	}
+	r.win = newWindow(r.s.batch, r.s.parallelism)
+	memo := map[string]any{"templateHash": prepared.Hash, "namespace": r.namespace()}
+	if r.req.NodeSelector != "" {
+		memo["nodeSelector"] = r.req.NodeSelector
+	}
+	if r.req.FieldSelector != "" {
+		memo["fieldSelector"] = r.req.FieldSelector
+	}
+	if len(r.req.Nodes) > 0 {
+		memo["nodes"] = len(r.req.Nodes)
+	}
+	return workflow.UpsertMemo(ctx, memo)
+}
+
+func (r *rollout) namespace() string {
+	if r.req.Namespace == "" {
+		return DefaultNamespace
+	}
+	return r.req.Namespace
+}
+
+func (r *rollout) registerHandlers(ctx workflow.Context) error {
+	if err := workflow.SetQueryHandler(ctx, QueryStatus, func() (RolloutStatus, error) { return r.status(), nil }); err != nil {
+		return err
+	}
+	err := workflow.SetUpdateHandlerWithOptions(ctx, UpdateSetParallelism,
+		func(ctx workflow.Context, in SetParallelismRequest) (SetParallelismResult, error) {
+			previous := r.win.ceiling
+			r.win.setCeiling(in.Parallelism)
+			r.p.Parallelism = in.Parallelism
+			r.showProgress(ctx)
+			return SetParallelismResult{Previous: previous, Parallelism: in.Parallelism}, nil
+		},
+		workflow.UpdateHandlerOptions{Validator: func(in SetParallelismRequest) error {
+			if in.Parallelism < 1 || in.Parallelism > MaxParallelism {
+				return fmt.Errorf("parallelism: must be between 1 and %d, got %d", MaxParallelism, in.Parallelism)
+			}
+			return nil
+		}})
+	if err != nil {
+		return err
+	}
+	pause := workflow.GetSignalChannel(ctx, SignalPause)
+	resume := workflow.GetSignalChannel(ctx, SignalResume)
+	workflow.Go(ctx, func(ctx workflow.Context) {
+		for {
+			sel := workflow.NewSelector(ctx)
+			sel.AddReceive(pause, func(c workflow.ReceiveChannel, _ bool) { c.Receive(ctx, nil); r.p.Paused = true })
+			sel.AddReceive(resume, func(c workflow.ReceiveChannel, _ bool) { c.Receive(ctx, nil); r.p.Paused = false })
+			sel.Select(ctx)
+			if ctx.Err() != nil {
+				return
+			}
+			r.showProgress(ctx)
+		}
+	})
+	return nil
+}
+
+// run launches nodes until every one is handled, the failure budget is spent, the run has
+// launched its share (continue-as-new), or the rollout is cancelled.
+func (r *rollout) run(ctx workflow.Context) (RolloutResult, error) {
+	continueAsNew := false
+	for !r.budgetExceeded() {
+		if len(r.queue) == 0 && r.p.ListingDone {
+			break
+		}
+		if r.launchedThisRun >= r.s.continueAsNewAfter || workflow.GetInfo(ctx).GetContinueAsNewSuggested() {
+			continueAsNew = true
+			break
+		}
+		if len(r.queue) == 0 {
+			if err := r.listMore(ctx); err != nil {
+				return RolloutResult{}, err
+			}
+			continue
+		}
+		next := r.queue[0]
+		if next.skip == "" {
+			err := workflow.Await(ctx, func() bool { return r.budgetExceeded() || (!r.p.Paused && r.inFlight < r.win.size) })
+			if err != nil {
+				return r.cancelled(ctx)
+			}
+			if r.budgetExceeded() {
+				break
+			}
+		}
+		r.queue = r.queue[1:]
+		r.p.Cursor = next.name
+		switch next.skip {
+		case "done":
+			r.record(ctx, NodeResult{Node: next.name, Outcome: activities.OutcomeSkipped, Reason: "AlreadyDone"})
+		case "missing":
+			r.record(ctx, NodeResult{Node: next.name, Outcome: activities.OutcomeNodeGone, Reason: "NodeNotFound",
+				Message: "no Node named " + next.name})
+		default:
+			r.launch(ctx, next.name)
+			if r.s.delayBetweenNodes > 0 {
+				if err := workflow.Sleep(ctx, r.s.delayBetweenNodes); err != nil {
+					return r.cancelled(ctx)
+				}
+			}
+		}
+	}
+
+	r.draining = true
+	r.showProgress(ctx)
+	if err := workflow.Await(ctx, func() bool { return r.inFlight == 0 && len(r.waiting) == 0 }); err != nil {
+		return r.cancelled(ctx)
+	}
+	if continueAsNew {
+		return r.continueAsNew(ctx)
+	}
+	return r.finish(ctx)
+}
+
+// listMore fetches the next slice of selected nodes after the cursor.
+func (r *rollout) listMore(ctx workflow.Context) error {
+	var a *activities.Activities
+	var page activities.ListNodesResult
+	err := workflow.ExecuteActivity(withAPIActivity(ctx, "list nodes after "+quoteOrStart(r.p.Cursor)), a.ListNodes, activities.ListNodesInput{
+		Rollout:       r.req.Name,
+		Names:         r.req.Nodes,
+		Selector:      r.req.NodeSelector,
+		FieldSelector: r.req.FieldSelector,
+		TemplateHash:  r.p.TemplateHash,
+		Rerun:         r.req.Rerun,
+		After:         r.p.Cursor,
+		Limit:         listPageSize,
+	}).Get(ctx, &page)
+	if err != nil {
+		return asWorkflowError(err)
+	}
+	r.queue = mergeListed(page)
+	r.p.ListingDone = !page.More
+	if page.Total > r.p.Selected {
+		r.p.Selected = page.Total
+	}
+	if handled := r.p.Counts.Finished() + r.p.Counts.Running + r.p.Counts.Waiting + len(r.queue); handled > r.p.Selected {
+		r.p.Selected = handled
+	}
+	r.showProgress(ctx)
+	return nil
+}
+
+func quoteOrStart(cursor string) string {
+	if cursor == "" {
+		return "the start"
+	}
+	return cursor
+}
+
+// mergeListed puts one ListNodes slice back into a single name-ordered queue.
+func mergeListed(page activities.ListNodesResult) []queuedNode {
+	q := make([]queuedNode, 0, len(page.Nodes)+len(page.Done)+len(page.Missing))
+	for _, n := range page.Nodes {
+		q = append(q, queuedNode{name: n})
+	}
+	for _, n := range page.Done {
+		q = append(q, queuedNode{name: n, skip: "done"})
+	}
+	for _, n := range page.Missing {
+		q = append(q, queuedNode{name: n, skip: "missing"})
+	}
+	sort.Slice(q, func(i, j int) bool { return q[i].name < q[j].name })
+	return q
+}
+
+// launch starts the node's child in its own coroutine; the child's result frees the slot.
+func (r *rollout) launch(ctx workflow.Context, node string) {
+	r.inFlight++
+	r.p.Counts.Running++
+	r.launchedThisRun++
+	workflow.Go(ctx, func(ctx workflow.Context) {
+		result, holdsSlot := r.runNode(ctx, node)
+		if holdsSlot {
+			r.inFlight--
+			r.p.Counts.Running--
+		}
+		r.record(ctx, result)
+	})
+}
+
+// runNode runs the child, retrying with a backoff while another rollout holds the node. While
+// it waits it gives its window slot back, so a busy node never holds up the others. It reports
+// whether it still holds a slot when it returns.
+func (r *rollout) runNode(ctx workflow.Context, node string) (NodeResult, bool) {
+	in := NodeRolloutInput{
+		Rollout:           r.req.Name,
+		Namespace:         r.namespace(),
+		Node:              node,
+		Template:          r.p.Template,
+		TemplateHash:      r.p.TemplateHash,
+		Owner:             r.req.Owner,
+		JobTimeoutSeconds: int64(r.s.jobTimeout / time.Second),
+		JobTTLSeconds:     int32(r.s.jobTTL / time.Second),
+		KeepJobs:          r.s.keepJobs,
+	}
+	backoff := busyNodeBackoff
+	for {
+		child := workflow.ExecuteChildWorkflow(nodeChildOptions(ctx, r.req.Name, node), NodeRollout, in)
+		err := child.GetChildWorkflowExecution().Get(ctx, nil)
+		if err == nil {
+			var result NodeResult
+			return nodeResult(node, child.Get(ctx, &result), result), true
+		}
+		if !temporal.IsWorkflowExecutionAlreadyStartedError(err) {
+			return nodeResult(node, err, NodeResult{}), true
+		}
+		// Another rollout holds the node: give the slot back and wait.
+		r.inFlight--
+		r.p.Counts.Running--
+		r.waiting[node] = true
+		r.p.Counts.Waiting++
+		r.showProgress(ctx)
+		sleepErr := workflow.Sleep(ctx, backoff)
+		if sleepErr == nil {
+			sleepErr = workflow.Await(ctx, func() bool { return !r.p.Paused && r.inFlight < r.win.size })
+		}
+		delete(r.waiting, node)
+		r.p.Counts.Waiting--
+		if sleepErr != nil {
+			return NodeResult{Node: node, Outcome: activities.OutcomeFailed, Reason: activities.ReasonAborted}, false
+		}
+		r.inFlight++
+		r.p.Counts.Running++
+		backoff = min(2*backoff, busyNodeMaxBackoff)
+	}
+}
+
+// nodeResult reads a child's outcome: its result, the NodeResult carried by ErrNodeFailed, or
+// a failure made from any other error.
+func nodeResult(node string, err error, result NodeResult) NodeResult {
+	if err == nil {
+		return result
+	}
+	var appErr *temporal.ApplicationError
+	if errors.As(err, &appErr) && appErr.Type() == ErrNodeFailed && appErr.HasDetails() {
+		var carried NodeResult
+		if appErr.Details(&carried) == nil {
+			return carried
+		}
+	}
+	reason := "NodeRolloutFailed"
+	if temporal.IsCanceledError(err) {
+		reason = activities.ReasonAborted
+	}
+	return NodeResult{Node: node, Outcome: activities.OutcomeFailed, Reason: reason, Message: err.Error()}
+}
+
+// record counts a node's final outcome.
+func (r *rollout) record(ctx workflow.Context, result NodeResult) {
+	r.p.Counts.add(result.Outcome)
+	switch result.Outcome {
+	case activities.OutcomeSucceeded:
+		r.win.succeeded()
+	case activities.OutcomeFailed, activities.OutcomeTimedOut:
+		r.win.failed()
+		if len(r.p.Failures) < MaxReportedFailures {
+			r.p.Failures = append(r.p.Failures, result)
+		}
+	}
+	r.recent = append(r.recent, result)
+	if len(r.recent) > recentResults {
+		r.recent = r.recent[len(r.recent)-recentResults:]
+	}
+	r.showProgress(ctx)
+}
+
+func (r *rollout) budgetExceeded() bool {
+	return !r.s.failureBudget.allows(r.p.Counts.Failures(), r.p.Selected)
+}
+
+// cancelled waits for every child to delete its Job, then ends the workflow as cancelled.
+func (r *rollout) cancelled(ctx workflow.Context) (RolloutResult, error) {
+	r.draining = true
+	cleanup, _ := workflow.NewDisconnectedContext(ctx)
+	_ = workflow.Await(cleanup, func() bool { return r.inFlight == 0 && len(r.waiting) == 0 })
+	return r.result(cleanup), temporal.NewCanceledError(r.result(cleanup))
+}
+
+func (r *rollout) continueAsNew(ctx workflow.Context) (RolloutResult, error) {
+	if err := workflow.Await(ctx, func() bool { return workflow.AllHandlersFinished(ctx) }); err != nil {
+		return r.cancelled(ctx)
+	}
+	next := r.req
+	progress := r.p
+	progress.Window = r.win.size
+	progress.Parallelism = r.win.ceiling
+	progress.ContinuedAsNew++
+	// Listed but unlaunched nodes are listed again after the cursor by the next run.
+	progress.ListingDone = r.p.ListingDone && len(r.queue) == 0
+	next.Progress = &progress
+	return RolloutResult{}, workflow.NewContinueAsNewError(ctx, Rollout, next)
+}
+
+func (r *rollout) finish(ctx workflow.Context) (RolloutResult, error) {
+	result := r.result(ctx)
+	if !r.budgetExceeded() {
+		return result, nil
+	}
+	names := make([]string, 0, len(result.Failures))
+	for _, f := range result.Failures {
+		names = append(names, f.Node+" ("+string(f.Outcome)+" "+f.Reason+")")
+	}
+	msg := fmt.Sprintf("rollout %s stopped: %d of %d selected nodes failed, over the budget of %s; failed: %s",
+		r.req.Name, result.Counts.Failures(), result.Selected, r.s.failureBudget, strings.Join(names, ", "))
+	return result, temporal.NewNonRetryableApplicationError(msg, ErrFailureBudgetExceeded, nil, result)
+}
+
+func (r *rollout) result(ctx workflow.Context) RolloutResult {
+	return RolloutResult{
+		Name:           r.req.Name,
+		TemplateHash:   r.p.TemplateHash,
+		Selected:       r.p.Selected,
+		Counts:         r.p.Counts,
+		Failures:       r.p.Failures,
+		ContinuedAsNew: r.p.ContinuedAsNew,
+		StartedAt:      r.p.StartedAt,
+		FinishedAt:     workflow.Now(ctx),
+	}
+}
+
+// dryRun lists every selected node and says what would happen to it, starting nothing.
+func (r *rollout) dryRun(ctx workflow.Context) (RolloutResult, error) {
+	var planned []PlannedNode
+	for !r.p.ListingDone {
+		if err := r.listMore(ctx); err != nil {
+			return RolloutResult{}, err
+		}
+		for _, n := range r.queue {
+			r.p.Cursor = n.name
+			switch n.skip {
+			case "done":
+				r.p.Counts.Skipped++
+			case "missing":
+				r.p.Counts.NodeGone++
+			default:
+				r.p.Counts.Pending++
+			}
+			if len(planned) < MaxExplicitNodes {
+				p := PlannedNode{Node: n.name, Skip: n.skip}
+				if n.skip == "" {
+					// The last five characters hash the run that will create the Job.
+					name := jobspec.JobName(r.req.Name, n.name, "")
+					p.JobPrefix = name[:len(name)-5]
+				}
+				planned = append(planned, p)
+			}
+		}
+		r.queue = nil
+	}
+	result := r.result(ctx)
+	result.Planned = planned
+	return result, nil
+}
+
+// status answers the status query.
+func (r *rollout) status() RolloutStatus {
+	c := r.p.Counts
+	c.Pending = max(0, r.p.Selected-c.Finished()-c.Running-c.Waiting)
+	phase := "running"
+	switch {
+	case r.draining:
+		phase = "draining"
+	case r.p.Paused:
+		phase = "paused"
+	}
+	waiting := make([]string, 0, len(r.waiting))
+	for n := range r.waiting {
+		waiting = append(waiting, n)
+	}
+	sort.Strings(waiting)
+	return RolloutStatus{
+		Name:           r.req.Name,
+		Phase:          phase,
+		Paused:         r.p.Paused,
+		Parallelism:    r.win.ceiling,
+		Window:         r.win.size,
+		Selected:       r.p.Selected,
+		ListingDone:    r.p.ListingDone,
+		Counts:         c,
+		Waiting:        waiting,
+		Recent:         append([]NodeResult(nil), r.recent...),
+		Failures:       append([]NodeResult(nil), r.p.Failures...),
+		ContinuedAsNew: r.p.ContinuedAsNew,
+		TemplateHash:   r.p.TemplateHash,
+		StartedAt:      r.p.StartedAt,
+	}
+}
+
+// showProgress updates the workflow's current details shown in the Temporal UI.
+func (r *rollout) showProgress(ctx workflow.Context) {
+	st := r.status()
+	c := st.Counts
+	workflow.SetCurrentDetails(ctx, fmt.Sprintf(
+		"**%s** %d/%d done: %d succeeded, %d failed, %d timed out, %d skipped, %d gone; %d running, %d waiting; window %d of %d",
+		st.Phase, c.Finished(), st.Selected, c.Succeeded, c.Failed, c.TimedOut, c.Skipped, c.NodeGone,
+		c.Running, c.Waiting, st.Window, st.Parallelism))
+}
+
+// asWorkflowError lifts a non-retryable activity error to the workflow's own failure, so the
+// caller sees e.g. InvalidRequest at the top instead of behind an ActivityError.
+func asWorkflowError(err error) error {
+	var appErr *temporal.ApplicationError
+	if errors.As(err, &appErr) {
+		return temporal.NewNonRetryableApplicationError(appErr.Message(), appErr.Type(), nil)
+	}
+	return err
+}

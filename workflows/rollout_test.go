@@ -1,0 +1,482 @@
+package workflows
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/mock"
+	"github.com/stretchr/testify/require"
+	"github.com/stretchr/testify/suite"
+	commonpb "go.temporal.io/api/common/v1"
+	"go.temporal.io/sdk/converter"
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/testsuite"
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/noderollout/noderollout/activities"
+)
+
+const sampleTemplate = `apiVersion: batch/v1
+kind: Job
+spec:
+  template:
+    spec:
+      restartPolicy: Never
+      containers:
+      - name: c
+        image: busybox
+`
+
+type RolloutSuite struct {
+	suite.Suite
+	testsuite.WorkflowTestSuite
+	env *testsuite.TestWorkflowEnvironment
+	a   *activities.Activities
+	// fleet is what the mocked ListNodes selects from; done are nodes marked done.
+	fleet []string
+	done  map[string]bool
+	// nodes records every child run, in start order, with virtual start/finish times.
+	mu    sync.Mutex
+	runs  []nodeRun
+	live  int
+	peak  int
+	jobFn func(ctx workflow.Context, in NodeRolloutInput) (NodeResult, error)
+	// prepareErr and listFn replace the template and node listing behaviour in one test.
+	prepareErr error
+	listFn     func(context.Context, activities.ListNodesInput) (activities.ListNodesResult, error)
+}
+
+type nodeRun struct {
+	node          string
+	start, finish time.Time
+	concurrent    int // nodes running when this one started, itself included
+}
+
+func TestRolloutSuite(t *testing.T) { suite.Run(t, new(RolloutSuite)) }
+
+func (s *RolloutSuite) SetupTest() {
+	s.env = s.NewTestWorkflowEnvironment()
+	s.a = &activities.Activities{}
+	s.env.RegisterActivity(s.a)
+	s.env.RegisterWorkflow(NodeRollout)
+	s.fleet, s.done, s.runs, s.live, s.peak = nil, map[string]bool{}, nil, 0, 0
+	s.jobFn = s.succeedAfter(time.Minute)
+	s.prepareErr = nil
+	s.listFn = s.listNodes
+	s.env.OnActivity(s.a.PrepareTemplate, mock.Anything, mock.Anything).Return(
+		func(_ context.Context, in activities.PrepareTemplateInput) (activities.PreparedTemplate, error) {
+			return activities.PreparedTemplate{Template: in.Template, Hash: "hash1"}, s.prepareErr
+		}).Maybe()
+	s.env.OnActivity(s.a.ListNodes, mock.Anything, mock.Anything).Return(
+		func(ctx context.Context, in activities.ListNodesInput) (activities.ListNodesResult, error) {
+			return s.listFn(ctx, in)
+		}).Maybe()
+	s.env.OnWorkflow(NodeRollout, mock.Anything, mock.Anything).Return(
+		func(ctx workflow.Context, in NodeRolloutInput) (NodeResult, error) { return s.jobFn(ctx, in) }).Maybe()
+}
+
+func (s *RolloutSuite) AfterTest(_, _ string) { s.env.AssertExpectations(s.T()) }
+
+func nodeNames(n int) []string {
+	names := make([]string, n)
+	for i := range names {
+		names[i] = fmt.Sprintf("node-%05d", i)
+	}
+	return names
+}
+
+// listNodes pages through s.fleet the way the real activity does.
+func (s *RolloutSuite) listNodes(_ context.Context, in activities.ListNodesInput) (activities.ListNodesResult, error) {
+	src := s.fleet
+	if len(in.Names) > 0 {
+		src = in.Names
+	}
+	sorted := append([]string(nil), src...)
+	sort.Strings(sorted)
+	var out activities.ListNodesResult
+	out.Total = len(sorted)
+	taken := 0
+	for _, n := range sorted {
+		if n <= in.After {
+			continue
+		}
+		if taken == in.Limit {
+			out.More = true
+			break
+		}
+		taken++
+		out.Next = n
+		switch {
+		case s.done[n] && !in.Rerun:
+			out.Done = append(out.Done, n)
+		default:
+			out.Nodes = append(out.Nodes, n)
+		}
+	}
+	return out, nil
+}
+
+// succeedAfter is a child that runs for d of virtual time and succeeds, recording concurrency.
+func (s *RolloutSuite) succeedAfter(d time.Duration) func(workflow.Context, NodeRolloutInput) (NodeResult, error) {
+	return s.runFor(func(string) (time.Duration, bool) { return d, true })
+}
+
+// runFor is a child whose duration and success depend on the node.
+func (s *RolloutSuite) runFor(plan func(node string) (time.Duration, bool)) func(workflow.Context, NodeRolloutInput) (NodeResult, error) {
+	return func(ctx workflow.Context, in NodeRolloutInput) (NodeResult, error) {
+		s.mu.Lock()
+		s.live++
+		s.peak = max(s.peak, s.live)
+		i := len(s.runs)
+		s.runs = append(s.runs, nodeRun{node: in.Node, start: workflow.Now(ctx), concurrent: s.live})
+		s.mu.Unlock()
+		d, ok := plan(in.Node)
+		err := workflow.Sleep(ctx, d)
+		s.mu.Lock()
+		s.live--
+		s.runs[i].finish = workflow.Now(ctx)
+		s.mu.Unlock()
+		if err != nil {
+			return NodeResult{}, err
+		}
+		if !ok {
+			res := NodeResult{Node: in.Node, Outcome: activities.OutcomeFailed, Reason: "BackoffLimitExceeded"}
+			return res, temporal.NewNonRetryableApplicationError("node failed", ErrNodeFailed, nil, res)
+		}
+		return NodeResult{Node: in.Node, Outcome: activities.OutcomeSucceeded}, nil
+	}
+}
+
+func request(nodes ...string) RolloutRequest {
+	return RolloutRequest{Name: "demo", Namespace: "jobs", Nodes: nodes, JobTemplate: sampleTemplate}
+}
+
+func (s *RolloutSuite) result() RolloutResult {
+	s.True(s.env.IsWorkflowCompleted())
+	var r RolloutResult
+	s.Require().NoError(s.env.GetWorkflowError())
+	s.Require().NoError(s.env.GetWorkflowResult(&r))
+	return r
+}
+
+func (s *RolloutSuite) TestHappyPathRunsEveryNodeOnceWithinParallelism() {
+	req := request(nodeNames(23)...)
+	req.Parallelism = 5
+	s.env.ExecuteWorkflow(Rollout, req)
+	r := s.result()
+	s.Equal(23, r.Counts.Succeeded)
+	s.Equal(23, r.Selected)
+	s.Len(s.runs, 23)
+	s.Equal(5, s.peak, "the window should be used fully but never exceeded")
+	seen := map[string]int{}
+	for _, run := range s.runs {
+		seen[run.node]++
+	}
+	s.Len(seen, 23)
+	// 23 one-minute nodes, 5 at a time: five waves.
+	s.Equal(5*time.Minute, r.FinishedAt.Sub(r.StartedAt))
+}
+
+func (s *RolloutSuite) TestParallelismNeverExceededWithUnevenJobs() {
+	s.jobFn = s.runFor(func(node string) (time.Duration, bool) {
+		var i int
+		fmt.Sscanf(node, "node-%d", &i)
+		return time.Duration(1+(i*7)%11) * time.Minute, true
+	})
+	req := request(nodeNames(40)...)
+	req.Parallelism = 7
+	s.env.ExecuteWorkflow(Rollout, req)
+	s.Equal(40, s.result().Counts.Succeeded)
+	s.Equal(7, s.peak)
+	for _, run := range s.runs {
+		s.LessOrEqual(run.concurrent, 7)
+	}
+}
+
+func (s *RolloutSuite) TestWindowGrowsExponentiallyWhileNodesSucceed() {
+	req := request(nodeNames(15)...)
+	req.Parallelism = 8
+	req.Batch = &Batch{Initial: 1, Growth: GrowthExponential}
+	s.env.ExecuteWorkflow(Rollout, req)
+	s.Equal(15, s.result().Counts.Succeeded)
+	// Window 1, then 2, 4, 8: the waves start at minutes 0, 1, 2, 3 (and 4 for the rest).
+	starts := map[time.Duration]int{}
+	t0 := s.runs[0].start
+	for _, run := range s.runs {
+		starts[run.start.Sub(t0)]++
+	}
+	s.Equal(map[time.Duration]int{0: 1, time.Minute: 2, 2 * time.Minute: 4, 3 * time.Minute: 8}, starts)
+}
+
+func (s *RolloutSuite) TestFailureBudgetStopsLaunchesAndFailsWithSummary() {
+	failing := map[string]bool{"node-00002": true, "node-00004": true, "node-00006": true}
+	s.jobFn = s.runFor(func(node string) (time.Duration, bool) { return time.Minute, !failing[node] })
+	req := request(nodeNames(20)...)
+	req.Parallelism = 1
+	req.MaxFailures = "1"
+	s.env.ExecuteWorkflow(Rollout, req)
+	err := s.env.GetWorkflowError()
+	var appErr *temporal.ApplicationError
+	s.Require().True(errors.As(err, &appErr), "%v", err)
+	s.Equal(ErrFailureBudgetExceeded, appErr.Type())
+	s.Contains(appErr.Message(), "node-00002")
+	s.Contains(appErr.Message(), "node-00004")
+	s.Len(s.runs, 5, "no node may start after the second failure")
+	var r RolloutResult
+	s.Require().NoError(appErr.Details(&r))
+	s.Equal(3, r.Counts.Succeeded)
+	s.Equal(2, r.Counts.Failed)
+}
+
+func (s *RolloutSuite) TestPercentBudgetAllowsFailuresWithinShare() {
+	s.jobFn = s.runFor(func(node string) (time.Duration, bool) { return time.Minute, node != "node-00003" })
+	req := request(nodeNames(10)...)
+	req.MaxFailures = "10%"
+	s.env.ExecuteWorkflow(Rollout, req)
+	r := s.result()
+	s.Equal(9, r.Counts.Succeeded)
+	s.Equal(1, r.Counts.Failed)
+	s.Require().Len(r.Failures, 1)
+	s.Equal("BackoffLimitExceeded", r.Failures[0].Reason)
+}
+
+func (s *RolloutSuite) TestOneSlowFailingNodeDoesNotDelayOthers() {
+	s.jobFn = s.runFor(func(node string) (time.Duration, bool) {
+		if node == "node-00000" {
+			return 3 * time.Hour, false
+		}
+		return time.Minute, true
+	})
+	req := request(nodeNames(10)...)
+	req.Parallelism = 2
+	req.MaxFailures = "1"
+	s.env.ExecuteWorkflow(Rollout, req)
+	r := s.result()
+	s.Equal(9, r.Counts.Succeeded)
+	var slowEnd, lastFast time.Time
+	for _, run := range s.runs {
+		if run.node == "node-00000" {
+			slowEnd = run.finish
+		} else if run.finish.After(lastFast) {
+			lastFast = run.finish
+		}
+	}
+	s.Equal(9*time.Minute, lastFast.Sub(s.runs[0].start), "the other nine run one after another in the free slot")
+	s.True(lastFast.Before(slowEnd))
+}
+
+func (s *RolloutSuite) TestPauseStopsLaunchesAndResumeRestarts() {
+	req := request(nodeNames(6)...)
+	req.Parallelism = 1
+	var atPause, atResume RolloutStatus
+	s.env.RegisterDelayedCallback(func() { s.env.SignalWorkflow(SignalPause, nil) }, 90*time.Second)
+	s.env.RegisterDelayedCallback(func() {
+		v, err := s.env.QueryWorkflow(QueryStatus)
+		s.Require().NoError(err)
+		s.Require().NoError(v.Get(&atPause))
+		s.env.SignalWorkflow(SignalResume, nil)
+	}, time.Hour)
+	s.env.RegisterDelayedCallback(func() {
+		v, err := s.env.QueryWorkflow(QueryStatus)
+		s.Require().NoError(err)
+		s.Require().NoError(v.Get(&atResume))
+	}, time.Hour+time.Second)
+	s.env.ExecuteWorkflow(Rollout, req)
+	r := s.result()
+	s.Equal(6, r.Counts.Succeeded)
+	s.True(atPause.Paused)
+	s.Equal("paused", atPause.Phase)
+	s.Equal(2, atPause.Counts.Succeeded, "the node in flight at the pause finishes; no new one starts")
+	s.Equal(0, atPause.Counts.Running)
+	s.Equal(4, atPause.Counts.Pending)
+	s.False(atResume.Paused)
+	s.Equal(1, atResume.Counts.Running)
+	// The third node starts only when resumed.
+	s.Equal(time.Hour, s.runs[2].start.Sub(s.runs[0].start))
+}
+
+func (s *RolloutSuite) TestSetParallelismUpdateResizesTheWindow() {
+	req := request(nodeNames(30)...)
+	req.Parallelism = 2
+	var rejected, accepted error
+	var res SetParallelismResult
+	s.env.RegisterDelayedCallback(func() {
+		s.env.UpdateWorkflow(UpdateSetParallelism, "bad", &testsuite.TestUpdateCallback{
+			OnReject: func(err error) { rejected = err },
+			OnAccept: func() { s.Fail("parallelism 0 must be rejected") },
+		}, SetParallelismRequest{Parallelism: 0})
+		s.env.UpdateWorkflow(UpdateSetParallelism, "good", &testsuite.TestUpdateCallback{
+			OnReject:   func(err error) { accepted = err },
+			OnAccept:   func() {},
+			OnComplete: func(v interface{}, err error) { res = v.(SetParallelismResult); accepted = err },
+		}, SetParallelismRequest{Parallelism: 6})
+	}, 150*time.Second)
+	s.env.ExecuteWorkflow(Rollout, req)
+	s.Equal(30, s.result().Counts.Succeeded)
+	s.Require().Error(rejected)
+	s.Contains(rejected.Error(), "parallelism")
+	s.NoError(accepted)
+	s.Equal(SetParallelismResult{Previous: 2, Parallelism: 6}, res)
+	for _, run := range s.runs {
+		limit := 2
+		if run.start.Sub(s.runs[0].start) >= 150*time.Second {
+			limit = 6
+		}
+		s.LessOrEqual(run.concurrent, limit, "node %s", run.node)
+	}
+	s.Equal(6, s.peak)
+}
+
+func (s *RolloutSuite) TestRerunSkipsDoneNodesUnlessAsked() {
+	s.fleet = nodeNames(8)
+	s.done["node-00001"], s.done["node-00005"] = true, true
+	req := RolloutRequest{Name: "demo", NodeSelector: "pool=a", JobTemplate: sampleTemplate}
+	s.env.ExecuteWorkflow(Rollout, req)
+	r := s.result()
+	s.Equal(6, r.Counts.Succeeded)
+	s.Equal(2, r.Counts.Skipped)
+	for _, run := range s.runs {
+		s.NotContains([]string{"node-00001", "node-00005"}, run.node)
+	}
+}
+
+func (s *RolloutSuite) TestRerunTrueRunsDoneNodesToo() {
+	s.fleet = nodeNames(8)
+	s.done["node-00001"] = true
+	req := RolloutRequest{Name: "demo", NodeSelector: "pool=a", JobTemplate: sampleTemplate, Rerun: true}
+	s.env.ExecuteWorkflow(Rollout, req)
+	r := s.result()
+	s.Equal(8, r.Counts.Succeeded)
+	s.Equal(0, r.Counts.Skipped)
+}
+
+func (s *RolloutSuite) TestDryRunStartsNoChild() {
+	s.fleet = nodeNames(5)
+	s.done["node-00002"] = true
+	req := RolloutRequest{Name: "demo", NodeSelector: "pool=a", JobTemplate: sampleTemplate, DryRun: true}
+	s.env.ExecuteWorkflow(Rollout, req)
+	r := s.result()
+	s.Empty(s.runs)
+	s.Require().Len(r.Planned, 5)
+	s.Equal("done", r.Planned[2].Skip)
+	s.True(strings.HasPrefix(r.Planned[0].JobPrefix, "demo-node-00000"), r.Planned[0].JobPrefix)
+	s.Equal(4, r.Counts.Pending)
+	s.Equal(1, r.Counts.Skipped)
+}
+
+func (s *RolloutSuite) TestInvalidRequestFailsAtOnceNamingTheField() {
+	req := request("node-a")
+	req.Parallelism = -3
+	s.env.ExecuteWorkflow(Rollout, req)
+	err := s.env.GetWorkflowError()
+	var appErr *temporal.ApplicationError
+	s.Require().True(errors.As(err, &appErr), "%v", err)
+	s.Equal(activities.ErrInvalidRequest, appErr.Type())
+	s.True(appErr.NonRetryable())
+	s.Contains(appErr.Message(), "parallelism")
+}
+
+func (s *RolloutSuite) TestTemplateProblemFromActivityIsInvalidRequest() {
+	s.prepareErr = temporal.NewNonRetryableApplicationError("jobTemplateRef: ConfigMap jobs/missing not found", activities.ErrInvalidRequest, nil)
+	req := request("node-a")
+	req.JobTemplate, req.JobTemplateRef = "", &activities.TemplateRef{Name: "missing"}
+	s.env.ExecuteWorkflow(Rollout, req)
+	var appErr *temporal.ApplicationError
+	s.Require().True(errors.As(s.env.GetWorkflowError(), &appErr))
+	s.Equal(activities.ErrInvalidRequest, appErr.Type())
+	s.Contains(appErr.Message(), "jobTemplateRef")
+}
+
+func (s *RolloutSuite) TestMissingExplicitNodesBecomeNodeGone() {
+	s.listFn = func(context.Context, activities.ListNodesInput) (activities.ListNodesResult, error) {
+		return activities.ListNodesResult{Nodes: []string{"a", "c"}, Missing: []string{"b"}, Next: "c", Total: 3}, nil
+	}
+	s.env.ExecuteWorkflow(Rollout, request("a", "b", "c"))
+	r := s.result()
+	s.Equal(2, r.Counts.Succeeded)
+	s.Equal(1, r.Counts.NodeGone)
+	s.Len(s.runs, 2)
+}
+
+func TestContinueAsNewCarriesCursorCountersAndFailures(t *testing.T) {
+	const n = 3000
+	failing := map[string]bool{"node-00010": true, "node-01500": true, "node-02999": true}
+	ts := &testsuite.WorkflowTestSuite{}
+	started := map[string]int{}
+	req := request()
+	req.Nodes = nil
+	req.NodeSelector = "pool=a"
+	req.Parallelism = 50
+	req.MaxFailures = "5"
+	req.ContinueAsNewAfter = 1000
+	runs := 0
+	var final RolloutResult
+	for {
+		runs++
+		require.LessOrEqual(t, runs, 10, "the rollout should end within a few runs")
+		env := ts.NewTestWorkflowEnvironment()
+		a := &activities.Activities{}
+		env.RegisterActivity(a)
+		env.RegisterWorkflow(NodeRollout)
+		fleet := &RolloutSuite{fleet: nodeNames(n), done: map[string]bool{}}
+		env.OnActivity(a.ListNodes, mock.Anything, mock.Anything).Return(fleet.listNodes)
+		env.OnActivity(a.PrepareTemplate, mock.Anything, mock.Anything).Return(activities.PreparedTemplate{Template: sampleTemplate, Hash: "h"}, nil).Maybe()
+		env.OnWorkflow(NodeRollout, mock.Anything, mock.Anything).Return(func(ctx workflow.Context, in NodeRolloutInput) (NodeResult, error) {
+			started[in.Node]++
+			if err := workflow.Sleep(ctx, time.Second); err != nil {
+				return NodeResult{}, err
+			}
+			if failing[in.Node] {
+				res := NodeResult{Node: in.Node, Outcome: activities.OutcomeFailed, Reason: "BackoffLimitExceeded"}
+				return res, temporal.NewNonRetryableApplicationError("failed", ErrNodeFailed, nil, res)
+			}
+			return NodeResult{Node: in.Node, Outcome: activities.OutcomeSucceeded}, nil
+		})
+		env.ExecuteWorkflow(Rollout, req)
+		require.True(t, env.IsWorkflowCompleted())
+		err := env.GetWorkflowError()
+		var can *workflow.ContinueAsNewError
+		if errors.As(err, &can) {
+			require.Equal(t, RolloutWorkflow, can.WorkflowType.Name)
+			var next RolloutRequest
+			require.NoError(t, converterFromEnv().FromPayloads(can.Input, &next))
+			require.NotNil(t, next.Progress)
+			require.Equal(t, runs, next.Progress.ContinuedAsNew)
+			require.Equal(t, runs*1000, next.Progress.Counts.Finished(), "each run launches its share before continuing")
+			require.Equal(t, "h", next.Progress.TemplateHash, "the template is not prepared again")
+			req = next
+			continue
+		}
+		require.NoError(t, err)
+		require.NoError(t, env.GetWorkflowResult(&final))
+		break
+	}
+	require.Equal(t, 3, runs, "3,000 nodes at 1,000 per run")
+	require.Equal(t, n, len(started), "every node is started")
+	for node, count := range started {
+		if count != 1 {
+			t.Fatalf("node %s started %d times", node, count)
+		}
+	}
+	require.Equal(t, n-3, final.Counts.Succeeded)
+	require.Equal(t, 3, final.Counts.Failed)
+	require.Equal(t, n, final.Selected)
+	require.Equal(t, 2, final.ContinuedAsNew)
+	failedNodes := []string{}
+	for _, f := range final.Failures {
+		failedNodes = append(failedNodes, f.Node)
+	}
+	require.Equal(t, []string{"node-00010", "node-01500", "node-02999"}, failedNodes)
+}
+
+func converterFromEnv() interface {
+	FromPayloads(payloads *commonpb.Payloads, valuePtrs ...interface{}) error
+} {
+	return converter.GetDefaultDataConverter()
+}
