@@ -1,0 +1,110 @@
+// Package connect dials the Temporal frontend and builds the Kubernetes client from a Config.
+package connect
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"fmt"
+	"log/slog"
+	"os"
+
+	"go.temporal.io/sdk/client"
+	sdklog "go.temporal.io/sdk/log"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/noderollout/noderollout/internal/config"
+)
+
+// TemporalOptions are the client options of a Config: address, namespace, mTLS or API key.
+func TemporalOptions(c config.Config, logger *slog.Logger, metrics client.MetricsHandler) (client.Options, error) {
+	opts := client.Options{
+		HostPort:       c.TemporalAddress,
+		Namespace:      c.TemporalNamespace,
+		Logger:         sdklog.NewStructuredLogger(logger),
+		MetricsHandler: metrics,
+	}
+	tlsConfig, err := temporalTLS(c)
+	if err != nil {
+		return opts, err
+	}
+	opts.ConnectionOptions.TLS = tlsConfig
+	if c.APIKey != "" {
+		opts.Credentials = client.NewAPIKeyStaticCredentials(c.APIKey)
+	}
+	return opts, nil
+}
+
+func temporalTLS(c config.Config) (*tls.Config, error) {
+	if c.TLSCert == "" && c.TLSCA == "" && c.APIKey == "" {
+		return nil, nil
+	}
+	t := &tls.Config{ServerName: c.TLSServerName, MinVersion: tls.VersionTLS12}
+	if c.TLSCert != "" {
+		pair, err := tls.LoadX509KeyPair(c.TLSCert, c.TLSKey)
+		if err != nil {
+			return nil, fmt.Errorf("tls-cert/tls-key: %w", err)
+		}
+		t.Certificates = []tls.Certificate{pair}
+	}
+	if c.TLSCA != "" {
+		pem, err := os.ReadFile(c.TLSCA)
+		if err != nil {
+			return nil, fmt.Errorf("tls-ca: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("tls-ca: %s holds no PEM certificate", c.TLSCA)
+		}
+		t.RootCAs = pool
+	}
+	return t, nil
+}
+
+// Temporal dials the frontend and checks it answers.
+func Temporal(ctx context.Context, c config.Config, logger *slog.Logger, metrics client.MetricsHandler) (client.Client, error) {
+	opts, err := TemporalOptions(c, logger, metrics)
+	if err != nil {
+		return nil, err
+	}
+	cl, err := client.DialContext(ctx, opts)
+	if err != nil {
+		return nil, fmt.Errorf("temporal at %s (namespace %s): %w", c.TemporalAddress, c.TemporalNamespace, err)
+	}
+	return cl, nil
+}
+
+// KubeConfig is the kubeconfig named in the Config, else the in-cluster config, else the usual
+// $KUBECONFIG / ~/.kube/config.
+func KubeConfig(c config.Config) (*rest.Config, error) {
+	var rc *rest.Config
+	var err error
+	switch {
+	case c.Kubeconfig != "":
+		rc, err = clientcmd.BuildConfigFromFlags("", c.Kubeconfig)
+	default:
+		rc, err = rest.InClusterConfig()
+		if err != nil {
+			rules := clientcmd.NewDefaultClientConfigLoadingRules()
+			rc, err = clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{}).ClientConfig()
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("kubeconfig: %w", err)
+	}
+	rc.QPS = float32(c.KubeQPS)
+	rc.Burst = c.KubeBurst
+	rc.UserAgent = "noderollout-worker"
+	return rc, nil
+}
+
+// Kubernetes is the clientset for the Config's cluster.
+func Kubernetes(c config.Config) (kubernetes.Interface, error) {
+	rc, err := KubeConfig(c)
+	if err != nil {
+		return nil, err
+	}
+	return kubernetes.NewForConfig(rc)
+}
