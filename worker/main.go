@@ -65,7 +65,7 @@ func run(ctx context.Context, cfg config.Config) error {
 	}
 	acts := activities.New(kube)
 	// The shared Job informer must be synced before any WaitJob runs.
-	if err := acts.Start(ctx); err != nil {
+	if err := acts.Jobs.Start(ctx); err != nil {
 		return fmt.Errorf("starting the Job informer: %w", err)
 	}
 

@@ -15,13 +15,6 @@ import (
 	sdkmetrics "go.temporal.io/sdk/client"
 )
 
-// Names of the rollout's own metrics, emitted by the activities through the SDK handler.
-const (
-	NodesTotal  = "noderollout_nodes"        // counter, tag outcome
-	JobsRunning = "noderollout_jobs_running" // gauge: Jobs this worker is waiting on
-	JobDuration = "noderollout_job_duration" // timer: Job creation to end
-)
-
 // timerBuckets are seconds, from a fast Job to a long maintenance one.
 var timerBuckets = []float64{0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600}
 

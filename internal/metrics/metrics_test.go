@@ -12,11 +12,11 @@ import (
 func TestSeriesWithDifferentTagSetsShareOneFamily(t *testing.T) {
 	c := NewCollector()
 	h := c.Handler().WithTags(map[string]string{"namespace": "default"})
-	h.WithTags(map[string]string{"outcome": "succeeded"}).Counter(NodesTotal).Inc(2)
-	h.WithTags(map[string]string{"outcome": "failed"}).Counter(NodesTotal).Inc(1)
-	h.Counter(NodesTotal).Inc(1) // no outcome tag: exported with outcome=""
-	h.Gauge(JobsRunning).Update(3)
-	h.Timer(JobDuration).Record(1500 * time.Millisecond)
+	h.WithTags(map[string]string{"outcome": "succeeded"}).Counter("noderollout_nodes").Inc(2)
+	h.WithTags(map[string]string{"outcome": "failed"}).Counter("noderollout_nodes").Inc(1)
+	h.Counter("noderollout_nodes").Inc(1) // no outcome tag: exported with outcome=""
+	h.Gauge("noderollout_jobs_running").Update(3)
+	h.Timer("noderollout_job_duration").Record(1500 * time.Millisecond)
 
 	srv := Serve("", c, func() bool { return true })
 	rec := httptest.NewRecorder()

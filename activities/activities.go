@@ -1,0 +1,129 @@
+package activities
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/noderollout/noderollout/activities/jobspec"
+)
+
+// FieldManager owns every field noderollout writes.
+const FieldManager = "noderollout"
+
+// DefaultTemplateKey is the ConfigMap key read when TemplateRef names none.
+const DefaultTemplateKey = "job.yaml"
+
+// Activities holds what the activities need. Register one value with the worker
+// (worker.RegisterActivity(a)) after a.Jobs.Start has returned.
+type Activities struct {
+	Kube kubernetes.Interface
+	Jobs *JobWatcher
+	// Now is the clock for deadlines and event times; tests replace it.
+	Now func() time.Time
+	// NodeCheckInterval is how often WaitJob checks that the node still exists.
+	NodeCheckInterval time.Duration
+	// HeartbeatInterval is how often WaitJob heartbeats; keep it well under the activity's
+	// HeartbeatTimeout.
+	HeartbeatInterval time.Duration
+
+	waiting atomic.Int64 // WaitJob calls in progress, for the running-Jobs gauge
+}
+
+// New returns Activities with the default clock and intervals and an unstarted JobWatcher.
+func New(kube kubernetes.Interface) *Activities {
+	return &Activities{
+		Kube:              kube,
+		Jobs:              NewJobWatcher(kube),
+		Now:               time.Now,
+		NodeCheckInterval: 60 * time.Second,
+		HeartbeatInterval: 10 * time.Second,
+	}
+}
+
+// PrepareTemplate loads the rollout's Job template (inline or from a ConfigMap), checks it and
+// the target namespace once, and returns it with its hash.
+func (a *Activities) PrepareTemplate(ctx context.Context, in PrepareTemplateInput) (PreparedTemplate, error) {
+	if in.Namespace == "" {
+		return PreparedTemplate{}, invalidRequest("namespace", "required: the namespace the Jobs are created in")
+	}
+	if (in.Template == "") == (in.TemplateRef == nil) {
+		return PreparedTemplate{}, invalidRequest("jobTemplate",
+			"set exactly one of jobTemplate (inline Job YAML) and jobTemplateRef (a ConfigMap holding it)")
+	}
+	if _, err := a.Kube.CoreV1().Namespaces().Get(ctx, in.Namespace, metav1.GetOptions{}); err != nil {
+		if apierrors.IsNotFound(err) {
+			return PreparedTemplate{}, invalidRequest("namespace",
+				"namespace %q does not exist; create it (kubectl create namespace %s) or name another one", in.Namespace, in.Namespace)
+		}
+		return PreparedTemplate{}, kubeError(err, "get", fmt.Sprintf("namespace %q", in.Namespace))
+	}
+	text := in.Template
+	if ref := in.TemplateRef; ref != nil {
+		var err error
+		if text, err = a.templateFromConfigMap(ctx, in.Namespace, *ref); err != nil {
+			return PreparedTemplate{}, err
+		}
+	}
+	if _, err := jobspec.ParseTemplate(text); err != nil {
+		return PreparedTemplate{}, templateError(err)
+	}
+	return PreparedTemplate{Template: text, Hash: jobspec.TemplateHash(text)}, nil
+}
+
+func (a *Activities) templateFromConfigMap(ctx context.Context, defaultNamespace string, ref TemplateRef) (string, error) {
+	ns, key := ref.Namespace, ref.Key
+	if ns == "" {
+		ns = defaultNamespace
+	}
+	if key == "" {
+		key = DefaultTemplateKey
+	}
+	if ref.Name == "" {
+		return "", invalidRequest("jobTemplateRef.name", "required: the ConfigMap holding the Job template")
+	}
+	cm, err := a.Kube.CoreV1().ConfigMaps(ns).Get(ctx, ref.Name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return "", invalidRequest("jobTemplateRef", "ConfigMap %s/%s not found; create it with the Job template under key %q",
+			ns, ref.Name, key)
+	}
+	if err != nil {
+		return "", kubeError(err, "get", fmt.Sprintf("configmap %s/%s", ns, ref.Name))
+	}
+	if text, ok := cm.Data[key]; ok {
+		return text, nil
+	}
+	if raw, ok := cm.BinaryData[key]; ok {
+		return string(raw), nil
+	}
+	return "", invalidRequest("jobTemplateRef", "ConfigMap %s/%s has no key %q; put the Job template there or set jobTemplateRef.key",
+		ns, ref.Name, key)
+}
+
+// DeleteJob removes a Job and, through Background propagation, its Pods. A Job that is already
+// gone is fine: aborting a rollout may race with FinalizeJob or the TTL controller.
+func (a *Activities) DeleteJob(ctx context.Context, job JobRef) error {
+	return a.deleteJob(ctx, job)
+}
+
+func (a *Activities) deleteJob(ctx context.Context, job JobRef) error {
+	propagation := metav1.DeletePropagationBackground
+	opts := metav1.DeleteOptions{PropagationPolicy: &propagation}
+	if job.UID != "" {
+		// Never delete a different Job that took the name after ours went away.
+		uid := types.UID(job.UID)
+		opts.Preconditions = &metav1.Preconditions{UID: &uid}
+	}
+	err := a.Kube.BatchV1().Jobs(job.Namespace).Delete(ctx, job.Name, opts)
+	// Conflict here can only be the UID precondition: our Job is already gone.
+	if err == nil || apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
+		return nil
+	}
+	return kubeError(err, "delete", fmt.Sprintf("job %s/%s", job.Namespace, job.Name))
+}

@@ -1,0 +1,183 @@
+package activities
+
+import (
+	"errors"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
+
+	"github.com/noderollout/noderollout/activities/jobspec"
+)
+
+func TestPrepareTemplateInline(t *testing.T) {
+	cs := fake.NewClientset(testNS(testNamespace))
+	a := newActivities(cs)
+	val, err := newEnv(a).ExecuteActivity(a.PrepareTemplate, PrepareTemplateInput{Namespace: testNamespace, Template: testTemplate})
+	require.NoError(t, err)
+	var got PreparedTemplate
+	require.NoError(t, val.Get(&got))
+	require.Equal(t, PreparedTemplate{Template: testTemplate, Hash: jobspec.TemplateHash(testTemplate)}, got)
+	require.Equal(t, []string{"get namespaces"}, actions(cs))
+}
+
+func TestPrepareTemplateFromConfigMap(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		ref  TemplateRef
+		cm   *corev1.ConfigMap
+	}{{
+		name: "defaults to the rollout namespace and job.yaml",
+		ref:  TemplateRef{Name: "kata-job"},
+		cm: &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "kata-job", Namespace: testNamespace},
+			Data: map[string]string{"job.yaml": testTemplate}},
+	}, {
+		name: "named namespace and key",
+		ref:  TemplateRef{Namespace: "templates", Name: "kata-job", Key: "install.yaml"},
+		cm: &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "kata-job", Namespace: "templates"},
+			Data: map[string]string{"install.yaml": testTemplate}},
+	}} {
+		t.Run(tc.name, func(t *testing.T) {
+			cs := fake.NewClientset(testNS(testNamespace), tc.cm)
+			a := newActivities(cs)
+			val, err := newEnv(a).ExecuteActivity(a.PrepareTemplate, PrepareTemplateInput{Namespace: testNamespace, TemplateRef: &tc.ref})
+			require.NoError(t, err)
+			var got PreparedTemplate
+			require.NoError(t, val.Get(&got))
+			require.Equal(t, testTemplate, got.Template)
+			require.Equal(t, jobspec.TemplateHash(testTemplate), got.Hash)
+			require.Equal(t, []string{"get namespaces", "get configmaps"}, actions(cs))
+		})
+	}
+}
+
+func TestPrepareTemplateInvalid(t *testing.T) {
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "kata-job", Namespace: testNamespace},
+		Data: map[string]string{"other.yaml": testTemplate}}
+	for _, tc := range []struct {
+		name     string
+		in       PrepareTemplateInput
+		wantText []string
+	}{
+		{"namespace missing", PrepareTemplateInput{Namespace: "nope", Template: testTemplate},
+			[]string{"namespace", `"nope"`, "create it"}},
+		{"configmap missing", PrepareTemplateInput{Namespace: testNamespace, TemplateRef: &TemplateRef{Name: "absent"}},
+			[]string{"jobTemplateRef", testNamespace + "/absent", `"job.yaml"`}},
+		{"key missing", PrepareTemplateInput{Namespace: testNamespace, TemplateRef: &TemplateRef{Name: "kata-job"}},
+			[]string{"jobTemplateRef", testNamespace + "/kata-job", `"job.yaml"`}},
+		{"not a Job", PrepareTemplateInput{Namespace: testNamespace, Template: "apiVersion: v1\nkind: Pod\n"},
+			[]string{"jobTemplate"}},
+		{"both inline and ref", PrepareTemplateInput{Namespace: testNamespace, Template: testTemplate, TemplateRef: &TemplateRef{Name: "kata-job"}},
+			[]string{"jobTemplate", "exactly one"}},
+		{"neither", PrepareTemplateInput{Namespace: testNamespace}, []string{"jobTemplate", "exactly one"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cs := fake.NewClientset(testNS(testNamespace), cm)
+			a := newActivities(cs)
+			_, err := newEnv(a).ExecuteActivity(a.PrepareTemplate, tc.in)
+			appErr := requireAppError(t, err, ErrInvalidRequest, true)
+			for _, want := range tc.wantText {
+				require.Contains(t, appErr.Error(), want)
+			}
+		})
+	}
+}
+
+func TestPrepareTemplateReportsParseError(t *testing.T) {
+	cs := fake.NewClientset(testNS(testNamespace))
+	a := newActivities(cs)
+	bad := "apiVersion: v1\nkind: Pod\n"
+	_, parseErr := jobspec.ParseTemplate(bad)
+	var fieldErr *jobspec.FieldError
+	require.True(t, errors.As(parseErr, &fieldErr))
+	_, err := newEnv(a).ExecuteActivity(a.PrepareTemplate, PrepareTemplateInput{Namespace: testNamespace, Template: bad})
+	appErr := requireAppError(t, err, ErrInvalidRequest, true)
+	require.Contains(t, appErr.Error(), fieldErr.Error())
+}
+
+func TestPrepareTemplateForbiddenIsNotRetried(t *testing.T) {
+	cs := fake.NewClientset()
+	failOn(cs, "get", "namespaces", forbidden("namespaces"))
+	a := newActivities(cs)
+	_, err := newEnv(a).ExecuteActivity(a.PrepareTemplate, PrepareTemplateInput{Namespace: testNamespace, Template: testTemplate})
+	appErr := requireAppError(t, err, ErrForbidden, true)
+	require.Contains(t, appErr.Error(), "get")
+	require.Contains(t, appErr.Error(), "namespace")
+	require.Contains(t, appErr.Error(), "grant")
+}
+
+func TestPrepareTemplateServerErrorIsRetried(t *testing.T) {
+	cs := fake.NewClientset()
+	failOn(cs, "get", "namespaces", apierrors.NewInternalError(errors.New("etcd leader changed")))
+	a := newActivities(cs)
+	_, err := newEnv(a).ExecuteActivity(a.PrepareTemplate, PrepareTemplateInput{Namespace: testNamespace, Template: testTemplate})
+	requireAppError(t, err, "", false)
+}
+
+func TestKubeErrorClasses(t *testing.T) {
+	gr := schema.GroupResource{Group: "batch", Resource: "jobs"}
+	for _, tc := range []struct {
+		name         string
+		err          error
+		wantType     string // "" for a plain, retryable error
+		nonRetryable bool
+	}{
+		{"forbidden", apierrors.NewForbidden(gr, "j", errors.New("rbac")), ErrForbidden, true},
+		{"invalid", apierrors.NewInvalid(schema.GroupKind{Group: "batch", Kind: "Job"}, "j", nil), ErrInvalidRequest, true},
+		{"bad request", apierrors.NewBadRequest("bad"), ErrInvalidRequest, true},
+		{"internal", apierrors.NewInternalError(errors.New("boom")), "", false},
+		{"timeout", apierrors.NewServerTimeout(gr, "create", 1), "", false},
+		{"conflict", apierrors.NewConflict(gr, "j", errors.New("changed")), "", false},
+		{"throttled", apierrors.NewTooManyRequests("slow down", 1), "", false},
+		{"unavailable", apierrors.NewServiceUnavailable("later"), "", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := kubeError(tc.err, "create", "jobs")
+			if tc.wantType == "" {
+				var appErr interface{ NonRetryable() bool }
+				require.False(t, errors.As(err, &appErr), "plain errors are retried by the activity policy")
+				require.ErrorIs(t, err, tc.err)
+				return
+			}
+			requireAppError(t, err, tc.wantType, tc.nonRetryable)
+		})
+	}
+	require.NoError(t, kubeError(nil, "get", "nodes"))
+}
+
+func TestDeleteJob(t *testing.T) {
+	job := ourJob(t, testRequest("node-a"))
+	cs := fake.NewClientset(job)
+	a := newActivities(cs)
+	env := newEnv(a)
+	_, err := env.ExecuteActivity(a.DeleteJob, refOf(job, "node-a"))
+	require.NoError(t, err)
+	requireBackgroundDelete(t, cs, job.Name)
+	_, err = cs.BatchV1().Jobs(testNamespace).Get(t.Context(), job.Name, metav1.GetOptions{})
+	require.True(t, apierrors.IsNotFound(err))
+
+	// Deleting again (the Job is gone) is fine.
+	_, err = env.ExecuteActivity(a.DeleteJob, refOf(job, "node-a"))
+	require.NoError(t, err)
+}
+
+// requireBackgroundDelete checks that the Job was deleted with Background propagation, which
+// takes its Pods too.
+func requireBackgroundDelete(t *testing.T, cs *fake.Clientset, name string) {
+	t.Helper()
+	for _, act := range cs.Actions() {
+		del, ok := act.(k8stesting.DeleteActionImpl)
+		if !ok || act.GetResource().Resource != "jobs" || del.Name != name {
+			continue
+		}
+		require.NotNil(t, del.DeleteOptions.PropagationPolicy)
+		require.Equal(t, metav1.DeletePropagationBackground, *del.DeleteOptions.PropagationPolicy)
+		return
+	}
+	t.Fatalf("job %s was not deleted; actions: %v", name, actions(cs))
+}

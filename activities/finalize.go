@@ -1,0 +1,280 @@
+package activities
+
+import (
+	"cmp"
+	"context"
+	"crypto/sha256"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/retry"
+
+	"go.temporal.io/sdk/activity"
+
+	"github.com/noderollout/noderollout/activities/jobspec"
+)
+
+const (
+	// EventNamespace holds the Events recorded on Nodes (cluster-scoped objects).
+	EventNamespace = metav1.NamespaceDefault
+	// LogTailLines and LogTailBytes bound the failed Pod's log kept in the result.
+	LogTailLines = 100
+	LogTailBytes = 4096
+	// maxEventMessage keeps Event messages readable in kubectl describe.
+	maxEventMessage = 1024
+)
+
+// FinalizeJob records the node's outcome (Node annotation and Event), collects what a failed
+// Job's Pod says about the failure, and deletes or keeps the Job per KeepJobs. Each step is
+// idempotent, so a retried attempt repeats harmlessly.
+func (a *Activities) FinalizeJob(ctx context.Context, in FinalizeInput) (FinalizeResult, error) {
+	node, err := a.markNode(ctx, in)
+	if err != nil {
+		return FinalizeResult{}, err
+	}
+
+	var res FinalizeResult
+	failed := in.End.Outcome == OutcomeFailed || in.End.Outcome == OutcomeTimedOut
+	if failed && in.Job != nil {
+		// Before any deletion: Background propagation takes the Pods with the Job.
+		if res, err = a.diagnose(ctx, *in.Job); err != nil {
+			return FinalizeResult{}, err
+		}
+	}
+
+	if node != nil {
+		if err := a.recordEvent(ctx, in, node, res); err != nil {
+			return FinalizeResult{}, err
+		}
+	}
+
+	if in.Job != nil && !keepJob(in.KeepJobs, in.End.Outcome) {
+		if err := a.deleteJob(ctx, *in.Job); err != nil {
+			return FinalizeResult{}, err
+		}
+	}
+	recordOutcome(ctx, in)
+	return res, nil
+}
+
+// keepJob applies the KeepJobs policy; anything unrecognised keeps failures, the default.
+func keepJob(k KeepJobs, o Outcome) bool {
+	switch k {
+	case KeepAlways:
+		return true
+	case KeepNever:
+		return false
+	default:
+		return o == OutcomeFailed || o == OutcomeTimedOut
+	}
+}
+
+// markNode writes the outcome marker that a later rollout of the same template reads to skip the
+// node. It returns the Node, or nil when the Node no longer exists.
+func (a *Activities) markNode(ctx context.Context, in FinalizeInput) (*corev1.Node, error) {
+	nodes := a.Kube.CoreV1().Nodes()
+	if in.End.Outcome == OutcomeSkipped {
+		// The node already carries a marker for this template; leave it exactly as it is.
+		node, err := nodes.Get(ctx, in.Node, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return nil, nil
+		}
+		return node, kubeError(err, "get", fmt.Sprintf("node %q", in.Node))
+	}
+	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{
+		jobspec.NodeMarkerKey(in.Rollout): jobspec.NodeMarker(in.TemplateHash, string(in.End.Outcome)),
+	}}})
+	if err != nil {
+		return nil, err
+	}
+	var node *corev1.Node
+	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		var err error
+		node, err = nodes.Patch(ctx, in.Node, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: FieldManager})
+		return err
+	})
+	if apierrors.IsNotFound(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, kubeError(err, "patch", fmt.Sprintf("node %q", in.Node))
+	}
+	return node, nil
+}
+
+// eventReasons names each outcome's Event.
+var eventReasons = map[Outcome]string{
+	OutcomeSucceeded: "RolloutSucceeded",
+	OutcomeFailed:    "RolloutFailed",
+	OutcomeTimedOut:  "RolloutTimedOut",
+	OutcomeSkipped:   "RolloutSkipped",
+	OutcomeNodeGone:  "RolloutNodeGone",
+}
+
+// recordEvent puts the outcome where `kubectl describe node` shows it.
+func (a *Activities) recordEvent(ctx context.Context, in FinalizeInput, node *corev1.Node, diag FinalizeResult) error {
+	reason := eventReasons[in.End.Outcome]
+	if reason == "" {
+		reason = "RolloutFinished"
+	}
+	eventType := corev1.EventTypeWarning
+	if in.End.Outcome == OutcomeSucceeded || in.End.Outcome == OutcomeSkipped {
+		eventType = corev1.EventTypeNormal
+	}
+	msg := fmt.Sprintf("rollout %s: %s", in.Rollout, in.End.Outcome)
+	if in.Job != nil {
+		msg += fmt.Sprintf(" (Job %s/%s)", in.Job.Namespace, in.Job.Name)
+	}
+	if in.End.Reason != "" {
+		msg += ": " + in.End.Reason
+	}
+	if in.End.Message != "" {
+		msg += ": " + in.End.Message
+	}
+	if diag.ExitCode != nil {
+		msg += fmt.Sprintf("; exit code %d", *diag.ExitCode)
+	}
+	if len(msg) > maxEventMessage {
+		msg = strings.ToValidUTF8(msg[:maxEventMessage], "")
+	}
+	now := metav1.NewTime(a.Now())
+	event := &corev1.Event{
+		ObjectMeta: metav1.ObjectMeta{Name: eventName(in), Namespace: EventNamespace},
+		InvolvedObject: corev1.ObjectReference{
+			APIVersion: "v1", Kind: "Node", Name: node.Name, UID: node.UID,
+		},
+		Reason:         reason,
+		Message:        msg,
+		Type:           eventType,
+		Source:         corev1.EventSource{Component: FieldManager},
+		FirstTimestamp: now,
+		LastTimestamp:  now,
+		Count:          1,
+	}
+	_, err := a.Kube.CoreV1().Events(EventNamespace).Create(ctx, event, metav1.CreateOptions{FieldManager: FieldManager})
+	if err == nil || apierrors.IsAlreadyExists(err) {
+		return nil
+	}
+	return kubeError(err, "create", fmt.Sprintf("events in namespace %q", EventNamespace))
+}
+
+// eventName is the same for every attempt of one finalization, so retries do not duplicate the
+// Event, and differs between rollouts, runs and outcomes.
+func eventName(in FinalizeInput) string {
+	job := ""
+	if in.Job != nil {
+		job = in.Job.Namespace + "/" + in.Job.Name + "/" + in.Job.UID
+	}
+	sum := sha256.Sum256([]byte(strings.Join(
+		[]string{in.Rollout, in.Node, in.TemplateHash, job, string(in.End.Outcome)}, "\x00")))
+	prefix := strings.ToLower(in.Node)
+	if len(prefix) > 200 {
+		prefix = strings.TrimRight(prefix[:200], ".-")
+	}
+	return fmt.Sprintf("%s.%x", prefix, sum[:8])
+}
+
+// diagnose reads why the Job failed from its newest failed Pod (or, when none failed, such as a
+// Job deleted at its deadline, its newest Pod): exit code, termination message and a log tail.
+func (a *Activities) diagnose(ctx context.Context, job JobRef) (FinalizeResult, error) {
+	pods, err := a.Kube.CoreV1().Pods(job.Namespace).List(ctx, metav1.ListOptions{
+		LabelSelector: labels.Set{batchv1.JobNameLabel: job.Name}.String(),
+	})
+	if err != nil {
+		return FinalizeResult{}, kubeError(err, "list", fmt.Sprintf("pods in namespace %q", job.Namespace))
+	}
+	pod := pickPod(pods.Items, job.UID)
+	if pod == nil {
+		return FinalizeResult{}, nil
+	}
+	var res FinalizeResult
+	container, state, previous := failedContainer(pod)
+	if state != nil {
+		code := state.ExitCode
+		res.ExitCode = &code
+		res.TerminationMessage = state.Message
+	}
+	res.LogTail = a.logTail(ctx, pod, container, previous)
+	return res, nil
+}
+
+// pickPod returns the newest failed Pod of the Job, else its newest Pod.
+func pickPod(pods []corev1.Pod, jobUID string) *corev1.Pod {
+	var candidates []*corev1.Pod
+	for i := range pods {
+		p := &pods[i]
+		if owner := metav1.GetControllerOf(p); jobUID != "" && owner != nil && string(owner.UID) != jobUID {
+			continue // left over from an earlier Job with the same name
+		}
+		candidates = append(candidates, p)
+	}
+	newest := func(ps []*corev1.Pod) *corev1.Pod {
+		if len(ps) == 0 {
+			return nil
+		}
+		return slices.MaxFunc(ps, func(x, y *corev1.Pod) int {
+			if c := x.CreationTimestamp.Compare(y.CreationTimestamp.Time); c != 0 {
+				return c
+			}
+			return cmp.Compare(x.Name, y.Name)
+		})
+	}
+	failedPods := slices.DeleteFunc(slices.Clone(candidates), func(p *corev1.Pod) bool { return p.Status.Phase != corev1.PodFailed })
+	if p := newest(failedPods); p != nil {
+		return p
+	}
+	return newest(candidates)
+}
+
+// failedContainer finds the container that failed (init containers first, since they run
+// first): its name, its termination, and whether that termination is a previous instance of a
+// restarted container (whose logs need Previous). Without a failure it names the first container.
+func failedContainer(pod *corev1.Pod) (name string, state *corev1.ContainerStateTerminated, previous bool) {
+	statuses := append(slices.Clone(pod.Status.InitContainerStatuses), pod.Status.ContainerStatuses...)
+	var firstTerminated *corev1.ContainerStatus
+	for i := range statuses {
+		s := &statuses[i]
+		if t := s.State.Terminated; t != nil {
+			if t.ExitCode != 0 {
+				return s.Name, t, false
+			}
+			if firstTerminated == nil {
+				firstTerminated = s
+			}
+		} else if t := s.LastTerminationState.Terminated; t != nil && t.ExitCode != 0 {
+			return s.Name, t, true
+		}
+	}
+	if firstTerminated != nil {
+		return firstTerminated.Name, firstTerminated.State.Terminated, false
+	}
+	if len(pod.Spec.Containers) > 0 {
+		return pod.Spec.Containers[0].Name, nil, false
+	}
+	return "", nil, false
+}
+
+// logTail fetches the end of the container's log. Logs come from the kubelet, which may be
+// unreachable or have rotated them away; their absence never fails the finalization.
+func (a *Activities) logTail(ctx context.Context, pod *corev1.Pod, container string, previous bool) string {
+	lines, limit := int64(LogTailLines), int64(LogTailBytes)
+	raw, err := a.Kube.CoreV1().Pods(pod.Namespace).GetLogs(pod.Name, &corev1.PodLogOptions{
+		Container: container, Previous: previous, TailLines: &lines, LimitBytes: &limit,
+	}).DoRaw(ctx)
+	if err != nil {
+		activity.GetLogger(ctx).Info("no log tail for the failed Pod", "pod", pod.Namespace+"/"+pod.Name, "error", err)
+		return ""
+	}
+	if len(raw) > LogTailBytes {
+		raw = raw[len(raw)-LogTailBytes:]
+	}
+	return strings.ToValidUTF8(string(raw), "")
+}

@@ -1,0 +1,252 @@
+package activities
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
+
+	"github.com/noderollout/noderollout/activities/jobspec"
+)
+
+func finalize(t *testing.T, a *Activities, in FinalizeInput) (FinalizeResult, error) {
+	t.Helper()
+	val, err := newEnv(a).ExecuteActivity(a.FinalizeJob, in)
+	if err != nil {
+		return FinalizeResult{}, err
+	}
+	var res FinalizeResult
+	require.NoError(t, val.Get(&res))
+	return res, nil
+}
+
+func finalizeInput(job *batchv1.Job, outcome Outcome, keep KeepJobs) FinalizeInput {
+	ref := refOf(job, "node-a")
+	return FinalizeInput{
+		Rollout: "kata", Node: "node-a", TemplateHash: testHash, Job: &ref,
+		End:      JobEnd{Outcome: outcome, Reason: "Because", Message: "it did", FinishedAt: t0},
+		KeepJobs: keep,
+	}
+}
+
+func jobPod(job *batchv1.Job, name string, created time.Time, phase corev1.PodPhase, exitCode int32, message string) *corev1.Pod {
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: name, Namespace: job.Namespace, CreationTimestamp: metav1.NewTime(created),
+			Labels: map[string]string{batchv1.JobNameLabel: job.Name},
+			OwnerReferences: []metav1.OwnerReference{{APIVersion: "batch/v1", Kind: "Job", Name: job.Name, UID: job.UID,
+				Controller: new(true)}},
+		},
+		Spec:   corev1.PodSpec{Containers: []corev1.Container{{Name: "install", Image: "busybox"}}},
+		Status: corev1.PodStatus{Phase: phase},
+	}
+	if phase == corev1.PodFailed || phase == corev1.PodSucceeded {
+		pod.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "install", State: corev1.ContainerState{
+			Terminated: &corev1.ContainerStateTerminated{ExitCode: exitCode, Message: message, Reason: "Error"},
+		}}}
+	}
+	return pod
+}
+
+func getEvents(t *testing.T, cs *fake.Clientset) []corev1.Event {
+	t.Helper()
+	events, err := cs.CoreV1().Events(EventNamespace).List(t.Context(), metav1.ListOptions{})
+	require.NoError(t, err)
+	return events.Items
+}
+
+func TestFinalizeJobSucceeded(t *testing.T) {
+	job := ourJob(t, testRequest("node-a"))
+	cs := fake.NewClientset(testNode("node-a", map[string]string{"keep": "me"}), job)
+	a := newActivities(cs)
+
+	res, err := finalize(t, a, finalizeInput(job, OutcomeSucceeded, KeepFailed))
+	require.NoError(t, err)
+	require.Equal(t, FinalizeResult{}, res)
+	require.Equal(t, []string{"patch nodes", "create events", "delete jobs"}, actions(cs))
+
+	patch := cs.Actions()[0].(k8stesting.PatchActionImpl)
+	require.Equal(t, types.MergePatchType, patch.PatchType)
+	require.Equal(t, FieldManager, patch.PatchOptions.FieldManager)
+	node, err := cs.CoreV1().Nodes().Get(t.Context(), "node-a", metav1.GetOptions{})
+	require.NoError(t, err)
+	require.Equal(t, map[string]string{"keep": "me", jobspec.NodeMarkerKey("kata"): jobspec.NodeMarker(testHash, "succeeded")},
+		node.Annotations)
+
+	events := getEvents(t, cs)
+	require.Len(t, events, 1)
+	ev := events[0]
+	require.Equal(t, corev1.EventTypeNormal, ev.Type)
+	require.Equal(t, "RolloutSucceeded", ev.Reason)
+	require.Equal(t, corev1.ObjectReference{APIVersion: "v1", Kind: "Node", Name: "node-a", UID: "uid-node-node-a"}, ev.InvolvedObject)
+	require.Contains(t, ev.Message, "kata")
+	require.Contains(t, ev.Message, job.Name)
+	requireBackgroundDelete(t, cs, job.Name)
+}
+
+func TestFinalizeJobFailedCollectsPodDiagnosis(t *testing.T) {
+	job := ourJob(t, testRequest("node-a"))
+	otherJob := ourJob(t, testRequest("node-b"))
+	cs := fake.NewClientset(testNode("node-a", nil), job,
+		jobPod(job, "old", t0, corev1.PodFailed, 1, "first try"),
+		jobPod(job, "new", t0.Add(time.Minute), corev1.PodFailed, 3, "disk full"),
+		jobPod(job, "newest-running", t0.Add(2*time.Minute), corev1.PodRunning, 0, ""),
+		jobPod(otherJob, "elsewhere", t0.Add(time.Hour), corev1.PodFailed, 9, "not this job"),
+	)
+	a := newActivities(cs)
+
+	res, err := finalize(t, a, finalizeInput(job, OutcomeFailed, KeepFailed))
+	require.NoError(t, err)
+	require.Equal(t, FinalizeResult{LogTail: "fake logs", ExitCode: new(int32(3)), TerminationMessage: "disk full"}, res)
+	require.Equal(t, []string{"patch nodes", "list pods", "get pods/log", "create events"}, actions(cs), "a failed Job is kept")
+
+	logs := cs.Actions()[2].(k8stesting.GenericActionImpl)
+	opts := logs.Value.(*corev1.PodLogOptions)
+	require.Equal(t, "install", opts.Container)
+	require.EqualValues(t, 100, *opts.TailLines)
+	require.EqualValues(t, 4096, *opts.LimitBytes)
+
+	events := getEvents(t, cs)
+	require.Len(t, events, 1)
+	require.Equal(t, corev1.EventTypeWarning, events[0].Type)
+	require.Equal(t, "RolloutFailed", events[0].Reason)
+	require.Contains(t, events[0].Message, "exit code 3")
+}
+
+func TestFinalizeJobLogErrorIsIgnored(t *testing.T) {
+	job := ourJob(t, testRequest("node-a"))
+	cs := fake.NewClientset(testNode("node-a", nil), job, jobPod(job, "p", t0, corev1.PodFailed, 2, ""))
+	cs.PrependReactor("get", "pods", func(action k8stesting.Action) (bool, runtime.Object, error) {
+		if action.GetSubresource() != "log" {
+			return false, nil, nil
+		}
+		return true, nil, errors.New("the kubelet is unreachable")
+	})
+	a := newActivities(cs)
+	res, err := finalize(t, a, finalizeInput(job, OutcomeTimedOut, KeepNever))
+	require.NoError(t, err)
+	require.Equal(t, FinalizeResult{ExitCode: new(int32(2))}, res)
+	requireBackgroundDelete(t, cs, job.Name)
+	require.Equal(t, "RolloutTimedOut", getEvents(t, cs)[0].Reason)
+}
+
+func TestFinalizeJobKeepJobs(t *testing.T) {
+	for _, tc := range []struct {
+		keep    KeepJobs
+		outcome Outcome
+		deleted bool
+	}{
+		{KeepNever, OutcomeSucceeded, true},
+		{KeepNever, OutcomeFailed, true},
+		{KeepNever, OutcomeTimedOut, true},
+		{KeepFailed, OutcomeSucceeded, true},
+		{KeepFailed, OutcomeFailed, false},
+		{KeepFailed, OutcomeTimedOut, false},
+		{KeepFailed, OutcomeNodeGone, true},
+		{KeepAlways, OutcomeSucceeded, false},
+		{KeepAlways, OutcomeFailed, false},
+		{KeepAlways, OutcomeTimedOut, false},
+		{"", OutcomeFailed, false}, // unset means failed
+		{"", OutcomeSucceeded, true},
+	} {
+		t.Run(string(tc.keep)+"/"+string(tc.outcome), func(t *testing.T) {
+			job := ourJob(t, testRequest("node-a"))
+			cs := fake.NewClientset(testNode("node-a", nil), job)
+			a := newActivities(cs)
+			_, err := finalize(t, a, finalizeInput(job, tc.outcome, tc.keep))
+			require.NoError(t, err)
+			_, err = cs.BatchV1().Jobs(testNamespace).Get(t.Context(), job.Name, metav1.GetOptions{})
+			require.Equal(t, tc.deleted, apierrors.IsNotFound(err), "err: %v", err)
+			require.Equal(t, tc.deleted, countActions(cs, "delete", "jobs") == 1)
+		})
+	}
+}
+
+func TestFinalizeJobRetriesConflictOnNode(t *testing.T) {
+	job := ourJob(t, testRequest("node-a"))
+	cs := fake.NewClientset(testNode("node-a", nil), job)
+	conflicts := 2
+	cs.PrependReactor("patch", "nodes", func(k8stesting.Action) (bool, runtime.Object, error) {
+		if conflicts == 0 {
+			return false, nil, nil
+		}
+		conflicts--
+		return true, nil, apierrors.NewConflict(corev1.Resource("nodes"), "node-a", errors.New("the object has been modified"))
+	})
+	a := newActivities(cs)
+	_, err := finalize(t, a, finalizeInput(job, OutcomeSucceeded, KeepNever))
+	require.NoError(t, err)
+	require.Equal(t, 3, countActions(cs, "patch", "nodes"))
+	node, err := cs.CoreV1().Nodes().Get(t.Context(), "node-a", metav1.GetOptions{})
+	require.NoError(t, err)
+	require.Equal(t, jobspec.NodeMarker(testHash, "succeeded"), node.Annotations[jobspec.NodeMarkerKey("kata")])
+}
+
+func TestFinalizeJobForbiddenIsNotRetried(t *testing.T) {
+	job := ourJob(t, testRequest("node-a"))
+	cs := fake.NewClientset(testNode("node-a", nil), job)
+	failOn(cs, "patch", "nodes", forbidden("nodes"))
+	a := newActivities(cs)
+	_, err := finalize(t, a, finalizeInput(job, OutcomeSucceeded, KeepNever))
+	appErr := requireAppError(t, err, ErrForbidden, true)
+	require.Contains(t, appErr.Error(), "patch")
+	require.Equal(t, []string{"patch nodes"}, actions(cs))
+}
+
+func TestFinalizeJobNodeGone(t *testing.T) {
+	job := ourJob(t, testRequest("node-a"))
+	cs := fake.NewClientset(job)
+	a := newActivities(cs)
+	_, err := finalize(t, a, finalizeInput(job, OutcomeNodeGone, KeepFailed))
+	require.NoError(t, err)
+	require.Equal(t, []string{"patch nodes", "delete jobs"}, actions(cs), "no Event about a Node that is gone")
+}
+
+func TestFinalizeJobWithoutJob(t *testing.T) {
+	cs := fake.NewClientset(testNode("node-a", nil))
+	a := newActivities(cs)
+	in := FinalizeInput{Rollout: "kata", Node: "node-a", TemplateHash: testHash,
+		End: JobEnd{Outcome: OutcomeFailed, Reason: ReasonAborted}, KeepJobs: KeepNever}
+	res, err := finalize(t, a, in)
+	require.NoError(t, err)
+	require.Equal(t, FinalizeResult{}, res)
+	require.Equal(t, []string{"patch nodes", "create events"}, actions(cs))
+}
+
+func TestFinalizeJobSkippedKeepsMarker(t *testing.T) {
+	marker := doneMarker(testHash)
+	cs := fake.NewClientset(testNode("node-a", marker))
+	a := newActivities(cs)
+	in := FinalizeInput{Rollout: "kata", Node: "node-a", TemplateHash: testHash, End: JobEnd{Outcome: OutcomeSkipped}}
+	_, err := finalize(t, a, in)
+	require.NoError(t, err)
+	require.Equal(t, []string{"get nodes", "create events"}, actions(cs))
+	require.Equal(t, corev1.EventTypeNormal, getEvents(t, cs)[0].Type)
+}
+
+func TestFinalizeJobRetryDoesNotDuplicateEvent(t *testing.T) {
+	job := ourJob(t, testRequest("node-a"))
+	cs := fake.NewClientset(testNode("node-a", nil), job)
+	a := newActivities(cs)
+	in := finalizeInput(job, OutcomeFailed, KeepFailed)
+	_, err := finalize(t, a, in)
+	require.NoError(t, err)
+	_, err = finalize(t, a, in)
+	require.NoError(t, err, "AlreadyExists on the Event is success")
+	require.Len(t, getEvents(t, cs), 1)
+	require.Equal(t, 2, countActions(cs, "create", "events"))
+
+	in.Job.Name, in.Job.UID = "kata-node-a-other", "uid-other" // a later run of the same node
+	_, err = finalize(t, a, in)
+	require.NoError(t, err)
+	require.Len(t, getEvents(t, cs), 2)
+}

@@ -1,0 +1,132 @@
+package activities
+
+import (
+	"errors"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+	batchv1 "k8s.io/api/batch/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
+
+	"github.com/noderollout/noderollout/activities/jobspec"
+)
+
+func createJob(t *testing.T, a *Activities, in JobRequest) (JobRef, error) {
+	t.Helper()
+	val, err := newEnv(a).ExecuteActivity(a.CreateJob, in)
+	if err != nil {
+		return JobRef{}, err
+	}
+	var ref JobRef
+	require.NoError(t, val.Get(&ref))
+	return ref, nil
+}
+
+func TestCreateJob(t *testing.T) {
+	cs := fake.NewClientset(testNode("node-a", nil))
+	stampCreatedJobs(cs)
+	a := newActivities(cs)
+	in := testRequest("node-a")
+	in.Owner = &OwnerRef{APIVersion: "v1", Kind: "ConfigMap", Name: "kata", UID: "uid-owner"}
+
+	ref, err := createJob(t, a, in)
+	require.NoError(t, err)
+	name := jobspec.JobName("kata", "node-a", "run-1")
+	require.Equal(t, JobRef{Namespace: testNamespace, Name: name, UID: "uid-" + name, Node: "node-a", CreatedAt: t0}, ref)
+	require.Equal(t, []string{"get nodes", "create jobs"}, actions(cs))
+
+	create := cs.Actions()[1].(k8stesting.CreateActionImpl)
+	require.Equal(t, FieldManager, create.CreateOptions.FieldManager)
+	job, err := cs.BatchV1().Jobs(testNamespace).Get(t.Context(), name, metav1.GetOptions{})
+	require.NoError(t, err)
+	require.Equal(t, "node-a", job.Spec.Template.Spec.NodeName)
+	require.Equal(t, "kata", job.Labels[jobspec.LabelRollout])
+	require.Equal(t, "run-1", job.Annotations[jobspec.AnnotationRunID])
+	require.Equal(t, in.TemplateHash, job.Annotations[jobspec.AnnotationTemplateHash])
+	require.Contains(t, job.OwnerReferences, metav1.OwnerReference{APIVersion: "v1", Kind: "ConfigMap", Name: "kata", UID: types.UID("uid-owner")})
+}
+
+func TestCreateJobNodeGone(t *testing.T) {
+	cs := fake.NewClientset()
+	a := newActivities(cs)
+	_, err := createJob(t, a, testRequest("node-a"))
+	appErr := requireAppError(t, err, ErrNodeGone, true)
+	require.Contains(t, appErr.Error(), `"node-a"`)
+	require.Equal(t, []string{"get nodes"}, actions(cs))
+}
+
+func TestCreateJobAdoptsItsOwnJob(t *testing.T) {
+	in := testRequest("node-a")
+	existing := ourJob(t, in) // an earlier attempt created it; its reply was lost
+	cs := fake.NewClientset(testNode("node-a", nil), existing)
+	a := newActivities(cs)
+
+	ref, err := createJob(t, a, in)
+	require.NoError(t, err)
+	require.Equal(t, refOf(existing, "node-a"), ref)
+	require.Equal(t, []string{"get nodes", "create jobs", "get jobs"}, actions(cs))
+}
+
+func TestCreateJobRefusesForeignObject(t *testing.T) {
+	in := testRequest("node-a")
+	for _, tc := range []struct {
+		name   string
+		change func(*batchv1.Job)
+	}{
+		{"not ours", func(j *batchv1.Job) { j.Labels = map[string]string{"app": "other"}; j.Annotations = nil }},
+		{"another rollout", func(j *batchv1.Job) { j.Labels[jobspec.LabelRollout] = "other" }},
+		{"another run", func(j *batchv1.Job) { j.Annotations[jobspec.AnnotationRunID] = "run-0" }},
+		{"another template", func(j *batchv1.Job) { j.Annotations[jobspec.AnnotationTemplateHash] = "ffffffffff" }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			existing := ourJob(t, in)
+			tc.change(existing)
+			cs := fake.NewClientset(testNode("node-a", nil), existing)
+			a := newActivities(cs)
+			_, err := createJob(t, a, in)
+			appErr := requireAppError(t, err, ErrForeignObject, true)
+			require.Contains(t, appErr.Error(), testNamespace+"/"+existing.Name)
+			require.Equal(t, []string{"get nodes", "create jobs", "get jobs"}, actions(cs))
+		})
+	}
+}
+
+func TestCreateJobErrors(t *testing.T) {
+	for _, tc := range []struct {
+		name         string
+		err          error
+		wantType     string
+		nonRetryable bool
+		wantText     string
+	}{
+		{"forbidden", forbidden("jobs"), ErrForbidden, true, "grant"},
+		{"invalid", apierrors.NewInvalid(batchv1.SchemeGroupVersion.WithKind("Job").GroupKind(), "j", nil), ErrInvalidRequest, true, "rejected"},
+		{"namespace deleted", apierrors.NewNotFound(batchv1.Resource("namespaces"), testNamespace), ErrInvalidRequest, true, "namespace"},
+		{"server error", apierrors.NewInternalError(errors.New("boom")), "", false, "boom"},
+		{"throttled", apierrors.NewTooManyRequests("slow down", 1), "", false, "slow down"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cs := fake.NewClientset(testNode("node-a", nil))
+			failOn(cs, "create", "jobs", tc.err)
+			a := newActivities(cs)
+			_, err := createJob(t, a, testRequest("node-a"))
+			appErr := requireAppError(t, err, tc.wantType, tc.nonRetryable)
+			require.Contains(t, appErr.Error(), tc.wantText)
+			require.Equal(t, 1, countActions(cs, "create", "jobs"), "no retry inside the activity")
+		})
+	}
+}
+
+func TestCreateJobBadTemplate(t *testing.T) {
+	cs := fake.NewClientset(testNode("node-a", nil))
+	a := newActivities(cs)
+	in := testRequest("node-a")
+	in.Template = "apiVersion: v1\nkind: Pod\n"
+	_, err := createJob(t, a, in)
+	requireAppError(t, err, ErrInvalidRequest, true)
+	require.Zero(t, countActions(cs, "create", "jobs"))
+}

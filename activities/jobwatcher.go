@@ -1,0 +1,155 @@
+package activities
+
+import (
+	"context"
+	"errors"
+	"sync"
+
+	batchv1 "k8s.io/api/batch/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	batchinformers "k8s.io/client-go/informers/batch/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/noderollout/noderollout/activities/jobspec"
+)
+
+// JobWatcher keeps one watch on every rollout Job of the cluster (one per worker, however many
+// Jobs are being waited for) and tells each waiter when its own Job changes.
+type JobWatcher struct {
+	informer cache.SharedIndexInformer
+
+	mu      sync.Mutex
+	subs    map[string]map[*JobSubscription]struct{} // by "namespace/name"
+	started bool
+	synced  []cache.InformerSynced
+}
+
+// NewJobWatcher builds the watcher; nothing talks to the API server until Start.
+func NewJobWatcher(kube kubernetes.Interface) *JobWatcher {
+	informer := batchinformers.NewFilteredJobInformer(kube, metav1.NamespaceAll, 0, cache.Indexers{},
+		func(o *metav1.ListOptions) { o.LabelSelector = jobspec.LabelRollout })
+	// A large fleet keeps thousands of Jobs in the cache; their managed fields are dead weight.
+	_ = informer.SetTransform(func(obj any) (any, error) {
+		if m, err := meta.Accessor(obj); err == nil {
+			m.SetManagedFields(nil)
+		}
+		return obj, nil
+	})
+	return &JobWatcher{informer: informer, subs: map[string]map[*JobSubscription]struct{}{}}
+}
+
+// Start runs the informer until ctx ends and returns once its cache has synced.
+func (w *JobWatcher) Start(ctx context.Context) error {
+	w.mu.Lock()
+	if !w.started {
+		reg, err := w.informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
+			AddFunc:    func(obj any) { w.observe(obj, false) },
+			UpdateFunc: func(_, obj any) { w.observe(obj, false) },
+			DeleteFunc: func(obj any) { w.observe(obj, true) },
+		})
+		if err != nil {
+			w.mu.Unlock()
+			return err
+		}
+		w.synced = []cache.InformerSynced{w.informer.HasSynced, reg.HasSynced}
+		w.started = true
+		go w.informer.RunWithContext(ctx)
+	}
+	synced := w.synced
+	w.mu.Unlock()
+	if !cache.WaitForCacheSync(ctx.Done(), synced...) {
+		return errors.New("job informer: cache did not sync before the context ended")
+	}
+	return nil
+}
+
+// Synced says whether Start ran and the cache holds every rollout Job.
+func (w *JobWatcher) Synced() bool {
+	w.mu.Lock()
+	synced := w.synced
+	w.mu.Unlock()
+	if len(synced) == 0 {
+		return false
+	}
+	for _, s := range synced {
+		if !s() {
+			return false
+		}
+	}
+	return true
+}
+
+// observe runs on the informer's goroutine for every event: it records the Job's state on
+// each subscription for it and wakes the subscribers without blocking.
+func (w *JobWatcher) observe(obj any, deleted bool) {
+	if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = tomb.Obj
+	}
+	job, ok := obj.(*batchv1.Job)
+	if !ok {
+		return
+	}
+	// The label filter is the server's; check it again so a watch that ignores selectors
+	// (as fakes do) cannot hand us other Jobs.
+	if _, ours := job.Labels[jobspec.LabelRollout]; !ours {
+		return
+	}
+	key := job.Namespace + "/" + job.Name
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for s := range w.subs[key] {
+		s.job, s.gone = job, deleted
+		select {
+		case s.changed <- struct{}{}:
+		default: // a wake-up is already pending; the waiter reads the latest state
+		}
+	}
+}
+
+// Subscribe starts following one Job. The caller must Close the subscription.
+func (w *JobWatcher) Subscribe(namespace, name string) *JobSubscription {
+	key := namespace + "/" + name
+	s := &JobSubscription{w: w, key: key, changed: make(chan struct{}, 1)}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.subs[key] == nil {
+		w.subs[key] = map[*JobSubscription]struct{}{}
+	}
+	w.subs[key][s] = struct{}{}
+	if obj, exists, err := w.informer.GetIndexer().GetByKey(key); err == nil && exists {
+		s.job, _ = obj.(*batchv1.Job)
+	}
+	return s
+}
+
+// JobSubscription is one waiter's view of one Job.
+type JobSubscription struct {
+	w       *JobWatcher
+	key     string
+	changed chan struct{}
+	job     *batchv1.Job // last state seen; kept after deletion, so a Job that finished and was then removed still reports how it ended
+	gone    bool         // the last event was a deletion
+}
+
+// Changed receives after every event for the Job (coalesced: one receive may cover several).
+func (s *JobSubscription) Changed() <-chan struct{} { return s.changed }
+
+// Last returns the last state seen (nil if none) and whether the Job has since been deleted.
+// The returned Job is shared with the cache and must not be modified.
+func (s *JobSubscription) Last() (job *batchv1.Job, gone bool) {
+	s.w.mu.Lock()
+	defer s.w.mu.Unlock()
+	return s.job, s.gone
+}
+
+// Close stops the subscription.
+func (s *JobSubscription) Close() {
+	s.w.mu.Lock()
+	defer s.w.mu.Unlock()
+	delete(s.w.subs[s.key], s)
+	if len(s.w.subs[s.key]) == 0 {
+		delete(s.w.subs, s.key)
+	}
+}

@@ -1,0 +1,185 @@
+package activities
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/tools/pager"
+
+	"github.com/noderollout/noderollout/activities/jobspec"
+)
+
+const (
+	// NodePageSize is how many Nodes one List request asks for.
+	NodePageSize = 500
+	// DefaultListLimit applies when ListNodesInput.Limit is not positive.
+	DefaultListLimit = 1000
+	// listRestarts bounds how often an expired continue token restarts a listing before the
+	// activity gives up and lets Temporal retry it.
+	listRestarts = 3
+	// nodeGetConcurrency bounds the GETs for an explicit node list.
+	nodeGetConcurrency = 8
+)
+
+// nodeEntry is what a listing keeps of a Node: enough to sort and to read its marker.
+type nodeEntry struct {
+	name   string
+	marker string
+}
+
+// ListNodes returns, in name order, the next slice of selected nodes after in.After: those to
+// run, those already done for this template (unless Rerun), and explicit names with no Node.
+func (a *Activities) ListNodes(ctx context.Context, in ListNodesInput) (ListNodesResult, error) {
+	limit := in.Limit
+	if limit <= 0 {
+		limit = DefaultListLimit
+	}
+	if len(in.Names) > 0 && (in.Selector != "" || in.FieldSelector != "") {
+		return ListNodesResult{}, invalidRequest("nodes", "set either nodes or nodeSelector, not both")
+	}
+	if len(in.Names) > 0 {
+		return a.listNamedNodes(ctx, in, limit)
+	}
+	if in.Selector == "" && in.FieldSelector == "" {
+		return ListNodesResult{}, invalidRequest("nodeSelector", "set nodes (a list of names) or nodeSelector (a label selector)")
+	}
+	if _, err := labels.Parse(in.Selector); err != nil {
+		return ListNodesResult{}, invalidRequest("nodeSelector", "%q is not a label selector: %v", in.Selector, err)
+	}
+	if _, err := fields.ParseSelector(in.FieldSelector); err != nil {
+		return ListNodesResult{}, invalidRequest("fieldSelector", "%q is not a field selector: %v", in.FieldSelector, err)
+	}
+	entries, err := a.listSelectedNodes(ctx, in)
+	if err != nil {
+		return ListNodesResult{}, err
+	}
+	slices.SortFunc(entries, func(x, y nodeEntry) int { return strings.Compare(x.name, y.name) })
+	entries = slices.CompactFunc(entries, func(x, y nodeEntry) bool { return x.name == y.name })
+	var res ListNodesResult
+	if len(entries) > limit {
+		entries, res.More = entries[:limit], true
+	}
+	for _, e := range entries {
+		classify(&res, in, e)
+	}
+	if res.More {
+		res.Next = entries[len(entries)-1].name
+	}
+	return res, nil
+}
+
+// listSelectedNodes pages through the selected Nodes, keeping those after in.After. An expired
+// continue token (the listing outlived etcd compaction) restarts the listing from the first
+// page: a full unpaginated list, as the pager's own fallback does, is what paging is for avoiding.
+func (a *Activities) listSelectedNodes(ctx context.Context, in ListNodesInput) ([]nodeEntry, error) {
+	nodes := a.Kube.CoreV1().Nodes()
+	p := pager.New(func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
+		return nodes.List(ctx, opts)
+	})
+	p.PageSize = NodePageSize
+	markerKey := jobspec.NodeMarkerKey(in.Rollout)
+	opts := metav1.ListOptions{LabelSelector: in.Selector, FieldSelector: in.FieldSelector}
+	var err error
+	for range listRestarts {
+		var entries []nodeEntry
+		err = p.EachListItem(ctx, opts, func(obj runtime.Object) error {
+			node, ok := obj.(*corev1.Node)
+			if !ok {
+				return fmt.Errorf("listing nodes: unexpected %T", obj)
+			}
+			if node.Name > in.After {
+				entries = append(entries, nodeEntry{name: node.Name, marker: node.Annotations[markerKey]})
+			}
+			return nil
+		})
+		if err == nil {
+			return entries, nil
+		}
+		if !apierrors.IsResourceExpired(err) && !apierrors.IsGone(err) {
+			break
+		}
+	}
+	if apierrors.IsBadRequest(err) || apierrors.IsInvalid(err) {
+		// The selectors parsed, so the server refused what they select on (e.g. a field Nodes
+		// do not support).
+		return nil, invalidRequest("nodeSelector", "the API server rejected selector %q / fieldSelector %q: %v",
+			in.Selector, in.FieldSelector, err)
+	}
+	return nil, kubeError(err, "list", "nodes")
+}
+
+// listNamedNodes resolves the slice of an explicit node list after in.After.
+func (a *Activities) listNamedNodes(ctx context.Context, in ListNodesInput, limit int) (ListNodesResult, error) {
+	if slices.Contains(in.Names, "") {
+		return ListNodesResult{}, invalidRequest("nodes", "contains an empty node name")
+	}
+	names := slices.Clone(in.Names)
+	slices.Sort(names)
+	names = slices.Compact(names)
+	start, _ := slices.BinarySearch(names, in.After)
+	if start < len(names) && names[start] == in.After {
+		start++
+	}
+	names = names[start:]
+	var res ListNodesResult
+	if len(names) > limit {
+		names, res.More = names[:limit], true
+		res.Next = names[len(names)-1]
+	}
+
+	markerKey := jobspec.NodeMarkerKey(in.Rollout)
+	entries := make([]nodeEntry, len(names))
+	missing := make([]bool, len(names))
+	errs := make([]error, len(names))
+	sem := make(chan struct{}, nodeGetConcurrency)
+	var wg sync.WaitGroup
+	for i, name := range names {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			node, err := a.Kube.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+			switch {
+			case apierrors.IsNotFound(err):
+				missing[i] = true
+			case err != nil:
+				errs[i] = kubeError(err, "get", fmt.Sprintf("node %q", name))
+			default:
+				entries[i] = nodeEntry{name: name, marker: node.Annotations[markerKey]}
+			}
+		}()
+	}
+	wg.Wait()
+	for i, name := range names {
+		if errs[i] != nil {
+			return ListNodesResult{}, errs[i]
+		}
+		if missing[i] {
+			res.Missing = append(res.Missing, name)
+			continue
+		}
+		classify(&res, in, entries[i])
+	}
+	return res, nil
+}
+
+// classify puts a node in Done when its marker says this template already succeeded on it.
+func classify(res *ListNodesResult, in ListNodesInput, e nodeEntry) {
+	if !in.Rerun {
+		if hash, outcome, ok := jobspec.ParseNodeMarker(e.marker); ok &&
+			hash == in.TemplateHash && outcome == string(OutcomeSucceeded) {
+			res.Done = append(res.Done, e.name)
+			return
+		}
+	}
+	res.Nodes = append(res.Nodes, e.name)
+}

@@ -1,0 +1,267 @@
+package activities
+
+import (
+	"fmt"
+	"strconv"
+	"sync"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
+
+	"github.com/noderollout/noderollout/activities/jobspec"
+)
+
+const testHash = "0123456789"
+
+func listNodes(t *testing.T, a *Activities, in ListNodesInput) (ListNodesResult, error) {
+	t.Helper()
+	val, err := newEnv(a).ExecuteActivity(a.ListNodes, in)
+	if err != nil {
+		return ListNodesResult{}, err
+	}
+	var res ListNodesResult
+	require.NoError(t, val.Get(&res))
+	return res, nil
+}
+
+func doneMarker(hash string) map[string]string {
+	return map[string]string{jobspec.NodeMarkerKey("kata"): jobspec.NodeMarker(hash, string(OutcomeSucceeded))}
+}
+
+func TestListNodesExplicitNames(t *testing.T) {
+	cs := fake.NewClientset(
+		testNode("a", nil),
+		testNode("b", doneMarker(testHash)),
+		testNode("c", doneMarker("another")), // done for another template: runs again
+		testNode("e", map[string]string{jobspec.NodeMarkerKey("kata"): jobspec.NodeMarker(testHash, string(OutcomeFailed))}),
+		testNode("f", nil),
+	)
+	a := newActivities(cs)
+	in := ListNodesInput{Rollout: "kata", TemplateHash: testHash, Names: []string{"f", "d", "a", "c", "b", "a", "e"}, Limit: 4}
+
+	res, err := listNodes(t, a, in)
+	require.NoError(t, err)
+	require.Equal(t, ListNodesResult{Nodes: []string{"a", "c"}, Done: []string{"b"}, Missing: []string{"d"}, Next: "d", More: true}, res)
+
+	in.After = res.Next
+	res, err = listNodes(t, a, in)
+	require.NoError(t, err)
+	require.Equal(t, ListNodesResult{Nodes: []string{"e", "f"}}, res)
+	require.Equal(t, 6, countActions(cs, "get", "nodes"), "one GET per distinct name")
+	require.Zero(t, countActions(cs, "list", "nodes"))
+}
+
+func TestListNodesRerunIgnoresMarker(t *testing.T) {
+	cs := fake.NewClientset(testNode("a", doneMarker(testHash)), testNode("b", nil))
+	a := newActivities(cs)
+	res, err := listNodes(t, a, ListNodesInput{Rollout: "kata", TemplateHash: testHash, Names: []string{"a", "b"}, Rerun: true, Limit: 10})
+	require.NoError(t, err)
+	require.Equal(t, ListNodesResult{Nodes: []string{"a", "b"}}, res)
+}
+
+func TestListNodesSelectorSinglePage(t *testing.T) {
+	labelled := func(name string, ann map[string]string) *corev1.Node {
+		node := testNode(name, ann)
+		node.Labels = map[string]string{"kata": "true"}
+		return node
+	}
+	cs := fake.NewClientset(labelled("c", nil), labelled("a", doneMarker(testHash)), labelled("b", nil), testNode("unlabelled", nil))
+	a := newActivities(cs)
+	res, err := listNodes(t, a, ListNodesInput{Rollout: "kata", TemplateHash: testHash, Selector: "kata=true", Limit: 10})
+	require.NoError(t, err)
+	require.Equal(t, ListNodesResult{Nodes: []string{"b", "c"}, Done: []string{"a"}}, res)
+	require.Equal(t, []string{"list nodes"}, actions(cs))
+	require.EqualValues(t, NodePageSize, cs.Actions()[0].(k8stesting.ListActionImpl).GetListOptions().Limit)
+}
+
+// pagedNodes serves the fake's Nodes in pages the way the API server does (the fake ignores
+// Limit and Continue) and records every request.
+type pagedNodes struct {
+	mu       sync.Mutex
+	nodes    []*corev1.Node
+	requests []metav1.ListOptions
+	// expireAt makes the request carrying this continue token fail with err, expireTimes times.
+	expireAt    string
+	expireErr   error
+	expireTimes int
+}
+
+func (p *pagedNodes) react(action k8stesting.Action) (bool, runtime.Object, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	opts := action.(k8stesting.ListActionImpl).GetListOptions()
+	p.requests = append(p.requests, opts)
+	if opts.Continue != "" && opts.Continue == p.expireAt && p.expireTimes > 0 {
+		p.expireTimes--
+		return true, nil, p.expireErr
+	}
+	start := 0
+	if opts.Continue != "" {
+		start, _ = strconv.Atoi(opts.Continue)
+	}
+	end := len(p.nodes)
+	if opts.Limit > 0 && start+int(opts.Limit) < end {
+		end = start + int(opts.Limit)
+	}
+	list := &corev1.NodeList{ListMeta: metav1.ListMeta{ResourceVersion: "7"}}
+	if end < len(p.nodes) {
+		list.Continue = strconv.Itoa(end)
+	}
+	for _, n := range p.nodes[start:end] {
+		list.Items = append(list.Items, *n)
+	}
+	return true, list, nil
+}
+
+func (p *pagedNodes) continues() []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var out []string
+	for _, r := range p.requests {
+		out = append(out, r.Continue)
+	}
+	return out
+}
+
+// fleet makes n nodes, out of name order (as a watch-cache list may be), every third one done.
+func fleet(n int) []*corev1.Node {
+	var nodes []*corev1.Node
+	for i := n - 1; i >= 0; i-- {
+		var ann map[string]string
+		if i%3 == 0 {
+			ann = doneMarker(testHash)
+		}
+		node := testNode(fmt.Sprintf("node-%04d", i), ann)
+		node.Labels = map[string]string{"kata": "true"}
+		nodes = append(nodes, node)
+	}
+	return nodes
+}
+
+func TestListNodesPaginatesWithSelector(t *testing.T) {
+	cs := fake.NewClientset()
+	pages := &pagedNodes{nodes: fleet(1100)}
+	cs.PrependReactor("list", "nodes", pages.react)
+	a := newActivities(cs)
+	in := ListNodesInput{Rollout: "kata", TemplateHash: testHash, Selector: "kata=true", FieldSelector: "spec.unschedulable=false", Limit: 700}
+
+	res, err := listNodes(t, a, in)
+	require.NoError(t, err)
+	require.Equal(t, []string{"", "500", "1000"}, pages.continues(), "every page read, in order")
+	for _, r := range pages.requests {
+		require.EqualValues(t, 500, r.Limit)
+		require.Equal(t, "kata=true", r.LabelSelector)
+		require.Equal(t, "spec.unschedulable=false", r.FieldSelector)
+	}
+	require.True(t, res.More)
+	require.Equal(t, "node-0699", res.Next)
+	require.Len(t, res.Nodes, 700-234) // node-0000..node-0699: every third done
+	require.Len(t, res.Done, 234)
+	require.Equal(t, "node-0000", res.Done[0])
+	require.Equal(t, "node-0001", res.Nodes[0])
+	require.IsIncreasing(t, res.Nodes)
+	require.IsIncreasing(t, res.Done)
+
+	in.After = res.Next
+	res, err = listNodes(t, a, in)
+	require.NoError(t, err)
+	require.False(t, res.More)
+	require.Empty(t, res.Next)
+	require.Equal(t, 400, len(res.Nodes)+len(res.Done))
+	require.Equal(t, "node-0700", res.Nodes[0])
+	require.Equal(t, "node-1099", res.Nodes[len(res.Nodes)-1])
+}
+
+func TestListNodesRestartsOnExpiredContinue(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		err  error
+	}{
+		{"expired", apierrors.NewResourceExpired("the provided continue parameter is too old")},
+		{"gone", apierrors.NewGone("too old resource version")},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cs := fake.NewClientset()
+			pages := &pagedNodes{nodes: fleet(1100), expireAt: "1000", expireErr: tc.err, expireTimes: 1}
+			cs.PrependReactor("list", "nodes", pages.react)
+			a := newActivities(cs)
+
+			res, err := listNodes(t, a, ListNodesInput{Rollout: "kata", TemplateHash: testHash, Selector: "kata=true", Limit: 5000})
+			require.NoError(t, err)
+			// The listing starts again from the first page, still paged: never one unbounded list.
+			require.Equal(t, []string{"", "500", "1000", "", "500", "1000"}, pages.continues())
+			for _, r := range pages.requests {
+				require.EqualValues(t, 500, r.Limit)
+			}
+			all := append(append([]string{}, res.Nodes...), res.Done...)
+			require.Len(t, all, 1100, "no node lost or doubled by the restart")
+			require.False(t, res.More)
+		})
+	}
+}
+
+func TestListNodesGivesUpAfterRepeatedExpiry(t *testing.T) {
+	cs := fake.NewClientset()
+	pages := &pagedNodes{nodes: fleet(600), expireAt: "500", expireErr: apierrors.NewResourceExpired("too old"), expireTimes: 100}
+	cs.PrependReactor("list", "nodes", pages.react)
+	a := newActivities(cs)
+	_, err := listNodes(t, a, ListNodesInput{Rollout: "kata", TemplateHash: testHash, Selector: "kata=true", Limit: 10})
+	requireAppError(t, err, "", false) // Temporal retries the whole activity later
+	require.Len(t, pages.requests, 2*listRestarts)
+}
+
+func TestListNodesInvalidSelectors(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		in    ListNodesInput
+		field string
+	}{
+		{"label selector", ListNodesInput{Selector: "kata in (", Limit: 1}, "nodeSelector"},
+		{"field selector", ListNodesInput{Selector: "kata=true", FieldSelector: "nonsense", Limit: 1}, "fieldSelector"},
+		{"nothing selected", ListNodesInput{Limit: 1}, "nodeSelector"},
+		{"names and selector", ListNodesInput{Names: []string{"a"}, Selector: "kata=true", Limit: 1}, "nodes"},
+		{"empty name", ListNodesInput{Names: []string{"a", ""}, Limit: 1}, "nodes"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cs := fake.NewClientset()
+			a := newActivities(cs)
+			_, err := listNodes(t, a, tc.in)
+			appErr := requireAppError(t, err, ErrInvalidRequest, true)
+			require.Contains(t, appErr.Error(), tc.field)
+			require.Empty(t, cs.Actions())
+		})
+	}
+}
+
+func TestListNodesSelectorRejectedByServer(t *testing.T) {
+	cs := fake.NewClientset()
+	failOn(cs, "list", "nodes", apierrors.NewBadRequest(`field label not supported: spec.foo`))
+	a := newActivities(cs)
+	_, err := listNodes(t, a, ListNodesInput{Selector: "kata=true", FieldSelector: "spec.foo=x", Limit: 1})
+	appErr := requireAppError(t, err, ErrInvalidRequest, true)
+	require.Contains(t, appErr.Error(), "fieldSelector")
+}
+
+func TestListNodesForbiddenIsNotRetried(t *testing.T) {
+	cs := fake.NewClientset()
+	failOn(cs, "list", "nodes", forbidden("nodes"))
+	a := newActivities(cs)
+	_, err := listNodes(t, a, ListNodesInput{Selector: "kata=true", Limit: 1})
+	appErr := requireAppError(t, err, ErrForbidden, true)
+	require.Contains(t, appErr.Error(), "list nodes")
+	require.Equal(t, 1, countActions(cs, "list", "nodes"))
+}
+
+func TestListNodesExplicitGetErrors(t *testing.T) {
+	cs := fake.NewClientset(testNode("a", nil))
+	failOn(cs, "get", "nodes", apierrors.NewTooManyRequests("slow down", 1))
+	a := newActivities(cs)
+	_, err := listNodes(t, a, ListNodesInput{Names: []string{"a", "b"}, Limit: 10})
+	requireAppError(t, err, "", false)
+}

@@ -1,0 +1,307 @@
+package activities
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes/fake"
+
+	"go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/converter"
+	"go.temporal.io/sdk/testsuite"
+	"go.temporal.io/sdk/worker"
+)
+
+const waitTimeout = 10 * time.Second
+
+// clock is a settable a.Now.
+type clock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *clock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *clock) Advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = c.now.Add(d)
+}
+
+// startedActivities runs the shared informer for the test's lifetime.
+func startedActivities(t *testing.T, cs *fake.Clientset) *Activities {
+	t.Helper()
+	a := newActivities(cs)
+	a.HeartbeatInterval = 10 * time.Millisecond
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	require.NoError(t, a.Jobs.Start(ctx))
+	return a
+}
+
+type waitResult struct {
+	end JobEnd
+	err error
+}
+
+// waitJob runs WaitJob in the background; waiting closes once it has subscribed and
+// heartbeated for the first time.
+func waitJob(t *testing.T, env *testsuite.TestActivityEnvironment, a *Activities, in WaitJobInput) (result <-chan waitResult, waiting <-chan struct{}) {
+	t.Helper()
+	started := make(chan struct{})
+	var once sync.Once
+	env.SetOnActivityHeartbeatListener(func(*activity.Info, converter.EncodedValues) {
+		once.Do(func() { close(started) })
+	})
+	done := make(chan waitResult, 1)
+	go func() {
+		val, err := env.ExecuteActivity(a.WaitJob, in)
+		var end JobEnd
+		if err == nil {
+			err = val.Get(&end)
+		}
+		done <- waitResult{end, err}
+	}()
+	return done, started
+}
+
+func receive[T any](t *testing.T, c <-chan T, what string) T {
+	t.Helper()
+	select {
+	case v := <-c:
+		return v
+	case <-time.After(waitTimeout):
+		t.Fatalf("timed out waiting for %s", what)
+		panic("unreachable")
+	}
+}
+
+func withCondition(job *batchv1.Job, typ batchv1.JobConditionType, reason, message string) *batchv1.Job {
+	job = job.DeepCopy()
+	job.Status.Conditions = append(job.Status.Conditions, batchv1.JobCondition{
+		Type: typ, Status: corev1.ConditionTrue, Reason: reason, Message: message,
+		LastTransitionTime: metav1.NewTime(t0.Add(time.Minute)),
+	})
+	return job
+}
+
+func TestWaitJobCompletesWhileWaiting(t *testing.T) {
+	job := ourJob(t, testRequest("node-a"))
+	cs := fake.NewClientset(testNode("node-a", nil), job)
+	a := startedActivities(t, cs)
+	cs.ClearActions()
+
+	result, waiting := waitJob(t, newEnv(a), a, WaitJobInput{Job: refOf(job, "node-a"), TimeoutSeconds: 3600})
+	receive(t, waiting, "WaitJob to start")
+	_, err := cs.BatchV1().Jobs(testNamespace).UpdateStatus(t.Context(),
+		withCondition(job, batchv1.JobComplete, "CompletionsReached", "Reached expected number of succeeded pods"), metav1.UpdateOptions{})
+	require.NoError(t, err)
+
+	r := receive(t, result, "WaitJob to return")
+	require.NoError(t, r.err)
+	require.Equal(t, JobEnd{Outcome: OutcomeSucceeded, Reason: "CompletionsReached",
+		Message: "Reached expected number of succeeded pods", FinishedAt: t0.Add(time.Minute)}, r.end)
+	require.Zero(t, countActions(cs, "get", "jobs"), "the informer, not GETs, reports the Job")
+}
+
+func TestWaitJobFinishedOutcomes(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		typ     batchv1.JobConditionType
+		reason  string
+		outcome Outcome
+	}{
+		{"failed", batchv1.JobFailed, "BackoffLimitExceeded", OutcomeFailed},
+		{"failure target only", batchv1.JobFailureTarget, "PodFailurePolicy", OutcomeFailed},
+		{"active deadline", batchv1.JobFailed, batchv1.JobReasonDeadlineExceeded, OutcomeTimedOut},
+		{"success criteria met", batchv1.JobSuccessCriteriaMet, "SuccessPolicy", OutcomeSucceeded},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			job := withCondition(ourJob(t, testRequest("node-a")), tc.typ, tc.reason, "it happened")
+			cs := fake.NewClientset(testNode("node-a", nil), job)
+			a := startedActivities(t, cs)
+			result, _ := waitJob(t, newEnv(a), a, WaitJobInput{Job: refOf(job, "node-a")})
+			r := receive(t, result, "WaitJob to return")
+			require.NoError(t, r.err)
+			require.Equal(t, tc.outcome, r.end.Outcome)
+			require.Equal(t, tc.reason, r.end.Reason)
+			require.Equal(t, "it happened", r.end.Message)
+		})
+	}
+}
+
+func TestWaitJobDeletedWhileWaiting(t *testing.T) {
+	job := ourJob(t, testRequest("node-a"))
+	cs := fake.NewClientset(testNode("node-a", nil), job)
+	a := startedActivities(t, cs)
+
+	result, waiting := waitJob(t, newEnv(a), a, WaitJobInput{Job: refOf(job, "node-a")})
+	receive(t, waiting, "WaitJob to start")
+	require.NoError(t, cs.BatchV1().Jobs(testNamespace).Delete(t.Context(), job.Name, metav1.DeleteOptions{}))
+
+	r := receive(t, result, "WaitJob to return")
+	require.NoError(t, r.err)
+	require.Equal(t, OutcomeFailed, r.end.Outcome)
+	require.Equal(t, ReasonJobDeleted, r.end.Reason)
+	require.Equal(t, 1, countActions(cs, "get", "jobs"), "one GET rules out informer lag")
+}
+
+func TestWaitJobMissingFromCacheAndServer(t *testing.T) {
+	job := ourJob(t, testRequest("node-a")) // never stored
+	cs := fake.NewClientset(testNode("node-a", nil))
+	a := startedActivities(t, cs)
+	result, _ := waitJob(t, newEnv(a), a, WaitJobInput{Job: refOf(job, "node-a")})
+	r := receive(t, result, "WaitJob to return")
+	require.NoError(t, r.err)
+	require.Equal(t, ReasonJobDeleted, r.end.Reason)
+	require.Equal(t, 1, countActions(cs, "get", "jobs"))
+}
+
+func TestWaitJobReplacedByAnotherJob(t *testing.T) {
+	job := ourJob(t, testRequest("node-a"))
+	ref := refOf(job, "node-a")
+	ref.UID = "uid-of-a-job-deleted-long-ago"
+	cs := fake.NewClientset(testNode("node-a", nil), job)
+	a := startedActivities(t, cs)
+	result, _ := waitJob(t, newEnv(a), a, WaitJobInput{Job: ref})
+	r := receive(t, result, "WaitJob to return")
+	require.NoError(t, r.err)
+	require.Equal(t, ReasonJobDeleted, r.end.Reason)
+	_, err := cs.BatchV1().Jobs(testNamespace).Get(t.Context(), job.Name, metav1.GetOptions{})
+	require.NoError(t, err, "someone else's Job is left alone")
+}
+
+func TestWaitJobPastDeadlineDeletesJob(t *testing.T) {
+	job := ourJob(t, testRequest("node-a"))
+	cs := fake.NewClientset(testNode("node-a", nil), job)
+	a := startedActivities(t, cs)
+	// A retried attempt starting after the deadline (counted from creation) ends at once.
+	a.Now = func() time.Time { return t0.Add(31 * time.Minute) }
+
+	result, _ := waitJob(t, newEnv(a), a, WaitJobInput{Job: refOf(job, "node-a"), TimeoutSeconds: 1800})
+	r := receive(t, result, "WaitJob to return")
+	require.NoError(t, r.err)
+	require.Equal(t, OutcomeTimedOut, r.end.Outcome)
+	require.Equal(t, ReasonJobTimeout, r.end.Reason)
+	require.Equal(t, t0.Add(31*time.Minute), r.end.FinishedAt)
+	requireBackgroundDelete(t, cs, job.Name)
+	_, err := cs.BatchV1().Jobs(testNamespace).Get(t.Context(), job.Name, metav1.GetOptions{})
+	require.True(t, apierrors.IsNotFound(err))
+}
+
+func TestWaitJobDeadlineReachedWhileWaiting(t *testing.T) {
+	job := ourJob(t, testRequest("node-a"))
+	cs := fake.NewClientset(testNode("node-a", nil), job)
+	a := startedActivities(t, cs)
+	clk := &clock{now: t0.Add(29 * time.Minute)}
+	a.Now = clk.Now
+
+	result, waiting := waitJob(t, newEnv(a), a, WaitJobInput{Job: refOf(job, "node-a"), TimeoutSeconds: 1800})
+	receive(t, waiting, "WaitJob to start")
+	select {
+	case r := <-result:
+		t.Fatalf("WaitJob returned before its deadline: %+v", r)
+	default:
+	}
+	clk.Advance(2 * time.Minute)
+
+	r := receive(t, result, "WaitJob to return")
+	require.NoError(t, r.err)
+	require.Equal(t, OutcomeTimedOut, r.end.Outcome)
+	requireBackgroundDelete(t, cs, job.Name)
+}
+
+func TestWaitJobNodeDeleted(t *testing.T) {
+	job := ourJob(t, testRequest("node-a"))
+	cs := fake.NewClientset(testNode("node-a", nil), job)
+	a := startedActivities(t, cs)
+	a.NodeCheckInterval = 10 * time.Millisecond
+
+	result, waiting := waitJob(t, newEnv(a), a, WaitJobInput{Job: refOf(job, "node-a")})
+	receive(t, waiting, "WaitJob to start")
+	require.Eventually(t, func() bool { return countActions(cs, "get", "nodes") > 0 }, waitTimeout, time.Millisecond,
+		"the node is checked while the Job runs")
+	require.NoError(t, cs.CoreV1().Nodes().Delete(t.Context(), "node-a", metav1.DeleteOptions{}))
+
+	r := receive(t, result, "WaitJob to return")
+	require.NoError(t, r.err)
+	require.Equal(t, OutcomeNodeGone, r.end.Outcome)
+	require.Equal(t, ReasonNodeDeleted, r.end.Reason)
+	requireBackgroundDelete(t, cs, job.Name)
+}
+
+func TestWaitJobCancelled(t *testing.T) {
+	job := ourJob(t, testRequest("node-a"))
+	cs := fake.NewClientset(testNode("node-a", nil), job)
+	a := startedActivities(t, cs)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	env := newEnv(a)
+	env.SetWorkerOptions(worker.Options{BackgroundActivityContext: ctx})
+
+	result, waiting := waitJob(t, env, a, WaitJobInput{Job: refOf(job, "node-a")})
+	receive(t, waiting, "WaitJob to start")
+	cancel()
+	r := receive(t, result, "WaitJob to return after cancellation")
+	require.ErrorContains(t, r.err, context.Canceled.Error())
+}
+
+func TestWaitJobNeedsStart(t *testing.T) {
+	cs := fake.NewClientset()
+	a := newActivities(cs)
+	_, err := newEnv(a).ExecuteActivity(a.WaitJob, WaitJobInput{Job: JobRef{Namespace: testNamespace, Name: "j"}})
+	requireAppError(t, err, "", false)
+}
+
+// A Job that finishes and is removed at once (ttlSecondsAfterFinished: 0) still reports how
+// it ended, even when the waiter only looks after the deletion.
+func TestWaitJobFinishedThenDeleted(t *testing.T) {
+	job := ourJob(t, testRequest("node-a"))
+	cs := fake.NewClientset(testNode("node-a", nil), job)
+	a := startedActivities(t, cs)
+	sub := a.Jobs.Subscribe(testNamespace, job.Name)
+	defer sub.Close()
+
+	_, err := cs.BatchV1().Jobs(testNamespace).UpdateStatus(t.Context(),
+		withCondition(job, batchv1.JobComplete, "CompletionsReached", ""), metav1.UpdateOptions{})
+	require.NoError(t, err)
+	require.NoError(t, cs.BatchV1().Jobs(testNamespace).Delete(t.Context(), job.Name, metav1.DeleteOptions{}))
+	require.Eventually(t, func() bool { _, gone := sub.Last(); return gone }, waitTimeout, time.Millisecond)
+
+	w := jobWait{a: a, ref: refOf(job, "node-a"), sub: sub}
+	end, done, err := w.check(t.Context())
+	require.NoError(t, err)
+	require.True(t, done)
+	require.Equal(t, OutcomeSucceeded, end.Outcome)
+}
+
+func TestJobWatcherIgnoresOtherJobs(t *testing.T) {
+	cs := fake.NewClientset()
+	a := startedActivities(t, cs)
+	sub := a.Jobs.Subscribe(testNamespace, "foreign")
+	defer sub.Close()
+	foreign := &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Name: "foreign", Namespace: testNamespace}}
+	_, err := cs.BatchV1().Jobs(testNamespace).Create(t.Context(), foreign, metav1.CreateOptions{})
+	require.NoError(t, err)
+
+	// A Job of ours created afterwards is seen, so the foreign one had its chance too.
+	ours := ourJob(t, testRequest("node-a"))
+	other := a.Jobs.Subscribe(testNamespace, ours.Name)
+	defer other.Close()
+	_, err = cs.BatchV1().Jobs(testNamespace).Create(t.Context(), ours, metav1.CreateOptions{})
+	require.NoError(t, err)
+	receive(t, other.Changed(), "our Job's event")
+	job, _ := sub.Last()
+	require.Nil(t, job, "a Job without the rollout label is not reported")
+}
