@@ -86,7 +86,9 @@ func startOptions(ctx context.Context, e *env, id string, req workflows.RolloutR
 		TaskQueue:                e.cfg.TaskQueue,
 		WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_FAIL,
 		WorkflowIDReusePolicy:    enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE_FAILED_ONLY,
-		StaticSummary:            summary(req),
+		// Without this the SDK hands back the earlier run as if it had just started.
+		WorkflowExecutionErrorWhenAlreadyStarted: true,
+		StaticSummary:                            summary(req),
 	}
 	if rerun, _ := e.fs.GetBool("allow-rerun"); rerun {
 		opts.WorkflowIDReusePolicy = enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE
@@ -198,9 +200,16 @@ func showStatus(ctx context.Context, e *env) error {
 		return err
 	}
 	id := workflowID(arg)
+	desc, err := e.client.DescribeWorkflowExecution(ctx, id, "")
+	if err != nil {
+		return err
+	}
+	if desc.GetWorkflowExecutionInfo().GetStatus() != enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {
+		return finishedStatus(ctx, e, id, desc.GetWorkflowExecutionInfo().GetStatus())
+	}
 	st, err := queryStatus(ctx, e, id)
 	if err != nil {
-		return finishedStatus(ctx, e, id, err)
+		return err
 	}
 	if out, _ := e.fs.GetString("output"); out == "json" {
 		return printJSON(e, st)
@@ -209,21 +218,13 @@ func showStatus(ctx context.Context, e *env) error {
 	return nil
 }
 
-// finishedStatus describes a rollout that no longer answers queries because it ended.
-func finishedStatus(ctx context.Context, e *env, id string, queryErr error) error {
-	desc, err := e.client.DescribeWorkflowExecution(ctx, id, "")
-	if err != nil {
-		return queryErr
-	}
-	status := desc.GetWorkflowExecutionInfo().GetStatus()
-	if status == enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {
-		return queryErr
-	}
+// finishedStatus describes a rollout that has ended, from its result.
+func finishedStatus(ctx context.Context, e *env, id string, status enumspb.WorkflowExecutionStatus) error {
 	res, runErr := result(ctx, e, id)
-	fmt.Fprintf(e.out, "rollout %s ended: %s\n", id, strings.TrimPrefix(status.String(), "WorkflowExecutionStatus"))
 	if out, _ := e.fs.GetString("output"); out == "json" {
 		return printJSON(e, res)
 	}
+	fmt.Fprintf(e.out, "rollout %s ended: %s\n", id, strings.TrimPrefix(status.String(), "WorkflowExecutionStatus"))
 	printResult(e.out, res)
 	if runErr != nil {
 		fmt.Fprintf(e.out, "error: %v\n", runErr)

@@ -64,6 +64,7 @@ func run(ctx context.Context, cfg config.Config) error {
 		return err
 	}
 	acts := activities.New(kube)
+	acts.NodeCheckInterval = cfg.NodeCheckInterval
 	// The shared Job informer must be synced before any WaitJob runs.
 	if err := acts.Jobs.Start(ctx); err != nil {
 		return fmt.Errorf("starting the Job informer: %w", err)

@@ -63,6 +63,7 @@ type rollout struct {
 	recent          []NodeResult
 	launchedThisRun int
 	draining        bool
+	done            bool
 }
 
 // start restores carried progress, or prepares the template on the first run.
@@ -386,6 +387,7 @@ func (r *rollout) continueAsNew(ctx workflow.Context) (RolloutResult, error) {
 }
 
 func (r *rollout) finish(ctx workflow.Context) (RolloutResult, error) {
+	r.done = true
 	result := r.result(ctx)
 	if !r.budgetExceeded() {
 		return result, nil
@@ -452,6 +454,8 @@ func (r *rollout) status() RolloutStatus {
 	c.Pending = max(0, r.p.Selected-c.Finished()-c.Running-c.Waiting)
 	phase := "running"
 	switch {
+	case r.done:
+		phase = "done"
 	case r.draining:
 		phase = "draining"
 	case r.p.Paused:

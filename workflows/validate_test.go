@@ -69,7 +69,9 @@ func TestEveryBadFieldIsNamed(t *testing.T) {
 		{"timeout too long", func(r *RolloutRequest) { r.JobTimeout = "9000h" }, "jobTimeout"},
 		{"bad ttl", func(r *RolloutRequest) { r.JobTTL = "1 day" }, "jobTTL"},
 		{"bad keepJobs", func(r *RolloutRequest) { r.KeepJobs = "sometimes" }, "keepJobs"},
-		{"owner without uid", func(r *RolloutRequest) { r.Owner = &activities.OwnerRef{APIVersion: "v1", Kind: "ConfigMap", Name: "x"} }, "owner"},
+		{"owner without uid", func(r *RolloutRequest) {
+			r.Owner = &activities.OwnerRef{APIVersion: "v1", Kind: "ConfigMap", Name: "x"}
+		}, "owner"},
 		{"negative continue-as-new", func(r *RolloutRequest) { r.ContinueAsNewAfter = -1 }, "continueAsNewAfter"},
 	}
 	for _, tc := range cases {

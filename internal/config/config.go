@@ -42,6 +42,7 @@ type Config struct {
 	MetricsListen           string
 	LogLevel                string
 	StopTimeout             time.Duration
+	NodeCheckInterval       time.Duration
 }
 
 // key is one setting: its name in files and flags, its default and its help.
@@ -70,6 +71,7 @@ var keys = []key{
 	{"metrics-listen", "127.0.0.1:9090", "address of /metrics, /healthz and /readyz; empty: off", true},
 	{"log-level", "info", "debug, info, warn or error", true},
 	{"stop-timeout", "30s", "how long a stopping worker lets running activities finish", true},
+	{"node-check-interval", "60s", "how often a Job wait checks that its node still exists (one GET per running Job)", true},
 }
 
 // NewFlagSet declares the flags of the worker (worker=true) or of a starter subcommand.
@@ -178,6 +180,9 @@ func build(v *viper.Viper, file string) (Config, error) {
 	}
 	if c.StopTimeout, err = time.ParseDuration(v.GetString("stop-timeout")); err != nil || c.StopTimeout < 0 {
 		bad("stop-timeout", fmt.Sprintf("%q is not a duration", v.GetString("stop-timeout")), "write it like 30s")
+	}
+	if c.NodeCheckInterval, err = time.ParseDuration(v.GetString("node-check-interval")); err != nil || c.NodeCheckInterval <= 0 {
+		bad("node-check-interval", fmt.Sprintf("%q is not a positive duration", v.GetString("node-check-interval")), "write it like 60s")
 	}
 	switch c.LogLevel {
 	case "debug", "info", "warn", "error":

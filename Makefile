@@ -1,0 +1,46 @@
+# noderollout: the two commands a newcomer needs are `make demo` and `make test`.
+SHELL := /bin/bash
+GO ?= go
+
+.PHONY: all build vet unit up down status demo test e2e bench bench-quick clean
+
+all: build
+
+build:
+	$(GO) build -o bin/ ./worker ./starter
+
+vet:
+	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt needed"; exit 1; }
+	$(GO) vet ./...
+	$(GO) vet -tags e2e ./test/...
+
+# unit: no services needed.
+unit: vet
+	$(GO) test ./...
+
+# up/down: the local stack (Temporal dev server, etcd, kube-apiserver, kube-controller-manager, kwok).
+up:
+	dev/up.sh
+down:
+	dev/down.sh
+status:
+	dev/status.sh
+
+# demo: stack + 50 fake nodes + worker + a rollout of a sample Job, followed live.
+demo:
+	dev/demo.sh
+
+# test: unit tests, then the end-to-end suite on the local stack (started and stopped here
+# unless it was already up).
+test: unit e2e
+
+e2e:
+	dev/e2e.sh
+
+bench:
+	dev/bench.sh full
+bench-quick:
+	dev/bench.sh quick
+
+clean:
+	rm -rf bin

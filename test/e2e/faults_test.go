@@ -1,0 +1,273 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	batchv1 "k8s.io/api/batch/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/noderollout/noderollout/activities"
+	"github.com/noderollout/noderollout/workflows"
+)
+
+// Every fault test checks the same promise: each selected node ends with exactly one outcome,
+// no node gets two Jobs from one rollout, and the rollout completes.
+
+// ownWorkers starts n workers on a task queue of the test's own, so the test decides which
+// workers run its rollout; they are stopped at the end.
+func ownWorkers(t *testing.T, n int, extra ...string) (string, []*Worker) {
+	t.Helper()
+	queue := "e2e-" + strings.ToLower(strings.ReplaceAll(t.Name(), "/", "-"))
+	var ws []*Worker
+	for i := 0; i < n; i++ {
+		w, err := StartWorker(queue+"-"+string(rune('a'+i)), append([]string{"--task-queue", queue}, extra...)...)
+		require.NoError(t, err)
+		ws = append(ws, w)
+	}
+	t.Cleanup(func() {
+		for _, w := range ws {
+			w.Stop()
+		}
+	})
+	return queue, ws
+}
+
+// midRollout waits until at least some Jobs exist but the rollout has not finished.
+func midRollout(t *testing.T, f *Fleet, rollout string, jobs int) {
+	t.Helper()
+	waitFor(t, 90*time.Second, "rollout under way", func() bool {
+		list, err := stack.Kube.BatchV1().Jobs(f.Namespace).List(context.Background(), metav1.ListOptions{})
+		return err == nil && len(list.Items) >= jobs
+	})
+}
+
+func requireOneJobPerNode(t *testing.T, f *Fleet, rollout string) {
+	t.Helper()
+	jobs := f.Jobs(t, rollout)
+	for _, n := range f.Nodes {
+		require.Len(t, jobs[n], 1, "node %s must have exactly one Job", n)
+	}
+}
+
+func requireEveryNodeOnce(t *testing.T, f *Fleet, res workflows.RolloutResult) {
+	t.Helper()
+	require.Equal(t, len(f.Nodes), res.Selected)
+	require.Equal(t, len(f.Nodes), res.Counts.Finished(), "every node has exactly one outcome: %+v", res.Counts)
+}
+
+func TestFaultWorkerKilledMidRollout(t *testing.T) {
+	queue, ws := ownWorkers(t, 1)
+	f := NewFleet(t, 20)
+	req := f.Request("kill-worker", 3*time.Second)
+	req.Parallelism = 5
+	run := StartOn(t, req, queue)
+	midRollout(t, f, req.Name, 6)
+	ws[0].Kill()
+	// Down time is part of the scenario, not a synchronisation.
+	time.Sleep(5 * time.Second)
+	restarted, err := StartWorker(ws[0].Name+"-restarted", "--task-queue", queue)
+	require.NoError(t, err)
+	defer restarted.Stop()
+	res := Succeeded(t, run)
+	requireEveryNodeOnce(t, f, res)
+	require.Equal(t, 20, res.Counts.Succeeded)
+	requireOneJobPerNode(t, f, req.Name)
+}
+
+func TestFaultOneOfTwoWorkersKilled(t *testing.T) {
+	queue, ws := ownWorkers(t, 2)
+	f := NewFleet(t, 20)
+	req := f.Request("two-workers", 3*time.Second)
+	req.Parallelism = 6
+	run := StartOn(t, req, queue)
+	midRollout(t, f, req.Name, 7)
+	ws[0].Kill()
+	res := Succeeded(t, run)
+	requireEveryNodeOnce(t, f, res)
+	require.Equal(t, 20, res.Counts.Succeeded)
+	requireOneJobPerNode(t, f, req.Name)
+}
+
+func devScript(t *testing.T, script string, args ...string) {
+	t.Helper()
+	cmd := exec.Command(filepath.Join(stack.RepoDir, "dev", script), args...)
+	out, err := cmd.CombinedOutput()
+	require.NoError(t, err, "%s %v:\n%s", script, args, out)
+}
+
+func TestFaultTemporalServerRestarted(t *testing.T) {
+	queue, _ := ownWorkers(t, 1)
+	f := NewFleet(t, 15)
+	req := f.Request("temporal-restart", 3*time.Second)
+	req.Parallelism = 5
+	run := StartOn(t, req, queue)
+	midRollout(t, f, req.Name, 6)
+	devScript(t, "stop-component.sh", "temporal")
+	devScript(t, "start-component.sh", "temporal")
+	res := Succeeded(t, run)
+	requireEveryNodeOnce(t, f, res)
+	require.Equal(t, 15, res.Counts.Succeeded)
+	requireOneJobPerNode(t, f, req.Name)
+}
+
+func TestFaultAPIServerDown20Seconds(t *testing.T) {
+	queue, _ := ownWorkers(t, 1)
+	f := NewFleet(t, 15)
+	req := f.Request("apiserver-down", 3*time.Second)
+	req.Parallelism = 5
+	run := StartOn(t, req, queue)
+	midRollout(t, f, req.Name, 6)
+	devScript(t, "stop-component.sh", "kube-apiserver")
+	time.Sleep(20 * time.Second) // the outage itself
+	devScript(t, "start-component.sh", "kube-apiserver")
+	res := Succeeded(t, run)
+	requireEveryNodeOnce(t, f, res)
+	require.Equal(t, 15, res.Counts.Succeeded)
+	requireOneJobPerNode(t, f, req.Name)
+}
+
+func TestFaultJobDeletedByHand(t *testing.T) {
+	f := NewFleet(t, 6)
+	req := f.Request("job-deleted", 20*time.Second)
+	req.Parallelism = 6
+	req.MaxFailures = "1"
+	run := Start(t, req)
+	victim := f.Nodes[3]
+	var job batchv1.Job
+	waitFor(t, 60*time.Second, "the victim's Job", func() bool {
+		js := f.Jobs(t, req.Name)[victim]
+		if len(js) == 1 {
+			job = js[0]
+		}
+		return len(js) == 1
+	})
+	bg := metav1.DeletePropagationBackground
+	require.NoError(t, stack.Kube.BatchV1().Jobs(f.Namespace).Delete(context.Background(), job.Name, metav1.DeleteOptions{PropagationPolicy: &bg}))
+	res := Succeeded(t, run)
+	requireEveryNodeOnce(t, f, res)
+	require.Equal(t, 5, res.Counts.Succeeded)
+	require.Len(t, res.Failures, 1)
+	require.Equal(t, victim, res.Failures[0].Node)
+	require.Equal(t, activities.ReasonJobDeleted, res.Failures[0].Reason)
+}
+
+func TestFaultNodeDeletedWhileJobRuns(t *testing.T) {
+	queue, _ := ownWorkers(t, 1, "--node-check-interval", "1s")
+	f := NewFleet(t, 4)
+	req := f.Request("node-deleted", 30*time.Second)
+	req.Parallelism = 4
+	run := StartOn(t, req, queue)
+	victim := f.Nodes[1]
+	waitFor(t, 60*time.Second, "the victim's Job", func() bool { return len(f.Jobs(t, req.Name)[victim]) == 1 })
+	require.NoError(t, stack.Kube.CoreV1().Nodes().Delete(context.Background(), victim, metav1.DeleteOptions{}))
+	res, err := Result(t, run)
+	require.NoError(t, err, "a gone node is not charged to the failure budget")
+	require.Equal(t, 1, res.Counts.NodeGone)
+	require.Equal(t, 3, res.Counts.Succeeded)
+}
+
+func TestFaultPodNeverStartsTimesOut(t *testing.T) {
+	f := NewFleet(t, 3)
+	stuck := f.AddNodes(t, 1, map[string]string{"noderollout.dev/stuck": "true"})
+	req := f.Request("stuck", time.Second)
+	req.Parallelism = 1
+	req.JobTimeout = "8s"
+	req.MaxFailures = "1"
+	res := Succeeded(t, Start(t, req))
+	requireEveryNodeOnce(t, f, res)
+	require.Equal(t, 3, res.Counts.Succeeded, "the slot is freed and the others run")
+	require.Equal(t, 1, res.Counts.TimedOut)
+	require.Equal(t, stuck[0], res.Failures[0].Node)
+	waitFor(t, 30*time.Second, "the timed-out Job is deleted", func() bool { return len(f.Jobs(t, req.Name)[stuck[0]]) == 0 })
+}
+
+// TestFaultOverlappingRolloutsNeverShareANode runs two rollouts over overlapping nodes at once:
+// on every shared node the two Jobs' lifetimes never overlap.
+func TestFaultOverlappingRolloutsNeverShareANode(t *testing.T) {
+	f := NewFleet(t, 8)
+	a := f.Request("overlap-a", 3*time.Second)
+	a.NodeSelector, a.Nodes = "", f.Nodes[:6]
+	a.Parallelism = 6
+	b := f.Request("overlap-b", 3*time.Second)
+	b.NodeSelector, b.Nodes = "", f.Nodes[2:]
+	b.Parallelism = 6
+	runA, runB := Start(t, a), Start(t, b)
+	resA, resB := Succeeded(t, runA), Succeeded(t, runB)
+	require.Equal(t, 6, resA.Counts.Succeeded)
+	require.Equal(t, 6, resB.Counts.Succeeded)
+	jobsA, jobsB := f.Jobs(t, a.Name), f.Jobs(t, b.Name)
+	for _, n := range f.Nodes[2:6] {
+		require.Len(t, jobsA[n], 1)
+		require.Len(t, jobsB[n], 1)
+		ja, jb := jobsA[n][0], jobsB[n][0]
+		first, second := ja, jb
+		if jb.CreationTimestamp.Before(&ja.CreationTimestamp) {
+			first, second = jb, ja
+		}
+		require.False(t, second.CreationTimestamp.Time.Before(finishedAt(t, first)),
+			"node %s ran %s before %s finished", n, second.Name, first.Name)
+	}
+}
+
+func TestFaultAbortDeletesRunningJobs(t *testing.T) {
+	f := NewFleet(t, 12)
+	req := f.Request("abort", 60*time.Second)
+	req.Parallelism = 4
+	run := Start(t, req)
+	midRollout(t, f, req.Name, 4)
+	out, code := runStarter(t, "abort", req.Name, "--reason", "e2e abort")
+	require.Equal(t, 0, code, out)
+	_, err := Result(t, run)
+	require.Error(t, err)
+	require.Contains(t, strings.ToLower(err.Error()), "cancel")
+	waitFor(t, 60*time.Second, "every aborted Job deleted", func() bool {
+		list, err := stack.Kube.BatchV1().Jobs(f.Namespace).List(context.Background(), metav1.ListOptions{})
+		return err == nil && len(list.Items) == 0
+	})
+	markers := f.Markers(t, req.Name)
+	done := 0
+	for _, m := range markers {
+		if m != "" {
+			done++
+		}
+	}
+	require.Equal(t, 0, done, "no node finished: the Jobs ran 60 s and were aborted")
+}
+
+func TestFaultRerunAfterFailureRunsOnlyFailedAndNewNodes(t *testing.T) {
+	f := NewFleet(t, 8)
+	bad := []string{f.Nodes[1], f.Nodes[4]}
+	req := f.Request("rerun-failed", time.Second)
+	req.Parallelism = 8
+	req.JobTemplate = JobTemplate(time.Second, map[string]string{"noderollout.dev/fail-nodes": strings.Join(bad, ",")})
+	first, err := Result(t, Start(t, req))
+	require.Error(t, err, "two failures exceed the default budget of 0")
+	require.Equal(t, 6, first.Counts.Succeeded)
+	require.Equal(t, 2, first.Counts.Failed)
+
+	// Same rollout, same template: the six done nodes are skipped; the two failed nodes and
+	// one added since run again (they fail again here, which the larger budget allows).
+	added := f.AddNodes(t, 1, nil)
+	req.MaxFailures = "2"
+	second := Succeeded(t, Start(t, req))
+	require.Equal(t, 6, second.Counts.Skipped)
+	require.Equal(t, 1, second.Counts.Succeeded)
+	require.Equal(t, 2, second.Counts.Failed)
+	jobs := f.Jobs(t, req.Name)
+	for _, n := range f.Nodes {
+		want := 1
+		if n == bad[0] || n == bad[1] {
+			want = 2
+		}
+		require.Len(t, jobs[n], want, "node %s", n)
+	}
+	require.Len(t, jobs[added[0]], 1)
+}

@@ -1,0 +1,438 @@
+//go:build e2e
+
+// Package e2e runs rollouts end to end on the local stack (dev/up.sh): a real Temporal dev
+// server, a real kube-apiserver with the Job controller, and kwok as the kubelets. Each test
+// makes its own namespace and its own fake nodes, labelled with the test's ID.
+package e2e
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"go.temporal.io/api/serviceerror"
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/temporal"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/rand"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/noderollout/noderollout/activities/jobspec"
+	"github.com/noderollout/noderollout/workflows"
+)
+
+// Stack is what every test shares: clients of the local stack and the built binaries.
+type Stack struct {
+	Kube            kubernetes.Interface
+	Temporal        client.Client
+	TemporalAddress string
+	Kubeconfig      string
+	BinDir          string
+	RepoDir         string
+}
+
+var stack Stack
+
+// defaultWorker serves every test that does not run its own workers.
+var defaultWorker *Worker
+
+func TestMain(m *testing.M) {
+	code, err := run(m)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "e2e:", err)
+		os.Exit(1)
+	}
+	os.Exit(code)
+}
+
+func run(m *testing.M) (int, error) {
+	stack.Kubeconfig = os.Getenv("KUBECONFIG")
+	stack.TemporalAddress = os.Getenv("TEMPORAL_ADDRESS")
+	if stack.Kubeconfig == "" || stack.TemporalAddress == "" {
+		return 0, errors.New("KUBECONFIG and TEMPORAL_ADDRESS must point at the local stack: run 'dev/up.sh && source dev/env' (make test does this)")
+	}
+	rc, err := clientcmd.BuildConfigFromFlags("", stack.Kubeconfig)
+	if err != nil {
+		return 0, err
+	}
+	rc.QPS, rc.Burst = 200, 400
+	if stack.Kube, err = kubernetes.NewForConfig(rc); err != nil {
+		return 0, err
+	}
+	if stack.Temporal, err = client.Dial(client.Options{HostPort: stack.TemporalAddress}); err != nil {
+		return 0, err
+	}
+	defer stack.Temporal.Close()
+	wd, _ := os.Getwd()
+	stack.RepoDir = filepath.Clean(filepath.Join(wd, "..", ".."))
+	if stack.BinDir, err = os.MkdirTemp("", "noderollout-e2e-bin"); err != nil {
+		return 0, err
+	}
+	defer os.RemoveAll(stack.BinDir)
+	build := exec.Command("go", "build", "-o", stack.BinDir, "./worker", "./starter")
+	build.Dir, build.Stdout, build.Stderr = stack.RepoDir, os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		return 0, fmt.Errorf("building worker and starter: %w", err)
+	}
+	if defaultWorker, err = StartWorker("default"); err != nil {
+		return 0, err
+	}
+	code := m.Run()
+	defaultWorker.Stop()
+	return code, nil
+}
+
+// Worker is a worker process started from the built binary.
+type Worker struct {
+	Name        string
+	MetricsAddr string
+	cmd         *exec.Cmd
+	logPath     string
+	done        chan struct{}
+}
+
+// StartWorker starts a worker process and waits until it reports ready.
+func StartWorker(name string, extraArgs ...string) (*Worker, error) {
+	addr, err := freeAddr()
+	if err != nil {
+		return nil, err
+	}
+	w := &Worker{Name: name, MetricsAddr: addr, done: make(chan struct{})}
+	logDir := os.Getenv("E2E_LOG_DIR")
+	if logDir == "" {
+		logDir = os.TempDir()
+	}
+	w.logPath = filepath.Join(logDir, "worker-"+name+".log")
+	logFile, err := os.OpenFile(w.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	args := append([]string{"--kubeconfig", stack.Kubeconfig, "--temporal-address", stack.TemporalAddress,
+		"--metrics-listen", addr, "--stop-timeout", "5s", "--kube-qps", "500", "--kube-burst", "1000"}, extraArgs...)
+	w.cmd = exec.Command(filepath.Join(stack.BinDir, "worker"), args...)
+	w.cmd.Stdout, w.cmd.Stderr = logFile, logFile
+	if err := w.cmd.Start(); err != nil {
+		return nil, err
+	}
+	go func() { _ = w.cmd.Wait(); logFile.Close(); close(w.done) }()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		resp, err := http.Get("http://" + addr + "/readyz")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return w, nil
+			}
+		}
+		select {
+		case <-w.done:
+			return nil, fmt.Errorf("worker %s exited before ready; log %s:\n%s", name, w.logPath, tail(w.logPath))
+		case <-time.After(100 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			w.Kill()
+			return nil, fmt.Errorf("worker %s not ready in 60s; log:\n%s", name, tail(w.logPath))
+		}
+	}
+}
+
+// Kill ends the worker at once, as a crash would.
+func (w *Worker) Kill() {
+	_ = w.cmd.Process.Signal(syscall.SIGKILL)
+	<-w.done
+}
+
+// Stop asks the worker to stop gracefully and waits.
+func (w *Worker) Stop() {
+	_ = w.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-w.done:
+	case <-time.After(30 * time.Second):
+		w.Kill()
+	}
+}
+
+// Metrics returns the worker's /metrics text.
+func (w *Worker) Metrics(t *testing.T) string {
+	resp, err := http.Get("http://" + w.MetricsAddr + "/metrics")
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	return string(b)
+}
+
+func tail(path string) string {
+	b, _ := os.ReadFile(path)
+	lines := strings.Split(string(b), "\n")
+	if len(lines) > 30 {
+		lines = lines[len(lines)-30:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+func freeAddr() (string, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer l.Close()
+	return l.Addr().String(), nil
+}
+
+// Fleet is one test's namespace and fake nodes.
+type Fleet struct {
+	ID        string // label value of e2e.noderollout.dev/test on every node
+	Namespace string
+	Nodes     []string
+	suffix    string // keeps rollout names unique across runs on one Temporal server
+}
+
+// TestLabel marks the nodes of one test, so its rollouts select exactly them.
+const TestLabel = "e2e.noderollout.dev/test"
+
+// NewFleet creates a namespace and n kwok nodes for the test, and removes them afterwards.
+func NewFleet(t *testing.T, n int) *Fleet {
+	t.Helper()
+	id := strings.ToLower(strings.ReplaceAll(t.Name(), "/", "-"))
+	if len(id) > 40 {
+		id = id[:40]
+	}
+	id = strings.Trim(id, "-") + "-" + rand.String(4)
+	f := &Fleet{ID: id, Namespace: id, suffix: rand.String(4)}
+	ctx := context.Background()
+	_, err := stack.Kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: id}}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	waitFor(t, 30*time.Second, "default ServiceAccount in "+id, func() bool {
+		_, err := stack.Kube.CoreV1().ServiceAccounts(id).Get(ctx, "default", metav1.GetOptions{})
+		return err == nil
+	})
+	f.AddNodes(t, n, nil)
+	t.Cleanup(func() { f.cleanup(t) })
+	return f
+}
+
+// AddNodes creates n more kwok nodes with extra labels.
+func (f *Fleet) AddNodes(t *testing.T, n int, labels map[string]string) []string {
+	t.Helper()
+	start := len(f.Nodes)
+	names := make([]string, n)
+	for i := range names {
+		names[i] = fmt.Sprintf("%s-n%04d", f.ID, start+i)
+	}
+	parallel(t, names, 32, func(name string) error {
+		node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{
+			Name:        name,
+			Labels:      map[string]string{"type": "kwok", TestLabel: f.ID, "kubernetes.io/hostname": name},
+			Annotations: map[string]string{"kwok.x-k8s.io/node": "fake"},
+		}}
+		for k, v := range labels {
+			node.Labels[k] = v
+		}
+		_, err := stack.Kube.CoreV1().Nodes().Create(context.Background(), node, metav1.CreateOptions{})
+		return err
+	})
+	f.Nodes = append(f.Nodes, names...)
+	return names
+}
+
+func (f *Fleet) cleanup(t *testing.T) {
+	ctx := context.Background()
+	bg := metav1.DeletePropagationBackground
+	_ = stack.Kube.BatchV1().Jobs(f.Namespace).DeleteCollection(ctx, metav1.DeleteOptions{PropagationPolicy: &bg}, metav1.ListOptions{})
+	_ = stack.Kube.CoreV1().Nodes().DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{LabelSelector: TestLabel + "=" + f.ID})
+	_ = stack.Kube.CoreV1().Namespaces().Delete(ctx, f.Namespace, metav1.DeleteOptions{})
+}
+
+// Selector selects this fleet's nodes.
+func (f *Fleet) Selector() string { return TestLabel + "=" + f.ID }
+
+// Request is a rollout request over the fleet with a Job template whose Pods run for runFor.
+// The rollout's name is name plus a suffix unique to this fleet.
+func (f *Fleet) Request(name string, runFor time.Duration) workflows.RolloutRequest {
+	return workflows.RolloutRequest{
+		Name:         name + "-" + f.suffix,
+		Namespace:    f.Namespace,
+		NodeSelector: f.Selector(),
+		JobTemplate:  JobTemplate(runFor, nil),
+		Parallelism:  10,
+		KeepJobs:     "always",
+	}
+}
+
+// JobTemplate is a Job whose kwok Pod runs for runFor; podAnnotations steer kwok further
+// (noderollout.dev/exit-code, noderollout.dev/fail-nodes; see dev/kwok/pod-run.yaml).
+func JobTemplate(runFor time.Duration, podAnnotations map[string]string) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, `apiVersion: batch/v1
+kind: Job
+metadata:
+  labels:
+    app: e2e
+spec:
+  backoffLimit: 0
+  template:
+    metadata:
+      annotations:
+        noderollout.dev/run-seconds: "%g"
+`, runFor.Seconds())
+	for k, v := range podAnnotations {
+		fmt.Fprintf(&b, "        %s: %q\n", k, v)
+	}
+	b.WriteString(`    spec:
+      restartPolicy: Never
+      containers:
+      - name: work
+        image: busybox
+        command: ["sh", "-c", "echo rolling out on {{node}}"]
+`)
+	return b.String()
+}
+
+// Start starts a rollout with the workflow ID the starter uses, for the default worker.
+func Start(t *testing.T, req workflows.RolloutRequest) client.WorkflowRun {
+	t.Helper()
+	return StartOn(t, req, workflows.TaskQueue)
+}
+
+// StartOn starts a rollout on a task queue of the test's own workers.
+func StartOn(t *testing.T, req workflows.RolloutRequest, taskQueue string) client.WorkflowRun {
+	t.Helper()
+	run, err := stack.Temporal.ExecuteWorkflow(context.Background(), client.StartWorkflowOptions{
+		ID:                       workflows.RolloutID(req.Name),
+		TaskQueue:                taskQueue,
+		WorkflowExecutionTimeout: 15 * time.Minute,
+	}, workflows.Rollout, req)
+	require.NoError(t, err)
+	return run
+}
+
+// Result waits for the rollout and returns its result and error (a failed rollout's result
+// travels in its error's details).
+func Result(t *testing.T, run client.WorkflowRun) (workflows.RolloutResult, error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	var res workflows.RolloutResult
+	var err error
+	for {
+		err = stack.Temporal.GetWorkflow(ctx, run.GetID(), "").Get(ctx, &res)
+		var unavailable *serviceerror.Unavailable
+		if !errors.As(err, &unavailable) || ctx.Err() != nil {
+			break // a Temporal server restarting in a fault test answers Unavailable for a while
+		}
+		time.Sleep(time.Second)
+	}
+	var appErr *temporal.ApplicationError
+	if errors.As(err, &appErr) && appErr.HasDetails() {
+		require.NoError(t, appErr.Details(&res))
+	}
+	return res, err
+}
+
+// Succeeded waits for the rollout and requires that it succeeded.
+func Succeeded(t *testing.T, run client.WorkflowRun) workflows.RolloutResult {
+	t.Helper()
+	res, err := Result(t, run)
+	require.NoError(t, err)
+	return res
+}
+
+// Jobs lists the fleet's Jobs of one rollout, by node name.
+func (f *Fleet) Jobs(t *testing.T, rollout string) map[string][]batchv1.Job {
+	t.Helper()
+	list, err := stack.Kube.BatchV1().Jobs(f.Namespace).List(context.Background(), metav1.ListOptions{LabelSelector: jobspec.LabelRollout + "=" + rollout})
+	require.NoError(t, err)
+	byNode := map[string][]batchv1.Job{}
+	for _, j := range list.Items {
+		node := j.Annotations[jobspec.AnnotationNode]
+		byNode[node] = append(byNode[node], j)
+	}
+	return byNode
+}
+
+// Markers reads each fleet node's outcome marker for the rollout.
+func (f *Fleet) Markers(t *testing.T, rollout string) map[string]string {
+	t.Helper()
+	list, err := stack.Kube.CoreV1().Nodes().List(context.Background(), metav1.ListOptions{LabelSelector: f.Selector()})
+	require.NoError(t, err)
+	markers := map[string]string{}
+	for _, n := range list.Items {
+		markers[n.Name] = n.Annotations[jobspec.NodeMarkerKey(rollout)]
+	}
+	return markers
+}
+
+// waitFor polls cond until it holds or the timeout passes; the condition is the sync point.
+func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", timeout, what)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// parallel runs fn over items with bounded concurrency and fails the test on any error.
+func parallel(t *testing.T, items []string, workers int, fn func(string) error) {
+	t.Helper()
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var firstErr error
+	ch := make(chan string)
+	for i := 0; i < workers; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for it := range ch {
+				if err := fn(it); err != nil && !apierrors.IsAlreadyExists(err) {
+					mu.Lock()
+					if firstErr == nil {
+						firstErr = fmt.Errorf("%s: %w", it, err)
+					}
+					mu.Unlock()
+				}
+			}
+		}()
+	}
+	for _, it := range items {
+		ch <- it
+	}
+	close(ch)
+	wg.Wait()
+	require.NoError(t, firstErr)
+}
+
+// runStarter runs the starter binary and returns its combined output and exit code.
+func runStarter(t *testing.T, args ...string) (string, int) {
+	t.Helper()
+	cmd := exec.Command(filepath.Join(stack.BinDir, "starter"), append(args, "--temporal-address", stack.TemporalAddress)...)
+	cmd.Env = os.Environ()
+	out, err := cmd.CombinedOutput()
+	code := 0
+	var exitErr *exec.ExitError
+	if errors.As(err, &exitErr) {
+		code = exitErr.ExitCode()
+	} else {
+		require.NoError(t, err)
+	}
+	return string(out), code
+}
