@@ -28,6 +28,7 @@ APISERVER_PORT=${APISERVER_PORT:-6443}
 KCM_PORT=${KCM_PORT:-10257}
 KWOK_PORT=${KWOK_PORT:-10247}
 KWOK_STUCK_PORT=${KWOK_STUCK_PORT:-10248}
+WORKER_METRICS_PORT=${WORKER_METRICS_PORT:-9090}
 
 # Where a running stack keeps its data, pids, logs, certificates and client config.
 PID_DIR=$STATE_DIR/pids
@@ -36,8 +37,12 @@ PKI_DIR=$STATE_DIR/pki
 KUBECONFIG_FILE=$STATE_DIR/kubeconfig
 ENV_FILE=$STATE_DIR/env
 
-# Components in start order; down.sh stops them in reverse.
-COMPONENTS=(temporal etcd kube-apiserver kube-controller-manager kwok kwok-stuck)
+# The noderollout worker, when started by dev/worker.sh (make demo).
+WORKER_BIN=$STATE_DIR/bin/worker
+
+# Components in start order; down.sh stops them in reverse. up.sh starts all but the worker.
+COMPONENTS=(temporal etcd kube-apiserver kube-controller-manager kwok kwok-stuck worker)
+STACK_COMPONENTS=(temporal etcd kube-apiserver kube-controller-manager kwok kwok-stuck)
 
 # Seconds to wait for a component to become ready, and for one to exit after SIGTERM.
 READY_TIMEOUT=${READY_TIMEOUT:-120}
@@ -86,6 +91,7 @@ component_bin() {
     kube-apiserver) echo "$APISERVER_BIN" ;;
     kube-controller-manager) echo "$KCM_BIN" ;;
     kwok | kwok-stuck) echo "$KWOK_BIN" ;;
+    worker) echo "$WORKER_BIN" ;;
     *) return 1 ;;
   esac
 }

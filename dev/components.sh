@@ -1,0 +1,165 @@
+# How each component of the local stack is started, where it listens and when it is ready.
+# Sourced by up.sh, start-component.sh and status.sh after lib.sh.
+# shellcheck shell=bash
+
+# component_command NAME sets CMD to the command line that runs the component.
+component_command() {
+  local stages=$DEV_DIR/kwok
+  case $1 in
+    temporal)
+      CMD=("$TEMPORAL_BIN" server start-dev
+        --ip 127.0.0.1 --port "$TEMPORAL_PORT" --ui-port "$TEMPORAL_UI_PORT"
+        --http-port "$TEMPORAL_HTTP_PORT" --metrics-port "$TEMPORAL_METRICS_PORT"
+        --db-filename "$STATE_DIR/temporal.db"
+        --search-attribute RolloutName=Keyword
+        --log-level warn) ;;
+    etcd)
+      CMD=("$ETCD_BIN" --name noderollout --data-dir "$STATE_DIR/etcd"
+        --listen-client-urls "http://127.0.0.1:$ETCD_PORT"
+        --advertise-client-urls "http://127.0.0.1:$ETCD_PORT"
+        --listen-peer-urls "http://127.0.0.1:$ETCD_PEER_PORT"
+        --initial-advertise-peer-urls "http://127.0.0.1:$ETCD_PEER_PORT"
+        --initial-cluster "noderollout=http://127.0.0.1:$ETCD_PEER_PORT"
+        --unsafe-no-fsync
+        --quota-backend-bytes $((8 * 1024 * 1024 * 1024))
+        --log-level warn) ;;
+    kube-apiserver)
+      # The endpoint reconciler is off because it refuses a loopback advertise address;
+      # the service range is configuration only, nothing routes to it. TaintNodesByCondition
+      # is off so new Nodes carry no not-ready taint: no node-lifecycle controller runs to
+      # lift it. The watch grace period makes SIGTERM close open watches; without it the
+      # server waits for its clients to hang up and takes over 20 s to stop.
+      CMD=("$APISERVER_BIN"
+        --etcd-servers "http://127.0.0.1:$ETCD_PORT"
+        --bind-address 127.0.0.1 --advertise-address 127.0.0.1 --secure-port "$APISERVER_PORT"
+        --endpoint-reconciler-type none
+        --tls-cert-file "$PKI_DIR/apiserver.crt" --tls-private-key-file "$PKI_DIR/apiserver.key"
+        --client-ca-file "$PKI_DIR/ca.crt"
+        --authorization-mode RBAC
+        --service-account-issuer https://kubernetes.default.svc.cluster.local
+        --service-account-key-file "$PKI_DIR/sa.pub"
+        --service-account-signing-key-file "$PKI_DIR/sa.key"
+        --service-cluster-ip-range 10.0.0.0/24
+        --disable-admission-plugins TaintNodesByCondition
+        --shutdown-watch-termination-grace-period 2s
+        --max-requests-inflight 2000 --max-mutating-requests-inflight 1000) ;;
+    kube-controller-manager)
+      # Only the controllers that Jobs, their Pods and namespaces need. No scheduler runs:
+      # noderollout pins every Pod with spec.nodeName.
+      CMD=("$KCM_BIN"
+        --kubeconfig "$KUBECONFIG_FILE"
+        --controllers "$KCM_CONTROLLERS"
+        --leader-elect=false
+        --use-service-account-credentials=false
+        --service-account-private-key-file "$PKI_DIR/sa.key"
+        --root-ca-file "$PKI_DIR/ca.crt"
+        --kube-api-qps 500 --kube-api-burst 1000
+        --concurrent-job-syncs 50
+        --bind-address 127.0.0.1 --secure-port "$KCM_PORT"
+        --cert-dir "$STATE_DIR/kcm") ;;
+    kwok)
+      # Leases are off: they cost most of a core per 1,000 Nodes and nothing reads them.
+      CMD=("$KWOK_BIN" --kubeconfig "$KUBECONFIG_FILE"
+        --manage-nodes-with-label-selector 'type=kwok,noderollout.dev/stuck!=true'
+        --node-lease-duration-seconds 0
+        --server-address "127.0.0.1:$KWOK_PORT"
+        --config "$stages/node-ready.yaml" --config "$stages/pod-run.yaml"
+        --config "$stages/pod-delete.yaml") ;;
+    kwok-stuck)
+      # Nodes labelled noderollout.dev/stuck=true become Ready but their Pods never start;
+      # they still go away when deleted, so namespaces of timed-out tests can be removed.
+      CMD=("$KWOK_BIN" --kubeconfig "$KUBECONFIG_FILE"
+        --manage-nodes-with-label-selector 'type=kwok,noderollout.dev/stuck=true'
+        --node-lease-duration-seconds 0
+        --server-address "127.0.0.1:$KWOK_STUCK_PORT"
+        --config "$stages/node-ready.yaml" --config "$stages/pod-delete.yaml") ;;
+    worker)
+      CMD=("$WORKER_BIN" --kubeconfig "$KUBECONFIG_FILE"
+        --temporal-address "127.0.0.1:$TEMPORAL_PORT"
+        --metrics-listen "127.0.0.1:$WORKER_METRICS_PORT"
+        --kube-qps 500 --kube-burst 1000) ;;
+    *) die "unknown component: $1 (one of: ${COMPONENTS[*]})" ;;
+  esac
+}
+
+KCM_CONTROLLERS=job-controller,garbage-collector-controller,ttl-after-finished-controller,serviceaccount-controller,serviceaccount-token-controller,namespace-controller,pod-garbage-collector-controller
+
+# component_ports NAME prints the TCP ports the component listens on.
+component_ports() {
+  case $1 in
+    temporal) echo "$TEMPORAL_PORT $TEMPORAL_UI_PORT $TEMPORAL_HTTP_PORT $TEMPORAL_METRICS_PORT" ;;
+    etcd) echo "$ETCD_PORT $ETCD_PEER_PORT" ;;
+    kube-apiserver) echo "$APISERVER_PORT" ;;
+    kube-controller-manager) echo "$KCM_PORT" ;;
+    kwok) echo "$KWOK_PORT" ;;
+    kwok-stuck) echo "$KWOK_STUCK_PORT" ;;
+    worker) echo "$WORKER_METRICS_PORT" ;;
+  esac
+}
+
+# component_ready NAME succeeds when the component serves requests.
+component_ready() {
+  case $1 in
+    temporal)
+      "$TEMPORAL_BIN" operator cluster health --address "127.0.0.1:$TEMPORAL_PORT" \
+        --command-timeout 5s 2>/dev/null | grep -q SERVING ;;
+    etcd) curl -sf --max-time 5 "http://127.0.0.1:$ETCD_PORT/health" | grep -q '"health":"true"' ;;
+    kube-apiserver) [ "$(kube_get /readyz)" = ok ] ;;
+    kube-controller-manager) [ "$(curl -sfk --max-time 5 "https://127.0.0.1:$KCM_PORT/healthz")" = ok ] ;;
+    kwok) curl -sf --max-time 5 "http://127.0.0.1:$KWOK_PORT/healthz" >/dev/null ;;
+    kwok-stuck) curl -sf --max-time 5 "http://127.0.0.1:$KWOK_STUCK_PORT/healthz" >/dev/null ;;
+    worker) curl -sf --max-time 5 "http://127.0.0.1:$WORKER_METRICS_PORT/readyz" >/dev/null ;;
+  esac
+}
+
+port_in_use() { [ -n "$(ss -Hltn "sport = :$1" 2>/dev/null)" ]; }
+
+# start_component NAME starts the component in the background unless it already runs.
+start_component() {
+  local name=$1 port pid
+  if pid=$(pid_of "$name"); then
+    log "$name already running (pid $pid)"
+    return 0
+  fi
+  [ -x "$(component_bin "$name")" ] || die "$name: $(component_bin "$name") missing; run dev/build.sh"
+  for port in $(component_ports "$name"); do
+    if port_in_use "$port"; then
+      die "$name: port $port on this machine is taken by another process; stop it or set the port variable (see dev/lib.sh)"
+    fi
+  done
+  component_command "$name"
+  mkdir -p "$PID_DIR" "$LOG_DIR"
+  printf '\n===== %s start: %s\n' "$(date -u +%FT%TZ)" "${CMD[*]}" >>"$LOG_DIR/$name.log"
+  # setsid: the component outlives the shell (and process group) that started it.
+  setsid nohup "${CMD[@]}" >>"$LOG_DIR/$name.log" 2>&1 </dev/null &
+  echo $! >"$PID_DIR/$name.pid"
+  log "started $name (pid $!)"
+}
+
+wait_ready() { wait_until "$1" "$READY_TIMEOUT" component_ready "$1"; }
+
+# stop_component NAME sends SIGTERM, then SIGKILL after STOP_TIMEOUT seconds.
+stop_component() {
+  local name=$1 pid deadline
+  if ! pid=$(pid_of "$name"); then
+    rm -f "$PID_DIR/$name.pid"
+    return 0
+  fi
+  kill -TERM "$pid" 2>/dev/null || true
+  deadline=$((SECONDS + STOP_TIMEOUT))
+  while proc_alive "$pid"; do
+    if ((SECONDS >= deadline)); then
+      log "$name (pid $pid) still running after ${STOP_TIMEOUT}s; sending SIGKILL"
+      kill -KILL "$pid" 2>/dev/null || true
+      break
+    fi
+    sleep 0.1
+  done
+  deadline=$((SECONDS + 10))
+  while proc_alive "$pid"; do
+    ((SECONDS < deadline)) || die "$name (pid $pid) survived SIGKILL"
+    sleep 0.1
+  done
+  rm -f "$PID_DIR/$name.pid"
+  log "stopped $name (pid $pid)"
+}
