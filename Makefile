@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 GO ?= go
 
-.PHONY: all build vet unit up down status demo test e2e bench bench-quick clean
+.PHONY: all build vet unit up down status demo test e2e soak bench bench-quick clean
 
 all: build
 
@@ -36,6 +36,10 @@ test: unit e2e
 
 e2e:
 	dev/e2e.sh
+
+# soak: the fault tests twice more in a row (CI runs them three times in all, with make test).
+soak:
+	dev/e2e.sh -run 'TestFault' -count=2
 
 bench:
 	dev/bench.sh full

@@ -58,13 +58,13 @@ func (a *Activities) ListNodes(ctx context.Context, in ListNodesInput) (ListNode
 	if _, err := fields.ParseSelector(in.FieldSelector); err != nil {
 		return ListNodesResult{}, invalidRequest("fieldSelector", "%q is not a field selector: %v", in.FieldSelector, err)
 	}
-	entries, err := a.listSelectedNodes(ctx, in)
+	entries, total, err := a.listSelectedNodes(ctx, in)
 	if err != nil {
 		return ListNodesResult{}, err
 	}
 	slices.SortFunc(entries, func(x, y nodeEntry) int { return strings.Compare(x.name, y.name) })
 	entries = slices.CompactFunc(entries, func(x, y nodeEntry) bool { return x.name == y.name })
-	var res ListNodesResult
+	res := ListNodesResult{Total: total}
 	if len(entries) > limit {
 		entries, res.More = entries[:limit], true
 	}
@@ -80,7 +80,7 @@ func (a *Activities) ListNodes(ctx context.Context, in ListNodesInput) (ListNode
 // listSelectedNodes pages through the selected Nodes, keeping those after in.After. An expired
 // continue token (the listing outlived etcd compaction) restarts the listing from the first
 // page: a full unpaginated list, as the pager's own fallback does, is what paging is for avoiding.
-func (a *Activities) listSelectedNodes(ctx context.Context, in ListNodesInput) ([]nodeEntry, error) {
+func (a *Activities) listSelectedNodes(ctx context.Context, in ListNodesInput) ([]nodeEntry, int, error) {
 	nodes := a.Kube.CoreV1().Nodes()
 	p := pager.New(func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
 		return nodes.List(ctx, opts)
@@ -91,18 +91,20 @@ func (a *Activities) listSelectedNodes(ctx context.Context, in ListNodesInput) (
 	var err error
 	for range listRestarts {
 		var entries []nodeEntry
+		total := 0
 		err = p.EachListItem(ctx, opts, func(obj runtime.Object) error {
 			node, ok := obj.(*corev1.Node)
 			if !ok {
 				return fmt.Errorf("listing nodes: unexpected %T", obj)
 			}
+			total++
 			if node.Name > in.After {
 				entries = append(entries, nodeEntry{name: node.Name, marker: node.Annotations[markerKey]})
 			}
 			return nil
 		})
 		if err == nil {
-			return entries, nil
+			return entries, total, nil
 		}
 		if !apierrors.IsResourceExpired(err) && !apierrors.IsGone(err) {
 			break
@@ -111,10 +113,10 @@ func (a *Activities) listSelectedNodes(ctx context.Context, in ListNodesInput) (
 	if apierrors.IsBadRequest(err) || apierrors.IsInvalid(err) {
 		// The selectors parsed, so the server refused what they select on (e.g. a field Nodes
 		// do not support).
-		return nil, invalidRequest("nodeSelector", "the API server rejected selector %q / fieldSelector %q: %v",
+		return nil, 0, invalidRequest("nodeSelector", "the API server rejected selector %q / fieldSelector %q: %v",
 			in.Selector, in.FieldSelector, err)
 	}
-	return nil, kubeError(err, "list", "nodes")
+	return nil, 0, kubeError(err, "list", "nodes")
 }
 
 // listNamedNodes resolves the slice of an explicit node list after in.After.
@@ -125,12 +127,12 @@ func (a *Activities) listNamedNodes(ctx context.Context, in ListNodesInput, limi
 	names := slices.Clone(in.Names)
 	slices.Sort(names)
 	names = slices.Compact(names)
+	res := ListNodesResult{Total: len(names)}
 	start, _ := slices.BinarySearch(names, in.After)
 	if start < len(names) && names[start] == in.After {
 		start++
 	}
 	names = names[start:]
-	var res ListNodesResult
 	if len(names) > limit {
 		names, res.More = names[:limit], true
 		res.Next = names[len(names)-1]

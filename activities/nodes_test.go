@@ -47,12 +47,12 @@ func TestListNodesExplicitNames(t *testing.T) {
 
 	res, err := listNodes(t, a, in)
 	require.NoError(t, err)
-	require.Equal(t, ListNodesResult{Nodes: []string{"a", "c"}, Done: []string{"b"}, Missing: []string{"d"}, Next: "d", More: true}, res)
+	require.Equal(t, ListNodesResult{Nodes: []string{"a", "c"}, Done: []string{"b"}, Missing: []string{"d"}, Next: "d", More: true, Total: 6}, res)
 
 	in.After = res.Next
 	res, err = listNodes(t, a, in)
 	require.NoError(t, err)
-	require.Equal(t, ListNodesResult{Nodes: []string{"e", "f"}}, res)
+	require.Equal(t, ListNodesResult{Nodes: []string{"e", "f"}, Total: 6}, res)
 	require.Equal(t, 6, countActions(cs, "get", "nodes"), "one GET per distinct name")
 	require.Zero(t, countActions(cs, "list", "nodes"))
 }
@@ -62,7 +62,7 @@ func TestListNodesRerunIgnoresMarker(t *testing.T) {
 	a := newActivities(cs)
 	res, err := listNodes(t, a, ListNodesInput{Rollout: "kata", TemplateHash: testHash, Names: []string{"a", "b"}, Rerun: true, Limit: 10})
 	require.NoError(t, err)
-	require.Equal(t, ListNodesResult{Nodes: []string{"a", "b"}}, res)
+	require.Equal(t, ListNodesResult{Nodes: []string{"a", "b"}, Total: 2}, res)
 }
 
 func TestListNodesSelectorSinglePage(t *testing.T) {
@@ -75,7 +75,7 @@ func TestListNodesSelectorSinglePage(t *testing.T) {
 	a := newActivities(cs)
 	res, err := listNodes(t, a, ListNodesInput{Rollout: "kata", TemplateHash: testHash, Selector: "kata=true", Limit: 10})
 	require.NoError(t, err)
-	require.Equal(t, ListNodesResult{Nodes: []string{"b", "c"}, Done: []string{"a"}}, res)
+	require.Equal(t, ListNodesResult{Nodes: []string{"b", "c"}, Done: []string{"a"}, Total: 3}, res)
 	require.Equal(t, []string{"list nodes"}, actions(cs))
 	require.EqualValues(t, NodePageSize, cs.Actions()[0].(k8stesting.ListActionImpl).GetListOptions().Limit)
 }
@@ -161,6 +161,7 @@ func TestListNodesPaginatesWithSelector(t *testing.T) {
 	}
 	require.True(t, res.More)
 	require.Equal(t, "node-0699", res.Next)
+	require.Equal(t, 1100, res.Total, "the whole selection is counted, not just this slice")
 	require.Len(t, res.Nodes, 700-234) // node-0000..node-0699: every third done
 	require.Len(t, res.Done, 234)
 	require.Equal(t, "node-0000", res.Done[0])
@@ -173,6 +174,7 @@ func TestListNodesPaginatesWithSelector(t *testing.T) {
 	require.NoError(t, err)
 	require.False(t, res.More)
 	require.Empty(t, res.Next)
+	require.Equal(t, 1100, res.Total)
 	require.Equal(t, 400, len(res.Nodes)+len(res.Done))
 	require.Equal(t, "node-0700", res.Nodes[0])
 	require.Equal(t, "node-1099", res.Nodes[len(res.Nodes)-1])

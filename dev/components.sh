@@ -7,10 +7,15 @@ component_command() {
   local stages=$DEV_DIR/kwok
   case $1 in
     temporal)
+      # WAL and no fsync: the history survives a stop or a crash of the server (the fault
+      # tests restart it), just not of the machine; with fsync on every transition SQLite,
+      # not the rollout, would set the pace.
       CMD=("$TEMPORAL_BIN" server start-dev
         --ip 127.0.0.1 --port "$TEMPORAL_PORT" --ui-port "$TEMPORAL_UI_PORT"
         --http-port "$TEMPORAL_HTTP_PORT" --metrics-port "$TEMPORAL_METRICS_PORT"
         --db-filename "$STATE_DIR/temporal.db"
+        --sqlite-pragma journal_mode=wal --sqlite-pragma synchronous=off
+        --dynamic-config-value system.enableActivityEagerExecution=true
         --search-attribute RolloutName=Keyword
         --log-level warn) ;;
     etcd)
