@@ -200,3 +200,16 @@ func nodesSucceeded(t *testing.T, text string) int {
 	}
 	return total
 }
+
+func TestStarterDryRunListsNodesAndCreatesNothing(t *testing.T) {
+	f := NewFleet(t, 3)
+	req := f.Request("dry", time.Second)
+	out, code := runStarter(t, "dry-run", "-f", writeRequest(t, req))
+	require.Equal(t, 0, code, out)
+	require.Contains(t, out, "3 nodes selected, 3 would run")
+	for _, n := range f.Nodes {
+		require.Contains(t, out, n)
+	}
+	require.Contains(t, out, req.Name+"-"+f.Nodes[0][:10])
+	require.Empty(t, f.Jobs(t, req.Name), "a dry run creates no Job")
+}
