@@ -1,0 +1,59 @@
+package workflows
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+func TestWindowGrowthRules(t *testing.T) {
+	grow := func(b Batch, ceiling, successes int) []int {
+		w := newWindow(b, ceiling)
+		sizes := []int{w.size}
+		for i := 0; i < successes; i++ {
+			before := w.size
+			w.succeeded()
+			if w.size != before {
+				sizes = append(sizes, w.size)
+			}
+		}
+		return sizes
+	}
+	require.Equal(t, []int{2, 4, 6, 8, 9}, grow(Batch{Initial: 2, Growth: GrowthLinear, Step: 2}, 9, 100))
+	require.Equal(t, []int{1, 3, 9, 20}, grow(Batch{Initial: 1, Growth: GrowthExponential, Step: 3}, 20, 100))
+	require.Equal(t, []int{5}, grow(Batch{Initial: 5, Growth: GrowthFixed}, 20, 100))
+}
+
+func TestWindowFailureRestartsTheStreak(t *testing.T) {
+	w := newWindow(Batch{Initial: 2, Growth: GrowthLinear, Step: 1}, 10)
+	w.succeeded()
+	w.failed()
+	w.succeeded()
+	require.Equal(t, 2, w.size, "a failure in between: not a whole window of successes yet")
+	w.succeeded()
+	require.Equal(t, 3, w.size)
+}
+
+func TestWindowCeilingChanges(t *testing.T) {
+	fixed := newWindow(Batch{Initial: 4, Growth: GrowthFixed}, 4)
+	fixed.setCeiling(8)
+	require.Equal(t, 8, fixed.size, "a fixed window follows parallelism")
+	growing := newWindow(Batch{Initial: 1, Growth: GrowthExponential, Step: 2}, 8)
+	growing.setCeiling(3)
+	require.Equal(t, 1, growing.size, "a growing window is only capped")
+	growing.succeeded()
+	growing.succeeded()
+	growing.succeeded()
+	require.Equal(t, 3, growing.size)
+}
+
+func (s *RolloutSuite) TestDelayBetweenNodesSpacesLaunches() {
+	req := request(nodeNames(4)...)
+	req.DelayBetweenNodes = "30s"
+	s.env.ExecuteWorkflow(Rollout, req)
+	s.Equal(4, s.result().Counts.Succeeded)
+	for i, run := range s.runs {
+		s.Equal(time.Duration(i)*30*time.Second, run.start.Sub(s.runs[0].start))
+	}
+}
