@@ -134,7 +134,7 @@ func rolloutAsServiceAccount(t *testing.T) {
 	queue := "noderollout-rbac-" + rand.String(6)
 	w, err := StartWorker("rbac-"+rand.String(4), "--kubeconfig", kubeconfig, "--task-queue", queue)
 	require.NoError(t, err, "the worker's Job informer lists and watches Jobs in every namespace")
-	t.Cleanup(w.Stop)
+	t.Cleanup(func() { _ = w.Stop() })
 
 	f := NewFleet(t, 6)
 	cm := &corev1.ConfigMap{

@@ -34,7 +34,7 @@ func ownWorkers(t *testing.T, n int, extra ...string) (string, []*Worker) {
 	}
 	t.Cleanup(func() {
 		for _, w := range ws {
-			w.Stop()
+			_ = w.Stop()
 		}
 	})
 	return queue, ws
@@ -75,7 +75,7 @@ func TestFaultWorkerKilledMidRollout(t *testing.T) {
 	time.Sleep(5 * time.Second)
 	restarted, err := StartWorker(ws[0].Name+"-restarted", "--task-queue", queue)
 	require.NoError(t, err)
-	defer restarted.Stop()
+	defer func() { _ = restarted.Stop() }()
 	res := Succeeded(t, run)
 	requireEveryNodeOnce(t, f, res)
 	require.Equal(t, 20, res.Counts.Succeeded)
@@ -270,4 +270,23 @@ func TestFaultRerunAfterFailureRunsOnlyFailedAndNewNodes(t *testing.T) {
 		require.Len(t, jobs[n], want, "node %s", n)
 	}
 	require.Len(t, jobs[added[0]], 1)
+}
+
+// TestWorkerStopsGracefullyAndAnotherResumes: SIGTERM makes the worker drain and exit 0; the
+// Job waits it gave up resume on the next worker, and no Job is made twice.
+func TestWorkerStopsGracefullyAndAnotherResumes(t *testing.T) {
+	queue, ws := ownWorkers(t, 1)
+	f := NewFleet(t, 6)
+	req := f.Request("graceful", 4*time.Second)
+	req.Parallelism = 3
+	run := StartOn(t, req, queue)
+	midRollout(t, f, req.Name, 3)
+	require.NoError(t, ws[0].Stop(), "SIGTERM ends the worker with exit code 0")
+	next, err := StartWorker(ws[0].Name+"-next", "--task-queue", queue)
+	require.NoError(t, err)
+	defer func() { _ = next.Stop() }()
+	res := Succeeded(t, run)
+	requireEveryNodeOnce(t, f, res)
+	require.Equal(t, 6, res.Counts.Succeeded)
+	requireOneJobPerNode(t, f, req.Name)
 }

@@ -94,7 +94,7 @@ func run(m *testing.M) (int, error) {
 		return 0, err
 	}
 	code := m.Run()
-	defaultWorker.Stop()
+	_ = defaultWorker.Stop()
 	return code, nil
 }
 
@@ -105,6 +105,7 @@ type Worker struct {
 	cmd         *exec.Cmd
 	logPath     string
 	done        chan struct{}
+	exitErr     error // how the process ended, once done is closed
 }
 
 // StartWorker starts a worker process and waits until it reports ready.
@@ -130,7 +131,7 @@ func StartWorker(name string, extraArgs ...string) (*Worker, error) {
 	if err := w.cmd.Start(); err != nil {
 		return nil, err
 	}
-	go func() { _ = w.cmd.Wait(); logFile.Close(); close(w.done) }()
+	go func() { w.exitErr = w.cmd.Wait(); logFile.Close(); close(w.done) }()
 	deadline := time.Now().Add(60 * time.Second)
 	for {
 		resp, err := http.Get("http://" + addr + "/readyz")
@@ -158,13 +159,15 @@ func (w *Worker) Kill() {
 	<-w.done
 }
 
-// Stop asks the worker to stop gracefully and waits.
-func (w *Worker) Stop() {
+// Stop asks the worker to stop gracefully (SIGTERM), waits, and returns how it exited.
+func (w *Worker) Stop() error {
 	_ = w.cmd.Process.Signal(syscall.SIGTERM)
 	select {
 	case <-w.done:
+		return w.exitErr
 	case <-time.After(30 * time.Second):
 		w.Kill()
+		return fmt.Errorf("worker %s did not stop within 30 s of SIGTERM", w.Name)
 	}
 }
 
