@@ -57,8 +57,9 @@ func ParseNodeMarker(v string) (templateHash, outcome string, ok bool) {
 
 // NodeLabelValue turns a node name (DNS subdomain, up to 253 chars, any case) into a valid label
 // value (<=63, [a-z0-9A-Z-_.], alnum at both ends). Unchanged when already valid and short;
-// otherwise sanitized, truncated, and suffixed with "-" + a short hash of the ORIGINAL name so
-// that distinct nodes (e.g. "a.b" vs "a-b") never collide.
+// otherwise sanitized, truncated, and suffixed with "_" + a short hash of the ORIGINAL name so
+// that distinct nodes (e.g. "a.b" vs "a-b") never collide. Node names cannot contain "_", so an
+// altered name never equals another node's unaltered one.
 func NodeLabelValue(node string) string {
 	if isLabelValue(node) {
 		return node
@@ -76,9 +77,9 @@ func NodeLabelValue(node string) string {
 	prefix = strings.TrimRightFunc(prefix, isLabelPunct)
 	hash := hexHash(nodeHashLen, []byte(node))
 	if prefix == "" {
-		return hash
+		return "n_" + hash
 	}
-	return prefix + "-" + hash
+	return prefix + "_" + hash
 }
 
 // JobName is the deterministic Job name "<rollout>-<node part>-<5 hex of hash(rollout,node,runID)>",

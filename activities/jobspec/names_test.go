@@ -52,7 +52,7 @@ func TestNodeLabelValue(t *testing.T) {
 		{name: "newline", node: "a\nb"},
 		{name: "invalid UTF-8", node: "\xff\xfe"},
 	}
-	hexSuffix := regexp.MustCompile(`(^|-)[0-9a-f]{10}$`)
+	hexSuffix := regexp.MustCompile(`_[0-9a-f]{10}$`)
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			got := NodeLabelValue(tt.node)
