@@ -162,6 +162,10 @@ func (a *Activities) WaitJob(ctx context.Context, in WaitJobInput) (JobEnd, erro
 	}
 }
 
+// informerGrace is how long a newly created Job may be missing from the informer's cache
+// before WaitJob reads it from the API server instead.
+const informerGrace = 5 * time.Second
+
 // jobWait is one WaitJob's view of its Job.
 type jobWait struct {
 	a   *Activities
@@ -191,6 +195,11 @@ func (w *jobWait) check(ctx context.Context) (end JobEnd, done bool, err error) 
 		}
 	}
 	if w.confirmed {
+		return JobEnd{}, false, nil
+	}
+	if job == nil && !gone && !w.ref.CreatedAt.IsZero() && w.a.Now().Sub(w.ref.CreatedAt) < informerGrace {
+		// Just created: the informer delivers it in moments, and its event wakes the wait.
+		// A GET now would be one polling read per node; past the grace it is a real check.
 		return JobEnd{}, false, nil
 	}
 	fresh, err := w.a.Kube.BatchV1().Jobs(w.ref.Namespace).Get(ctx, w.ref.Name, metav1.GetOptions{})

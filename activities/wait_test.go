@@ -161,11 +161,29 @@ func TestWaitJobMissingFromCacheAndServer(t *testing.T) {
 	job := ourJob(t, testRequest("node-a")) // never stored
 	cs := fake.NewClientset(testNode("node-a", nil))
 	a := startedActivities(t, cs)
+	a.Now = func() time.Time { return t0.Add(informerGrace) } // past the grace for informer lag
 	result, _ := waitJob(t, newEnv(a), a, WaitJobInput{Job: refOf(job, "node-a")})
 	r := receive(t, result, "WaitJob to return")
 	require.NoError(t, r.err)
 	require.Equal(t, ReasonJobDeleted, r.end.Reason)
 	require.Equal(t, 1, countActions(cs, "get", "jobs"))
+}
+
+// TestWaitJobTrustsTheInformerForANewJob: a Job just created and not yet in the cache is not
+// read from the API server; its informer event is awaited.
+func TestWaitJobTrustsTheInformerForANewJob(t *testing.T) {
+	job := ourJob(t, testRequest("node-a"))
+	cs := fake.NewClientset(testNode("node-a", nil))
+	a := startedActivities(t, cs)
+	result, _ := waitJob(t, newEnv(a), a, WaitJobInput{Job: refOf(job, "node-a")})
+	done := job.DeepCopy()
+	done.Status.Conditions = []batchv1.JobCondition{{Type: batchv1.JobComplete, Status: corev1.ConditionTrue}}
+	_, err := cs.BatchV1().Jobs(testNamespace).Create(t.Context(), done, metav1.CreateOptions{})
+	require.NoError(t, err)
+	r := receive(t, result, "WaitJob to return")
+	require.NoError(t, r.err)
+	require.Equal(t, OutcomeSucceeded, r.end.Outcome)
+	require.Zero(t, countActions(cs, "get", "jobs"), "no polling read")
 }
 
 func TestWaitJobReplacedByAnotherJob(t *testing.T) {
@@ -174,6 +192,7 @@ func TestWaitJobReplacedByAnotherJob(t *testing.T) {
 	ref.UID = "uid-of-a-job-deleted-long-ago"
 	cs := fake.NewClientset(testNode("node-a", nil), job)
 	a := startedActivities(t, cs)
+	a.Now = func() time.Time { return t0.Add(informerGrace) }
 	result, _ := waitJob(t, newEnv(a), a, WaitJobInput{Job: ref})
 	r := receive(t, result, "WaitJob to return")
 	require.NoError(t, r.err)
