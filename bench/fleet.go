@@ -1,0 +1,260 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/pager"
+)
+
+// Labels on the bench's Nodes: one marks every bench Node (stale ones are removed at start),
+// the other selects the Nodes of one size of one run, which both systems roll out to.
+const (
+	labelBench   = "bench.noderollout.dev/bench"
+	labelFleet   = "bench.noderollout.dev/fleet"
+	fleetWorkers = 64
+)
+
+// fleet is one size's fake Nodes; both systems run on the same Nodes, one after the other.
+type fleet struct {
+	id    string // label value of labelFleet
+	nodes []string
+	fail  []string // the deterministic few whose Pods fail
+}
+
+func (f *fleet) selector() string { return labelFleet + "=" + f.id }
+
+// newFleetSpec names n Nodes; every failEvery-th Node (offset to the middle of each stride)
+// gets a failing Pod. Names are zero-padded so that name order, the order noderollout walks
+// them, is creation order.
+func newFleetSpec(run string, n, failPercent int) *fleet {
+	f := &fleet{id: fmt.Sprintf("%s-%d", run, n)}
+	failEvery := 0
+	if failPercent > 0 {
+		failEvery = max(1, 100/failPercent)
+	}
+	for i := range n {
+		name := fmt.Sprintf("bn-%s-%05d", run, i)
+		f.nodes = append(f.nodes, name)
+		if failEvery > 0 && i%failEvery == failEvery/2 {
+			f.fail = append(f.fail, name)
+		}
+	}
+	return f
+}
+
+// create makes the Nodes in parallel and waits until kwok has made every one Ready.
+func (f *fleet) create(ctx context.Context, kube kubernetes.Interface, logf func(string, ...any)) error {
+	start := time.Now()
+	err := parallel(ctx, fleetWorkers, f.nodes, func(ctx context.Context, name string) error {
+		node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{
+			Name: name,
+			Labels: map[string]string{
+				"type": "kwok", labelBench: "true", labelFleet: f.id,
+				"kubernetes.io/hostname": name, "kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64",
+			},
+			Annotations: map[string]string{"kwok.x-k8s.io/node": "fake"},
+		}}
+		_, err := kube.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{FieldManager: "noderollout-bench"})
+		if apierrors.IsAlreadyExists(err) {
+			return nil
+		}
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("creating %d nodes: %w", len(f.nodes), err)
+	}
+	logf("created %d nodes in %.1fs; waiting until Ready", len(f.nodes), time.Since(start).Seconds())
+	return poll(ctx, 10*time.Minute, 2*time.Second, func(ctx context.Context) (bool, string, error) {
+		ready := 0
+		err := eachNode(ctx, kube, f.selector(), func(n *corev1.Node) {
+			for _, c := range n.Status.Conditions {
+				if c.Type == corev1.NodeReady && c.Status == corev1.ConditionTrue {
+					ready++
+				}
+			}
+		})
+		return ready == len(f.nodes), fmt.Sprintf("%d of %d nodes Ready", ready, len(f.nodes)), err
+	})
+}
+
+// deleteNodes removes every Node matching selector, in parallel, and waits until they are gone.
+func deleteNodes(ctx context.Context, kube kubernetes.Interface, selector string, logf func(string, ...any)) error {
+	var names []string
+	if err := eachNode(ctx, kube, selector, func(n *corev1.Node) { names = append(names, n.Name) }); err != nil {
+		return err
+	}
+	if len(names) == 0 {
+		return nil
+	}
+	start := time.Now()
+	err := parallel(ctx, fleetWorkers, names, func(ctx context.Context, name string) error {
+		err := kube.CoreV1().Nodes().Delete(ctx, name, metav1.DeleteOptions{})
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("deleting nodes %s: %w", selector, err)
+	}
+	err = poll(ctx, 5*time.Minute, 2*time.Second, func(ctx context.Context) (bool, string, error) {
+		left := 0
+		err := eachNode(ctx, kube, selector, func(*corev1.Node) { left++ })
+		return left == 0, fmt.Sprintf("%d nodes left", left), err
+	})
+	logf("deleted %d nodes (%s) in %.1fs", len(names), selector, time.Since(start).Seconds())
+	return err
+}
+
+func eachNode(ctx context.Context, kube kubernetes.Interface, selector string, fn func(*corev1.Node)) error {
+	p := pager.New(func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
+		return kube.CoreV1().Nodes().List(ctx, opts)
+	})
+	p.PageSize = 1000
+	return p.EachListItem(ctx, metav1.ListOptions{LabelSelector: selector}, func(obj runtime.Object) error {
+		fn(obj.(*corev1.Node))
+		return nil
+	})
+}
+
+// createNamespace makes a namespace and waits for its default ServiceAccount, without which
+// the Job controller's Pods are refused.
+func createNamespace(ctx context.Context, kube kubernetes.Interface, name string) error {
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{labelBench: "true"}}}
+	if _, err := kube.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return err
+	}
+	return poll(ctx, time.Minute, 200*time.Millisecond, func(ctx context.Context) (bool, string, error) {
+		_, err := kube.CoreV1().ServiceAccounts(name).Get(ctx, "default", metav1.GetOptions{})
+		return err == nil, "default ServiceAccount in " + name, nil
+	})
+}
+
+// waitNoPods waits until the namespace holds no Jobs and no Pods, so that the next system
+// does not share the control plane with the previous one's garbage collection.
+func waitNoPods(ctx context.Context, kube kubernetes.Interface, namespace string) error {
+	return poll(ctx, 5*time.Minute, time.Second, func(ctx context.Context) (bool, string, error) {
+		pods, err := kube.CoreV1().Pods(namespace).List(ctx, metav1.ListOptions{Limit: 1})
+		if err != nil {
+			return false, "", err
+		}
+		jobs, err := kube.BatchV1().Jobs(namespace).List(ctx, metav1.ListOptions{Limit: 1})
+		if err != nil {
+			return false, "", err
+		}
+		left := func(n int, rest *int64) int64 {
+			if rest != nil {
+				return int64(n) + *rest
+			}
+			return int64(n)
+		}
+		return len(pods.Items) == 0 && len(jobs.Items) == 0,
+			fmt.Sprintf("%d Pods and %d Jobs left in %s", left(len(pods.Items), pods.RemainingItemCount),
+				left(len(jobs.Items), jobs.RemainingItemCount), namespace), nil
+	})
+}
+
+// deleteNamespaces removes the namespaces matching opts, with their Jobs, and waits until
+// they are gone.
+func deleteNamespaces(ctx context.Context, kube kubernetes.Interface, opts metav1.ListOptions) error {
+	list, err := kube.CoreV1().Namespaces().List(ctx, opts)
+	if err != nil {
+		return err
+	}
+	bg := metav1.DeletePropagationBackground
+	for _, ns := range list.Items {
+		_ = kube.BatchV1().Jobs(ns.Name).DeleteCollection(ctx, metav1.DeleteOptions{PropagationPolicy: &bg}, metav1.ListOptions{})
+		if err := kube.CoreV1().Namespaces().Delete(ctx, ns.Name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+			return err
+		}
+	}
+	return poll(ctx, 5*time.Minute, time.Second, func(ctx context.Context) (bool, string, error) {
+		list, err := kube.CoreV1().Namespaces().List(ctx, opts)
+		if err != nil {
+			return false, "", err
+		}
+		return len(list.Items) == 0, fmt.Sprintf("%d bench namespaces left", len(list.Items)), nil
+	})
+}
+
+// jobTemplate is the Job both systems run on every node: kwok keeps its Pod Running for
+// runSeconds, then ends it, failing it on the nodes in fail (dev/kwok/pod-run.yaml).
+func jobTemplate(runSeconds float64, fail []string) string {
+	return fmt.Sprintf(`apiVersion: batch/v1
+kind: Job
+metadata:
+  labels:
+    app: noderollout-bench
+spec:
+  backoffLimit: 0
+  template:
+    metadata:
+      annotations:
+        noderollout.dev/run-seconds: "%g"
+        noderollout.dev/fail-nodes: "%s"
+    spec:
+      restartPolicy: Never
+      containers:
+      - name: work
+        image: busybox
+        command: ["sh", "-c", "echo rolling out on {{node}}"]
+`, runSeconds, strings.Join(fail, ","))
+}
+
+// parallel runs fn for every item with at most workers calls in flight and returns the first
+// error; the calls still queued are skipped.
+func parallel[T any](ctx context.Context, workers int, items []T, fn func(context.Context, T) error) error {
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	work := make(chan T)
+	var wg sync.WaitGroup
+	for range min(workers, len(items)) {
+		wg.Go(func() {
+			for item := range work {
+				if err := fn(ctx, item); err != nil {
+					cancel(fmt.Errorf("%v: %w", item, err))
+				}
+			}
+		})
+	}
+feed:
+	for _, item := range items {
+		select {
+		case work <- item:
+		case <-ctx.Done():
+			break feed
+		}
+	}
+	close(work)
+	wg.Wait()
+	return context.Cause(ctx)
+}
+
+// poll calls check until it reports done, failing after timeout with check's last word.
+func poll(ctx context.Context, timeout, every time.Duration, check func(context.Context) (bool, string, error)) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	for {
+		done, progress, err := check(ctx)
+		if done && err == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			if err != nil {
+				progress += ": " + err.Error()
+			}
+			return fmt.Errorf("gave up after %s: %s", timeout, progress)
+		case <-time.After(every):
+		}
+	}
+}

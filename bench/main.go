@@ -1,0 +1,428 @@
+// Command bench measures noderollout at fleet scale on the local stack (dev/up.sh): for each
+// fleet size it creates kwok nodes, runs one rollout with a separate worker process, runs
+// the same rollout with a plain client-go dispatcher (bench/baseline) as the yardstick, and
+// writes a table of makespan against the ideal, API requests, Temporal history events and
+// resources per node (Markdown, CSV, JSON and a PNG plot). dev/bench.sh runs it; see the
+// "Benchmark" section of README.md for what is counted and how.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/spf13/pflag"
+	"go.temporal.io/sdk/client"
+	sdklog "go.temporal.io/sdk/log"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/noderollout/noderollout/workflows"
+)
+
+type config struct {
+	mode            string
+	sizes           []int
+	parallelism     int
+	jobSeconds      float64
+	failPercent     int
+	systems         []string
+	out             string
+	workDir         string
+	workerBin       string
+	baselineBin     string
+	kubeconfig      string
+	temporalAddress string
+	temporalMetrics string
+	stateDir        string
+	gateNodes       int
+	gateRatio       float64
+	historyWorkers  int
+	canAfter        int
+	rewrite         string
+	trace           bool
+}
+
+func logf(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, "[bench %s] %s\n", time.Now().Format("15:04:05"), fmt.Sprintf(format, args...))
+}
+
+func main() {
+	cfg, err := parseFlags(os.Args[1:])
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(2)
+	}
+	if cfg.rewrite != "" {
+		if err := rewrite(cfg); err != nil {
+			fmt.Fprintln(os.Stderr, "bench:", err)
+			os.Exit(1)
+		}
+		return
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	failures, err := run(ctx, cfg)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(1)
+	}
+	if len(failures) > 0 {
+		for _, f := range failures {
+			fmt.Fprintln(os.Stderr, "bench: FAIL:", f)
+		}
+		os.Exit(1)
+	}
+}
+
+func parseFlags(args []string) (config, error) {
+	var c config
+	var sizes, systems string
+	fs := pflag.NewFlagSet("bench", pflag.ContinueOnError)
+	fs.StringVar(&c.mode, "mode", "quick", "quick (100 and 1,000 nodes) or full (100, 1,000 and 10,000)")
+	fs.StringVar(&sizes, "sizes", "", "comma-separated fleet sizes, instead of the mode's")
+	fs.IntVar(&c.parallelism, "parallelism", 100, "Jobs in flight (P)")
+	fs.Float64Var(&c.jobSeconds, "job-seconds", 5, "how long each Job's Pod runs (D)")
+	fs.IntVar(&c.failPercent, "fail-percent", 2, "share of nodes whose Pod fails (every 100/x-th node)")
+	fs.StringVar(&systems, "systems", systemBaseline+","+systemNoderollout, "systems to run, in this order")
+	fs.StringVar(&c.out, "out", "bench/results", "directory for results.md, results.csv, results.json and results.png")
+	fs.StringVar(&c.workDir, "work-dir", os.TempDir(), "directory for logs, kubeconfigs and templates")
+	fs.StringVar(&c.workerBin, "worker-bin", "bin/worker", "the built worker")
+	fs.StringVar(&c.baselineBin, "baseline-bin", "bin/baseline", "the built baseline dispatcher")
+	fs.StringVar(&c.kubeconfig, "kubeconfig", os.Getenv("KUBECONFIG"), "admin kubeconfig of the local stack")
+	fs.StringVar(&c.temporalAddress, "temporal-address", os.Getenv("TEMPORAL_ADDRESS"), "Temporal frontend of the local stack")
+	fs.StringVar(&c.temporalMetrics, "temporal-metrics", "127.0.0.1:7244", "the Temporal server's Prometheus endpoint (host:port)")
+	fs.StringVar(&c.stateDir, "state-dir", os.Getenv("NODEROLLOUT_STATE"), "the stack's state directory (pids, logs)")
+	fs.IntVar(&c.gateNodes, "gate-nodes", 1000, "fleet size at which noderollout's makespan is held against the baseline's")
+	fs.Float64Var(&c.gateRatio, "gate-ratio", 1.5, "fail when noderollout's makespan exceeds this multiple of the baseline's at --gate-nodes")
+	fs.StringVar(&c.rewrite, "rewrite", "", "only rewrite the report files in --out from this results.json of an earlier run")
+	fs.IntVar(&c.canAfter, "continue-as-new-after", 0, "the rollout's continueAsNewAfter; 0: its default")
+	fs.IntVar(&c.historyWorkers, "history-workers", 16, "child histories read at once")
+	fs.BoolVar(&c.trace, "trace", true, "watch Jobs and Pods to break each slot's cycle into steps")
+	if err := fs.Parse(args); err != nil {
+		return c, err
+	}
+	if sizes == "" {
+		switch c.mode {
+		case "quick":
+			sizes = "100,1000"
+		case "full":
+			sizes = "100,1000,10000"
+		default:
+			return c, fmt.Errorf("--mode %q: want quick or full", c.mode)
+		}
+	}
+	for _, s := range strings.Split(sizes, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(s))
+		if err != nil || n < 1 {
+			return c, fmt.Errorf("--sizes: %q is not a positive count", s)
+		}
+		c.sizes = append(c.sizes, n)
+	}
+	for _, s := range strings.Split(systems, ",") {
+		if s != systemBaseline && s != systemNoderollout {
+			return c, fmt.Errorf("--systems: %q is neither %s nor %s", s, systemBaseline, systemNoderollout)
+		}
+		c.systems = append(c.systems, s)
+	}
+	switch {
+	case c.rewrite != "":
+		return c, nil
+	case c.kubeconfig == "" || c.temporalAddress == "" || c.stateDir == "":
+		return c, errors.New("KUBECONFIG, TEMPORAL_ADDRESS and NODEROLLOUT_STATE must point at the local stack (source .stack/env)")
+	case c.parallelism < 1 || c.parallelism > workflows.MaxParallelism:
+		return c, fmt.Errorf("--parallelism: between 1 and %d", workflows.MaxParallelism)
+	case c.jobSeconds <= 0:
+		return c, errors.New("--job-seconds must be positive")
+	}
+	return c, nil
+}
+
+// env is what every measurement shares.
+type env struct {
+	cfg             config
+	run             string // unique per bench run: in node, namespace, task queue and rollout names
+	kube            kubernetes.Interface
+	tc              client.Client
+	proxy           *countingProxy
+	proxyKubeconfig string
+}
+
+func run(ctx context.Context, cfg config) ([]string, error) {
+	rc, err := clientcmd.BuildConfigFromFlags("", cfg.kubeconfig)
+	if err != nil {
+		return nil, err
+	}
+	rc.QPS, rc.Burst, rc.UserAgent = 1000, 2000, "noderollout-bench"
+	kube, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		return nil, err
+	}
+	tc, err := client.Dial(client.Options{HostPort: cfg.temporalAddress, Logger: sdklog.NewStructuredLogger(
+		slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})))})
+	if err != nil {
+		return nil, fmt.Errorf("temporal at %s: %w", cfg.temporalAddress, err)
+	}
+	defer tc.Close()
+	proxy, err := startProxy(rest.CopyConfig(rc))
+	if err != nil {
+		return nil, err
+	}
+	defer proxy.close()
+	e := &env{cfg: cfg, run: runID(), kube: kube, tc: tc, proxy: proxy}
+	if e.proxyKubeconfig, err = proxy.writeKubeconfig(cfg.workDir, "bench-proxy.kubeconfig"); err != nil {
+		return nil, err
+	}
+	logf("run %s: sizes %v, P=%d, D=%gs, %d%% failing nodes, systems %v; logs in %s",
+		e.run, cfg.sizes, cfg.parallelism, cfg.jobSeconds, cfg.failPercent, cfg.systems, cfg.workDir)
+
+	// Leftovers of an interrupted run would share the control plane with this one.
+	benchOnly := metav1.ListOptions{LabelSelector: labelBench + "=true"}
+	if err := deleteNamespaces(ctx, kube, benchOnly); err != nil {
+		return nil, err
+	}
+	if err := deleteNodes(ctx, kube, labelBench+"=true", logf); err != nil {
+		return nil, err
+	}
+
+	var results []*result
+	var failures []string
+	for _, n := range cfg.sizes {
+		rs, err := e.measureSize(ctx, n)
+		results = append(results, rs...)
+		if err != nil {
+			failures = append(failures, fmt.Sprintf("N=%d: %v", n, err))
+			if ctx.Err() != nil {
+				break
+			}
+		}
+		if err := writeResults(cfg, e.run, time.Now().UTC(), results); err != nil {
+			return nil, err
+		}
+	}
+	failures = append(failures, gate(cfg, results)...)
+	if err := writeResults(cfg, e.run, time.Now().UTC(), results); err != nil {
+		return nil, err
+	}
+	fmt.Println(markdownSummary(results))
+	logf("results in %s", cfg.out)
+	return failures, nil
+}
+
+// rewrite regenerates results.{md,csv,json,png} from an earlier run's results.json, with the
+// settings recorded there.
+func rewrite(cfg config) error {
+	raw, err := os.ReadFile(cfg.rewrite)
+	if err != nil {
+		return err
+	}
+	var saved struct {
+		Run     string    `json:"run"`
+		Date    time.Time `json:"date"`
+		Config  savedCfg  `json:"config"`
+		Results []*result `json:"results"`
+	}
+	if err := json.Unmarshal(raw, &saved); err != nil {
+		return fmt.Errorf("%s: %w", cfg.rewrite, err)
+	}
+	cfg.mode, cfg.sizes, cfg.parallelism = saved.Config.Mode, saved.Config.Sizes, saved.Config.Parallelism
+	cfg.jobSeconds, cfg.failPercent, cfg.systems = saved.Config.JobSeconds, saved.Config.FailPercent, saved.Config.Systems
+	return writeResults(cfg, saved.Run, saved.Date, saved.Results)
+}
+
+// runID is short, lower-case and different on every run.
+func runID() string {
+	s := strconv.FormatInt(time.Now().Unix()%(36*36*36*36), 36)
+	return strings.Repeat("0", 4-len(s)) + s
+}
+
+// measureSize creates a fleet of n nodes, runs every system on it and removes it.
+func (e *env) measureSize(ctx context.Context, n int) ([]*result, error) {
+	f := newFleetSpec(e.run, n, e.cfg.failPercent)
+	logf("N=%d: creating nodes (%d fail)", n, len(f.fail))
+	if err := f.create(ctx, e.kube, logf); err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err := deleteNodes(context.WithoutCancel(ctx), e.kube, f.selector(), logf); err != nil {
+			logf("N=%d: deleting nodes: %v", n, err)
+		}
+	}()
+	template := jobTemplate(e.cfg.jobSeconds, f.fail)
+	var results []*result
+	var base *result
+	for _, system := range e.cfg.systems {
+		s := runSpec{
+			system: system, fleet: f, template: template, parallelism: e.cfg.parallelism, jobSeconds: e.cfg.jobSeconds,
+			namespace: fmt.Sprintf("bench-%s-%s", f.id, system),
+		}
+		r, err := e.measureOne(ctx, s)
+		if r != nil {
+			results = append(results, r)
+			if system == systemBaseline {
+				base = r
+			}
+		}
+		if err != nil {
+			return results, fmt.Errorf("%s: %w", system, err)
+		}
+	}
+	for _, r := range results {
+		if base != nil && base.MakespanS > 0 {
+			r.VsBaseline = r.MakespanS / base.MakespanS
+		}
+		logf("N=%d %s: makespan %.1fs (ideal %.0fs, ratio %.2f, %.2fx baseline); %d/%d/%d succeeded/failed/other of %d",
+			n, r.System, r.MakespanS, r.IdealS, r.Ratio, r.VsBaseline, r.Succeeded, r.Failed, r.Other, r.Nodes)
+	}
+	return results, nil
+}
+
+// measureOne runs one system on the fleet in a namespace of its own and tidies up after it.
+func (e *env) measureOne(ctx context.Context, s runSpec) (*result, error) {
+	if err := createNamespace(ctx, e.kube, s.namespace); err != nil {
+		return nil, err
+	}
+	defer func() {
+		ctx := context.WithoutCancel(ctx)
+		if err := waitNoPods(ctx, e.kube, s.namespace); err != nil {
+			logf("%s: %v", s.namespace, err)
+		}
+		if err := deleteNamespaces(ctx, e.kube, metav1.ListOptions{FieldSelector: "metadata.name=" + s.namespace}); err != nil {
+			logf("%s: %v", s.namespace, err)
+		}
+	}()
+	var tr *tracer
+	if e.cfg.trace {
+		var err error
+		if tr, err = startTracer(ctx, e.kube, s.namespace); err != nil {
+			return nil, err
+		}
+		defer tr.close()
+	}
+	n := len(s.fleet.nodes)
+	r := &result{
+		System: s.system, Nodes: n, Parallelism: s.parallelism, JobSeconds: s.jobSeconds,
+		IdealS: math.Ceil(float64(n)/float64(s.parallelism)) * s.jobSeconds, ExpectedFailed: len(s.fleet.fail),
+	}
+	logf("N=%d %s: starting", n, s.system)
+	var err error
+	switch s.system {
+	case systemNoderollout:
+		err = e.measureNoderollout(ctx, s, r)
+	case systemBaseline:
+		err = e.measureBaseline(ctx, s, r)
+	}
+	if tr != nil && !r.start.IsZero() {
+		r.Slot = tr.phases(r.start, r.end, s.parallelism)
+	}
+	r.derive()
+	if err != nil {
+		r.Error = err.Error()
+	}
+	return r, err
+}
+
+func (e *env) measureNoderollout(ctx context.Context, s runSpec, r *result) error {
+	taskQueue := "bench-" + s.fleet.id
+	w, err := startWorker(ctx, e.cfg.workerBin, e.proxyKubeconfig, e.cfg.temporalAddress, taskQueue,
+		filepath.Join(e.cfg.workDir, "bench-worker-"+s.fleet.id+".log"))
+	if err != nil {
+		return err
+	}
+	defer w.stop()
+	before, err := takeUsage(ctx, e.kube, e.cfg.stateDir, e.cfg.temporalMetrics, e.proxy)
+	if err != nil {
+		return err
+	}
+	procBefore, _ := readProc(w.pid())
+	logOffset := temporalLogOffset(e.cfg.stateDir)
+
+	req := rolloutRequest("bench-"+s.fleet.id, s)
+	req.ContinueAsNewAfter = e.cfg.canAfter
+	r.start = time.Now()
+	wr, err := startRollout(ctx, e.tc, taskQueue, req)
+	if err != nil {
+		return fmt.Errorf("starting the rollout: %w", err)
+	}
+	followCtx, stopFollowing := context.WithCancel(ctx)
+	go followRollout(followCtx, e.tc, wr.GetID(), 15*time.Second, r.start)
+	res, rolloutErr := waitRollout(ctx, e.tc, wr.GetID())
+	r.end = time.Now()
+	stopFollowing()
+
+	after, err := takeUsage(ctx, e.kube, e.cfg.stateDir, e.cfg.temporalMetrics, e.proxy)
+	if err != nil {
+		return err
+	}
+	procAfter, _ := readProc(w.pid())
+	r.fill(before, after)
+	r.Process = processUse{PeakMB: procAfter.PeakMB, CPU: procAfter.CPU - procBefore.CPU}
+	r.MakespanS = r.end.Sub(r.start).Seconds()
+	r.Selected = res.Selected
+	r.Succeeded = res.Counts.Succeeded
+	r.Failed = res.Counts.Failures()
+	r.Other = res.Counts.Skipped + res.Counts.NodeGone
+	r.ContinueAsNew = res.ContinuedAsNew
+	if text, err := w.metrics(); err == nil {
+		r.SDKTimers, r.SDKCounters = parseSDKMetrics(text)
+	}
+	w.stop()
+	if rolloutErr != nil {
+		return fmt.Errorf("rollout %s: %w", wr.GetID(), rolloutErr)
+	}
+
+	logf("N=%d noderollout: done in %.1fs; reading histories", r.Nodes, r.MakespanS)
+	hs, err := readHistories(ctx, e.tc, wr.GetID(), wr.GetRunID(), e.cfg.historyWorkers)
+	r.History = &hs
+	r.HistoryWarnings = historyWarnings(e.cfg.stateDir, logOffset)
+	return err
+}
+
+func (e *env) measureBaseline(ctx context.Context, s runSpec, r *result) error {
+	before, err := takeUsage(ctx, e.kube, e.cfg.stateDir, e.cfg.temporalMetrics, e.proxy)
+	if err != nil {
+		return err
+	}
+	r.start = time.Now()
+	res, use, runErr := runBaseline(ctx, e.cfg.baselineBin, e.proxyKubeconfig, e.cfg.workDir, s, s.fleet.id)
+	r.end = time.Now()
+	after, err := takeUsage(ctx, e.kube, e.cfg.stateDir, e.cfg.temporalMetrics, e.proxy)
+	if err != nil {
+		return err
+	}
+	r.fill(before, after)
+	r.Process = use
+	r.MakespanS = r.end.Sub(r.start).Seconds()
+	r.Selected = res.Nodes
+	r.Succeeded = res.Succeeded
+	r.Failed = res.Failed
+	return runErr
+}
+
+// gate applies the CI checks: no node lost, and noderollout's makespan within gateRatio of
+// the baseline's at gateNodes.
+func gate(cfg config, results []*result) []string {
+	var failures []string
+	for _, r := range results {
+		if lost := r.lost(); lost != "" {
+			failures = append(failures, fmt.Sprintf("N=%d %s: %s", r.Nodes, r.System, lost))
+		}
+		if r.System == systemNoderollout && r.Nodes == cfg.gateNodes && r.VsBaseline > cfg.gateRatio {
+			failures = append(failures, fmt.Sprintf("N=%d noderollout: makespan %.1fs is %.2fx the baseline's, over %.2fx",
+				r.Nodes, r.MakespanS, r.VsBaseline, cfg.gateRatio))
+		}
+	}
+	return failures
+}

@@ -1,0 +1,411 @@
+package main
+
+import (
+	"encoding/csv"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// writeResults writes results.{md,csv,json,png} into cfg.out.
+func writeResults(cfg config, run string, date time.Time, results []*result) error {
+	if err := os.MkdirAll(cfg.out, 0o755); err != nil {
+		return err
+	}
+	if err := writeCSV(filepath.Join(cfg.out, "results.csv"), results); err != nil {
+		return err
+	}
+	raw, err := json.MarshalIndent(map[string]any{"run": run, "date": date, "config": cfgSummary(cfg), "results": results}, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(cfg.out, "results.json"), append(raw, '\n'), 0o644); err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(cfg.out, "results.md"), []byte(markdownReport(cfg, run, date, results)), 0o644); err != nil {
+		return err
+	}
+	if len(results) > 0 {
+		if err := writePlot(filepath.Join(cfg.out, "results.png"), results); err != nil {
+			return fmt.Errorf("plot: %w", err)
+		}
+	}
+	return nil
+}
+
+// savedCfg is the part of the configuration results.json records.
+type savedCfg struct {
+	Mode        string   `json:"mode"`
+	Sizes       []int    `json:"sizes"`
+	Parallelism int      `json:"parallelism"`
+	JobSeconds  float64  `json:"jobSeconds"`
+	FailPercent int      `json:"failPercent"`
+	Systems     []string `json:"systems"`
+	CPUs        int      `json:"cpus"`
+}
+
+func cfgSummary(cfg config) savedCfg {
+	return savedCfg{Mode: cfg.mode, Sizes: cfg.sizes, Parallelism: cfg.parallelism, JobSeconds: cfg.jobSeconds,
+		FailPercent: cfg.failPercent, Systems: cfg.systems, CPUs: runtime.NumCPU()}
+}
+
+// csvHeader is the CSV's column order, which tools reading it depend on.
+var csvHeader = []string{"system", "nodes", "parallelism", "job_seconds", "makespan_s", "ideal_s", "makespan_ratio",
+	"api_writes_per_node", "api_reads_per_node", "history_events_per_node", "worker_rss_mb", "worker_cpu_s", "continue_as_new"}
+
+func writeCSV(path string, results []*result) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	w := csv.NewWriter(f)
+	_ = w.Write(csvHeader)
+	num := func(v float64, prec int) string { return strconv.FormatFloat(v, 'f', prec, 64) }
+	for _, r := range results {
+		_ = w.Write([]string{
+			r.System, strconv.Itoa(r.Nodes), strconv.Itoa(r.Parallelism), num(r.JobSeconds, -1),
+			num(r.MakespanS, 1), num(r.IdealS, 0), num(r.Ratio, 3),
+			num(r.OwnWritesPerNode, 2), num(r.OwnReadsPerNode, 2), num(r.HistoryEventsPerNode, 1),
+			num(r.Process.PeakMB, 1), num(r.Process.CPU, 1), strconv.Itoa(r.ContinueAsNew),
+		})
+	}
+	w.Flush()
+	if err := w.Error(); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+// markdownSummary is the main table.
+func markdownSummary(results []*result) string {
+	var b strings.Builder
+	b.WriteString("| N | system | makespan s | ideal s | makespan / ideal | vs baseline | own writes / node | own reads / node | own Job GETs | all-client writes / node | all-client reads / node | history events / node | activity attempts / node | peak RSS MB | CPU s | Temporal CPU s | apiserver CPU s | continue-as-new | succeeded / failed / other of N |\n")
+	b.WriteString("|--:|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|---|\n")
+	for _, r := range results {
+		hist, attempts, can := "–", "–", "–"
+		if r.System == systemNoderollout {
+			hist, attempts, can = f1(r.HistoryEventsPerNode), f2(r.ActivityAttemptsPerNode), strconv.Itoa(r.ContinueAsNew)
+		}
+		vs := "–"
+		if r.VsBaseline > 0 {
+			vs = f2(r.VsBaseline) + "×"
+		}
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s | %s | %.0f | %s | %s | %s | %s | %s | %s | %s | %s | %s | %d / %d / %d of %d |\n",
+			thousands(r.Nodes), r.System, f1(r.MakespanS), f1(r.IdealS), f2(r.Ratio), vs,
+			f2(r.OwnWritesPerNode), f2(r.OwnReadsPerNode), r.OwnJobGets, f2(r.AllWritesPerNode), f2(r.AllReadsPerNode),
+			hist, attempts, f1(r.Process.PeakMB), f1(r.Process.CPU), f1(r.StackCPU["temporal"]), f1(r.StackCPU["kube-apiserver"]),
+			can, r.Succeeded, r.Failed, r.Other, r.Nodes)
+	}
+	return b.String()
+}
+
+func markdownReport(cfg config, run string, date time.Time, results []*result) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "# noderollout scale benchmark\n\n")
+	fmt.Fprintf(&b, "`dev/bench.sh %s` (run `%s`, %s) on the local stack: %d CPUs, %s. P = %d Jobs in flight, "+
+		"D = %g s per Job, every %s node's Pod fails (%d%%), `keepJobs: never`. The worker and the baseline are "+
+		"separate processes with client QPS 1000 / burst 2000. What each column counts: README.md, section \"Benchmark\".\n\n",
+		cfg.mode, run, date.Format("2006-01-02 15:04 UTC"), runtime.NumCPU(), memTotal(), cfg.parallelism, cfg.jobSeconds,
+		ordinal(100/max(1, cfg.failPercent)), cfg.failPercent)
+	b.WriteString(markdownSummary(results))
+	b.WriteString("\n![makespan ratio and per-node cost against N](results.png)\n")
+
+	b.WriteString("\n## Targets\n\n")
+	for _, line := range targets(results) {
+		b.WriteString("- " + line + "\n")
+	}
+
+	b.WriteString("\n## Where a window slot's time goes\n\n")
+	b.WriteString("Means in seconds, from the bench's own watch on the Jobs and Pods (one clock). A slot's cycle is " +
+		"Job created → Pod created (Job controller) → Pod Running (kwok) → Pod ended (D) → Job condition set (Job controller) " +
+		"→ Job deleted (the system noticed the end and finalized) → next Job created in the freed slot. " +
+		"Makespan ≈ ⌈N/P⌉ × cycle ÷ slots busy, where slots busy is the share of the P × makespan slot-seconds that held a Job " +
+		"(idle: the start, the tail, continue-as-new drains).\n\n")
+	b.WriteString("| N | system | Job→Pod | Pod→Running | Running (D) | Pod end→Job done | Job done→deleted | deleted→next Job | cycle | overhead over D | slots busy | first Job after start | last deletion→done |\n")
+	b.WriteString("|--:|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|\n")
+	for _, r := range results {
+		s := r.Slot
+		cycle := s.JobToPod.Mean + s.PodToRunning.Mean + s.Running.Mean + s.PodToJobDone.Mean + s.JobDoneToGone.Mean + s.GoneToNextJob.Mean
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %.0f%% | %s | %s |\n", thousands(r.Nodes), r.System,
+			f2(s.JobToPod.Mean), f2(s.PodToRunning.Mean), f2(s.Running.Mean), f2(s.PodToJobDone.Mean),
+			f2(s.JobDoneToGone.Mean), f2(s.GoneToNextJob.Mean), f2(cycle), f2(cycle-r.JobSeconds), 100*s.Utilization,
+			f2(s.FirstJob), f2(s.LastGoneToEnd))
+	}
+
+	var nr []*result
+	for _, r := range results {
+		if r.System == systemNoderollout && r.History != nil {
+			nr = append(nr, r)
+		}
+	}
+	if len(nr) > 0 {
+		b.WriteString("\n## Inside noderollout, from the workflow histories\n\n")
+		b.WriteString("Mean / p95 seconds between history events (Temporal server timestamps). Child: one NodeRollout. " +
+			"Parent: the Rollout runs.\n\n")
+		b.WriteString("| step | " + joinN(nr, func(r *result) string { return "N=" + thousands(r.Nodes) }) + " |\n")
+		b.WriteString("|---|" + strings.Repeat("--:|", len(nr)) + "\n")
+		row := func(name string, pick func(h *historyStats) stat) {
+			b.WriteString("| " + name + " | " + joinN(nr, func(r *result) string {
+				s := pick(r.History)
+				return f2(s.Mean) + " / " + f2(s.P95)
+			}) + " |\n")
+		}
+		row("child: started → first workflow task started", func(h *historyStats) stat { return h.Child.StartToFirstWFT })
+		row("child: first task (CreateJob local activity) → completed", func(h *historyStats) stat { return h.Child.FirstWFT })
+		row("child: WaitJob scheduled → started", func(h *historyStats) stat { return h.Child.WaitScheduleToStart })
+		row("child: WaitJob started → completed", func(h *historyStats) stat { return h.Child.WaitRun })
+		row("child: WaitJob completed → next task started", func(h *historyStats) stat { return h.Child.WaitDoneToWFT })
+		row("child: that task (FinalizeJob local activity) → child closed", func(h *historyStats) stat { return h.Child.FinalizeToClose })
+		row("child: started → closed", func(h *historyStats) stat { return h.Child.StartToClose })
+		row("child: workflow task schedule → start", func(h *historyStats) stat { return h.Child.WFTScheduleToStart })
+		row("child: workflow task start → complete", func(h *historyStats) stat { return h.Child.WFTStartToComplete })
+		row("parent: child closed → next child initiated", func(h *historyStats) stat { return h.Parent.ChildClosedToNext })
+		row("parent: child initiated → child started", func(h *historyStats) stat { return h.Parent.InitiatedToStarted })
+		row("parent: workflow task schedule → start", func(h *historyStats) stat { return h.Parent.WFTScheduleToStart })
+		row("parent: workflow task start → complete", func(h *historyStats) stat { return h.Parent.WFTStartToComplete })
+
+		b.WriteString("\nHistories: events, runs and sizes.\n\n")
+		b.WriteString("| N | runs | parent events | child events | events / node | largest run (events) | largest run (KiB) | total MiB | activities / attempts | local activities / attempts | continue-as-new drain s | gap s | history-limit warnings | read in s |\n")
+		b.WriteString("|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|\n")
+		for _, r := range nr {
+			h := r.History
+			fmt.Fprintf(&b, "| %s | %d | %d | %d | %s | %d | %.0f | %.1f | %d / %d | %d / %d | %.1f | %.1f | %d | %.0f |\n", thousands(r.Nodes),
+				h.Runs, h.ParentEvents, h.ChildEvents, f1(r.HistoryEventsPerNode), h.MaxRunEvents, float64(h.MaxRunBytes)/1024,
+				float64(h.TotalBytes)/(1<<20), h.ActivityTasks, h.ActivityAttempts, h.LocalActivities, h.LocalAttempts,
+				h.CANDrainSeconds, h.CANGapSeconds, len(r.HistoryWarnings), h.ReadSeconds)
+		}
+		b.WriteString("\nEvents per node by type (parent share, then children):\n\n")
+		for _, r := range nr {
+			fmt.Fprintf(&b, "- N=%s parent: %s\n", thousands(r.Nodes), perNodeTypes(r.History.ParentByType, r.Nodes))
+			fmt.Fprintf(&b, "- N=%s children: %s\n", thousands(r.Nodes), perNodeTypes(r.History.ChildByType, r.Nodes))
+		}
+		for _, r := range nr {
+			for _, w := range r.HistoryWarnings {
+				fmt.Fprintf(&b, "- N=%s Temporal server warning: `%s`\n", thousands(r.Nodes), w)
+			}
+		}
+
+		b.WriteString("\n## Worker SDK metrics (means over the rollout)\n\n")
+		b.WriteString("| metric | key | " + joinN(nr, func(r *result) string { return "N=" + thousands(r.Nodes) }) + " |\n")
+		b.WriteString("|---|---|" + strings.Repeat("--:|", len(nr)) + "\n")
+		type id struct{ name, key string }
+		var ids []id
+		seen := map[id]bool{}
+		for _, r := range nr {
+			for _, t := range r.SDKTimers {
+				if k := (id{t.Name, t.Key}); !seen[k] {
+					seen[k] = true
+					ids = append(ids, k)
+				}
+			}
+		}
+		sort.Slice(ids, func(i, j int) bool { return ids[i].name+ids[i].key < ids[j].name+ids[j].key })
+		for _, k := range ids {
+			fmt.Fprintf(&b, "| %s | %s | %s |\n", strings.TrimPrefix(k.name, "temporal_"), k.key, joinN(nr, func(r *result) string {
+				for _, t := range r.SDKTimers {
+					if t.Name == k.name && t.Key == k.key {
+						return fmt.Sprintf("%.3f s (%.0f)", t.Mean, t.Count)
+					}
+				}
+				return "–"
+			}))
+		}
+		for _, r := range nr {
+			var parts []string
+			for _, c := range r.SDKCounters {
+				name := strings.TrimPrefix(c.Name, "temporal_")
+				if c.Key != "" {
+					name += "{" + c.Key + "}"
+				}
+				parts = append(parts, fmt.Sprintf("%s %.0f", name, c.Value))
+			}
+			fmt.Fprintf(&b, "\nN=%s counters: %s\n", thousands(r.Nodes), strings.Join(parts, ", "))
+		}
+	}
+
+	if len(nr) > 0 {
+		b.WriteString("\n## Temporal server: where its time goes during the rollout\n\n")
+		b.WriteString("From the dev server's own Prometheus metrics, before/after difference; the 15 largest by total time. " +
+			"task_latency_queue: how long a history task (e.g. TransferActiveTaskStartChildExecution) waited before it ran; " +
+			"persistence_latency: time in the SQLite persistence per operation.\n\n")
+		for _, r := range nr {
+			var ts []timer
+			var attempts []string
+			for _, t := range r.ServerTimers {
+				if t.Name == "task_attempt" {
+					attempts = append(attempts, fmt.Sprintf("%s %.2f (%.0f tasks)", t.Key, t.Mean, t.Count))
+				} else {
+					ts = append(ts, t)
+				}
+			}
+			sort.Slice(ts, func(i, j int) bool { return ts[i].Sum > ts[j].Sum })
+			if len(ts) > 15 {
+				ts = ts[:15]
+			}
+			fmt.Fprintf(&b, "N=%s:\n\n| metric | key | count | mean ms | total s |\n|---|---|--:|--:|--:|\n", thousands(r.Nodes))
+			for _, t := range ts {
+				fmt.Fprintf(&b, "| %s | %s | %.0f | %.1f | %.1f |\n", t.Name, t.Key, t.Count, 1000*t.Mean, t.Sum)
+			}
+			sort.Strings(attempts)
+			fmt.Fprintf(&b, "\nAttempts per history task: %s.\n", strings.Join(attempts, ", "))
+			var busy []string
+			for k, v := range r.ServerCounters {
+				busy = append(busy, fmt.Sprintf("%s %.0f", k, v))
+			}
+			sort.Strings(busy)
+			fmt.Fprintf(&b, "\nRefused because the workflow was busy (locked): %s.\n\n", strings.Join(busy, ", "))
+		}
+	}
+
+	b.WriteString("\n## CPU seconds during the rollout, by process\n\n")
+	b.WriteString("| N | system | worker or baseline | temporal | kube-apiserver | etcd | kube-controller-manager | kwok | bench (proxy, watch) | machine busy |\n")
+	b.WriteString("|--:|---|--:|--:|--:|--:|--:|--:|--:|--:|\n")
+	for _, r := range results {
+		c := r.StackCPU
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %.0f%% |\n", thousands(r.Nodes), r.System, f1(r.Process.CPU),
+			f1(c["temporal"]), f1(c["kube-apiserver"]), f1(c["etcd"]), f1(c["kube-controller-manager"]), f1(c["kwok"]), f1(c["bench"]),
+			r.MachineBusyPct)
+	}
+
+	b.WriteString("\n## API requests by verb and resource\n\n")
+	for _, r := range results {
+		fmt.Fprintf(&b, "- N=%s %s, own: %s\n", thousands(r.Nodes), r.System, strings.Join(r.Own.sorted(), ", "))
+		all := r.All.sorted()
+		if len(all) > 14 {
+			all = append(all[:14], "…")
+		}
+		fmt.Fprintf(&b, "- N=%s %s, all clients: %s\n", thousands(r.Nodes), r.System, strings.Join(all, ", "))
+	}
+	b.WriteString("\nMean API server time per own request, as the proxy saw it (request to end of response; watches left out):\n\n")
+	for _, r := range results {
+		var parts []string
+		for k, v := range r.OwnLatency {
+			parts = append(parts, fmt.Sprintf("%s %.1f ms", k, 1000*v))
+		}
+		sort.Strings(parts)
+		fmt.Fprintf(&b, "- N=%s %s: %s\n", thousands(r.Nodes), r.System, strings.Join(parts, ", "))
+	}
+	for _, r := range results {
+		if r.Error != "" {
+			fmt.Fprintf(&b, "\nN=%s %s error: %s\n", thousands(r.Nodes), r.System, r.Error)
+		}
+	}
+	return b.String()
+}
+
+// targets checks the issue's targets against what was measured.
+func targets(results []*result) []string {
+	find := func(system string, n int) *result {
+		for _, r := range results {
+			if r.System == system && r.Nodes == n {
+				return r
+			}
+		}
+		return nil
+	}
+	verdict := func(ok bool) string {
+		if ok {
+			return "**met**"
+		}
+		return "**missed**"
+	}
+	var out []string
+	for _, c := range []struct {
+		n     int
+		limit float64
+	}{{1000, 1.0}, {10000, 1.10}} {
+		if r := find(systemNoderollout, c.n); r != nil && r.VsBaseline > 0 {
+			out = append(out, fmt.Sprintf("makespan at N=%s ≤ %.2f× the baseline's: %.1f s vs %.1f s = %.2f× — %s",
+				thousands(c.n), c.limit, r.MakespanS, r.MakespanS/r.VsBaseline, r.VsBaseline, verdict(r.VsBaseline <= c.limit)))
+		}
+	}
+	for _, r := range results {
+		if r.System != systemNoderollout {
+			continue
+		}
+		out = append(out, fmt.Sprintf("N=%s: worker API writes per node ≤ 4: %.2f — %s; polling GETs (Job GETs) = 0: %.0f — %s; "+
+			"history events per node ≤ 25: %.1f — %s; history-limit warnings: %d — %s",
+			thousands(r.Nodes), r.OwnWritesPerNode, verdict(r.OwnWritesPerNode <= 4), r.OwnJobGets, verdict(r.OwnJobGets == 0),
+			r.HistoryEventsPerNode, verdict(r.HistoryEventsPerNode <= 25), len(r.HistoryWarnings), verdict(len(r.HistoryWarnings) == 0)))
+	}
+	if r := find(systemNoderollout, 10000); r != nil {
+		out = append(out, fmt.Sprintf("worker peak RSS at N=10,000 ≤ 150 MB: %.0f MB — %s", r.Process.PeakMB, verdict(r.Process.PeakMB <= 150)))
+	}
+	for _, r := range results {
+		if lost := r.lost(); lost != "" {
+			out = append(out, fmt.Sprintf("N=%s %s lost nodes: %s", thousands(r.Nodes), r.System, lost))
+		}
+	}
+	return out
+}
+
+func perNodeTypes(m map[string]int, n int) string {
+	type kv struct {
+		k string
+		v int
+	}
+	var list []kv
+	for k, v := range m {
+		list = append(list, kv{strings.TrimPrefix(k, "EVENT_TYPE_"), v})
+	}
+	sort.Slice(list, func(i, j int) bool { return list[i].v > list[j].v || (list[i].v == list[j].v && list[i].k < list[j].k) })
+	parts := make([]string, len(list))
+	for i, e := range list {
+		parts[i] = fmt.Sprintf("%s %.2f", strings.ToLower(e.k), float64(e.v)/float64(n))
+	}
+	return strings.Join(parts, ", ")
+}
+
+func joinN(rs []*result, f func(*result) string) string {
+	parts := make([]string, len(rs))
+	for i, r := range rs {
+		parts[i] = f(r)
+	}
+	return strings.Join(parts, " | ")
+}
+
+func f1(v float64) string { return strconv.FormatFloat(v, 'f', 1, 64) }
+func f2(v float64) string { return strconv.FormatFloat(v, 'f', 2, 64) }
+
+func thousands(n int) string {
+	s := strconv.Itoa(n)
+	for i := len(s) - 3; i > 0; i -= 3 {
+		s = s[:i] + "," + s[i:]
+	}
+	return s
+}
+
+func ordinal(n int) string {
+	suffix := "th"
+	switch {
+	case n%100 >= 11 && n%100 <= 13:
+	case n%10 == 1:
+		suffix = "st"
+	case n%10 == 2:
+		suffix = "nd"
+	case n%10 == 3:
+		suffix = "rd"
+	}
+	return strconv.Itoa(n) + suffix
+}
+
+func memTotal() string {
+	b, err := os.ReadFile("/proc/meminfo")
+	if err != nil {
+		return "unknown memory"
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "MemTotal:"); ok {
+			kib, _ := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 64)
+			return fmt.Sprintf("%.0f GiB", kib/(1<<20))
+		}
+	}
+	return "unknown memory"
+}

@@ -1,0 +1,185 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"sort"
+	"time"
+)
+
+// result is one system's rollout on one fleet size: what the table, CSV and plot show.
+type result struct {
+	System         string  `json:"system"`
+	Nodes          int     `json:"nodes"`
+	Parallelism    int     `json:"parallelism"`
+	JobSeconds     float64 `json:"jobSeconds"`
+	MakespanS      float64 `json:"makespanSeconds"`
+	IdealS         float64 `json:"idealSeconds"`
+	Ratio          float64 `json:"makespanRatio"`
+	VsBaseline     float64 `json:"vsBaseline,omitempty"`
+	Selected       int     `json:"selected"`
+	Succeeded      int     `json:"succeeded"`
+	Failed         int     `json:"failed"`
+	Other          int     `json:"other"`
+	ExpectedFailed int     `json:"expectedFailed"`
+	ContinueAsNew  int     `json:"continueAsNew"`
+
+	// Own is the requests of the system's own client process (worker or baseline), counted by
+	// the proxy it talks through; All is every client's, from the API server's metrics.
+	Own apiCounts `json:"ownRequests"`
+	// OwnLatency is the mean seconds the API server took per kind of own request, as the
+	// proxy saw it: what a call costs outside the client process.
+	OwnLatency       map[string]float64 `json:"ownLatencySeconds,omitempty"`
+	All              apiCounts          `json:"allRequests"`
+	OwnWritesPerNode float64            `json:"ownWritesPerNode"`
+	OwnReadsPerNode  float64            `json:"ownReadsPerNode"`
+	AllWritesPerNode float64            `json:"allWritesPerNode"`
+	AllReadsPerNode  float64            `json:"allReadsPerNode"`
+	OwnJobGets       float64            `json:"ownJobGets"`
+
+	History                 *historyStats `json:"history,omitempty"`
+	HistoryEventsPerNode    float64       `json:"historyEventsPerNode"`
+	ActivityAttemptsPerNode float64       `json:"activityAttemptsPerNode"`
+	HistoryWarnings         []string      `json:"historyWarnings,omitempty"`
+
+	Process        processUse         `json:"process"` // the worker or the baseline
+	StackCPU       map[string]float64 `json:"stackCPUSeconds"`
+	MachineBusyPct float64            `json:"machineBusyPercent"`
+
+	Slot           slotPhases         `json:"slotPhases"`
+	SDKTimers      []timer            `json:"sdkTimers,omitempty"`
+	ServerTimers   []timer            `json:"temporalServerTimers,omitempty"`
+	ServerCounters map[string]float64 `json:"temporalServerCounters,omitempty"`
+	SDKCounters    []sdkCounter       `json:"sdkCounters,omitempty"`
+	Error          string             `json:"error,omitempty"`
+
+	start, end time.Time
+}
+
+// fill takes the differences of everything sampled before and after the rollout.
+func (r *result) fill(before, after usage) {
+	r.StackCPU = map[string]float64{}
+	for name, cpu := range after.stackCPU {
+		if before.pids[name] == after.pids[name] { // not restarted meanwhile
+			r.StackCPU[name] = cpu - before.stackCPU[name]
+		}
+	}
+	if dt := after.total - before.total; dt > 0 {
+		r.MachineBusyPct = 100 * (after.busy - before.busy) / dt
+	}
+	r.ServerTimers = timersDiff(before.server, after.server)
+	r.ServerCounters = map[string]float64{}
+	for k, v := range after.serverN {
+		if d := v - before.serverN[k]; d > 0 {
+			r.ServerCounters[k] = d
+		}
+	}
+	r.Own = after.own.sub(before.own)
+	r.OwnLatency = map[string]float64{}
+	for k, secs := range after.ownSecs.sub(before.ownSecs) {
+		if n := r.Own[k]; n > 0 {
+			r.OwnLatency[k.Verb+" "+k.Resource+subSuffix(k.Subresource)] = secs / n
+		}
+	}
+	r.All = after.apiserver.sub(before.apiserver)
+}
+
+// derive computes the ratios and per-node figures.
+func (r *result) derive() {
+	if r.IdealS > 0 {
+		r.Ratio = r.MakespanS / r.IdealS
+	}
+	n := float64(r.Nodes)
+	if n == 0 {
+		return
+	}
+	reads, writes := r.Own.totals()
+	r.OwnReadsPerNode, r.OwnWritesPerNode = reads/n, writes/n
+	reads, writes = r.All.totals()
+	r.AllReadsPerNode, r.AllWritesPerNode = reads/n, writes/n
+	r.OwnJobGets = r.Own.get("get", "jobs")
+	if h := r.History; h != nil {
+		r.HistoryEventsPerNode = float64(h.ParentEvents+h.ChildEvents) / n
+		r.ActivityAttemptsPerNode = float64(h.ActivityAttempts+h.LocalAttempts) / n
+	}
+}
+
+// lost says why the rollout's counts do not account for every node, or "".
+func (r *result) lost() string {
+	switch total := r.Succeeded + r.Failed + r.Other; {
+	case r.Error != "" && total != r.Nodes:
+		return "did not finish: " + r.Error
+	case r.Selected != r.Nodes:
+		return fmt.Sprintf("selected %d of %d nodes", r.Selected, r.Nodes)
+	case total != r.Nodes:
+		return fmt.Sprintf("results add up to %d of %d nodes (%d succeeded, %d failed, %d other)",
+			total, r.Nodes, r.Succeeded, r.Failed, r.Other)
+	}
+	return ""
+}
+
+// MarshalJSON writes the counts as a sorted list: JSON objects cannot have struct keys.
+func (c apiCounts) MarshalJSON() ([]byte, error) {
+	type entry struct {
+		apiCall
+		Count float64 `json:"count"`
+	}
+	list := make([]entry, 0, len(c))
+	for k, v := range c {
+		list = append(list, entry{k, v})
+	}
+	sort.Slice(list, func(i, j int) bool {
+		if list[i].Count != list[j].Count {
+			return list[i].Count > list[j].Count
+		}
+		return fmt.Sprint(list[i].apiCall) < fmt.Sprint(list[j].apiCall)
+	})
+	return json.Marshal(list)
+}
+
+func subSuffix(sub string) string {
+	if sub == "" {
+		return ""
+	}
+	return "/" + sub
+}
+
+// UnmarshalJSON reads what MarshalJSON wrote.
+func (c *apiCounts) UnmarshalJSON(b []byte) error {
+	var list []struct {
+		apiCall
+		Count float64 `json:"count"`
+	}
+	if err := json.Unmarshal(b, &list); err != nil {
+		return err
+	}
+	*c = apiCounts{}
+	for _, e := range list {
+		(*c)[e.apiCall] += e.Count
+	}
+	return nil
+}
+
+// sorted returns the counts largest first, as "verb resource[/sub] count" strings.
+func (c apiCounts) sorted() []string {
+	type entry struct {
+		name  string
+		count float64
+	}
+	var list []entry
+	for k, v := range c {
+		name := k.Verb + " " + k.Resource + subSuffix(k.Subresource)
+		list = append(list, entry{name, v})
+	}
+	sort.Slice(list, func(i, j int) bool {
+		if list[i].count != list[j].count {
+			return list[i].count > list[j].count
+		}
+		return list[i].name < list[j].name
+	})
+	out := make([]string, len(list))
+	for i, e := range list {
+		out[i] = fmt.Sprintf("%s %.0f", e.name, e.count)
+	}
+	return out
+}

@@ -1,0 +1,220 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/temporal"
+
+	"github.com/noderollout/noderollout/workflows"
+)
+
+// Names of the two systems, as the CSV's system column spells them.
+const (
+	systemNoderollout = "noderollout"
+	systemBaseline    = "baseline"
+)
+
+// runSpec is one rollout to measure: a system on one fleet.
+type runSpec struct {
+	system      string
+	fleet       *fleet
+	namespace   string
+	template    string
+	parallelism int
+	jobSeconds  float64
+}
+
+// processUse is a client process's resources over the rollout.
+type processUse struct {
+	PeakMB float64 `json:"peakMB"`
+	CPU    float64 `json:"cpuSeconds"`
+}
+
+// workerProc is a noderollout worker started from the built binary.
+type workerProc struct {
+	cmd         *exec.Cmd
+	metricsAddr string
+	done        chan struct{}
+}
+
+func startWorker(ctx context.Context, bin, kubeconfig, temporalAddress, taskQueue, logPath string) (*workerProc, error) {
+	addr, err := freeAddr()
+	if err != nil {
+		return nil, err
+	}
+	logFile, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	w := &workerProc{metricsAddr: addr, done: make(chan struct{})}
+	w.cmd = exec.Command(bin, "--kubeconfig", kubeconfig, "--temporal-address", temporalAddress,
+		"--task-queue", taskQueue, "--metrics-listen", addr, "--kube-qps", "1000", "--kube-burst", "2000",
+		"--stop-timeout", "5s")
+	w.cmd.Stdout, w.cmd.Stderr = logFile, logFile
+	if err := w.cmd.Start(); err != nil {
+		logFile.Close()
+		return nil, err
+	}
+	go func() { _ = w.cmd.Wait(); logFile.Close(); close(w.done) }()
+	deadline := time.Now().Add(time.Minute)
+	for {
+		resp, err := http.Get("http://" + addr + "/readyz")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return w, nil
+			}
+		}
+		select {
+		case <-w.done:
+			return nil, fmt.Errorf("worker exited before it was ready; see %s", logPath)
+		case <-ctx.Done():
+			w.stop()
+			return nil, ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			w.stop()
+			return nil, fmt.Errorf("worker not ready within a minute; see %s", logPath)
+		}
+	}
+}
+
+func (w *workerProc) pid() int { return w.cmd.Process.Pid }
+
+func (w *workerProc) metrics() (string, error) {
+	resp, err := http.Get("http://" + w.metricsAddr + "/metrics")
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	return string(b), err
+}
+
+func (w *workerProc) stop() {
+	_ = w.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-w.done:
+	case <-time.After(30 * time.Second):
+		_ = w.cmd.Process.Kill()
+		<-w.done
+	}
+}
+
+func freeAddr() (string, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer l.Close()
+	return l.Addr().String(), nil
+}
+
+// rolloutRequest is the request the bench starts: every node of the fleet, Jobs deleted as
+// they end, a failure budget that the deterministic failures fit in.
+func rolloutRequest(name string, s runSpec) workflows.RolloutRequest {
+	return workflows.RolloutRequest{
+		Name:         name,
+		Namespace:    s.namespace,
+		NodeSelector: s.fleet.selector(),
+		JobTemplate:  s.template,
+		Parallelism:  s.parallelism,
+		MaxFailures:  "5%",
+		KeepJobs:     "never",
+	}
+}
+
+// startRollout starts the Rollout workflow on the bench worker's task queue.
+func startRollout(ctx context.Context, tc client.Client, taskQueue string, req workflows.RolloutRequest) (client.WorkflowRun, error) {
+	return tc.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
+		ID:                       workflows.RolloutID(req.Name),
+		TaskQueue:                taskQueue,
+		WorkflowExecutionTimeout: 3 * time.Hour,
+	}, workflows.Rollout, req)
+}
+
+// followRollout prints the status query's counts every interval until ctx ends.
+func followRollout(ctx context.Context, tc client.Client, id string, every time.Duration, started time.Time) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(every):
+		}
+		v, err := tc.QueryWorkflow(ctx, id, "", workflows.QueryStatus)
+		if err != nil {
+			continue // between two runs of a continue-as-new the query may miss
+		}
+		var st workflows.RolloutStatus
+		if v.Get(&st) == nil {
+			c := st.Counts
+			logf("  noderollout t=%3.0fs: %d/%d done (%d failed), %d running, run %d",
+				time.Since(started).Seconds(), c.Finished(), st.Selected, c.Failures(), c.Running, st.ContinuedAsNew+1)
+		}
+	}
+}
+
+// waitRollout waits for the rollout's last run and returns its result, also when it failed
+// with the result in its error's details.
+func waitRollout(ctx context.Context, tc client.Client, id string) (workflows.RolloutResult, error) {
+	var res workflows.RolloutResult
+	err := tc.GetWorkflow(ctx, id, "").Get(ctx, &res)
+	var appErr *temporal.ApplicationError
+	if errors.As(err, &appErr) && appErr.HasDetails() {
+		_ = appErr.Details(&res)
+	}
+	return res, err
+}
+
+// baselineResult is what bench/baseline prints.
+type baselineResult struct {
+	Nodes       int     `json:"nodes"`
+	Succeeded   int     `json:"succeeded"`
+	Failed      int     `json:"failed"`
+	CreateFails int     `json:"createFailures"`
+	Makespan    float64 `json:"makespanSeconds"`
+}
+
+// runBaseline runs the baseline process to completion and returns what it printed and the
+// resources it used (from the kernel's accounting at its exit).
+func runBaseline(ctx context.Context, bin, kubeconfig, workDir string, s runSpec, run string) (baselineResult, processUse, error) {
+	tmpl := filepath.Join(workDir, "baseline-job-"+s.fleet.id+".yaml")
+	if err := os.WriteFile(tmpl, []byte(s.template), 0o644); err != nil {
+		return baselineResult{}, processUse{}, err
+	}
+	cmd := exec.CommandContext(ctx, bin, "--kubeconfig", kubeconfig, "--namespace", s.namespace,
+		"--selector", s.fleet.selector(), "--template", tmpl, "--parallelism", fmt.Sprint(s.parallelism),
+		"--kube-qps", "1000", "--kube-burst", "2000", "--run", run)
+	var out strings.Builder
+	cmd.Stdout, cmd.Stderr = &out, os.Stderr
+	err := cmd.Run()
+	var use processUse
+	if st := cmd.ProcessState; st != nil {
+		if ru, ok := st.SysUsage().(*syscall.Rusage); ok {
+			use.PeakMB = float64(ru.Maxrss) / 1024
+			use.CPU = time.Duration(ru.Utime.Nano() + ru.Stime.Nano()).Seconds()
+		}
+	}
+	if err != nil {
+		return baselineResult{}, use, fmt.Errorf("baseline: %w", err)
+	}
+	var res baselineResult
+	if err := json.Unmarshal([]byte(out.String()), &res); err != nil {
+		return res, use, fmt.Errorf("baseline printed %q: %w", out.String(), err)
+	}
+	return res, use, nil
+}
