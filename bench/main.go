@@ -74,6 +74,9 @@ func main() {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	// The first signal starts the clean-up (workers stopped, nodes and namespaces deleted); a
+	// second one ends the bench at once.
+	go func() { <-ctx.Done(); stop() }()
 	failures, err := run(ctx, cfg)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
