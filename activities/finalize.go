@@ -5,9 +5,11 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -36,33 +38,56 @@ const (
 // Job's Pod says about the failure, and deletes or keeps the Job per KeepJobs. Each step is
 // idempotent, so a retried attempt repeats harmlessly.
 func (a *Activities) FinalizeJob(ctx context.Context, in FinalizeInput) (FinalizeResult, error) {
-	node, err := a.markNode(ctx, in)
-	if err != nil {
-		return FinalizeResult{}, err
-	}
-
 	var res FinalizeResult
 	failed := in.End.Outcome == OutcomeFailed || in.End.Outcome == OutcomeTimedOut
 	if failed && in.Job != nil {
 		// Before any deletion: Background propagation takes the Pods with the Job.
+		var err error
 		if res, err = a.diagnose(ctx, *in.Job); err != nil {
 			return FinalizeResult{}, err
 		}
 	}
-
-	if node != nil {
-		if err := a.recordEvent(ctx, in, node, res); err != nil {
-			return FinalizeResult{}, err
-		}
+	if in.Job == nil || in.Job.NodeUID == "" || in.End.Outcome == OutcomeNodeGone {
+		return res, a.finalizeInOrder(ctx, in, res)
 	}
 
-	if in.Job != nil && !keepJob(in.KeepJobs, in.End.Outcome) {
-		if err := a.deleteJob(ctx, *in.Job); err != nil {
-			return FinalizeResult{}, err
-		}
+	// The Node is known to exist (CreateJob read its UID), so the three writes are independent;
+	// sent together they cost one round trip on the way to the next Job instead of three.
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: in.Node, UID: types.UID(in.Job.NodeUID)}}
+	var wg sync.WaitGroup
+	errs := make([]error, 3)
+	wg.Go(func() { _, errs[0] = a.markNode(ctx, in) })
+	wg.Go(func() { errs[1] = a.recordEvent(ctx, in, node, res) })
+	if !keepJob(in.KeepJobs, in.End.Outcome) {
+		wg.Go(func() { errs[2] = a.deleteJob(ctx, *in.Job) })
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return FinalizeResult{}, err
 	}
 	recordOutcome(ctx, in)
 	return res, nil
+}
+
+// finalizeInOrder is FinalizeJob's path when the Node may be gone: the marker patch finds out,
+// and the Event is recorded only on a Node that exists.
+func (a *Activities) finalizeInOrder(ctx context.Context, in FinalizeInput, res FinalizeResult) error {
+	node, err := a.markNode(ctx, in)
+	if err != nil {
+		return err
+	}
+	if node != nil {
+		if err := a.recordEvent(ctx, in, node, res); err != nil {
+			return err
+		}
+	}
+	if in.Job != nil && !keepJob(in.KeepJobs, in.End.Outcome) {
+		if err := a.deleteJob(ctx, *in.Job); err != nil {
+			return err
+		}
+	}
+	recordOutcome(ctx, in)
+	return nil
 }
 
 // keepJob applies the KeepJobs policy; anything unrecognised keeps failures, the default.

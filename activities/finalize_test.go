@@ -93,6 +93,41 @@ func TestFinalizeJobSucceeded(t *testing.T) {
 	requireBackgroundDelete(t, cs, job.Name)
 }
 
+func TestFinalizeJobWritesAtOnceWhenTheNodeIsKnown(t *testing.T) {
+	job := ourJob(t, testRequest("node-a"))
+	cs := fake.NewClientset(testNode("node-a", nil), job)
+	a := newActivities(cs)
+	in := finalizeInput(job, OutcomeSucceeded, KeepFailed)
+	in.Job.NodeUID = "uid-node-node-a" // CreateJob read it
+
+	res, err := finalize(t, a, in)
+	require.NoError(t, err)
+	require.Equal(t, FinalizeResult{}, res)
+	require.ElementsMatch(t, []string{"patch nodes", "create events", "delete jobs"}, actions(cs))
+	node, err := cs.CoreV1().Nodes().Get(t.Context(), "node-a", metav1.GetOptions{})
+	require.NoError(t, err)
+	require.Equal(t, jobspec.NodeMarker(testHash, "succeeded"), node.Annotations[jobspec.NodeMarkerKey("kata")])
+	events := getEvents(t, cs)
+	require.Len(t, events, 1)
+	require.Equal(t, corev1.ObjectReference{APIVersion: "v1", Kind: "Node", Name: "node-a", UID: "uid-node-node-a"}, events[0].InvolvedObject)
+	requireBackgroundDelete(t, cs, job.Name)
+
+	// A failed Job's Pod is read before the writes, which then go out together.
+	failedJob := ourJob(t, testRequest("node-b"))
+	cs = fake.NewClientset(testNode("node-b", nil), failedJob,
+		jobPod(failedJob, "p", t0, corev1.PodFailed, 2, "no space"))
+	a = newActivities(cs)
+	in = finalizeInput(failedJob, OutcomeFailed, KeepNever)
+	in.Node, in.Job.Node, in.Job.NodeUID = "node-b", "node-b", "uid-node-node-b"
+	res, err = finalize(t, a, in)
+	require.NoError(t, err)
+	require.Equal(t, new(int32(2)), res.ExitCode)
+	got := actions(cs)
+	require.Equal(t, []string{"list pods", "get pods/log"}, got[:2])
+	require.ElementsMatch(t, []string{"patch nodes", "create events", "delete jobs"}, got[2:])
+	require.Contains(t, getEvents(t, cs)[0].Message, "exit code 2")
+}
+
 func TestFinalizeJobFailedCollectsPodDiagnosis(t *testing.T) {
 	job := ourJob(t, testRequest("node-a"))
 	otherJob := ourJob(t, testRequest("node-b"))
@@ -107,9 +142,9 @@ func TestFinalizeJobFailedCollectsPodDiagnosis(t *testing.T) {
 	res, err := finalize(t, a, finalizeInput(job, OutcomeFailed, KeepFailed))
 	require.NoError(t, err)
 	require.Equal(t, FinalizeResult{LogTail: "fake logs", ExitCode: new(int32(3)), TerminationMessage: "disk full"}, res)
-	require.Equal(t, []string{"patch nodes", "list pods", "get pods/log", "create events"}, actions(cs), "a failed Job is kept")
+	require.Equal(t, []string{"list pods", "get pods/log", "patch nodes", "create events"}, actions(cs), "a failed Job is kept")
 
-	logs := cs.Actions()[2].(k8stesting.GenericActionImpl)
+	logs := cs.Actions()[1].(k8stesting.GenericActionImpl)
 	opts := logs.Value.(*corev1.PodLogOptions)
 	require.Equal(t, "install", opts.Container)
 	require.EqualValues(t, 100, *opts.TailLines)

@@ -21,13 +21,6 @@ import (
 // CreateJob renders the template for one node and creates its Job. The name is deterministic,
 // so a retried attempt finds the Job its earlier attempt made and adopts it.
 func (a *Activities) CreateJob(ctx context.Context, in JobRequest) (JobRef, error) {
-	if _, err := a.Kube.CoreV1().Nodes().Get(ctx, in.Node, metav1.GetOptions{}); err != nil {
-		if apierrors.IsNotFound(err) {
-			return JobRef{}, temporal.NewNonRetryableApplicationError(
-				fmt.Sprintf("node %q does not exist (deleted before its Job was created)", in.Node), ErrNodeGone, nil)
-		}
-		return JobRef{}, kubeError(err, "get", fmt.Sprintf("node %q", in.Node))
-	}
 	params := jobspec.JobParams{
 		Rollout:                 in.Rollout,
 		Namespace:               in.Namespace,
@@ -45,8 +38,54 @@ func (a *Activities) CreateJob(ctx context.Context, in JobRequest) (JobRef, erro
 		return JobRef{}, templateError(err)
 	}
 
-	jobs := a.Kube.BatchV1().Jobs(in.Namespace)
-	created, err := jobs.Create(ctx, job, metav1.CreateOptions{FieldManager: FieldManager})
+	// The node check and the create go out together: ListNodes saw the node moments ago, so the
+	// check nearly always passes, and waiting for it first would put a round trip between every
+	// finished Job and the next one. In the rare race the Job just made is deleted again.
+	type nodeCheck struct {
+		uid string
+		err error
+	}
+	checked := make(chan nodeCheck, 1)
+	go func() {
+		uid, err := a.nodeUID(ctx, in.Node)
+		checked <- nodeCheck{uid, err}
+	}()
+	ref, createErr := a.createJob(ctx, in, job)
+	node := <-checked
+	switch {
+	case apierrors.IsNotFound(node.err):
+		if createErr == nil {
+			if err := a.deleteJob(ctx, ref); err != nil {
+				return JobRef{}, err // the retry adopts the Job and deletes it again
+			}
+		}
+		return JobRef{}, temporal.NewNonRetryableApplicationError(
+			fmt.Sprintf("node %q does not exist (deleted before its Job was created)", in.Node), ErrNodeGone, nil)
+	case node.err != nil:
+		return JobRef{}, kubeError(node.err, "get", fmt.Sprintf("node %q", in.Node))
+	case createErr != nil:
+		return JobRef{}, createErr
+	}
+	ref.NodeUID = node.uid
+	return ref, nil
+}
+
+// nodeUID returns the UID of the named Node. It reads the API server's watch cache, which costs
+// no etcd read, and confirms a NotFound there with a quorum read, as the cache may lag.
+func (a *Activities) nodeUID(ctx context.Context, name string) (string, error) {
+	nodes := a.Kube.CoreV1().Nodes()
+	node, err := nodes.Get(ctx, name, metav1.GetOptions{ResourceVersion: "0"})
+	if apierrors.IsNotFound(err) {
+		node, err = nodes.Get(ctx, name, metav1.GetOptions{})
+	}
+	if err != nil {
+		return "", err
+	}
+	return string(node.UID), nil
+}
+
+func (a *Activities) createJob(ctx context.Context, in JobRequest, job *batchv1.Job) (JobRef, error) {
+	created, err := a.Kube.BatchV1().Jobs(in.Namespace).Create(ctx, job, metav1.CreateOptions{FieldManager: FieldManager})
 	switch {
 	case err == nil:
 		return jobRef(created, in.Node), nil
@@ -274,7 +313,7 @@ func (a *Activities) checkNode(ctx context.Context, ref JobRef) (end JobEnd, gon
 	if ref.Node == "" {
 		return JobEnd{}, false, nil
 	}
-	_, err = a.Kube.CoreV1().Nodes().Get(ctx, ref.Node, metav1.GetOptions{})
+	_, err = a.nodeUID(ctx, ref.Node)
 	switch {
 	case err == nil:
 		return JobEnd{}, false, nil

@@ -6,8 +6,10 @@ import (
 
 	"github.com/stretchr/testify/require"
 	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
@@ -36,11 +38,19 @@ func TestCreateJob(t *testing.T) {
 	ref, err := createJob(t, a, in)
 	require.NoError(t, err)
 	name := jobspec.JobName("kata", "node-a", "run-1")
-	require.Equal(t, JobRef{Namespace: testNamespace, Name: name, UID: "uid-" + name, Node: "node-a", CreatedAt: t0}, ref)
-	require.Equal(t, []string{"get nodes", "create jobs"}, actions(cs))
+	require.Equal(t, JobRef{Namespace: testNamespace, Name: name, UID: "uid-" + name, Node: "node-a", CreatedAt: t0,
+		NodeUID: "uid-node-node-a"}, ref)
+	require.ElementsMatch(t, []string{"get nodes", "create jobs"}, actions(cs), "the node check and the create go out together")
 
-	create := cs.Actions()[1].(k8stesting.CreateActionImpl)
-	require.Equal(t, FieldManager, create.CreateOptions.FieldManager)
+	for _, act := range cs.Actions() {
+		switch act := act.(type) {
+		case k8stesting.CreateActionImpl:
+			require.Equal(t, FieldManager, act.CreateOptions.FieldManager)
+		case k8stesting.GetActionImpl:
+			require.Equal(t, "nodes", act.GetResource().Resource)
+			require.Equal(t, "0", act.GetOptions.ResourceVersion, "served from the watch cache")
+		}
+	}
 	job, err := cs.BatchV1().Jobs(testNamespace).Get(t.Context(), name, metav1.GetOptions{})
 	require.NoError(t, err)
 	require.Equal(t, "node-a", job.Spec.Template.Spec.NodeName)
@@ -52,11 +62,33 @@ func TestCreateJob(t *testing.T) {
 
 func TestCreateJobNodeGone(t *testing.T) {
 	cs := fake.NewClientset()
+	stampCreatedJobs(cs)
 	a := newActivities(cs)
 	_, err := createJob(t, a, testRequest("node-a"))
 	appErr := requireAppError(t, err, ErrNodeGone, true)
 	require.Contains(t, appErr.Error(), `"node-a"`)
-	require.Equal(t, []string{"get nodes"}, actions(cs))
+	// The cached read said NotFound and a quorum read confirmed it; the Job made meanwhile is
+	// deleted again.
+	require.ElementsMatch(t, []string{"get nodes", "get nodes", "create jobs", "delete jobs"}, actions(cs))
+	require.Zero(t, countJobs(t, cs))
+}
+
+func TestCreateJobTrustsAQuorumReadOverTheCache(t *testing.T) {
+	cs := fake.NewClientset(testNode("node-a", nil))
+	stampCreatedJobs(cs)
+	// The watch cache has not seen the new Node yet.
+	cs.PrependReactor("get", "nodes", func(action k8stesting.Action) (bool, runtime.Object, error) {
+		if action.(k8stesting.GetActionImpl).GetOptions.ResourceVersion == "0" {
+			return true, nil, apierrors.NewNotFound(corev1.Resource("nodes"), "node-a")
+		}
+		return false, nil, nil
+	})
+	a := newActivities(cs)
+	ref, err := createJob(t, a, testRequest("node-a"))
+	require.NoError(t, err)
+	require.Equal(t, "uid-node-node-a", ref.NodeUID)
+	require.ElementsMatch(t, []string{"get nodes", "get nodes", "create jobs"}, actions(cs))
+	require.Equal(t, 1, countJobs(t, cs))
 }
 
 func TestCreateJobAdoptsItsOwnJob(t *testing.T) {
@@ -67,8 +99,10 @@ func TestCreateJobAdoptsItsOwnJob(t *testing.T) {
 
 	ref, err := createJob(t, a, in)
 	require.NoError(t, err)
-	require.Equal(t, refOf(existing, "node-a"), ref)
-	require.Equal(t, []string{"get nodes", "create jobs", "get jobs"}, actions(cs))
+	want := refOf(existing, "node-a")
+	want.NodeUID = "uid-node-node-a"
+	require.Equal(t, want, ref)
+	require.ElementsMatch(t, []string{"get nodes", "create jobs", "get jobs"}, actions(cs))
 }
 
 func TestCreateJobRefusesForeignObject(t *testing.T) {
@@ -90,7 +124,7 @@ func TestCreateJobRefusesForeignObject(t *testing.T) {
 			_, err := createJob(t, a, in)
 			appErr := requireAppError(t, err, ErrForeignObject, true)
 			require.Contains(t, appErr.Error(), testNamespace+"/"+existing.Name)
-			require.Equal(t, []string{"get nodes", "create jobs", "get jobs"}, actions(cs))
+			require.ElementsMatch(t, []string{"get nodes", "create jobs", "get jobs"}, actions(cs))
 		})
 	}
 }
@@ -129,4 +163,11 @@ func TestCreateJobBadTemplate(t *testing.T) {
 	_, err := createJob(t, a, in)
 	requireAppError(t, err, ErrInvalidRequest, true)
 	require.Zero(t, countActions(cs, "create", "jobs"))
+}
+
+func countJobs(t *testing.T, cs *fake.Clientset) int {
+	t.Helper()
+	jobs, err := cs.BatchV1().Jobs(testNamespace).List(t.Context(), metav1.ListOptions{})
+	require.NoError(t, err)
+	return len(jobs.Items)
 }

@@ -118,6 +118,9 @@ type JobRef struct {
 	UID       string    `json:"uid"`
 	Node      string    `json:"node"`
 	CreatedAt time.Time `json:"createdAt"`
+	// NodeUID is the Node's UID when the Job was created (empty in histories from before it
+	// was recorded); the outcome Event names it.
+	NodeUID string `json:"nodeUID,omitempty"`
 }
 
 // WaitJobInput asks to wait until the Job finishes, disappears, or runs past its deadline.

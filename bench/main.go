@@ -53,6 +53,7 @@ type config struct {
 	canAfter        int
 	rewrite         string
 	trace           bool
+	profileSeconds  int
 }
 
 func logf(format string, args ...any) {
@@ -115,6 +116,7 @@ func parseFlags(args []string) (config, error) {
 	fs.StringVar(&c.rewrite, "rewrite", "", "only rewrite the report files in --out from this results.json of an earlier run")
 	fs.IntVar(&c.canAfter, "continue-as-new-after", 0, "the rollout's continueAsNewAfter; 0: its default")
 	fs.IntVar(&c.historyWorkers, "history-workers", 16, "child histories read at once")
+	fs.IntVar(&c.profileSeconds, "profile-seconds", 0, "save a CPU profile of the worker's first this many seconds of each rollout into --work-dir (go tool pprof)")
 	fs.BoolVar(&c.trace, "trace", true, "watch Jobs and Pods to break each slot's cycle into steps")
 	if err := fs.Parse(args); err != nil {
 		return c, err
@@ -363,6 +365,9 @@ func (e *env) measureNoderollout(ctx context.Context, s runSpec, r *result) erro
 	}
 	followCtx, stopFollowing := context.WithCancel(ctx)
 	go followRollout(followCtx, e.tc, wr.GetID(), 15*time.Second, r.start)
+	if e.cfg.profileSeconds > 0 {
+		go w.profile(followCtx, e.cfg.profileSeconds, filepath.Join(e.cfg.workDir, fmt.Sprintf("worker-cpu-%d.pprof", r.Nodes)))
+	}
 	res, rolloutErr := waitRollout(ctx, e.tc, wr.GetID())
 	r.end = time.Now()
 	stopFollowing()

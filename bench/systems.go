@@ -50,6 +50,31 @@ type workerProc struct {
 	done        chan struct{}
 }
 
+// profile saves a CPU profile of the worker's next seconds to path; failures are only logged.
+func (w *workerProc) profile(ctx context.Context, seconds int, path string) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", w.metricsAddr, seconds), nil)
+	if err != nil {
+		return
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		logf("worker profile: %v", err)
+		return
+	}
+	defer resp.Body.Close()
+	f, err := os.Create(path)
+	if err != nil {
+		logf("worker profile: %v", err)
+		return
+	}
+	defer f.Close()
+	if _, err := io.Copy(f, resp.Body); err != nil {
+		logf("worker profile: %v", err)
+		return
+	}
+	logf("worker CPU profile in %s", path)
+}
+
 func startWorker(ctx context.Context, bin, kubeconfig, temporalAddress, taskQueue, logPath string) (*workerProc, error) {
 	addr, err := freeAddr()
 	if err != nil {
@@ -62,7 +87,7 @@ func startWorker(ctx context.Context, bin, kubeconfig, temporalAddress, taskQueu
 	w := &workerProc{metricsAddr: addr, done: make(chan struct{})}
 	w.cmd = exec.Command(bin, "--kubeconfig", kubeconfig, "--temporal-address", temporalAddress,
 		"--task-queue", taskQueue, "--metrics-listen", addr, "--kube-qps", "1000", "--kube-burst", "2000",
-		"--stop-timeout", "5s")
+		"--stop-timeout", "5s", "--pprof")
 	w.cmd.Stdout, w.cmd.Stderr = logFile, logFile
 	if err := w.cmd.Start(); err != nil {
 		logFile.Close()

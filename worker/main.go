@@ -50,7 +50,7 @@ func run(ctx context.Context, cfg config.Config) error {
 	collector := metrics.NewCollector()
 	var ready atomic.Bool
 	if cfg.MetricsListen != "" {
-		srv := metrics.Serve(cfg.MetricsListen, collector, ready.Load)
+		srv := metrics.Serve(cfg.MetricsListen, collector, ready.Load, cfg.Pprof)
 		go func() {
 			if err := srv.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
 				logger.Error("metrics server stopped", "error", err)

@@ -20,7 +20,7 @@ const (
 	MaxJobTimeout             = 7 * 24 * time.Hour
 	DefaultJobTTL             = 24 * time.Hour
 	DefaultKeepJobs           = activities.KeepFailed
-	DefaultContinueAsNewAfter = 1000
+	DefaultContinueAsNewAfter = 2000
 	MaxDelayBetweenNodes      = time.Hour
 	// MaxExplicitNodes keeps the request well under Temporal's payload limit; larger fleets
 	// are selected by label, which is paged.

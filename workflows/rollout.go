@@ -23,6 +23,18 @@ const (
 	// busyNodeBackoff and busyNodeMaxBackoff pace retries of a node that another rollout holds.
 	busyNodeBackoff    = 5 * time.Second
 	busyNodeMaxBackoff = time.Minute
+
+	// Every continue-as-new drains the window, so a run goes on until its history nears the
+	// server's warning limits (10,240 events, 10 MiB), not to its earlier suggestion (4,096
+	// events or 4 MiB, about 900 nodes). The margin is what the drain itself adds: a few events
+	// and at most a result per node in flight.
+	historyEventsBeforeContinue = 9000
+	historyBytesBeforeContinue  = 8 << 20
+	drainEventsPerNode          = 4
+	drainBytesPerNode           = 6 << 10
+	// versionHistoryLimits marks runs that continue as new at the limits above instead of at
+	// the server's suggestion.
+	versionHistoryLimits = "continue-as-new-near-history-limits"
 )
 
 // Rollout runs NodeRollout on every selected node, at most a window of them at a time.
@@ -62,6 +74,7 @@ type rollout struct {
 	waiting         map[string]bool
 	recent          []NodeResult
 	launchedThisRun int
+	canAtLimits     bool // continue as new near the history limits rather than when suggested
 	draining        bool
 	done            bool
 }
@@ -152,12 +165,13 @@ func (r *rollout) registerHandlers(ctx workflow.Context) error {
 // run launches nodes until every one is handled, the failure budget is spent, the run has
 // launched its share (continue-as-new), or the rollout is cancelled.
 func (r *rollout) run(ctx workflow.Context) (RolloutResult, error) {
+	r.canAtLimits = workflow.GetVersion(ctx, versionHistoryLimits, workflow.DefaultVersion, 1) == 1
 	continueAsNew := false
 	for !r.budgetExceeded() {
 		if len(r.queue) == 0 && r.p.ListingDone {
 			break
 		}
-		if r.launchedThisRun >= r.s.continueAsNewAfter || workflow.GetInfo(ctx).GetContinueAsNewSuggested() {
+		if r.dueToContinueAsNew(ctx) {
 			continueAsNew = true
 			break
 		}
@@ -204,6 +218,35 @@ func (r *rollout) run(ctx workflow.Context) (RolloutResult, error) {
 		return r.continueAsNew(ctx)
 	}
 	return r.finish(ctx)
+}
+
+// dueToContinueAsNew says whether this run has launched its share of nodes or its history
+// has grown as far as is safe.
+func (r *rollout) dueToContinueAsNew(ctx workflow.Context) bool {
+	info := workflow.GetInfo(ctx)
+	return continueAsNewDue(historyState{
+		launched:  r.launchedThisRun,
+		events:    info.GetCurrentHistoryLength(),
+		bytes:     info.GetCurrentHistorySize(),
+		suggested: info.GetContinueAsNewSuggested(),
+	}, r.s.continueAsNewAfter, r.win.ceiling, r.canAtLimits)
+}
+
+// historyState is what a run knows of its own size.
+type historyState struct {
+	launched, events, bytes int
+	suggested               bool
+}
+
+func continueAsNewDue(h historyState, launchLimit, inFlight int, atLimits bool) bool {
+	if h.launched >= launchLimit {
+		return true
+	}
+	if !atLimits {
+		return h.suggested
+	}
+	return h.events+drainEventsPerNode*inFlight >= historyEventsBeforeContinue ||
+		h.bytes+drainBytesPerNode*inFlight >= historyBytesBeforeContinue
 }
 
 // listMore fetches the next slice of selected nodes after the cursor.

@@ -57,3 +57,25 @@ func (s *RolloutSuite) TestDelayBetweenNodesSpacesLaunches() {
 		s.Equal(time.Duration(i)*30*time.Second, run.start.Sub(s.runs[0].start))
 	}
 }
+
+func TestContinueAsNewNearTheHistoryLimitsNotAtTheSuggestion(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		h        historyState
+		inFlight int
+		atLimits bool
+		want     bool
+	}{
+		{"launched its share", historyState{launched: 2000}, 100, true, true},
+		{"suggested, but far from the limits", historyState{launched: 900, events: 4100, bytes: 4 << 20, suggested: true}, 100, true, false},
+		{"events near the warning limit", historyState{launched: 1900, events: 8700, bytes: 3 << 20}, 100, true, true},
+		{"bytes near the warning limit", historyState{launched: 1500, events: 6000, bytes: 7800 << 10}, 100, true, true},
+		{"a wide window leaves room for its drain", historyState{launched: 1000, events: 5000, bytes: 2 << 20}, 1000, true, true},
+		{"runs from before the change follow the suggestion", historyState{launched: 900, events: 4100, suggested: true}, 100, false, true},
+		{"and go on without it", historyState{launched: 900, events: 8700}, 100, false, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			require.Equal(t, tc.want, continueAsNewDue(tc.h, 2000, tc.inFlight, tc.atLimits))
+		})
+	}
+}

@@ -34,12 +34,15 @@ type Config struct {
 	TLSServerName     string
 	APIKey            string
 	UIAddress         string
+	// TemporalCompression is gzip (the SDK's default) or none.
+	TemporalCompression string
 
 	Kubeconfig              string
 	KubeQPS                 float64
 	KubeBurst               int
 	MaxConcurrentActivities int
 	MetricsListen           string
+	Pprof                   bool
 	LogLevel                string
 	StopTimeout             time.Duration
 	NodeCheckInterval       time.Duration
@@ -63,12 +66,14 @@ var keys = []key{
 	{"tls-ca", "", "CA file that signs the Temporal server certificate (default: system roots)", false},
 	{"tls-server-name", "", "server name to verify in the Temporal certificate", false},
 	{"api-key", "", "Temporal Cloud API key (implies TLS)", false},
+	{"temporal-compression", "none", "none or gzip: compression of requests to Temporal (gzip saves bandwidth on a slow link, at a CPU cost on both ends)", false},
 	{"ui-address", "http://127.0.0.1:8233", "Temporal Web UI base URL, for links", false},
 	{"kubeconfig", "", "kubeconfig file; empty: in-cluster config, else $KUBECONFIG or ~/.kube/config", true},
 	{"kube-qps", 50.0, "Kubernetes client queries per second", true},
 	{"kube-burst", 100, "Kubernetes client burst", true},
 	{"max-concurrent-activities", 1000, "activities (mostly Job waits) one worker runs at once", true},
 	{"metrics-listen", "127.0.0.1:9090", "address of /metrics, /healthz and /readyz; empty: off", true},
+	{"pprof", false, "also serve Go profiles at /debug/pprof/ on metrics-listen (keep that address private)", true},
 	{"log-level", "info", "debug, info, warn or error", true},
 	{"stop-timeout", "30s", "how long a stopping worker lets running activities finish", true},
 	{"node-check-interval", "60s", "how often a Job wait checks that its node still exists (one GET per running Job)", true},
@@ -88,6 +93,8 @@ func NewFlagSet(name string, worker bool) *pflag.FlagSet {
 			fs.Int(k.name, d, k.usage)
 		case float64:
 			fs.Float64(k.name, d, k.usage)
+		case bool:
+			fs.Bool(k.name, d, k.usage)
 		}
 	}
 	return fs
@@ -150,19 +157,20 @@ func Load(fs *pflag.FlagSet, args, env []string) (Config, error) {
 
 func build(v *viper.Viper, file string) (Config, error) {
 	c := Config{
-		ConfigFile:        file,
-		TemporalAddress:   v.GetString("temporal-address"),
-		TemporalNamespace: v.GetString("temporal-namespace"),
-		TaskQueue:         v.GetString("task-queue"),
-		TLSCert:           v.GetString("tls-cert"),
-		TLSKey:            v.GetString("tls-key"),
-		TLSCA:             v.GetString("tls-ca"),
-		TLSServerName:     v.GetString("tls-server-name"),
-		APIKey:            v.GetString("api-key"),
-		UIAddress:         strings.TrimSuffix(v.GetString("ui-address"), "/"),
-		Kubeconfig:        v.GetString("kubeconfig"),
-		MetricsListen:     v.GetString("metrics-listen"),
-		LogLevel:          strings.ToLower(v.GetString("log-level")),
+		ConfigFile:          file,
+		TemporalAddress:     v.GetString("temporal-address"),
+		TemporalNamespace:   v.GetString("temporal-namespace"),
+		TaskQueue:           v.GetString("task-queue"),
+		TLSCert:             v.GetString("tls-cert"),
+		TLSKey:              v.GetString("tls-key"),
+		TLSCA:               v.GetString("tls-ca"),
+		TLSServerName:       v.GetString("tls-server-name"),
+		APIKey:              v.GetString("api-key"),
+		UIAddress:           strings.TrimSuffix(v.GetString("ui-address"), "/"),
+		TemporalCompression: strings.ToLower(v.GetString("temporal-compression")),
+		Kubeconfig:          v.GetString("kubeconfig"),
+		MetricsListen:       v.GetString("metrics-listen"),
+		LogLevel:            strings.ToLower(v.GetString("log-level")),
 	}
 	var errs []string
 	bad := func(key, problem, fix string) {
@@ -178,11 +186,19 @@ func build(v *viper.Viper, file string) (Config, error) {
 	if c.MaxConcurrentActivities, err = parseInt(v.GetString("max-concurrent-activities")); err != nil || c.MaxConcurrentActivities <= 0 {
 		bad("max-concurrent-activities", fmt.Sprintf("%q is not a positive integer", v.GetString("max-concurrent-activities")), "use e.g. 1000")
 	}
+	if c.Pprof, err = strconv.ParseBool(v.GetString("pprof")); err != nil {
+		bad("pprof", fmt.Sprintf("%q is not a boolean", v.GetString("pprof")), "use true or false")
+	}
 	if c.StopTimeout, err = time.ParseDuration(v.GetString("stop-timeout")); err != nil || c.StopTimeout < 0 {
 		bad("stop-timeout", fmt.Sprintf("%q is not a duration", v.GetString("stop-timeout")), "write it like 30s")
 	}
 	if c.NodeCheckInterval, err = time.ParseDuration(v.GetString("node-check-interval")); err != nil || c.NodeCheckInterval <= 0 {
 		bad("node-check-interval", fmt.Sprintf("%q is not a positive duration", v.GetString("node-check-interval")), "write it like 60s")
+	}
+	switch c.TemporalCompression {
+	case "gzip", "none":
+	default:
+		bad("temporal-compression", fmt.Sprintf("%q is not a compression", c.TemporalCompression), "use gzip or none")
 	}
 	switch c.LogLevel {
 	case "debug", "info", "warn", "error":

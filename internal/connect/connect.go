@@ -31,6 +31,9 @@ func TemporalOptions(c config.Config, logger *slog.Logger, metrics client.Metric
 		return opts, err
 	}
 	opts.ConnectionOptions.TLS = tlsConfig
+	if c.TemporalCompression == "none" {
+		opts.ConnectionOptions.GrpcCompression = &client.GrpcCompressionNone{}
+	}
 	if c.APIKey != "" {
 		opts.Credentials = client.NewAPIKeyStaticCredentials(c.APIKey)
 	}

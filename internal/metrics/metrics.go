@@ -5,6 +5,7 @@ package metrics
 
 import (
 	"net/http"
+	httppprof "net/http/pprof"
 	"sort"
 	"strings"
 	"sync"
@@ -195,7 +196,7 @@ func (m metric) Record(d time.Duration) {
 }
 
 // Serve answers /metrics from the collector and /healthz and /readyz from ready.
-func Serve(addr string, c *Collector, ready func() bool) *http.Server {
+func Serve(addr string, c *Collector, ready func() bool, pprof bool) *http.Server {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(c, prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
 	mux := http.NewServeMux()
@@ -208,5 +209,12 @@ func Serve(addr string, c *Collector, ready func() bool) *http.Server {
 		}
 		_, _ = w.Write([]byte("ok\n"))
 	})
+	if pprof {
+		mux.HandleFunc("/debug/pprof/", httppprof.Index)
+		mux.HandleFunc("/debug/pprof/cmdline", httppprof.Cmdline)
+		mux.HandleFunc("/debug/pprof/profile", httppprof.Profile)
+		mux.HandleFunc("/debug/pprof/symbol", httppprof.Symbol)
+		mux.HandleFunc("/debug/pprof/trace", httppprof.Trace)
+	}
 	return &http.Server{Addr: addr, Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 }

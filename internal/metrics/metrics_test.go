@@ -18,7 +18,7 @@ func TestSeriesWithDifferentTagSetsShareOneFamily(t *testing.T) {
 	h.Gauge("noderollout_jobs_running").Update(3)
 	h.Timer("noderollout_job_duration").Record(1500 * time.Millisecond)
 
-	srv := Serve("", c, func() bool { return true })
+	srv := Serve("", c, func() bool { return true }, false)
 	rec := httptest.NewRecorder()
 	srv.Handler.ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
 	body := rec.Body.String()
@@ -34,7 +34,7 @@ func TestSeriesWithDifferentTagSetsShareOneFamily(t *testing.T) {
 
 func TestReadyzFollowsReadiness(t *testing.T) {
 	ready := false
-	srv := Serve("", NewCollector(), func() bool { return ready })
+	srv := Serve("", NewCollector(), func() bool { return ready }, false)
 	rec := httptest.NewRecorder()
 	srv.Handler.ServeHTTP(rec, httptest.NewRequest("GET", "/readyz", nil))
 	require.Equal(t, 503, rec.Code)
@@ -42,4 +42,18 @@ func TestReadyzFollowsReadiness(t *testing.T) {
 	rec = httptest.NewRecorder()
 	srv.Handler.ServeHTTP(rec, httptest.NewRequest("GET", "/readyz", nil))
 	require.Equal(t, 200, rec.Code)
+}
+
+func TestProfilesOnlyWhenAsked(t *testing.T) {
+	for _, pprof := range []bool{false, true} {
+		srv := Serve("", NewCollector(), func() bool { return true }, pprof)
+		rec := httptest.NewRecorder()
+		srv.Handler.ServeHTTP(rec, httptest.NewRequest("GET", "/debug/pprof/", nil))
+		if pprof {
+			require.Equal(t, 200, rec.Code)
+			require.Contains(t, rec.Body.String(), "goroutine")
+		} else {
+			require.Equal(t, 404, rec.Code)
+		}
+	}
 }
