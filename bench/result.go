@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"runtime"
 	"sort"
 	"time"
 )
@@ -55,6 +56,18 @@ type result struct {
 
 	start, end time.Time
 }
+
+// allCPU is the CPU seconds of the client process and the whole stack during the rollout.
+func (r *result) allCPU() float64 {
+	all := r.Process.CPU
+	for _, v := range r.StackCPU {
+		all += v
+	}
+	return all
+}
+
+// cpuFloor is the makespan the same work would take on this machine's cores never idling.
+func (r *result) cpuFloor() float64 { return r.allCPU() / float64(runtime.NumCPU()) }
 
 // fill takes the differences of everything sampled before and after the rollout.
 func (r *result) fill(before, after usage) {
