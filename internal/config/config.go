@@ -66,7 +66,7 @@ var keys = []key{
 	{"tls-ca", "", "CA file that signs the Temporal server certificate (default: system roots)", false},
 	{"tls-server-name", "", "server name to verify in the Temporal certificate", false},
 	{"api-key", "", "Temporal Cloud API key (implies TLS)", false},
-	{"temporal-compression", "none", "none or gzip: compression of requests to Temporal (gzip saves bandwidth on a slow link, at a CPU cost on both ends)", false},
+	{"temporal-compression", "gzip", "gzip (the SDK's default) or none: compression of requests to Temporal", false},
 	{"ui-address", "http://127.0.0.1:8233", "Temporal Web UI base URL, for links", false},
 	{"kubeconfig", "", "kubeconfig file; empty: in-cluster config, else $KUBECONFIG or ~/.kube/config", true},
 	{"kube-qps", 50.0, "Kubernetes client queries per second", true},

@@ -28,7 +28,7 @@ current-context: x
 	require.Equal(t, "https://127.0.0.1:6443", rc.Host)
 }
 
-func TestTemporalCompressionIsOffUnlessAsked(t *testing.T) {
+func TestTemporalCompressionCanBeTurnedOff(t *testing.T) {
 	opts, err := TemporalOptions(config.Config{TemporalAddress: "127.0.0.1:7233", TemporalCompression: "none"}, nil, nil)
 	require.NoError(t, err)
 	require.NotNil(t, opts.ConnectionOptions.GrpcCompression)
