@@ -51,8 +51,9 @@ func (a *Activities) FinalizeJob(ctx context.Context, in FinalizeInput) (Finaliz
 		return res, a.finalizeInOrder(ctx, in, res)
 	}
 
-	// The Node is known to exist (CreateJob read its UID), so the three writes are independent;
-	// sent together they cost one round trip on the way to the next Job instead of three.
+	// The Node existed when the Job was created (CreateJob read its UID), so the three writes are
+	// independent; sent together they cost one round trip on the way to the next Job instead of
+	// three. Should the Node have gone since, the patch finds nothing and the Event is harmless.
 	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: in.Node, UID: types.UID(in.Job.NodeUID)}}
 	var wg sync.WaitGroup
 	errs := make([]error, 3)

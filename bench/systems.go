@@ -54,6 +54,7 @@ type workerProc struct {
 func (w *workerProc) profile(ctx context.Context, seconds int, path string) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", w.metricsAddr, seconds), nil)
 	if err != nil {
+		logf("worker profile: %v", err)
 		return
 	}
 	resp, err := http.DefaultClient.Do(req)
@@ -62,6 +63,10 @@ func (w *workerProc) profile(ctx context.Context, seconds int, path string) {
 		return
 	}
 	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		logf("worker profile: %s", resp.Status)
+		return
+	}
 	f, err := os.Create(path)
 	if err != nil {
 		logf("worker profile: %v", err)

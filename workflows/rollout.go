@@ -238,15 +238,16 @@ type historyState struct {
 	suggested               bool
 }
 
-func continueAsNewDue(h historyState, launchLimit, inFlight int, atLimits bool) bool {
+// continueAsNewDue leaves room for a full window to drain after the decision.
+func continueAsNewDue(h historyState, launchLimit, window int, atLimits bool) bool {
 	if h.launched >= launchLimit {
 		return true
 	}
 	if !atLimits {
 		return h.suggested
 	}
-	return h.events+drainEventsPerNode*inFlight >= historyEventsBeforeContinue ||
-		h.bytes+drainBytesPerNode*inFlight >= historyBytesBeforeContinue
+	return h.events+drainEventsPerNode*window >= historyEventsBeforeContinue ||
+		h.bytes+drainBytesPerNode*window >= historyBytesBeforeContinue
 }
 
 // listMore fetches the next slice of selected nodes after the cursor.

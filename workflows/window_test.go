@@ -62,7 +62,7 @@ func TestContinueAsNewNearTheHistoryLimitsNotAtTheSuggestion(t *testing.T) {
 	for _, tc := range []struct {
 		name     string
 		h        historyState
-		inFlight int
+		window   int
 		atLimits bool
 		want     bool
 	}{
@@ -75,7 +75,7 @@ func TestContinueAsNewNearTheHistoryLimitsNotAtTheSuggestion(t *testing.T) {
 		{"and go on without it", historyState{launched: 900, events: 8700}, 100, false, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			require.Equal(t, tc.want, continueAsNewDue(tc.h, 2000, tc.inFlight, tc.atLimits))
+			require.Equal(t, tc.want, continueAsNewDue(tc.h, 2000, tc.window, tc.atLimits))
 		})
 	}
 }
