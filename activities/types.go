@@ -15,6 +15,7 @@ const (
 	OutcomeTimedOut  Outcome = "timedOut"
 	OutcomeSkipped   Outcome = "skipped"
 	OutcomeNodeGone  Outcome = "nodeGone"
+	OutcomeAborted   Outcome = "aborted"
 )
 
 // Error types carried by non-retryable ApplicationErrors. Callers switch on
@@ -62,11 +63,16 @@ type PrepareTemplateInput struct {
 	Namespace   string       `json:"namespace"`
 	Template    string       `json:"template,omitempty"`
 	TemplateRef *TemplateRef `json:"templateRef,omitempty"`
+	// Store keeps the template in an immutable ConfigMap named after its hash
+	// (TemplateConfigMapName) and returns the hash alone: CreateJob reads it back by hash, so
+	// the template never travels through the workflow histories.
+	Store bool `json:"store,omitempty"`
 }
 
-// PreparedTemplate is a template that parsed and validated, with its content hash.
+// PreparedTemplate is a template that parsed and validated, with its content hash. Template is
+// empty when it was stored.
 type PreparedTemplate struct {
-	Template string `json:"template"`
+	Template string `json:"template,omitempty"`
 	Hash     string `json:"hash"`
 }
 
@@ -101,8 +107,9 @@ type JobRequest struct {
 	Node      string `json:"node"`
 	// RunID is the NodeRollout child's run ID: part of the Job name, so a retried CreateJob
 	// adopts its own Job while a later rollout of the same node makes a fresh one.
-	RunID        string    `json:"runID"`
-	Template     string    `json:"template"`
+	RunID string `json:"runID"`
+	// Template is the template text; when empty, the one stored under TemplateHash is used.
+	Template     string    `json:"template,omitempty"`
 	TemplateHash string    `json:"templateHash"`
 	Owner        *OwnerRef `json:"owner,omitempty"`
 	// JobTimeoutSeconds becomes activeDeadlineSeconds when the template sets none.
@@ -121,6 +128,9 @@ type JobRef struct {
 	// NodeUID is the Node's UID when the Job was created (empty in histories from before it
 	// was recorded); the outcome Event names it.
 	NodeUID string `json:"nodeUID,omitempty"`
+	// RunID is the NodeRollout run that made the Job: with no UID known (a create whose reply
+	// was lost), a delete checks it before touching a Job of that name.
+	RunID string `json:"runID,omitempty"`
 }
 
 // WaitJobInput asks to wait until the Job finishes, disappears, or runs past its deadline.

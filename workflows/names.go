@@ -14,6 +14,11 @@ const (
 	QueryStatus          = "status"
 	UpdateSetParallelism = "setParallelism"
 
+	// SignalNotifyWhenFree asks a NodeRollout to signal SignalNodeFree to the sender when it
+	// ends: how a rollout that finds the node busy learns that it is free, without polling.
+	SignalNotifyWhenFree = "notifyWhenFree"
+	SignalNodeFree       = "nodeFree"
+
 	// RolloutIDPrefix + request name is the workflow ID the starter and Schedules use.
 	RolloutIDPrefix = "rollout-"
 	// NodeIDPrefix + node name is the NodeRollout workflow ID: one per node across all rollouts,
@@ -36,3 +41,13 @@ func RolloutID(name string) string { return RolloutIDPrefix + name }
 
 // NodeWorkflowID is the NodeRollout workflow ID of this node.
 func NodeWorkflowID(node string) string { return NodeIDPrefix + node }
+
+// NodeWaiter is the input of SignalNotifyWhenFree: the workflow to tell.
+type NodeWaiter struct {
+	WorkflowID string `json:"workflowID"`
+}
+
+// NodeFreed is the input of SignalNodeFree: the node whose NodeRollout ended.
+type NodeFreed struct {
+	Node string `json:"node"`
+}

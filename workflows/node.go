@@ -14,10 +14,11 @@ import (
 
 // NodeRolloutInput is everything one node's rollout needs; the parent fills it from the request.
 type NodeRolloutInput struct {
-	Rollout           string               `json:"rollout"`
-	Namespace         string               `json:"namespace"`
-	Node              string               `json:"node"`
-	Template          string               `json:"template"`
+	Rollout   string `json:"rollout"`
+	Namespace string `json:"namespace"`
+	Node      string `json:"node"`
+	// Template is set only by parents from before templates were stored by hash.
+	Template          string               `json:"template,omitempty"`
 	TemplateHash      string               `json:"templateHash"`
 	Owner             *activities.OwnerRef `json:"owner,omitempty"`
 	JobTimeoutSeconds int64                `json:"jobTimeoutSeconds"`
@@ -26,19 +27,38 @@ type NodeRolloutInput struct {
 }
 
 // NodeRollout creates the node's Job, waits for it to end and finalizes it. Its workflow ID is
-// per node, so two rollouts never run Jobs on one node at once. A node that does not succeed
-// fails this workflow with ErrNodeFailed and the NodeResult as details, so the UI shows it red.
+// per node, so two rollouts never run Jobs on one node at once: the workflow is the node's
+// lock, and it ends only when no Pod of a Job it created can still run. A node that does not
+// succeed fails this workflow with ErrNodeFailed and the NodeResult as details, so the UI shows
+// it red. Rollouts that found the node busy are told when it ends.
 func NodeRollout(ctx workflow.Context, in NodeRolloutInput) (NodeResult, error) {
+	if workflow.GetVersion(ctx, versionFieldGuarantees, workflow.DefaultVersion, 1) == workflow.DefaultVersion {
+		return nodeRolloutBeforeGuarantees(ctx, in)
+	}
+	waiters := workflow.GetSignalChannel(ctx, SignalNotifyWhenFree)
+	n := nodeSteps{in: in}
+	result, err := n.run(ctx)
+	tellWaiters(ctx, waiters, in.Node)
+	return result, err
+}
+
+// nodeSteps is one NodeRollout from versionFieldGuarantees on.
+type nodeSteps struct {
+	in NodeRolloutInput
+}
+
+func (n *nodeSteps) run(ctx workflow.Context) (NodeResult, error) {
 	var a *activities.Activities
+	in := n.in
 	runID := workflow.GetInfo(ctx).WorkflowExecution.RunID
-	jobName := jobspec.JobName(in.Rollout, in.Node, runID)
-	result := NodeResult{Node: in.Node, Job: jobName, StartedAt: workflow.Now(ctx)}
-	// planned is the Job as far as the workflow knows it before CreateJob answers, enough to
-	// delete it by name if the rollout is aborted mid-create.
-	planned := activities.JobRef{Namespace: in.Namespace, Name: jobName, Node: in.Node}
+	// planned is the Job as the workflow knows it before CreateJob answers: enough to find and
+	// delete it, should the create have gone through and its reply been lost.
+	planned := activities.JobRef{Namespace: in.Namespace, Name: jobspec.JobName(in.Rollout, in.Node, runID), Node: in.Node, RunID: runID}
+	result := NodeResult{Node: in.Node, Job: planned.Name, StartedAt: workflow.Now(ctx)}
+	writes := n.writeDeadline()
 
 	var job activities.JobRef
-	err := workflow.ExecuteLocalActivity(withLocalAPIActivity(ctx, "create Job "+jobName), a.CreateJob, activities.JobRequest{
+	err := workflow.ExecuteLocalActivity(withLocalAPIActivity(ctx, writes, "create Job "+planned.Name), a.CreateJob, activities.JobRequest{
 		Rollout:                 in.Rollout,
 		Namespace:               in.Namespace,
 		Node:                    in.Node,
@@ -54,8 +74,13 @@ func NodeRollout(ctx workflow.Context, in NodeRolloutInput) (NodeResult, error) 
 			return abort(ctx, planned, result)
 		}
 		end := endFromError(err)
-		result.Job = ""
-		return finalize(ctx, in, nil, end, result)
+		if end.Outcome == activities.OutcomeNodeGone {
+			return n.finalize(ctx, nil, end, result) // CreateJob removed any Job it made
+		}
+		// The create may have made the Job before failing (a lost reply, then a refusal):
+		// none of ours may stay behind, and the known name goes on to finalize.
+		release(ctx, planned, "the create failed: "+end.Reason)
+		return n.finalize(ctx, &planned, end, result)
 	}
 	result.Job = job.Name
 	workflow.SetCurrentDetails(ctx, fmt.Sprintf("Job `%s/%s` running on node `%s`", job.Namespace, job.Name, in.Node))
@@ -68,16 +93,26 @@ func NodeRollout(ctx workflow.Context, in NodeRolloutInput) (NodeResult, error) 
 			return abort(ctx, job, result)
 		}
 		end = endFromError(err)
+		// Waiting failed for good (say, Forbidden): the Job may still run, so it goes before
+		// the node does.
+		release(ctx, job, "waiting for it failed: "+end.Reason)
 	}
-	return finalize(ctx, in, &job, end, result)
+	return n.finalize(ctx, &job, end, result)
+}
+
+// writeDeadline is how long the node's writes keep retrying: an API server that refuses
+// them for any time up to the node's own deadline only delays the node.
+func (n *nodeSteps) writeDeadline() time.Duration {
+	return time.Duration(n.in.JobTimeoutSeconds)*time.Second + writeDeadlineMargin
 }
 
 // finalize records the outcome on the Node, tidies the Job, and turns the outcome into the
 // workflow's result or error.
-func finalize(ctx workflow.Context, in NodeRolloutInput, job *activities.JobRef, end activities.JobEnd, result NodeResult) (NodeResult, error) {
+func (n *nodeSteps) finalize(ctx workflow.Context, job *activities.JobRef, end activities.JobEnd, result NodeResult) (NodeResult, error) {
 	var a *activities.Activities
+	in := n.in
 	var fin activities.FinalizeResult
-	err := workflow.ExecuteLocalActivity(withLocalAPIActivity(ctx, "finalize "+string(end.Outcome)), a.FinalizeJob, activities.FinalizeInput{
+	err := workflow.ExecuteLocalActivity(withLocalAPIActivity(ctx, n.writeDeadline(), "finalize "+string(end.Outcome)), a.FinalizeJob, activities.FinalizeInput{
 		Rollout:      in.Rollout,
 		Node:         in.Node,
 		TemplateHash: in.TemplateHash,
@@ -89,8 +124,12 @@ func finalize(ctx workflow.Context, in NodeRolloutInput, job *activities.JobRef,
 		return abort(ctx, *job, result)
 	}
 	// A finalize that failed for good (say, Forbidden on the Node) must not hide the Job's outcome.
-	if err != nil && end.Message == "" {
-		end.Message = "finalize: " + err.Error()
+	if err != nil {
+		msg := "finalize failed (" + activities.ReasonForError(err) + "): " + err.Error()
+		if end.Message != "" {
+			msg = end.Message + "; " + msg
+		}
+		end.Message = msg
 	}
 	result.Outcome = end.Outcome
 	result.Reason = end.Reason
@@ -113,23 +152,58 @@ func finalize(ctx workflow.Context, in NodeRolloutInput, job *activities.JobRef,
 	return result, temporal.NewNonRetryableApplicationError(msg, ErrNodeFailed, nil, result)
 }
 
-// abort deletes the node's Job when the rollout is cancelled, then reports the cancellation.
+// abort deletes the node's Job when the rollout is cancelled and waits for its Pods to go,
+// then reports the node as aborted.
 func abort(ctx workflow.Context, job activities.JobRef, result NodeResult) (NodeResult, error) {
-	var a *activities.Activities
-	cleanup, _ := workflow.NewDisconnectedContext(ctx)
-	if err := workflow.ExecuteLocalActivity(withLocalAPIActivity(cleanup, "delete Job "+job.Name), a.DeleteJob, job).Get(cleanup, nil); err != nil {
-		workflow.GetLogger(ctx).Error("deleting the Job of an aborted node failed", "job", job.Name, "error", err)
-	}
+	release(ctx, job, "the rollout was aborted")
+	result.Outcome = activities.OutcomeAborted
 	result.Reason = activities.ReasonAborted
 	return result, temporal.NewCanceledError(result)
 }
 
-// endFromError turns an activity's final error into the node's outcome.
+// release deletes the Job and waits until none of its Pods remains, however long that takes:
+// the node is not handed on while a Job of ours may still run there. It runs on a context
+// that an abort cannot cancel.
+func release(ctx workflow.Context, job activities.JobRef, why string) {
+	var a *activities.Activities
+	cleanup, _ := workflow.NewDisconnectedContext(ctx)
+	workflow.SetCurrentDetails(ctx, fmt.Sprintf("deleting Job `%s/%s` (%s); node `%s` is held until its Pods are gone",
+		job.Namespace, job.Name, why, job.Node))
+	// Every error is retried: a refused delete is reported in the pending activity and the
+	// node waits for someone to fix it rather than run two Jobs at once.
+	_ = workflow.ExecuteActivity(withReleaseActivity(cleanup, "delete Job "+job.Name+" and wait for its Pods"), a.DeleteJob, job).Get(cleanup, nil)
+}
+
+// tellWaiters signals every rollout that asked to know when this node frees. It reads the
+// requests without blocking: one that arrives after this is read makes the server reject the
+// workflow's completion, and the task runs again and reads it.
+func tellWaiters(ctx workflow.Context, waiters workflow.ReceiveChannel, node string) {
+	notify, _ := workflow.NewDisconnectedContext(ctx)
+	told := map[string]bool{}
+	var sent []workflow.Future
+	for {
+		var w NodeWaiter
+		if !waiters.ReceiveAsync(&w) {
+			break
+		}
+		if w.WorkflowID == "" || told[w.WorkflowID] {
+			continue
+		}
+		told[w.WorkflowID] = true
+		sent = append(sent, workflow.SignalExternalWorkflow(notify, w.WorkflowID, "", SignalNodeFree, NodeFreed{Node: node}))
+	}
+	for _, f := range sent {
+		// A waiter that has ended has nothing to be told.
+		_ = f.Get(notify, nil)
+	}
+}
+
+// endFromError turns an activity's final error into the node's outcome, with a reason word
+// from the documented list.
 func endFromError(err error) activities.JobEnd {
-	end := activities.JobEnd{Outcome: activities.OutcomeFailed, Message: err.Error()}
+	end := activities.JobEnd{Outcome: activities.OutcomeFailed, Reason: activities.ReasonForError(err), Message: err.Error()}
 	var appErr *temporal.ApplicationError
 	if errors.As(err, &appErr) {
-		end.Reason = appErr.Type()
 		end.Message = appErr.Message()
 		if appErr.Type() == activities.ErrNodeGone {
 			end.Outcome = activities.OutcomeNodeGone

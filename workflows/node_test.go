@@ -140,6 +140,7 @@ func TestCancelDeletesRunningJobsAndStartsNoMore(t *testing.T) {
 		deleted[job.Node] = true
 		return nil
 	})
+	env.RegisterWorkflow(Rollout)
 	env.RegisterWorkflow(NodeRollout)
 	req := request(nodeNames(10)...)
 	req.Parallelism = 3
@@ -154,7 +155,7 @@ func TestCancelDeletesRunningJobsAndStartsNoMore(t *testing.T) {
 		env.CancelWorkflow()
 	}, time.Second)
 	env.SetTestTimeout(time.Minute)
-	env.ExecuteWorkflow(Rollout, req)
+	env.ExecuteWorkflow(RolloutWorkflow, req)
 	require.True(t, env.IsWorkflowCompleted())
 	require.True(t, temporal.IsCanceledError(env.GetWorkflowError()), "%v", env.GetWorkflowError())
 	require.Len(t, before, 3, "three Jobs were running at the abort")
@@ -212,12 +213,12 @@ func TestBusyNodeWaitsForTheOtherRollout(t *testing.T) {
 // shared and z.
 func bothRollouts(ctx workflow.Context) ([]RolloutResult, error) {
 	first := workflow.ExecuteChildWorkflow(workflow.WithChildOptions(ctx, workflow.ChildWorkflowOptions{WorkflowID: RolloutID("first")}),
-		Rollout, RolloutRequest{Name: "first", Nodes: []string{"a", "shared"}, JobTemplate: sampleTemplate})
+		RolloutWorkflow, RolloutRequest{Name: "first", Nodes: []string{"a", "shared"}, JobTemplate: sampleTemplate})
 	if err := workflow.Sleep(ctx, time.Minute); err != nil {
 		return nil, err
 	}
 	second := workflow.ExecuteChildWorkflow(workflow.WithChildOptions(ctx, workflow.ChildWorkflowOptions{WorkflowID: RolloutID("second")}),
-		Rollout, RolloutRequest{Name: "second", Nodes: []string{"shared", "z"}, JobTemplate: sampleTemplate})
+		RolloutWorkflow, RolloutRequest{Name: "second", Nodes: []string{"shared", "z"}, JobTemplate: sampleTemplate})
 	var r1, r2 RolloutResult
 	if err := first.Get(ctx, &r1); err != nil {
 		return nil, err

@@ -29,15 +29,46 @@ func withAPIActivity(ctx workflow.Context, summary string) workflow.Context {
 	})
 }
 
-// withLocalAPIActivity is for the single-object writes of a node's rollout (create, finalize,
-// delete). Local activities record one marker event instead of three activity events and a
-// workflow task, which keeps a node's history short at fleet scale; they are idempotent, so
-// re-running one after a worker crash is safe.
-func withLocalAPIActivity(ctx workflow.Context, summary string) workflow.Context {
+// withLocalAPIActivity is for the single-object writes of a node's rollout (create, finalize).
+// Local activities record one marker event instead of three activity events and a workflow
+// task, which keeps a node's history short at fleet scale; they are idempotent, so re-running
+// one after a worker crash is safe. Without a ScheduleToClose the SDK would stop retrying after
+// one StartToClose (a minute): writes retry until the node's own deadline instead.
+func withLocalAPIActivity(ctx workflow.Context, retryFor time.Duration, summary string) workflow.Context {
+	return workflow.WithLocalActivityOptions(ctx, workflow.LocalActivityOptions{
+		StartToCloseTimeout:    time.Minute,
+		ScheduleToCloseTimeout: retryFor,
+		RetryPolicy:            apiRetry,
+		Summary:                summary,
+	})
+}
+
+// withLegacyLocalAPIActivity is withLocalAPIActivity as children from before
+// versionFieldGuarantees ran it (retries end after a minute).
+func withLegacyLocalAPIActivity(ctx workflow.Context, summary string) workflow.Context {
 	return workflow.WithLocalActivityOptions(ctx, workflow.LocalActivityOptions{
 		StartToCloseTimeout: time.Minute,
 		RetryPolicy:         apiRetry,
 		Summary:             summary,
+	})
+}
+
+// writeDeadlineMargin is how long a node's writes retry past its jobTimeout.
+const writeDeadlineMargin = 10 * time.Minute
+
+// withReleaseActivity is for DeleteJob when the node must not be handed on before its Job and
+// Pods are gone: every error retries, without end, backing off to once a minute; a Pod's
+// termination grace is waited out with heartbeats.
+func withReleaseActivity(ctx workflow.Context, summary string) workflow.Context {
+	return workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
+		StartToCloseTimeout: 15 * time.Minute,
+		HeartbeatTimeout:    waitHeartbeatTimeout,
+		RetryPolicy: &temporal.RetryPolicy{
+			InitialInterval:    time.Second,
+			BackoffCoefficient: 2,
+			MaximumInterval:    time.Minute,
+		},
+		Summary: summary,
 	})
 }
 
@@ -47,8 +78,10 @@ const waitHeartbeatTimeout = 30 * time.Second
 
 func withWaitActivity(ctx workflow.Context, jobTimeout time.Duration, summary string) workflow.Context {
 	return workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
-		// WaitJob enforces jobTimeout itself, from the Job's creation time; this is a backstop.
-		StartToCloseTimeout: jobTimeout + 10*time.Minute,
+		// WaitJob enforces jobTimeout itself, from the Job's creation time, and then waits for
+		// the Pods to go (a FailureTarget gets a grace); this is a backstop, after which the
+		// next attempt resumes on the same Job.
+		StartToCloseTimeout: jobTimeout + 30*time.Minute,
 		HeartbeatTimeout:    waitHeartbeatTimeout,
 		RetryPolicy:         apiRetry,
 		WaitForCancellation: true,

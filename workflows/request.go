@@ -63,8 +63,12 @@ type RolloutRequest struct {
 	// as new, keeping every history short. Rarely worth changing.
 	ContinueAsNewAfter int `json:"continueAsNewAfter,omitempty"`
 
-	// Progress is set only by the workflow itself when it continues as new.
-	Progress *Progress `json:"progress,omitempty"`
+	// legacyProgress is the continue-as-new state that runs before the "field-guarantees"
+	// version carried inside the request as "progress". Only a continued run may hold it: a
+	// caller who sets it is refused (see Rollout), so it can never skip the template check.
+	legacyProgress *Progress
+	// parallelismSetToZero tells an explicit 0 (an error) from an omitted field (the default).
+	parallelismSetToZero bool
 
 	// decodeProblems collects unknown fields and type mismatches found while decoding: a
 	// decoding error would fail the workflow task again and again, so they are reported by
@@ -97,22 +101,50 @@ func (v *IntOrPercent) UnmarshalJSON(b []byte) error {
 
 type rolloutRequestFields RolloutRequest
 
-// UnmarshalJSON decodes leniently and remembers what was wrong for validation to report.
+// UnmarshalJSON decodes leniently and remembers what was wrong for validation to report:
+// type mismatches, and unknown fields at any depth (a misspelt batch.inital would otherwise
+// silently fall back to a default).
 func (r *RolloutRequest) UnmarshalJSON(b []byte) error {
-	var fields rolloutRequestFields
-	if err := json.Unmarshal(b, &fields); err != nil {
-		fields.decodeProblems = append(fields.decodeProblems, describeDecodeError(err))
-	}
 	var raw map[string]json.RawMessage
+	var problems []string
 	if err := json.Unmarshal(b, &raw); err != nil {
-		fields.decodeProblems = append(fields.decodeProblems, "request is not a JSON object: "+err.Error())
+		problems = append(problems, "request is not a JSON object: "+err.Error())
 	}
-	if unknown := unknownFields(raw, reflect.TypeOf(fields)); len(unknown) > 0 {
-		fields.decodeProblems = append(fields.decodeProblems,
-			"unknown field(s) "+strings.Join(unknown, ", ")+": remove them (field names are case-sensitive, see README)")
+	var legacy *Progress
+	if p, ok := raw["progress"]; ok {
+		if err := json.Unmarshal(p, &legacy); err != nil || legacy == nil {
+			problems = append(problems, "progress: is internal state that only the workflow itself sets; remove it")
+		}
+		delete(raw, "progress")
 	}
+	if t, ok := raw["jobTemplate"]; ok && isJSONObject(t) {
+		// A Job pasted as an object (as the Temporal UI's input box invites) is the same
+		// template: JSON is YAML.
+		text, _ := json.Marshal(string(t))
+		raw["jobTemplate"] = text
+	}
+	explicitZeroParallelism := false
+	if p, ok := raw["parallelism"]; ok && strings.TrimSpace(string(p)) == "0" {
+		explicitZeroParallelism = true
+	}
+	var fields rolloutRequestFields
+	if raw != nil {
+		cleaned, _ := json.Marshal(raw)
+		if err := json.Unmarshal(cleaned, &fields); err != nil {
+			problems = append(problems, describeDecodeError(err))
+		}
+		problems = append(problems, unknownFieldProblems(raw, reflect.TypeOf(fields), "")...)
+	}
+	fields.parallelismSetToZero = explicitZeroParallelism
+	fields.decodeProblems = problems
+	fields.legacyProgress = legacy
 	*r = RolloutRequest(fields)
 	return nil
+}
+
+func isJSONObject(b json.RawMessage) bool {
+	t := strings.TrimSpace(string(b))
+	return strings.HasPrefix(t, "{")
 }
 
 func describeDecodeError(err error) string {
@@ -138,20 +170,43 @@ func jsonKind(t reflect.Type) string {
 	}
 }
 
-func unknownFields(raw map[string]json.RawMessage, t reflect.Type) []string {
-	known := map[string]bool{}
+// unknownFieldProblems names every key of raw (at prefix) that t does not have, and recurses
+// into the fields that are objects themselves.
+func unknownFieldProblems(raw map[string]json.RawMessage, t reflect.Type, prefix string) []string {
+	known := map[string]reflect.Type{}
 	for i := 0; i < t.NumField(); i++ {
-		name, _, _ := strings.Cut(t.Field(i).Tag.Get("json"), ",")
-		if name != "" && name != "-" {
-			known[name] = true
+		f := t.Field(i)
+		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+		if name != "" && name != "-" && f.IsExported() {
+			known[name] = f.Type
 		}
 	}
 	var unknown []string
+	var problems []string
+	keys := make([]string, 0, len(raw))
 	for k := range raw {
-		if !known[k] {
-			unknown = append(unknown, k)
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		ft, ok := known[k]
+		if !ok {
+			unknown = append(unknown, prefix+k)
+			continue
+		}
+		if ft.Kind() == reflect.Pointer {
+			ft = ft.Elem()
+		}
+		if ft.Kind() != reflect.Struct || ft == reflect.TypeOf(time.Time{}) {
+			continue
+		}
+		var inner map[string]json.RawMessage
+		if json.Unmarshal(raw[k], &inner) == nil {
+			problems = append(problems, unknownFieldProblems(inner, ft, prefix+k+".")...)
 		}
 	}
-	sort.Strings(unknown)
-	return unknown
+	if len(unknown) > 0 {
+		problems = append([]string{strings.Join(unknown, ", ") + ": unknown field(s): remove them (field names are case-sensitive, see README)"}, problems...)
+	}
+	return problems
 }

@@ -1,6 +1,7 @@
 package workflows
 
 import (
+	"strings"
 	"time"
 
 	"github.com/noderollout/noderollout/activities"
@@ -31,10 +32,13 @@ type Counts struct {
 	TimedOut  int `json:"timedOut"`
 	Skipped   int `json:"skipped"`
 	NodeGone  int `json:"nodeGone"`
+	Aborted   int `json:"aborted"`
 }
 
 // Finished is the number of nodes with a final outcome.
-func (c Counts) Finished() int { return c.Succeeded + c.Failed + c.TimedOut + c.Skipped + c.NodeGone }
+func (c Counts) Finished() int {
+	return c.Succeeded + c.Failed + c.TimedOut + c.Skipped + c.NodeGone + c.Aborted
+}
 
 // Failures is what the failure budget is charged with.
 func (c Counts) Failures() int { return c.Failed + c.TimedOut }
@@ -51,12 +55,18 @@ func (c *Counts) add(o activities.Outcome) {
 		c.Skipped++
 	case activities.OutcomeNodeGone:
 		c.NodeGone++
+	case activities.OutcomeAborted:
+		c.Aborted++
 	}
 }
 
-// Progress is what one run of Rollout hands to the next when it continues as new.
+// Progress is what one run of Rollout hands to the next when it continues as new: internal
+// state, passed as the workflow's second argument and honoured only in a run that was
+// continued as new, never a field of the public request.
 type Progress struct {
-	Template       string       `json:"template"`
+	// Template is the template text, carried only by runs from before templates were stored
+	// by reference (TemplateHash names the stored copy).
+	Template       string       `json:"template,omitempty"`
 	TemplateHash   string       `json:"templateHash"`
 	Cursor         string       `json:"cursor,omitempty"` // last node handled, in name order
 	ListingDone    bool         `json:"listingDone,omitempty"`
@@ -72,6 +82,28 @@ type Progress struct {
 
 // MaxReportedFailures caps the failed nodes carried in results, status and continue-as-new.
 const MaxReportedFailures = 100
+
+// Carried failures keep what identifies the failure; the log tail stays in the node's own
+// result and Event, so the state handed across continue-as-new stays small.
+const (
+	maxCarriedMessage     = 512
+	maxCarriedTermination = 256
+)
+
+// carriedFailure is a failed node's result trimmed for continue-as-new.
+func carriedFailure(r NodeResult) NodeResult {
+	r.LogTail = ""
+	r.Message = truncateUTF8(r.Message, maxCarriedMessage)
+	r.TerminationMessage = truncateUTF8(r.TerminationMessage, maxCarriedTermination)
+	return r
+}
+
+func truncateUTF8(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return strings.ToValidUTF8(s[:n], "")
+}
 
 // RolloutResult is what a finished rollout returns (and, on failure, the details of its error).
 type RolloutResult struct {

@@ -20,9 +20,13 @@ const (
 	listPageSize = 1000
 	// recentResults is how many of the latest node results the status query shows.
 	recentResults = 20
-	// busyNodeBackoff and busyNodeMaxBackoff pace retries of a node that another rollout holds.
+	// busyNodeBackoff and busyNodeMaxBackoff pace retries of a node that another rollout holds
+	// in runs from before the busy node was told when it frees.
 	busyNodeBackoff    = 5 * time.Second
 	busyNodeMaxBackoff = time.Minute
+	// busyNodeRecheck is how long a waiting node trusts the holder to tell it when the node
+	// frees before it tries again anyway (the holder may run older code, or be terminated).
+	busyNodeRecheck = 10 * time.Minute
 
 	// Every continue-as-new drains the window, so a run goes on until its history nears the
 	// server's warning limits (10,240 events, 10 MiB), not to its earlier suggestion (4,096
@@ -35,21 +39,41 @@ const (
 	// versionHistoryLimits marks runs that continue as new at the limits above instead of at
 	// the server's suggestion.
 	versionHistoryLimits = "continue-as-new-near-history-limits"
+	// versionFieldGuarantees marks runs with the template passed by reference, busy nodes told
+	// when they free, the failure budget checked while a node waits, and (in NodeRollout)
+	// writes retried as long as the node's deadline allows.
+	versionFieldGuarantees = "field-guarantees"
 )
 
 // Rollout runs NodeRollout on every selected node, at most a window of them at a time.
-// Validation comes first and fails the workflow with a non-retryable InvalidRequest.
-func Rollout(ctx workflow.Context, req RolloutRequest) (RolloutResult, error) {
-	s, err := Validate(req)
+// Validation comes first and fails the workflow with a non-retryable InvalidRequest. carried is
+// the state a previous run handed over when it continued as new; callers never set it.
+func Rollout(ctx workflow.Context, req RolloutRequest, carried *Progress) (RolloutResult, error) {
+	continued := workflow.GetInfo(ctx).ContinuedExecutionRunID != ""
+	if carried == nil {
+		carried = req.legacyProgress
+	}
+	if carried != nil && !continued {
+		return RolloutResult{}, temporal.NewNonRetryableApplicationError(
+			"invalid rollout request: progress: is internal state that only the workflow itself sets when it continues as new; start the rollout with the request alone",
+			activities.ErrInvalidRequest, nil)
+	}
+	s, err := validate(req, continued)
 	if err != nil {
 		return RolloutResult{}, err
 	}
 	r := &rollout{req: req, s: s}
-	if err := r.start(ctx); err != nil {
-		return RolloutResult{}, err
-	}
+	r.guarantees = workflow.GetVersion(ctx, versionFieldGuarantees, workflow.DefaultVersion, 1) == 1
+	r.restore(ctx, carried)
+	// Handlers come before the first blocking call, so status and setParallelism work while
+	// the template is being prepared.
 	if err := r.registerHandlers(ctx); err != nil {
 		return RolloutResult{}, err
+	}
+	if carried == nil {
+		if err := r.prepare(ctx); err != nil {
+			return RolloutResult{}, err
+		}
 	}
 	if req.DryRun {
 		return r.dryRun(ctx)
@@ -75,35 +99,49 @@ type rollout struct {
 	recent          []NodeResult
 	launchedThisRun int
 	canAtLimits     bool // continue as new near the history limits rather than when suggested
+	guarantees      bool // versionFieldGuarantees applies to this run
 	draining        bool
 	done            bool
+
+	// freed marks busy nodes whose holder said it finished; signals holds the channels whose
+	// pending signals must be read before the run may continue as new.
+	freed   map[string]bool
+	signals []workflow.ReceiveChannel
 }
 
-// start restores carried progress, or prepares the template on the first run.
-func (r *rollout) start(ctx workflow.Context) error {
+// restore takes over carried progress, or starts it afresh on the first run.
+func (r *rollout) restore(ctx workflow.Context, carried *Progress) {
 	r.waiting = map[string]bool{}
-	if r.req.Progress != nil {
-		r.p = *r.req.Progress
+	r.freed = map[string]bool{}
+	if carried != nil {
+		r.p = *carried
 		r.win = resumeWindow(r.s.batch, r.p.Parallelism, r.p.Window)
-		return nil
+		return
 	}
+	r.p = Progress{Parallelism: r.s.parallelism, StartedAt: workflow.Now(ctx)}
+	r.win = newWindow(r.s.batch, r.s.parallelism)
+}
+
+// prepare loads and checks the template once, before any node starts. From
+// versionFieldGuarantees on it is stored by hash in the cluster, and only the hash travels in
+// the history, so a large template costs the same per node as a small one.
+func (r *rollout) prepare(ctx workflow.Context) error {
 	var a *activities.Activities
 	var prepared activities.PreparedTemplate
 	err := workflow.ExecuteActivity(withAPIActivity(ctx, "load and check the Job template"), a.PrepareTemplate, activities.PrepareTemplateInput{
 		Namespace:   r.namespace(),
 		Template:    r.req.JobTemplate,
 		TemplateRef: r.req.JobTemplateRef,
+		Store:       r.guarantees,
 	}).Get(ctx, &prepared)
 	if err != nil {
 		return asWorkflowError(err)
 	}
-	r.p = Progress{
-		Template:     prepared.Template,
-		TemplateHash: prepared.Hash,
-		Parallelism:  r.s.parallelism,
-		StartedAt:    workflow.Now(ctx),
+	r.p.Template = prepared.Template
+	r.p.TemplateHash = prepared.Hash
+	if r.guarantees {
+		r.p.Template = ""
 	}
-	r.win = newWindow(r.s.batch, r.s.parallelism)
 	memo := map[string]any{"templateHash": prepared.Hash, "namespace": r.namespace()}
 	if r.req.NodeSelector != "" {
 		memo["nodeSelector"] = r.req.NodeSelector
@@ -147,11 +185,20 @@ func (r *rollout) registerHandlers(ctx workflow.Context) error {
 	}
 	pause := workflow.GetSignalChannel(ctx, SignalPause)
 	resume := workflow.GetSignalChannel(ctx, SignalResume)
+	freed := workflow.GetSignalChannel(ctx, SignalNodeFree)
+	r.signals = []workflow.ReceiveChannel{pause, resume, freed}
 	workflow.Go(ctx, func(ctx workflow.Context) {
 		for {
 			sel := workflow.NewSelector(ctx)
 			sel.AddReceive(pause, func(c workflow.ReceiveChannel, _ bool) { c.Receive(ctx, nil); r.p.Paused = true })
 			sel.AddReceive(resume, func(c workflow.ReceiveChannel, _ bool) { c.Receive(ctx, nil); r.p.Paused = false })
+			sel.AddReceive(freed, func(c workflow.ReceiveChannel, _ bool) {
+				var f NodeFreed
+				c.Receive(ctx, &f)
+				if r.waiting[f.Node] {
+					r.freed[f.Node] = true
+				}
+			})
 			sel.Select(ctx)
 			if ctx.Err() != nil {
 				return
@@ -167,6 +214,7 @@ func (r *rollout) registerHandlers(ctx workflow.Context) error {
 func (r *rollout) run(ctx workflow.Context) (RolloutResult, error) {
 	r.canAtLimits = workflow.GetVersion(ctx, versionHistoryLimits, workflow.DefaultVersion, 1) == 1
 	continueAsNew := false
+	var listErr error
 	for !r.budgetExceeded() {
 		if len(r.queue) == 0 && r.p.ListingDone {
 			break
@@ -177,7 +225,12 @@ func (r *rollout) run(ctx workflow.Context) (RolloutResult, error) {
 		}
 		if len(r.queue) == 0 {
 			if err := r.listMore(ctx); err != nil {
-				return RolloutResult{}, err
+				if ctx.Err() != nil {
+					return r.cancelled(ctx)
+				}
+				// Nodes in flight still finish and are counted before the rollout fails.
+				listErr = err
+				break
 			}
 			continue
 		}
@@ -214,10 +267,29 @@ func (r *rollout) run(ctx workflow.Context) (RolloutResult, error) {
 	if err := workflow.Await(ctx, func() bool { return r.inFlight == 0 && len(r.waiting) == 0 }); err != nil {
 		return r.cancelled(ctx)
 	}
+	if listErr != nil {
+		return r.listingFailed(ctx, listErr)
+	}
 	if continueAsNew {
 		return r.continueAsNew(ctx)
 	}
 	return r.finish(ctx)
+}
+
+// listingFailed ends a rollout whose node listing failed for good, after every node in flight
+// has finished, with what was done so far.
+func (r *rollout) listingFailed(ctx workflow.Context, err error) (RolloutResult, error) {
+	r.done = true
+	result := r.result(ctx)
+	var appErr *temporal.ApplicationError
+	errType := ErrRolloutFailed
+	msg := err.Error()
+	if errors.As(err, &appErr) {
+		errType, msg = appErr.Type(), appErr.Message()
+	}
+	return result, temporal.NewNonRetryableApplicationError(
+		fmt.Sprintf("rollout %s stopped: listing nodes after %s failed: %s (%d nodes finished before)",
+			r.req.Name, quoteOrStart(r.p.Cursor), msg, result.Counts.Finished()), errType, nil, result)
 }
 
 // dueToContinueAsNew says whether this run has launched its share of nodes or its history
@@ -229,7 +301,17 @@ func (r *rollout) dueToContinueAsNew(ctx workflow.Context) bool {
 		events:    info.GetCurrentHistoryLength(),
 		bytes:     info.GetCurrentHistorySize(),
 		suggested: info.GetContinueAsNewSuggested(),
-	}, r.s.continueAsNewAfter, r.win.ceiling, r.canAtLimits)
+	}, r.s.continueAsNewAfter, r.drainingNodes(), r.canAtLimits)
+}
+
+// drainingNodes is how many nodes can still add to the history once the run decides to
+// continue as new: the window, and (counted from versionFieldGuarantees on) the nodes waiting
+// for another rollout.
+func (r *rollout) drainingNodes() int {
+	if r.guarantees {
+		return r.win.ceiling + len(r.waiting)
+	}
+	return r.win.ceiling
 }
 
 // historyState is what a run knows of its own size.
@@ -308,19 +390,24 @@ func (r *rollout) launch(ctx workflow.Context, node string) {
 	r.p.Counts.Running++
 	r.launchedThisRun++
 	workflow.Go(ctx, func(ctx workflow.Context) {
-		result, holdsSlot := r.runNode(ctx, node)
+		result, holdsSlot, started := r.runNode(ctx, node)
 		if holdsSlot {
 			r.inFlight--
 			r.p.Counts.Running--
 		}
-		r.record(ctx, result)
+		if started {
+			r.record(ctx, result)
+		} else {
+			r.showProgress(ctx) // back to pending: a later rollout or rerun covers it
+		}
 	})
 }
 
-// runNode runs the child, retrying with a backoff while another rollout holds the node. While
-// it waits it gives its window slot back, so a busy node never holds up the others. It reports
-// whether it still holds a slot when it returns.
-func (r *rollout) runNode(ctx workflow.Context, node string) (NodeResult, bool) {
+// runNode runs the child, waiting while another rollout holds the node. While it waits it
+// gives its window slot back, so a busy node never holds up the others. It reports whether it
+// still holds a slot when it returns, and whether the node was started at all (a waiting node
+// is not started once the failure budget is spent).
+func (r *rollout) runNode(ctx workflow.Context, node string) (result NodeResult, holdsSlot, started bool) {
 	in := NodeRolloutInput{
 		Rollout:           r.req.Name,
 		Namespace:         r.namespace(),
@@ -338,10 +425,10 @@ func (r *rollout) runNode(ctx workflow.Context, node string) (NodeResult, bool) 
 		err := child.GetChildWorkflowExecution().Get(ctx, nil)
 		if err == nil {
 			var result NodeResult
-			return nodeResult(node, child.Get(ctx, &result), result), true
+			return nodeResult(node, child.Get(ctx, &result), result), true, true
 		}
 		if !temporal.IsWorkflowExecutionAlreadyStartedError(err) {
-			return nodeResult(node, err, NodeResult{}), true
+			return nodeResult(node, err, NodeResult{}), true, true
 		}
 		// Another rollout holds the node: give the slot back and wait.
 		r.inFlight--
@@ -349,19 +436,47 @@ func (r *rollout) runNode(ctx workflow.Context, node string) (NodeResult, bool) 
 		r.waiting[node] = true
 		r.p.Counts.Waiting++
 		r.showProgress(ctx)
-		sleepErr := workflow.Sleep(ctx, backoff)
-		if sleepErr == nil {
-			sleepErr = workflow.Await(ctx, func() bool { return !r.p.Paused && r.inFlight < r.win.size })
+		var waitErr error
+		if r.guarantees {
+			waitErr = r.waitUntilFreed(ctx, node)
+		} else {
+			waitErr = workflow.Sleep(ctx, backoff)
+			backoff = min(2*backoff, busyNodeMaxBackoff)
+		}
+		if waitErr == nil {
+			waitErr = workflow.Await(ctx, func() bool {
+				return (r.guarantees && r.budgetExceeded()) || (!r.p.Paused && r.inFlight < r.win.size)
+			})
 		}
 		delete(r.waiting, node)
+		delete(r.freed, node)
 		r.p.Counts.Waiting--
-		if sleepErr != nil {
-			return NodeResult{Node: node, Outcome: activities.OutcomeFailed, Reason: activities.ReasonAborted}, false
+		if waitErr != nil {
+			return NodeResult{Node: node, Outcome: activities.OutcomeAborted, Reason: activities.ReasonAborted,
+				Message: "aborted while waiting for another rollout to finish on the node"}, false, true
+		}
+		if r.guarantees && r.budgetExceeded() {
+			return NodeResult{}, false, false
 		}
 		r.inFlight++
 		r.p.Counts.Running++
-		backoff = min(2*backoff, busyNodeMaxBackoff)
 	}
+}
+
+// waitUntilFreed asks the node's current holder to say when it finishes, and waits for that
+// (or, should the word never come, for busyNodeRecheck): a bounded number of events per
+// waiting node however long the other rollout's Job runs.
+func (r *rollout) waitUntilFreed(ctx workflow.Context, node string) error {
+	self := workflow.GetInfo(ctx).WorkflowExecution.ID
+	err := workflow.SignalExternalWorkflow(ctx, NodeWorkflowID(node), "", SignalNotifyWhenFree, NodeWaiter{WorkflowID: self}).Get(ctx, nil)
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	if err != nil {
+		return nil // the holder has already finished: try again at once
+	}
+	_, err = workflow.AwaitWithTimeout(ctx, busyNodeRecheck, func() bool { return r.freed[node] })
+	return err
 }
 
 // nodeResult reads a child's outcome: its result, the NodeResult carried by ErrNodeFailed, or
@@ -377,11 +492,10 @@ func nodeResult(node string, err error, result NodeResult) NodeResult {
 			return carried
 		}
 	}
-	reason := "NodeRolloutFailed"
 	if temporal.IsCanceledError(err) {
-		reason = activities.ReasonAborted
+		return NodeResult{Node: node, Outcome: activities.OutcomeAborted, Reason: activities.ReasonAborted, Message: err.Error()}
 	}
-	return NodeResult{Node: node, Outcome: activities.OutcomeFailed, Reason: reason, Message: err.Error()}
+	return NodeResult{Node: node, Outcome: activities.OutcomeFailed, Reason: "NodeRolloutFailed", Message: err.Error()}
 }
 
 // record counts a node's final outcome.
@@ -416,18 +530,31 @@ func (r *rollout) cancelled(ctx workflow.Context) (RolloutResult, error) {
 }
 
 func (r *rollout) continueAsNew(ctx workflow.Context) (RolloutResult, error) {
-	if err := workflow.Await(ctx, func() bool { return workflow.AllHandlersFinished(ctx) }); err != nil {
+	// A signal or update that arrived in the same workflow task as the decision is handled
+	// first: the root coroutine runs before the one that reads the signals, and the state is
+	// copied below.
+	err := workflow.Await(ctx, func() bool {
+		for _, c := range r.signals {
+			if c.Len() > 0 {
+				return false
+			}
+		}
+		return workflow.AllHandlersFinished(ctx)
+	})
+	if err != nil {
 		return r.cancelled(ctx)
 	}
-	next := r.req
 	progress := r.p
 	progress.Window = r.win.size
 	progress.Parallelism = r.win.ceiling
 	progress.ContinuedAsNew++
 	// Listed but unlaunched nodes are listed again after the cursor by the next run.
 	progress.ListingDone = r.p.ListingDone && len(r.queue) == 0
-	next.Progress = &progress
-	return RolloutResult{}, workflow.NewContinueAsNewError(ctx, Rollout, next)
+	progress.Failures = make([]NodeResult, len(r.p.Failures))
+	for i, f := range r.p.Failures {
+		progress.Failures[i] = carriedFailure(f)
+	}
+	return RolloutResult{}, workflow.NewContinueAsNewError(ctx, RolloutWorkflow, r.req, &progress)
 }
 
 func (r *rollout) finish(ctx workflow.Context) (RolloutResult, error) {
@@ -463,7 +590,7 @@ func (r *rollout) dryRun(ctx workflow.Context) (RolloutResult, error) {
 	var planned []PlannedNode
 	for !r.p.ListingDone {
 		if err := r.listMore(ctx); err != nil {
-			return RolloutResult{}, err
+			return RolloutResult{}, err // nothing was started: there is nothing to drain
 		}
 		for _, n := range r.queue {
 			r.p.Cursor = n.name
@@ -533,8 +660,8 @@ func (r *rollout) showProgress(ctx workflow.Context) {
 	st := r.status()
 	c := st.Counts
 	workflow.SetCurrentDetails(ctx, fmt.Sprintf(
-		"**%s** %d/%d done: %d succeeded, %d failed, %d timed out, %d skipped, %d gone; %d running, %d waiting; window %d of %d",
-		st.Phase, c.Finished(), st.Selected, c.Succeeded, c.Failed, c.TimedOut, c.Skipped, c.NodeGone,
+		"**%s** %d/%d done: %d succeeded, %d failed, %d timed out, %d skipped, %d gone, %d aborted; %d running, %d waiting; window %d of %d",
+		st.Phase, c.Finished(), st.Selected, c.Succeeded, c.Failed, c.TimedOut, c.Skipped, c.NodeGone, c.Aborted,
 		c.Running, c.Waiting, st.Window, st.Parallelism))
 }
 

@@ -64,6 +64,7 @@ func (s *RolloutSuite) SetupTest() {
 	s.env = s.NewTestWorkflowEnvironment()
 	s.a = &activities.Activities{}
 	s.env.RegisterActivity(s.a)
+	s.env.RegisterWorkflow(Rollout)
 	s.env.RegisterWorkflow(NodeRollout)
 	s.fleet, s.done, s.runs, s.live, s.peak = nil, map[string]bool{}, nil, 0, 0
 	s.jobFn = s.succeedAfter(time.Minute)
@@ -168,7 +169,7 @@ func (s *RolloutSuite) result() RolloutResult {
 func (s *RolloutSuite) TestHappyPathRunsEveryNodeOnceWithinParallelism() {
 	req := request(nodeNames(23)...)
 	req.Parallelism = 5
-	s.env.ExecuteWorkflow(Rollout, req)
+	s.env.ExecuteWorkflow(RolloutWorkflow, req)
 	r := s.result()
 	s.Equal(23, r.Counts.Succeeded)
 	s.Equal(23, r.Selected)
@@ -191,7 +192,7 @@ func (s *RolloutSuite) TestParallelismNeverExceededWithUnevenJobs() {
 	})
 	req := request(nodeNames(40)...)
 	req.Parallelism = 7
-	s.env.ExecuteWorkflow(Rollout, req)
+	s.env.ExecuteWorkflow(RolloutWorkflow, req)
 	s.Equal(40, s.result().Counts.Succeeded)
 	s.Equal(7, s.peak)
 	for _, run := range s.runs {
@@ -203,7 +204,7 @@ func (s *RolloutSuite) TestWindowGrowsExponentiallyWhileNodesSucceed() {
 	req := request(nodeNames(15)...)
 	req.Parallelism = 8
 	req.Batch = &Batch{Initial: 1, Growth: GrowthExponential}
-	s.env.ExecuteWorkflow(Rollout, req)
+	s.env.ExecuteWorkflow(RolloutWorkflow, req)
 	s.Equal(15, s.result().Counts.Succeeded)
 	// Window 1, then 2, 4, 8: the waves start at minutes 0, 1, 2, 3 (and 4 for the rest).
 	starts := map[time.Duration]int{}
@@ -220,7 +221,7 @@ func (s *RolloutSuite) TestFailureBudgetStopsLaunchesAndFailsWithSummary() {
 	req := request(nodeNames(20)...)
 	req.Parallelism = 1
 	req.MaxFailures = "1"
-	s.env.ExecuteWorkflow(Rollout, req)
+	s.env.ExecuteWorkflow(RolloutWorkflow, req)
 	err := s.env.GetWorkflowError()
 	var appErr *temporal.ApplicationError
 	s.Require().True(errors.As(err, &appErr), "%v", err)
@@ -238,7 +239,7 @@ func (s *RolloutSuite) TestPercentBudgetAllowsFailuresWithinShare() {
 	s.jobFn = s.runFor(func(node string) (time.Duration, bool) { return time.Minute, node != "node-00003" })
 	req := request(nodeNames(10)...)
 	req.MaxFailures = "10%"
-	s.env.ExecuteWorkflow(Rollout, req)
+	s.env.ExecuteWorkflow(RolloutWorkflow, req)
 	r := s.result()
 	s.Equal(9, r.Counts.Succeeded)
 	s.Equal(1, r.Counts.Failed)
@@ -256,7 +257,7 @@ func (s *RolloutSuite) TestOneSlowFailingNodeDoesNotDelayOthers() {
 	req := request(nodeNames(10)...)
 	req.Parallelism = 2
 	req.MaxFailures = "1"
-	s.env.ExecuteWorkflow(Rollout, req)
+	s.env.ExecuteWorkflow(RolloutWorkflow, req)
 	r := s.result()
 	s.Equal(9, r.Counts.Succeeded)
 	var slowEnd, lastFast time.Time
@@ -287,7 +288,7 @@ func (s *RolloutSuite) TestPauseStopsLaunchesAndResumeRestarts() {
 		s.Require().NoError(err)
 		s.Require().NoError(v.Get(&atResume))
 	}, time.Hour+time.Second)
-	s.env.ExecuteWorkflow(Rollout, req)
+	s.env.ExecuteWorkflow(RolloutWorkflow, req)
 	r := s.result()
 	s.Equal(6, r.Counts.Succeeded)
 	s.True(atPause.Paused)
@@ -317,7 +318,7 @@ func (s *RolloutSuite) TestSetParallelismUpdateResizesTheWindow() {
 			OnComplete: func(v interface{}, err error) { res = v.(SetParallelismResult); accepted = err },
 		}, SetParallelismRequest{Parallelism: 6})
 	}, 150*time.Second)
-	s.env.ExecuteWorkflow(Rollout, req)
+	s.env.ExecuteWorkflow(RolloutWorkflow, req)
 	s.Equal(30, s.result().Counts.Succeeded)
 	s.Require().Error(rejected)
 	s.Contains(rejected.Error(), "parallelism")
@@ -337,7 +338,7 @@ func (s *RolloutSuite) TestRerunSkipsDoneNodesUnlessAsked() {
 	s.fleet = nodeNames(8)
 	s.done["node-00001"], s.done["node-00005"] = true, true
 	req := RolloutRequest{Name: "demo", NodeSelector: "pool=a", JobTemplate: sampleTemplate}
-	s.env.ExecuteWorkflow(Rollout, req)
+	s.env.ExecuteWorkflow(RolloutWorkflow, req)
 	r := s.result()
 	s.Equal(6, r.Counts.Succeeded)
 	s.Equal(2, r.Counts.Skipped)
@@ -350,7 +351,7 @@ func (s *RolloutSuite) TestRerunTrueRunsDoneNodesToo() {
 	s.fleet = nodeNames(8)
 	s.done["node-00001"] = true
 	req := RolloutRequest{Name: "demo", NodeSelector: "pool=a", JobTemplate: sampleTemplate, Rerun: true}
-	s.env.ExecuteWorkflow(Rollout, req)
+	s.env.ExecuteWorkflow(RolloutWorkflow, req)
 	r := s.result()
 	s.Equal(8, r.Counts.Succeeded)
 	s.Equal(0, r.Counts.Skipped)
@@ -360,7 +361,7 @@ func (s *RolloutSuite) TestDryRunStartsNoChild() {
 	s.fleet = nodeNames(5)
 	s.done["node-00002"] = true
 	req := RolloutRequest{Name: "demo", NodeSelector: "pool=a", JobTemplate: sampleTemplate, DryRun: true}
-	s.env.ExecuteWorkflow(Rollout, req)
+	s.env.ExecuteWorkflow(RolloutWorkflow, req)
 	r := s.result()
 	s.Empty(s.runs)
 	s.Require().Len(r.Planned, 5)
@@ -373,7 +374,7 @@ func (s *RolloutSuite) TestDryRunStartsNoChild() {
 func (s *RolloutSuite) TestInvalidRequestFailsAtOnceNamingTheField() {
 	req := request("node-a")
 	req.Parallelism = -3
-	s.env.ExecuteWorkflow(Rollout, req)
+	s.env.ExecuteWorkflow(RolloutWorkflow, req)
 	err := s.env.GetWorkflowError()
 	var appErr *temporal.ApplicationError
 	s.Require().True(errors.As(err, &appErr), "%v", err)
@@ -386,7 +387,7 @@ func (s *RolloutSuite) TestTemplateProblemFromActivityIsInvalidRequest() {
 	s.prepareErr = temporal.NewNonRetryableApplicationError("jobTemplateRef: ConfigMap jobs/missing not found", activities.ErrInvalidRequest, nil)
 	req := request("node-a")
 	req.JobTemplate, req.JobTemplateRef = "", &activities.TemplateRef{Name: "missing"}
-	s.env.ExecuteWorkflow(Rollout, req)
+	s.env.ExecuteWorkflow(RolloutWorkflow, req)
 	var appErr *temporal.ApplicationError
 	s.Require().True(errors.As(s.env.GetWorkflowError(), &appErr))
 	s.Equal(activities.ErrInvalidRequest, appErr.Type())
@@ -397,7 +398,7 @@ func (s *RolloutSuite) TestMissingExplicitNodesBecomeNodeGone() {
 	s.listFn = func(context.Context, activities.ListNodesInput) (activities.ListNodesResult, error) {
 		return activities.ListNodesResult{Nodes: []string{"a", "c"}, Missing: []string{"b"}, Next: "c", Total: 3}, nil
 	}
-	s.env.ExecuteWorkflow(Rollout, request("a", "b", "c"))
+	s.env.ExecuteWorkflow(RolloutWorkflow, request("a", "b", "c"))
 	r := s.result()
 	s.Equal(2, r.Counts.Succeeded)
 	s.Equal(1, r.Counts.NodeGone)
@@ -417,6 +418,7 @@ func TestContinueAsNewCarriesCursorCountersAndFailures(t *testing.T) {
 	req.ContinueAsNewAfter = 1000
 	runs := 0
 	var final RolloutResult
+	var carried *Progress
 	for {
 		runs++
 		require.LessOrEqual(t, runs, 10, "the rollout should end within a few runs")
@@ -438,18 +440,21 @@ func TestContinueAsNewCarriesCursorCountersAndFailures(t *testing.T) {
 			}
 			return NodeResult{Node: in.Node, Outcome: activities.OutcomeSucceeded}, nil
 		})
-		env.ExecuteWorkflow(Rollout, req)
+		if carried != nil {
+			env.SetContinuedExecutionRunID(fmt.Sprintf("run-%d", runs-1))
+		}
+		env.ExecuteWorkflow(Rollout, req, carried)
 		require.True(t, env.IsWorkflowCompleted())
 		err := env.GetWorkflowError()
 		var can *workflow.ContinueAsNewError
 		if errors.As(err, &can) {
 			require.Equal(t, RolloutWorkflow, can.WorkflowType.Name)
 			var next RolloutRequest
-			require.NoError(t, converterFromEnv().FromPayloads(can.Input, &next))
-			require.NotNil(t, next.Progress)
-			require.Equal(t, runs, next.Progress.ContinuedAsNew)
-			require.Equal(t, runs*1000, next.Progress.Counts.Finished(), "each run launches its share before continuing")
-			require.Equal(t, "h", next.Progress.TemplateHash, "the template is not prepared again")
+			require.NoError(t, converterFromEnv().FromPayloads(can.Input, &next, &carried))
+			require.NotNil(t, carried)
+			require.Equal(t, runs, carried.ContinuedAsNew)
+			require.Equal(t, runs*1000, carried.Counts.Finished(), "each run launches its share before continuing")
+			require.Equal(t, "h", carried.TemplateHash, "the template is not prepared again")
 			req = next
 			continue
 		}

@@ -52,7 +52,13 @@ func (b budget) String() string {
 // Validate checks the request and returns its settings, or a non-retryable InvalidRequest
 // error naming every bad field and how to fix it. It is deterministic: workflows call it.
 func Validate(req RolloutRequest) (settings, error) {
-	s, problems := check(req)
+	return validate(req, false)
+}
+
+// validate is Validate for the workflow, which also knows whether this run was continued as
+// new: only such a run may carry the internal state of runs from before it had its own type.
+func validate(req RolloutRequest, continued bool) (settings, error) {
+	s, problems := check(req, continued)
 	if len(problems) == 0 {
 		return s, nil
 	}
@@ -68,12 +74,15 @@ func problem(field, what, fix string) *jobspec.FieldError {
 	return &jobspec.FieldError{Field: field, Problem: what, Fix: fix}
 }
 
-func check(req RolloutRequest) (settings, []*jobspec.FieldError) {
+func check(req RolloutRequest, continued bool) (settings, []*jobspec.FieldError) {
 	var ps []*jobspec.FieldError
 	add := func(field, what, fix string) { ps = append(ps, problem(field, what, fix)) }
 	for _, d := range req.decodeProblems {
 		field, what, _ := strings.Cut(d, ": ")
 		add(field, what, "correct the JSON")
+	}
+	if req.legacyProgress != nil && !continued {
+		add("progress", "is internal state that only the workflow itself sets when it continues as new", "remove it")
 	}
 
 	if req.Name == "" {
@@ -128,6 +137,9 @@ func check(req RolloutRequest) (settings, []*jobspec.FieldError) {
 	}
 
 	s := settings{parallelism: req.Parallelism, keepJobs: activities.KeepJobs(req.KeepJobs), continueAsNewAfter: req.ContinueAsNewAfter}
+	if req.parallelismSetToZero {
+		add("parallelism", fmt.Sprintf("must be between 1 and %d, got 0", MaxParallelism), "omit it for the default of 10")
+	}
 	if s.parallelism == 0 {
 		s.parallelism = DefaultParallelism
 	}

@@ -51,7 +51,7 @@ func TestWindowCeilingChanges(t *testing.T) {
 func (s *RolloutSuite) TestDelayBetweenNodesSpacesLaunches() {
 	req := request(nodeNames(4)...)
 	req.DelayBetweenNodes = "30s"
-	s.env.ExecuteWorkflow(Rollout, req)
+	s.env.ExecuteWorkflow(RolloutWorkflow, req)
 	s.Equal(4, s.result().Counts.Succeeded)
 	for i, run := range s.runs {
 		s.Equal(time.Duration(i)*30*time.Second, run.start.Sub(s.runs[0].start))
