@@ -33,7 +33,8 @@ type Activities struct {
 	// HeartbeatTimeout.
 	HeartbeatInterval time.Duration
 
-	waiting atomic.Int64 // WaitJob calls in progress, for the running-Jobs gauge
+	waiting   atomic.Int64 // WaitJob calls in progress, for the running-Jobs gauge
+	templates templateCache
 }
 
 // New returns Activities with the default clock and intervals and an unstarted JobWatcher.
@@ -74,7 +75,14 @@ func (a *Activities) PrepareTemplate(ctx context.Context, in PrepareTemplateInpu
 	if _, err := jobspec.ParseTemplate(text); err != nil {
 		return PreparedTemplate{}, templateError(err)
 	}
-	return PreparedTemplate{Template: text, Hash: jobspec.TemplateHash(text)}, nil
+	hash := jobspec.TemplateHash(text)
+	if !in.Store {
+		return PreparedTemplate{Template: text, Hash: hash}, nil
+	}
+	if err := a.storeTemplate(ctx, in.Namespace, text, hash); err != nil {
+		return PreparedTemplate{}, err
+	}
+	return PreparedTemplate{Hash: hash}, nil
 }
 
 func (a *Activities) templateFromConfigMap(ctx context.Context, defaultNamespace string, ref TemplateRef) (string, error) {

@@ -21,6 +21,13 @@ import (
 // CreateJob renders the template for one node and creates its Job. The name is deterministic,
 // so a retried attempt finds the Job its earlier attempt made and adopts it.
 func (a *Activities) CreateJob(ctx context.Context, in JobRequest) (JobRef, error) {
+	if in.Template == "" {
+		text, err := a.storedTemplate(ctx, in.Namespace, in.TemplateHash)
+		if err != nil {
+			return JobRef{}, err
+		}
+		in.Template = text
+	}
 	params := jobspec.JobParams{
 		Rollout:                 in.Rollout,
 		Namespace:               in.Namespace,

@@ -41,7 +41,7 @@ var WorkerRules = []rbacv1.PolicyRule{
 	{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"list"}},
 	{APIGroups: []string{""}, Resources: []string{"pods/log"}, Verbs: []string{"get"}},
 	{APIGroups: []string{""}, Resources: []string{"namespaces"}, Verbs: []string{"get"}},
-	{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"get"}},
+	{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"create", "get"}},
 }
 
 // EventRules is the Role in namespace "default", where FinalizeJob records Node Events.

@@ -522,6 +522,12 @@ func verbChecks() []verbCheck {
 				_, err := p.executePrepare(activities.PrepareTemplateInput{Namespace: p.fleet.Namespace, TemplateRef: &activities.TemplateRef{Name: p.cm}})
 				return err
 			}},
+		{"", "configmaps", "create", "PrepareTemplate: the template stored by hash",
+			func(ctx context.Context, p *probe) error {
+				_, err := p.executePrepare(activities.PrepareTemplateInput{Namespace: p.fleet.Namespace,
+					Template: p.template + "# " + probeID() + "\n", Store: true})
+				return err
+			}},
 		{"", "events", "create", "FinalizeJob: the Node's Event (namespace default)",
 			func(ctx context.Context, p *probe) error {
 				return p.execute(p.acts.FinalizeJob, activities.FinalizeInput{
