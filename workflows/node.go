@@ -162,16 +162,25 @@ func abort(ctx workflow.Context, job activities.JobRef, result NodeResult) (Node
 }
 
 // release deletes the Job and waits until none of its Pods remains, however long that takes:
-// the node is not handed on while a Job of ours may still run there. It runs on a context
-// that an abort cannot cancel.
+// the node is not handed on while a Job of ours may still run there. Even a refusal that
+// retrying within one call cannot fix (Forbidden) is tried again, backing off to once every
+// releaseMaxBackoff, while the node's details say why it is held. It runs on a context that an
+// abort cannot cancel.
 func release(ctx workflow.Context, job activities.JobRef, why string) {
 	var a *activities.Activities
 	cleanup, _ := workflow.NewDisconnectedContext(ctx)
-	workflow.SetCurrentDetails(ctx, fmt.Sprintf("deleting Job `%s/%s` (%s); node `%s` is held until its Pods are gone",
-		job.Namespace, job.Name, why, job.Node))
-	// Every error is retried: a refused delete is reported in the pending activity and the
-	// node waits for someone to fix it rather than run two Jobs at once.
-	_ = workflow.ExecuteActivity(withReleaseActivity(cleanup, "delete Job "+job.Name+" and wait for its Pods"), a.DeleteJob, job).Get(cleanup, nil)
+	details := fmt.Sprintf("deleting Job `%s/%s` (%s); node `%s` is held until its Pods are gone", job.Namespace, job.Name, why, job.Node)
+	workflow.SetCurrentDetails(ctx, details)
+	backoff := releaseBackoff
+	for {
+		err := workflow.ExecuteActivity(withReleaseActivity(cleanup, "delete Job "+job.Name+" and wait for its Pods"), a.DeleteJob, job).Get(cleanup, nil)
+		if err == nil {
+			return
+		}
+		workflow.SetCurrentDetails(ctx, details+"; the last try failed: "+err.Error())
+		_ = workflow.Sleep(cleanup, backoff)
+		backoff = min(2*backoff, releaseMaxBackoff)
+	}
 }
 
 // tellWaiters signals every rollout that asked to know when this node frees. It reads the

@@ -158,6 +158,12 @@ func TestCancelDeletesRunningJobsAndStartsNoMore(t *testing.T) {
 	env.ExecuteWorkflow(RolloutWorkflow, req)
 	require.True(t, env.IsWorkflowCompleted())
 	require.True(t, temporal.IsCanceledError(env.GetWorkflowError()), "%v", env.GetWorkflowError())
+	var canceled *temporal.CanceledError
+	require.True(t, errors.As(env.GetWorkflowError(), &canceled))
+	var result RolloutResult
+	require.NoError(t, canceled.Details(&result))
+	require.Equal(t, 3, result.Counts.Aborted, "aborted nodes have their own outcome")
+	require.Zero(t, result.Counts.Failures(), "an abort is not charged to the failure budget")
 	require.Len(t, before, 3, "three Jobs were running at the abort")
 	require.Equal(t, before, created, "no Job is created after the abort")
 	require.Equal(t, created, deleted, "every running Job is deleted")

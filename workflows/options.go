@@ -56,8 +56,14 @@ func withLegacyLocalAPIActivity(ctx workflow.Context, summary string) workflow.C
 // writeDeadlineMargin is how long a node's writes retry past its jobTimeout.
 const writeDeadlineMargin = 10 * time.Minute
 
+// releaseBackoff and releaseMaxBackoff pace the tries of a Job delete that was refused.
+const (
+	releaseBackoff    = 10 * time.Second
+	releaseMaxBackoff = 5 * time.Minute
+)
+
 // withReleaseActivity is for DeleteJob when the node must not be handed on before its Job and
-// Pods are gone: every error retries, without end, backing off to once a minute; a Pod's
+// Pods are gone: passing errors retry within the call, backing off to once a minute; a Pod's
 // termination grace is waited out with heartbeats.
 func withReleaseActivity(ctx workflow.Context, summary string) workflow.Context {
 	return workflow.WithActivityOptions(ctx, workflow.ActivityOptions{

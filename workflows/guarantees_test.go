@@ -1,0 +1,405 @@
+package workflows
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/mock"
+	"github.com/stretchr/testify/require"
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/testsuite"
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/noderollout/noderollout/activities"
+)
+
+// Tests of the guarantees that must hold on a real fleet: each names the failure it guards.
+
+func nodeEnv(t *testing.T) (*testsuite.TestWorkflowEnvironment, *activities.Activities) {
+	t.Helper()
+	ts := &testsuite.WorkflowTestSuite{}
+	env := ts.NewTestWorkflowEnvironment()
+	a := &activities.Activities{}
+	env.RegisterActivity(a)
+	env.RegisterWorkflow(NodeRollout)
+	return env, a
+}
+
+func outage() error { return errors.New("dial tcp 127.0.0.1:6443: connect: connection refused") }
+
+// An API server that refuses writes for minutes only delays the node (the SDK's default for
+// local activities gave up after one StartToClose, about 31 s of retries).
+func TestWritesRetryThroughAMinutesLongOutage(t *testing.T) {
+	env, a := nodeEnv(t)
+	job := activities.JobRef{Namespace: "jobs", Name: "demo-node-a-x", UID: "u1", Node: "node-a"}
+	var creates, finalizes int
+	env.OnActivity(a.CreateJob, mock.Anything, mock.Anything).Return(func(context.Context, activities.JobRequest) (activities.JobRef, error) {
+		creates++
+		if creates <= 12 { // 1+2+4+8+16+30×6 s of backoff: over four minutes
+			return activities.JobRef{}, outage()
+		}
+		return job, nil
+	})
+	env.OnActivity(a.WaitJob, mock.Anything, mock.Anything).Return(activities.JobEnd{Outcome: activities.OutcomeSucceeded, Reason: "Completed"}, nil)
+	env.OnActivity(a.FinalizeJob, mock.Anything, mock.Anything).Return(func(context.Context, activities.FinalizeInput) (activities.FinalizeResult, error) {
+		finalizes++
+		if finalizes <= 12 {
+			return activities.FinalizeResult{}, outage()
+		}
+		return activities.FinalizeResult{}, nil
+	})
+	env.ExecuteWorkflow(NodeRollout, nodeInput())
+	require.NoError(t, env.GetWorkflowError())
+	var r NodeResult
+	require.NoError(t, env.GetWorkflowResult(&r))
+	require.Equal(t, activities.OutcomeSucceeded, r.Outcome)
+	require.Empty(t, r.Message, "the marker and delete went through, late")
+	require.Equal(t, 13, creates)
+	require.Equal(t, 13, finalizes)
+}
+
+// A create whose reply was lost and whose retry was then refused may have made the Job: the
+// name the workflow computed goes to cleanup and finalize, so no Job of ours is left behind.
+func TestFailedCreateStillCleansUpTheKnownJobName(t *testing.T) {
+	env, a := nodeEnv(t)
+	var deleted, finalized activities.JobRef
+	env.OnActivity(a.CreateJob, mock.Anything, mock.Anything).Return(activities.JobRef{},
+		temporal.NewNonRetryableApplicationError("jobs is forbidden", activities.ErrForbidden, nil))
+	env.OnActivity(a.DeleteJob, mock.Anything, mock.Anything).Return(func(_ context.Context, job activities.JobRef) error {
+		deleted = job
+		return nil
+	}).Once()
+	env.OnActivity(a.FinalizeJob, mock.Anything, mock.Anything).Return(func(_ context.Context, in activities.FinalizeInput) (activities.FinalizeResult, error) {
+		require.NotNil(t, in.Job, "finalize must know the Job's name")
+		finalized = *in.Job
+		return activities.FinalizeResult{}, nil
+	}).Once()
+	env.ExecuteWorkflow(NodeRollout, nodeInput())
+	var appErr *temporal.ApplicationError
+	require.True(t, errors.As(env.GetWorkflowError(), &appErr))
+	var r NodeResult
+	require.NoError(t, appErr.Details(&r))
+	require.Equal(t, activities.ErrForbidden, r.Reason)
+	require.NotEmpty(t, r.Job)
+	require.Equal(t, r.Job, deleted.Name)
+	require.NotEmpty(t, deleted.RunID, "without a UID the delete checks the run that made the Job")
+	require.Equal(t, r.Job, finalized.Name)
+	env.AssertExpectations(t)
+}
+
+// WaitJob failing for good (Forbidden on a GET) says nothing about the Job, which may still
+// run: it is deleted, through refusals, before the node is released.
+func TestWaitFailureDeletesTheJobBeforeTheNodeIsReleased(t *testing.T) {
+	env, a := nodeEnv(t)
+	job := activities.JobRef{Namespace: "jobs", Name: "demo-node-a-x", UID: "u1", Node: "node-a"}
+	var order []string
+	deletes := 0
+	env.OnActivity(a.CreateJob, mock.Anything, mock.Anything).Return(job, nil)
+	env.OnActivity(a.WaitJob, mock.Anything, mock.Anything).Return(activities.JobEnd{},
+		temporal.NewNonRetryableApplicationError("get jobs: forbidden", activities.ErrForbidden, nil))
+	env.OnActivity(a.DeleteJob, mock.Anything, job).Return(func(context.Context, activities.JobRef) error {
+		deletes++
+		order = append(order, "delete")
+		if deletes <= 3 {
+			return temporal.NewNonRetryableApplicationError("delete jobs: forbidden", activities.ErrForbidden, nil)
+		}
+		return nil
+	})
+	env.OnActivity(a.FinalizeJob, mock.Anything, mock.Anything).Return(func(context.Context, activities.FinalizeInput) (activities.FinalizeResult, error) {
+		order = append(order, "finalize")
+		return activities.FinalizeResult{}, nil
+	})
+	env.ExecuteWorkflow(NodeRollout, nodeInput())
+	var appErr *temporal.ApplicationError
+	require.True(t, errors.As(env.GetWorkflowError(), &appErr))
+	var r NodeResult
+	require.NoError(t, appErr.Details(&r))
+	require.Equal(t, activities.OutcomeFailed, r.Outcome)
+	require.Equal(t, activities.ErrForbidden, r.Reason)
+	require.Equal(t, []string{"delete", "delete", "delete", "delete", "finalize"}, order,
+		"a refused delete is retried; the node waits until the Job is gone")
+}
+
+// Once the failure budget is spent nothing new starts, a node that waited for another
+// rollout included.
+func TestWaitingNodeDoesNotStartOnceTheBudgetIsSpent(t *testing.T) {
+	env := rolloutPairEnv(t)
+	var mu sync.Mutex
+	starts := map[string][]string{}
+	env.OnWorkflow(NodeRollout, mock.Anything, mock.Anything).Return(func(ctx workflow.Context, in NodeRolloutInput) (NodeResult, error) {
+		mu.Lock()
+		starts[in.Node] = append(starts[in.Node], in.Rollout)
+		mu.Unlock()
+		d := time.Hour
+		if in.Node == "z" {
+			d = time.Minute
+		}
+		if err := workflow.Sleep(ctx, d); err != nil {
+			return NodeResult{}, err
+		}
+		if in.Node == "z" {
+			res := NodeResult{Node: in.Node, Outcome: activities.OutcomeFailed, Reason: "BackoffLimitExceeded"}
+			return res, temporal.NewNonRetryableApplicationError("failed", ErrNodeFailed, nil, res)
+		}
+		return NodeResult{Node: in.Node, Outcome: activities.OutcomeSucceeded}, nil
+	})
+	env.ExecuteWorkflow("both")
+	require.True(t, env.IsWorkflowCompleted())
+	require.ErrorContains(t, env.GetWorkflowError(), ErrFailureBudgetExceeded)
+	require.Equal(t, []string{"first"}, starts["shared"], "the second rollout spent its budget on z while it waited for shared")
+}
+
+// rolloutPairEnv runs "both": rollout first over a and shared, then a minute later rollout
+// second over shared and z.
+func rolloutPairEnv(t *testing.T) *testsuite.TestWorkflowEnvironment {
+	t.Helper()
+	ts := &testsuite.WorkflowTestSuite{}
+	env := ts.NewTestWorkflowEnvironment()
+	a := &activities.Activities{}
+	env.RegisterActivity(a)
+	env.RegisterWorkflow(Rollout)
+	env.RegisterWorkflow(NodeRollout)
+	env.RegisterWorkflowWithOptions(bothRollouts, workflow.RegisterOptions{Name: "both"})
+	env.OnActivity(a.PrepareTemplate, mock.Anything, mock.Anything).Return(activities.PreparedTemplate{Hash: "h"}, nil)
+	env.OnActivity(a.ListNodes, mock.Anything, mock.Anything).Return(func(_ context.Context, in activities.ListNodesInput) (activities.ListNodesResult, error) {
+		return activities.ListNodesResult{Nodes: in.Names, Total: len(in.Names)}, nil
+	})
+	return env
+}
+
+// A node busy with another rollout's two-day Job costs the waiting rollout a bounded number
+// of events: it is told when the node frees instead of polling (which scheduled a timer a
+// minute, thousands in all).
+func TestBusyNodeIsToldWhenFreeInsteadOfPolling(t *testing.T) {
+	env := rolloutPairEnv(t)
+	a := &activities.Activities{}
+	var mu sync.Mutex
+	type run struct {
+		rollout    string
+		start, end time.Time
+	}
+	var shared []run
+	env.OnActivity(a.CreateJob, mock.Anything, mock.Anything).Return(func(_ context.Context, in activities.JobRequest) (activities.JobRef, error) {
+		return activities.JobRef{Namespace: in.Namespace, Name: in.Rollout + "-" + in.Node, UID: in.Rollout + in.Node, Node: in.Node}, nil
+	})
+	env.OnActivity(a.WaitJob, mock.Anything, mock.MatchedBy(func(in activities.WaitJobInput) bool { return in.Job.Name == "first-shared" })).
+		After(48*time.Hour).Return(activities.JobEnd{Outcome: activities.OutcomeSucceeded}, nil)
+	env.OnActivity(a.WaitJob, mock.Anything, mock.Anything).After(time.Minute).Return(activities.JobEnd{Outcome: activities.OutcomeSucceeded}, nil)
+	env.OnActivity(a.FinalizeJob, mock.Anything, mock.Anything).Return(func(_ context.Context, in activities.FinalizeInput) (activities.FinalizeResult, error) {
+		if in.Node == "shared" {
+			mu.Lock()
+			shared = append(shared, run{rollout: in.Rollout, end: env.Now()})
+			mu.Unlock()
+		}
+		return activities.FinalizeResult{}, nil
+	})
+	timers := 0
+	env.SetOnTimerScheduledListener(func(string, time.Duration) { timers++ })
+	env.SetTestTimeout(time.Minute)
+	env.ExecuteWorkflow("both")
+	require.True(t, env.IsWorkflowCompleted())
+	require.NoError(t, env.GetWorkflowError())
+	var results []RolloutResult
+	require.NoError(t, env.GetWorkflowResult(&results))
+	require.Equal(t, 2, results[0].Counts.Succeeded)
+	require.Equal(t, 2, results[1].Counts.Succeeded)
+	require.Len(t, shared, 2)
+	require.Equal(t, "second", shared[1].rollout)
+	require.Less(t, shared[1].end.Sub(shared[0].end), 2*time.Minute, "the waiting rollout starts as soon as the node frees")
+	require.Less(t, timers, 400, "waiting two days must not cost a timer per minute")
+}
+
+// A start request cannot smuggle in continue-as-new state (it skipped the template check and
+// the parallelism ceiling), and unknown fields are named at any depth.
+func TestCallerCannotSetInternalStateAndUnknownFieldsAreNamed(t *testing.T) {
+	for _, tc := range []struct{ json, field string }{
+		{`{"name":"a","nodeSelector":"x=y","jobTemplate":"t","progress":{"templateHash":"h","template":"hidden"}}`, "progress"},
+		{`{"name":"a","nodeSelector":"x=y","jobTemplate":"t","batch":{"inital":1}}`, "batch.inital"},
+		{`{"name":"a","nodeSelector":"x=y","jobTemplate":"t","owner":{"apiVersion":"v1","kind":"K","name":"n","uid":"u","controller":true}}`, "owner.controller"},
+		{`{"name":"a","nodeSelector":"x=y","jobTemplateRef":{"nmae":"cm"}}`, "jobTemplateRef.nmae"},
+		{`{"name":"a","nodeSelector":"x=y","jobTemplate":"t","parallelism":0}`, "parallelism"},
+	} {
+		var req RolloutRequest
+		require.NoError(t, json.Unmarshal([]byte(tc.json), &req))
+		_, err := Validate(req)
+		requireInvalid(t, err, tc.field)
+	}
+
+	// The same state as the workflow's own second argument is honoured only in a run that
+	// was continued as new.
+	env, a := nodeEnv(t)
+	env.RegisterWorkflow(Rollout)
+	env.ExecuteWorkflow(RolloutWorkflow, request("a"), &Progress{TemplateHash: "h", Template: "hidden", Parallelism: 1})
+	requireInvalid(t, env.GetWorkflowError(), "progress")
+	_ = a
+}
+
+// A Job pasted into the UI as an object is the same template as its YAML text.
+func TestJobTemplateAsAJSONObjectIsAccepted(t *testing.T) {
+	var req RolloutRequest
+	require.NoError(t, json.Unmarshal([]byte(`{"name":"a","nodeSelector":"x=y","jobTemplate":{"apiVersion":"batch/v1","kind":"Job"}}`), &req))
+	_, err := Validate(req)
+	require.NoError(t, err)
+	require.JSONEq(t, `{"apiVersion":"batch/v1","kind":"Job"}`, req.JobTemplate)
+}
+
+// The largest template at the largest parallelism: what each node adds to the history does
+// not grow with the template, and the state carried across continue-as-new stays small.
+func TestHistoryCostDoesNotGrowWithTemplateOrFailures(t *testing.T) {
+	ts := &testsuite.WorkflowTestSuite{}
+	env := ts.NewTestWorkflowEnvironment()
+	a := &activities.Activities{}
+	env.RegisterActivity(a)
+	env.RegisterWorkflow(Rollout)
+	env.RegisterWorkflow(NodeRollout)
+	const fleet = 2 * MaxReportedFailures
+	big := sampleTemplate + "# " + strings.Repeat("x", 256*1024-len(sampleTemplate)-3) + "\n"
+	env.OnActivity(a.PrepareTemplate, mock.Anything, mock.Anything).Return(func(_ context.Context, in activities.PrepareTemplateInput) (activities.PreparedTemplate, error) {
+		if in.Store {
+			return activities.PreparedTemplate{Hash: "h"}, nil
+		}
+		return activities.PreparedTemplate{Template: in.Template, Hash: "h"}, nil
+	})
+	env.OnActivity(a.ListNodes, mock.Anything, mock.Anything).Return(func(_ context.Context, in activities.ListNodesInput) (activities.ListNodesResult, error) {
+		// Enough nodes to fill the carried failures; the window is the largest allowed.
+		return activities.ListNodesResult{Nodes: nodeNames(fleet), Total: fleet}, nil
+	})
+	largest := 0
+	var mu sync.Mutex
+	env.OnWorkflow(NodeRollout, mock.Anything, mock.Anything).Return(func(ctx workflow.Context, in NodeRolloutInput) (NodeResult, error) {
+		b, _ := json.Marshal(in)
+		mu.Lock()
+		largest = max(largest, len(b))
+		mu.Unlock()
+		res := NodeResult{Node: in.Node, Outcome: activities.OutcomeFailed, Reason: "BackoffLimitExceeded",
+			Message: strings.Repeat("m", 2048), LogTail: strings.Repeat("l", activities.LogTailBytes)}
+		return res, temporal.NewNonRetryableApplicationError("failed", ErrNodeFailed, nil, res)
+	})
+	req := request()
+	req.Nodes = nil
+	req.NodeSelector = "pool=gpu"
+	req.JobTemplate = big
+	req.Parallelism = MaxParallelism
+	req.MaxFailures = "100%"
+	req.ContinueAsNewAfter = fleet - 1
+	env.ExecuteWorkflow(RolloutWorkflow, req)
+	require.Less(t, largest, 1024, "a child's input must not carry the template")
+	var can *workflow.ContinueAsNewError
+	require.True(t, errors.As(env.GetWorkflowError(), &can), "%v", env.GetWorkflowError())
+	var next RolloutRequest
+	var carried *Progress
+	require.NoError(t, converterFromEnv().FromPayloads(can.Input, &next, &carried))
+	require.Len(t, carried.Failures, MaxReportedFailures)
+	b, _ := json.Marshal(carried)
+	require.Less(t, len(b), 96*1024, "carried state is bounded: failures travel without log tails")
+}
+
+// A pause that arrives in the same workflow task as the decision to continue as new is
+// carried into the next run, not lost.
+func TestPauseAtTheMomentOfContinueAsNewIsKept(t *testing.T) {
+	ts := &testsuite.WorkflowTestSuite{}
+	env := ts.NewTestWorkflowEnvironment()
+	a := &activities.Activities{}
+	env.RegisterActivity(a)
+	env.RegisterWorkflow(Rollout)
+	env.RegisterWorkflow(NodeRollout)
+	env.OnActivity(a.PrepareTemplate, mock.Anything, mock.Anything).Return(activities.PreparedTemplate{Hash: "h"}, nil)
+	env.OnActivity(a.ListNodes, mock.Anything, mock.Anything).Return(func(_ context.Context, in activities.ListNodesInput) (activities.ListNodesResult, error) {
+		return activities.ListNodesResult{Nodes: in.Names, Total: len(in.Names)}, nil
+	})
+	env.OnWorkflow(NodeRollout, mock.Anything, mock.Anything).Return(func(ctx workflow.Context, in NodeRolloutInput) (NodeResult, error) {
+		if err := workflow.Sleep(ctx, time.Minute); err != nil {
+			return NodeResult{}, err
+		}
+		return NodeResult{Node: in.Node, Outcome: activities.OutcomeSucceeded}, nil
+	})
+	req := request(nodeNames(4)...)
+	req.Parallelism = 2
+	req.ContinueAsNewAfter = 2
+	env.RegisterDelayedCallback(func() { env.SignalWorkflow(SignalPause, nil) }, time.Minute)
+	env.ExecuteWorkflow(RolloutWorkflow, req)
+	var can *workflow.ContinueAsNewError
+	require.True(t, errors.As(env.GetWorkflowError(), &can), "%v", env.GetWorkflowError())
+	var next RolloutRequest
+	var carried *Progress
+	require.NoError(t, converterFromEnv().FromPayloads(can.Input, &next, &carried))
+	require.True(t, carried.Paused, "the pause sent as the last nodes finished is carried over")
+}
+
+// status and setParallelism answer while the template is still being prepared.
+func TestHandlersAnswerBeforeTheTemplateIsPrepared(t *testing.T) {
+	ts := &testsuite.WorkflowTestSuite{}
+	env := ts.NewTestWorkflowEnvironment()
+	a := &activities.Activities{}
+	env.RegisterActivity(a)
+	env.RegisterWorkflow(Rollout)
+	env.RegisterWorkflow(NodeRollout)
+	env.OnActivity(a.PrepareTemplate, mock.Anything, mock.Anything).After(10*time.Minute).Return(activities.PreparedTemplate{Hash: "h"}, nil)
+	env.OnActivity(a.ListNodes, mock.Anything, mock.Anything).Return(func(_ context.Context, in activities.ListNodesInput) (activities.ListNodesResult, error) {
+		return activities.ListNodesResult{Nodes: in.Names, Total: len(in.Names)}, nil
+	})
+	env.OnWorkflow(NodeRollout, mock.Anything, mock.Anything).Return(NodeResult{Outcome: activities.OutcomeSucceeded}, nil)
+	var st RolloutStatus
+	var queryErr, updateErr error
+	env.RegisterDelayedCallback(func() {
+		v, err := env.QueryWorkflow(QueryStatus)
+		queryErr = err
+		if err == nil {
+			queryErr = v.Get(&st)
+		}
+		env.UpdateWorkflow(UpdateSetParallelism, "u1", &testsuite.TestUpdateCallback{
+			OnReject:   func(err error) { updateErr = err },
+			OnAccept:   func() {},
+			OnComplete: func(_ interface{}, err error) { updateErr = err },
+		}, SetParallelismRequest{Parallelism: 3})
+	}, time.Minute)
+	req := request(nodeNames(4)...)
+	env.ExecuteWorkflow(RolloutWorkflow, req)
+	require.NoError(t, env.GetWorkflowError())
+	require.NoError(t, queryErr)
+	require.Equal(t, "running", st.Phase)
+	require.Equal(t, DefaultParallelism, st.Parallelism)
+	require.NoError(t, updateErr)
+}
+
+// A listing that fails for good on a later page stops new launches, but the nodes in flight
+// finish and are reported before the rollout fails.
+func TestListingFailureOnALaterPageDrainsAndReports(t *testing.T) {
+	ts := &testsuite.WorkflowTestSuite{}
+	env := ts.NewTestWorkflowEnvironment()
+	a := &activities.Activities{}
+	env.RegisterActivity(a)
+	env.RegisterWorkflow(Rollout)
+	env.RegisterWorkflow(NodeRollout)
+	env.OnActivity(a.PrepareTemplate, mock.Anything, mock.Anything).Return(activities.PreparedTemplate{Hash: "h"}, nil)
+	env.OnActivity(a.ListNodes, mock.Anything, mock.Anything).Return(func(_ context.Context, in activities.ListNodesInput) (activities.ListNodesResult, error) {
+		if in.After == "" {
+			return activities.ListNodesResult{Nodes: []string{"a", "b", "c"}, More: true, Next: "c", Total: 6}, nil
+		}
+		return activities.ListNodesResult{}, temporal.NewNonRetryableApplicationError("nodes is forbidden", activities.ErrForbidden, nil)
+	})
+	finished := 0
+	env.OnWorkflow(NodeRollout, mock.Anything, mock.Anything).Return(func(ctx workflow.Context, in NodeRolloutInput) (NodeResult, error) {
+		if err := workflow.Sleep(ctx, time.Hour); err != nil {
+			return NodeResult{}, err
+		}
+		finished++
+		return NodeResult{Node: in.Node, Outcome: activities.OutcomeSucceeded}, nil
+	})
+	req := request()
+	req.Nodes = nil
+	req.NodeSelector = "pool=gpu"
+	env.ExecuteWorkflow(RolloutWorkflow, req)
+	var appErr *temporal.ApplicationError
+	require.True(t, errors.As(env.GetWorkflowError(), &appErr), "%v", env.GetWorkflowError())
+	require.Equal(t, activities.ErrForbidden, appErr.Type())
+	require.Equal(t, 3, finished, "the nodes in flight were not cut off")
+	var r RolloutResult
+	require.NoError(t, appErr.Details(&r))
+	require.Equal(t, 3, r.Counts.Succeeded)
+}
