@@ -174,7 +174,7 @@ func startRollout(ctx context.Context, tc client.Client, taskQueue string, req w
 		ID:                       workflows.RolloutID(req.Name),
 		TaskQueue:                taskQueue,
 		WorkflowExecutionTimeout: 3 * time.Hour,
-	}, workflows.Rollout, req)
+	}, workflows.RolloutWorkflow, req)
 }
 
 // followRollout prints the status query's counts every interval until ctx ends.

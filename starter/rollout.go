@@ -135,7 +135,7 @@ func startRollout(ctx context.Context, e *env) error {
 		return err
 	}
 	id := workflows.RolloutID(req.Name)
-	run, err := e.client.ExecuteWorkflow(ctx, startOptions(ctx, e, id, req), workflows.Rollout, req)
+	run, err := e.client.ExecuteWorkflow(ctx, startOptions(ctx, e, id, req), workflows.RolloutWorkflow, req)
 	var started *serviceerror.WorkflowExecutionAlreadyStarted
 	if errors.As(err, &started) {
 		return fmt.Errorf("rollout %s is already running or already completed (workflow %s); use 'starter status %s', or --allow-rerun to run it again", req.Name, id, req.Name)
@@ -164,7 +164,7 @@ func dryRun(ctx context.Context, e *env) error {
 	opts := startOptions(ctx, e, id, req)
 	opts.WorkflowIDReusePolicy = enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE
 	opts.WorkflowIDConflictPolicy = enumspb.WORKFLOW_ID_CONFLICT_POLICY_TERMINATE_EXISTING
-	run, err := e.client.ExecuteWorkflow(ctx, opts, workflows.Rollout, req)
+	run, err := e.client.ExecuteWorkflow(ctx, opts, workflows.RolloutWorkflow, req)
 	if err != nil {
 		return err
 	}

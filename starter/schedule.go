@@ -63,7 +63,7 @@ func createSchedule(ctx context.Context, e *env) error {
 	paused, _ := e.fs.GetBool("paused")
 	action := &client.ScheduleWorkflowAction{
 		ID:            workflows.RolloutID(req.Name),
-		Workflow:      workflows.Rollout,
+		Workflow:      workflows.RolloutWorkflow,
 		Args:          []any{req},
 		TaskQueue:     e.cfg.TaskQueue,
 		StaticSummary: summary(req),

@@ -5,7 +5,9 @@ package workflows
 
 // Names that users type in the Temporal UI and CLI; they are public API and never change.
 const (
-	TaskQueue           = "noderollout"
+	TaskQueue = "noderollout"
+	// RolloutWorkflow is the name to start Rollout by, with the request as the only argument
+	// (the function's second parameter is internal continue-as-new state).
 	RolloutWorkflow     = "Rollout"
 	NodeRolloutWorkflow = "NodeRollout"
 

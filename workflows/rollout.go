@@ -632,11 +632,7 @@ func (r *rollout) status() RolloutStatus {
 	case r.p.Paused:
 		phase = "paused"
 	}
-	waiting := make([]string, 0, len(r.waiting))
-	for n := range r.waiting {
-		waiting = append(waiting, n)
-	}
-	sort.Strings(waiting)
+	waiting := workflow.DeterministicKeys(r.waiting)
 	return RolloutStatus{
 		Name:           r.req.Name,
 		Phase:          phase,

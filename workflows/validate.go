@@ -115,11 +115,14 @@ func check(req RolloutRequest, continued bool) (settings, []*jobspec.FieldError)
 		}
 	}
 	if req.NodeSelector != "" {
+		// Parsing is pure; workflowcheck only sees fmt's pointer printing deep in its errors.
+		//workflowcheck:ignore
 		if _, err := labels.Parse(req.NodeSelector); err != nil {
 			add("nodeSelector", fmt.Sprintf("%q does not parse: %v", req.NodeSelector, err), "write a label selector such as \"pool=gpu,zone in (a,b)\"")
 		}
 	}
 	if req.FieldSelector != "" {
+		//workflowcheck:ignore
 		if _, err := fields.ParseSelector(req.FieldSelector); err != nil {
 			add("fieldSelector", fmt.Sprintf("%q does not parse: %v", req.FieldSelector, err), "write a field selector such as \"metadata.name!=control-1\"")
 		}

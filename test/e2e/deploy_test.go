@@ -189,7 +189,7 @@ func startOn(t *testing.T, queue string, req workflows.RolloutRequest) client.Wo
 		ID:                       workflows.RolloutID(req.Name),
 		TaskQueue:                queue,
 		WorkflowExecutionTimeout: 10 * time.Minute,
-	}, workflows.Rollout, req)
+	}, workflows.RolloutWorkflow, req)
 	require.NoError(t, err)
 	return run
 }

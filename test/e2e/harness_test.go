@@ -321,7 +321,7 @@ func StartOn(t *testing.T, req workflows.RolloutRequest, taskQueue string) clien
 		ID:                       workflows.RolloutID(req.Name),
 		TaskQueue:                taskQueue,
 		WorkflowExecutionTimeout: 15 * time.Minute,
-	}, workflows.Rollout, req)
+	}, workflows.RolloutWorkflow, req)
 	require.NoError(t, err)
 	return run
 }
