@@ -2,6 +2,7 @@ package activities
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"testing"
 	"time"
@@ -11,6 +12,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/kubernetes/fake"
 
 	"go.temporal.io/sdk/activity"
@@ -506,6 +509,41 @@ func TestWaitJobFinishedJobHeldByOurFinalizer(t *testing.T) {
 			r := receive(t, result, "WaitJob to return")
 			require.NoError(t, r.err)
 			require.Equal(t, tc.wantReason, r.end.Reason)
+		})
+	}
+}
+
+// TestWaitJobErrorsLeaveTheJobToTheCaller: WaitJob's non-retryable errors are typed, and each
+// means the Job may still run (the caller deletes it before releasing the node).
+func TestWaitJobErrorsLeaveTheJobToTheCaller(t *testing.T) {
+	gr := schema.GroupResource{Group: "batch", Resource: "jobs"}
+	for _, tc := range []struct {
+		name     string
+		verb     string
+		err      error
+		deadline bool
+		wantType string
+	}{
+		{"reading the Job refused", "get", forbidden("jobs"), false, ErrForbidden},
+		{"delete at the deadline refused by RBAC", "delete", forbidden("jobs"), true, ErrForbidden},
+		{"delete at the deadline denied by a webhook", "delete",
+			apierrors.NewForbidden(gr, "j", errors.New(`admission webhook "freeze.example.com" denied the request: change freeze`)), true, ErrAdmissionDenied},
+		{"finalizer removal refused", "patch", forbidden("jobs"), true, ErrForbidden},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			job := ourJob(t, testRequest("node-a"))
+			objs := []runtime.Object{testNode("node-a", nil)}
+			if tc.deadline {
+				objs = append(objs, job)
+			}
+			cs := fake.NewClientset(objs...)
+			failOn(cs, tc.verb, "jobs", tc.err)
+			a := fastWaits(startedActivities(t, cs))
+			a.Now = func() time.Time { return t0.Add(31 * time.Minute) } // past the informer grace and the deadline
+			result, _ := waitJob(t, newEnv(a), a, WaitJobInput{Job: refOf(job, "node-a"), TimeoutSeconds: 1800})
+			r := receive(t, result, "WaitJob to return")
+			requireAppError(t, r.err, tc.wantType, true)
+			require.Contains(t, NonRetryableErrors, tc.wantType)
 		})
 	}
 }
