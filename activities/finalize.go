@@ -310,9 +310,16 @@ func (a *Activities) podSnapshot(ctx context.Context, job JobRef) string {
 		activity.GetLogger(ctx).Info("could not read the timed-out Job's Pods", "job", job.Namespace+"/"+job.Name, "error", err)
 		return ""
 	}
-	pod := pickPod(pods.Items, job.UID)
+	// The Pod that had not ended is the one to explain; failed ones before it have exit codes.
+	unfinished := slices.DeleteFunc(pods.Items, func(p corev1.Pod) bool {
+		return p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed
+	})
+	pod := pickPod(unfinished, job.UID)
 	if pod == nil {
-		return "NoPod: the Job controller created no Pod (kubectl describe job shows why)"
+		if len(pods.Items) == 0 {
+			return "NoPod: the Job controller created no Pod (kubectl describe job shows why)"
+		}
+		return ""
 	}
 	return podReason(pod)
 }
