@@ -134,3 +134,31 @@ func TestDeleteJobAlreadyGone(t *testing.T) {
 		require.NoError(t, receive(t, done, "DeleteJob to return"))
 	}
 }
+
+// TestDropFinalizerRereadsWhenTheListChanged: the finalizer list read from the cache may be
+// stale (the garbage collector added or removed one); the API server then fails the patch's
+// test with a 422, and the Job is read afresh before trying again.
+func TestDropFinalizerRereadsWhenTheListChanged(t *testing.T) {
+	job := ourJob(t, testRequest("node-a"))
+	cs := fake.NewClientset(job)
+	stale := job.DeepCopy()
+	stale.Finalizers = []string{jobspec.FinalizerOutcome, "foregroundDeletion"}
+	first := true
+	cs.PrependReactor("patch", "jobs", func(k8stesting.Action) (bool, runtime.Object, error) {
+		if first {
+			first = false
+			return true, nil, apierrors.NewGenericServerResponse(422, "patch", batchv1.Resource("jobs"), job.Name,
+				`testing value /metadata/finalizers failed: test failed`, 0, false)
+		}
+		return false, nil, nil
+	})
+	a := newActivities(cs)
+	sub := a.Jobs.Subscribe(testNamespace, job.Name)
+	defer sub.Close()
+	sub.job = stale // what an informer that lags would hold
+	require.NoError(t, a.dropFinalizer(t.Context(), refOf(job, "node-a"), sub))
+	require.Equal(t, []string{"patch jobs", "get jobs", "patch jobs"}, actions(cs))
+	stored, err := cs.BatchV1().Jobs(testNamespace).Get(t.Context(), job.Name, metav1.GetOptions{})
+	require.NoError(t, err)
+	require.Empty(t, stored.Finalizers)
+}
