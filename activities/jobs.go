@@ -207,21 +207,23 @@ func (a *Activities) WaitJob(ctx context.Context, in WaitJobInput) (JobEnd, erro
 
 	w := jobWait{a: a, ref: ref, sub: sub}
 	var podPoll <-chan time.Time
+	listPods := true // whether an ended Job's Pods are due to be listed
 	for {
 		st, err := w.check(ctx)
 		if err != nil {
 			return JobEnd{}, err
 		}
-		podPoll = nil
 		switch st.kind {
 		case jobEnded:
 			stopped, known := podsStopped(st.job)
-			if !known {
+			if !known && listPods {
 				n, err := a.livePods(ctx, w.ref)
 				if err != nil {
 					return JobEnd{}, err
 				}
-				stopped = n == 0
+				stopped, listPods = n == 0, false
+				// Before Kubernetes 1.31 Complete and Failed come while Pods may still stop.
+				podPoll = time.After(a.PodPollInterval)
 			}
 			if stopped {
 				if st.end.Outcome == OutcomeTimedOut {
@@ -229,15 +231,13 @@ func (a *Activities) WaitJob(ctx context.Context, in WaitJobInput) (JobEnd, erro
 				}
 				return st.end, nil
 			}
-			// Before Kubernetes 1.31 Complete and Failed come while Pods may still stop.
-			podPoll = time.After(a.PodPollInterval)
 		case jobDeleted:
 			return w.teardown(ctx, w.deleted(st.what), 0, st.gone)
 		case jobInterim:
-			if st.end.Outcome == OutcomeTimedOut && w.podReason == "" {
+			if st.end.Outcome == OutcomeTimedOut && !w.podRead {
 				// The Job controller is deleting the Pods of a Job past activeDeadlineSeconds;
 				// read what they were waiting for while they are still there.
-				w.podReason = a.podSnapshot(ctx, w.ref)
+				w.podReason, w.podRead = a.podSnapshot(ctx, w.ref), true
 			}
 			if since := st.since; !since.IsZero() && !a.Now().Before(since.Add(interimGrace)) {
 				end := st.end
@@ -247,8 +247,10 @@ func (a *Activities) WaitJob(ctx context.Context, in WaitJobInput) (JobEnd, erro
 				return w.teardown(ctx, end, 0, false)
 			}
 		}
-		if !deadline.IsZero() && !a.Now().Before(deadline) {
-			if w.podReason == "" {
+		// A Job that ended is past its deadline only for the Pods it leaves, which the Job
+		// controller is already stopping.
+		if st.kind != jobEnded && !deadline.IsZero() && !a.Now().Before(deadline) {
+			if !w.podRead {
 				w.podReason = a.podSnapshot(ctx, w.ref) // before the deletion takes the Pod
 			}
 			return w.teardown(ctx, JobEnd{
@@ -266,6 +268,7 @@ func (a *Activities) WaitJob(ctx context.Context, in WaitJobInput) (JobEnd, erro
 			activity.RecordHeartbeat(ctx, ref.Name)
 		case <-deadlineC:
 		case <-podPoll:
+			listPods = true
 		case <-nodeCheck.C:
 			if gone, err := a.nodeGone(ctx, ref); err != nil {
 				return JobEnd{}, err
@@ -297,8 +300,10 @@ type jobWait struct {
 	confirmed bool
 	// interimSeen is when the wait first saw an interim condition without a transition time.
 	interimSeen time.Time
-	// podReason is why the Pod had not finished, read before a timed-out Job's Pods went.
+	// podReason is why the Pod had not finished, read (podRead) before a timed-out Job's Pods
+	// went.
 	podReason string
+	podRead   bool
 }
 
 type jobStateKind int
