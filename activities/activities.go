@@ -8,7 +8,6 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/noderollout/noderollout/activities/jobspec"
@@ -32,6 +31,13 @@ type Activities struct {
 	// HeartbeatInterval is how often WaitJob heartbeats; keep it well under the activity's
 	// HeartbeatTimeout.
 	HeartbeatInterval time.Duration
+	// PodPollInterval is how often a wait for a deleted Job's Pods lists them while some remain
+	// (or GETs the Job when the informer does not hold it).
+	PodPollInterval time.Duration
+	// NodeGonePodWait bounds the wait for the Pods of a Job whose Node was deleted: no kubelet
+	// will report them stopped, and the Pod garbage collector removes the Pods of a missing
+	// Node within about a minute.
+	NodeGonePodWait time.Duration
 
 	waiting   atomic.Int64 // WaitJob calls in progress, for the running-Jobs gauge
 	templates templateCache
@@ -45,6 +51,8 @@ func New(kube kubernetes.Interface) *Activities {
 		Now:               time.Now,
 		NodeCheckInterval: 60 * time.Second,
 		HeartbeatInterval: 10 * time.Second,
+		PodPollInterval:   5 * time.Second,
+		NodeGonePodWait:   3 * time.Minute,
 	}
 }
 
@@ -112,26 +120,4 @@ func (a *Activities) templateFromConfigMap(ctx context.Context, defaultNamespace
 	}
 	return "", invalidRequest("jobTemplateRef", "ConfigMap %s/%s has no key %q; put the Job template there or set jobTemplateRef.key",
 		ns, ref.Name, key)
-}
-
-// DeleteJob removes a Job and, through Background propagation, its Pods. A Job that is already
-// gone is fine: aborting a rollout may race with FinalizeJob or the TTL controller.
-func (a *Activities) DeleteJob(ctx context.Context, job JobRef) error {
-	return a.deleteJob(ctx, job)
-}
-
-func (a *Activities) deleteJob(ctx context.Context, job JobRef) error {
-	propagation := metav1.DeletePropagationBackground
-	opts := metav1.DeleteOptions{PropagationPolicy: &propagation}
-	if job.UID != "" {
-		// Never delete a different Job that took the name after ours went away.
-		uid := types.UID(job.UID)
-		opts.Preconditions = &metav1.Preconditions{UID: &uid}
-	}
-	err := a.Kube.BatchV1().Jobs(job.Namespace).Delete(ctx, job.Name, opts)
-	// Conflict here can only be the UID precondition: our Job is already gone.
-	if err == nil || apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
-		return nil
-	}
-	return kubeError(err, "delete", fmt.Sprintf("job %s/%s", job.Namespace, job.Name))
 }

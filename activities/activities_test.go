@@ -9,8 +9,13 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
+
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/sdk/temporal"
 
 	"github.com/noderollout/noderollout/activities/jobspec"
 )
@@ -135,6 +140,21 @@ func TestKubeErrorClasses(t *testing.T) {
 		{"conflict", apierrors.NewConflict(gr, "j", errors.New("changed")), "", false},
 		{"throttled", apierrors.NewTooManyRequests("slow down", 1), "", false},
 		{"unavailable", apierrors.NewServiceUnavailable("later"), "", false},
+		// 403s that are not RBAC, and admission refusals with other codes.
+		{"quota exceeded", apierrors.NewForbidden(gr, "j", errors.New("exceeded quota: compute, requested: pods=1, used: pods=10, limited: pods=10")),
+			ErrQuotaExceeded, true},
+		{"quota needs requests", apierrors.NewForbidden(gr, "j", errors.New("failed quota: compute: must specify limits.cpu")), ErrQuotaExceeded, true},
+		{"webhook denied", apierrors.NewForbidden(gr, "j", errors.New(`admission webhook "policy.example.com" denied the request: no GPU Jobs on Fridays`)),
+			ErrAdmissionDenied, true},
+		{"webhook denied with 400", apierrors.NewBadRequest(`admission webhook "policy.example.com" denied the request: image not signed`),
+			ErrAdmissionDenied, true},
+		{"admission policy denied", apierrors.NewInvalid(schema.GroupKind{Group: "batch", Kind: "Job"}, "j", field.ErrorList{
+			field.Invalid(field.NewPath(""), "j", "ValidatingAdmissionPolicy 'no-privileged' with binding 'all' denied request: privileged")}),
+			ErrAdmissionDenied, true},
+		// A webhook that cannot be called is a 500 and may come back: retried, but typed.
+		{"webhook unreachable", apierrors.NewInternalError(errors.New(`failed calling webhook "policy.example.com": failed to call webhook: ` +
+			`Post "https://policy.example.svc:443/validate": dial tcp 10.0.0.9:443: connect: connection refused`)),
+			ErrAdmissionUnavailable, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			err := kubeError(tc.err, "create", "jobs")
@@ -150,25 +170,16 @@ func TestKubeErrorClasses(t *testing.T) {
 	require.NoError(t, kubeError(nil, "get", "nodes"))
 }
 
-func TestDeleteJob(t *testing.T) {
-	job := ourJob(t, testRequest("node-a"))
-	cs := fake.NewClientset(job)
-	a := newActivities(cs)
-	env := newEnv(a)
-	_, err := env.ExecuteActivity(a.DeleteJob, refOf(job, "node-a"))
-	require.NoError(t, err)
-	requireBackgroundDelete(t, cs, job.Name)
-	_, err = cs.BatchV1().Jobs(testNamespace).Get(t.Context(), job.Name, metav1.GetOptions{})
-	require.True(t, apierrors.IsNotFound(err))
-
-	// Deleting again (the Job is gone) is fine.
-	_, err = env.ExecuteActivity(a.DeleteJob, refOf(job, "node-a"))
-	require.NoError(t, err)
+// requireBackgroundDelete checks that the Job was deleted with Background propagation, which
+// takes its Pods too, and a UID precondition.
+func requireBackgroundDelete(t *testing.T, cs *fake.Clientset, name string) {
+	t.Helper()
+	requireDelete(t, cs, name, metav1.DeletePropagationBackground)
 }
 
-// requireBackgroundDelete checks that the Job was deleted with Background propagation, which
-// takes its Pods too.
-func requireBackgroundDelete(t *testing.T, cs *fake.Clientset, name string) {
+// requireDelete checks that the Job was deleted with the given propagation and a UID
+// precondition (never a namesake made after ours went).
+func requireDelete(t *testing.T, cs *fake.Clientset, name string, policy metav1.DeletionPropagation) {
 	t.Helper()
 	for _, act := range cs.Actions() {
 		del, ok := act.(k8stesting.DeleteActionImpl)
@@ -176,8 +187,48 @@ func requireBackgroundDelete(t *testing.T, cs *fake.Clientset, name string) {
 			continue
 		}
 		require.NotNil(t, del.DeleteOptions.PropagationPolicy)
-		require.Equal(t, metav1.DeletePropagationBackground, *del.DeleteOptions.PropagationPolicy)
+		require.Equal(t, policy, *del.DeleteOptions.PropagationPolicy)
+		require.NotNil(t, del.DeleteOptions.Preconditions)
+		require.Equal(t, types.UID("uid-"+name), *del.DeleteOptions.Preconditions.UID)
 		return
 	}
 	t.Fatalf("job %s was not deleted; actions: %v", name, actions(cs))
+}
+
+// TestReasonForError: whatever error an activity ends with, the node's reason is a word of our
+// documented list, never the Go type name the SDK gives a plain error ("wrapError").
+func TestReasonForError(t *testing.T) {
+	fail := func(err error) error {
+		cs := fake.NewClientset(testNode("node-a", nil))
+		failOn(cs, "create", "jobs", err)
+		a := newActivities(cs)
+		_, actErr := createJob(t, a, testRequest("node-a"))
+		require.Error(t, actErr)
+		return actErr
+	}
+	gr := schema.GroupResource{Group: "batch", Resource: "jobs"}
+	for _, tc := range []struct {
+		name string
+		err  error
+		want string
+	}{
+		{"RBAC", forbidden("jobs"), ErrForbidden},
+		{"quota", apierrors.NewForbidden(gr, "j", errors.New("exceeded quota: compute")), ErrQuotaExceeded},
+		{"webhook denied", apierrors.NewForbidden(gr, "j", errors.New(`admission webhook "w" denied the request: no`)), ErrAdmissionDenied},
+		{"webhook unreachable", apierrors.NewInternalError(errors.New(`failed calling webhook "w": connection refused`)), ErrAdmissionUnavailable},
+		{"server error", apierrors.NewInternalError(errors.New("etcdserver: request timed out")), ReasonAPIError},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := fail(tc.err)
+			require.Equal(t, tc.want, ReasonForError(got), "error: %v", got)
+			var appErr *temporal.ApplicationError
+			require.True(t, errors.As(got, &appErr))
+			if tc.want != ReasonAPIError {
+				require.Equal(t, tc.want, appErr.Type(), "the ApplicationError itself carries the word")
+			}
+		})
+	}
+	require.Equal(t, ReasonActivityTimeout, ReasonForError(temporal.NewTimeoutError(enumspb.TIMEOUT_TYPE_START_TO_CLOSE, nil)))
+	require.Equal(t, ReasonAPIError, ReasonForError(errors.New("anything")))
+	require.Equal(t, ReasonAPIError, ReasonForError(temporal.NewApplicationError("x", "SomeoneElsesType")))
 }

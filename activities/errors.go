@@ -3,6 +3,8 @@ package activities
 import (
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 
@@ -11,16 +13,28 @@ import (
 	"github.com/noderollout/noderollout/activities/jobspec"
 )
 
-// kubeError sorts an API error into what Temporal should do with it. RBAC and validation
-// failures cannot heal by retrying, so they become non-retryable ApplicationErrors that say what
-// to fix; everything else (5xx, timeouts, conflicts, throttling, network) stays a plain error
-// that the activity retry policy backs off on. verb and resource name the request, e.g.
-// ("create", "jobs in namespace kube-system").
+// kubeError sorts an API error into what Temporal should do with it. RBAC, quota, admission
+// and validation refusals cannot heal by retrying, so they become non-retryable
+// ApplicationErrors that say what to fix; an admission webhook that cannot be reached stays
+// retryable but typed; everything else (5xx, timeouts, conflicts, throttling, network) stays a
+// plain error that the activity retry policy backs off on. verb and resource name the request,
+// e.g. ("create", "jobs in namespace kube-system").
 func kubeError(err error, verb, resource string) error {
 	if err == nil {
 		return nil
 	}
+	msg := err.Error()
 	switch {
+	// Admission and quota refusals come as 403 (a webhook may pick another 4xx), so they are
+	// told apart from RBAC by what the API server says.
+	case admissionDenied(msg):
+		return temporal.NewNonRetryableApplicationError(
+			fmt.Sprintf("admission control refused to %s %s: %v; the webhook or policy named says why", verb, resource, err),
+			ErrAdmissionDenied, err)
+	case apierrors.IsForbidden(err) && quotaExceeded(msg):
+		return temporal.NewNonRetryableApplicationError(
+			fmt.Sprintf("a ResourceQuota refused to %s %s: %v; raise the quota or lower the template's requests", verb, resource, err),
+			ErrQuotaExceeded, err)
 	case apierrors.IsForbidden(err):
 		return temporal.NewNonRetryableApplicationError(
 			fmt.Sprintf("forbidden to %s %s: %v; grant the worker's ServiceAccount %q on this resource (see deploy/ for the ClusterRole)",
@@ -30,10 +44,45 @@ func kubeError(err error, verb, resource string) error {
 		return temporal.NewNonRetryableApplicationError(
 			fmt.Sprintf("the API server rejected %s %s: %v", verb, resource, err),
 			ErrInvalidRequest, err)
+	case strings.Contains(msg, "failed calling webhook"):
+		return temporal.NewApplicationErrorWithCause(
+			fmt.Sprintf("%s %s: an admission webhook could not be reached (retrying): %v", verb, resource, err),
+			ErrAdmissionUnavailable, err)
 	default:
 		return fmt.Errorf("%s %s: %w", verb, resource, err)
 	}
 }
+
+// admissionDenied recognises a webhook's or a ValidatingAdmissionPolicy's refusal.
+func admissionDenied(msg string) bool {
+	return strings.Contains(msg, "admission webhook") && strings.Contains(msg, "denied the request") ||
+		strings.Contains(msg, "ValidatingAdmissionPolicy") && strings.Contains(msg, "denied request")
+}
+
+// quotaExceeded recognises the ResourceQuota admission plugin's refusals.
+func quotaExceeded(msg string) bool {
+	return strings.Contains(msg, "exceeded quota") || strings.Contains(msg, "failed quota") ||
+		strings.Contains(msg, "insufficient quota")
+}
+
+// ReasonForError turns the error an activity ended with into a reason word of our documented
+// list (README, "Node outcomes"): our own ApplicationError types pass through; a timeout of the
+// activity is ActivityTimeout; anything else, such as the last API error of an activity that
+// ran out of retries, is APIError. Never a Go type name.
+func ReasonForError(err error) string {
+	var appErr *temporal.ApplicationError
+	if errors.As(err, &appErr) && slices.Contains(errorTypes, appErr.Type()) {
+		return appErr.Type()
+	}
+	var timeoutErr *temporal.TimeoutError
+	if errors.As(err, &timeoutErr) {
+		return ReasonActivityTimeout
+	}
+	return ReasonAPIError
+}
+
+// errorTypes are the ApplicationError types the activities raise.
+var errorTypes = append(slices.Clone(NonRetryableErrors), ErrAdmissionUnavailable)
 
 // invalidRequest is the non-retryable error for a request, or the template it names, that
 // cannot work as given. field is the request field to fix, as the user spells it.

@@ -35,8 +35,9 @@ const (
 )
 
 // FinalizeJob records the node's outcome (Node annotation and Event), collects what a failed
-// Job's Pod says about the failure, and deletes or keeps the Job per KeepJobs. Each step is
-// idempotent, so a retried attempt repeats harmlessly.
+// or timed-out Job's Pod says about it, lets go of the Job (our finalizer comes off once the
+// marker is recorded) and deletes or keeps it per KeepJobs. Each step is idempotent, so a
+// retried attempt repeats harmlessly.
 func (a *Activities) FinalizeJob(ctx context.Context, in FinalizeInput) (FinalizeResult, error) {
 	var res FinalizeResult
 	failed := in.End.Outcome == OutcomeFailed || in.End.Outcome == OutcomeTimedOut
@@ -47,27 +48,43 @@ func (a *Activities) FinalizeJob(ctx context.Context, in FinalizeInput) (Finaliz
 			return FinalizeResult{}, err
 		}
 	}
-	if in.Job == nil || in.Job.NodeUID == "" || in.End.Outcome == OutcomeNodeGone {
+	if res.PodReason == "" {
+		res.PodReason = in.End.PodReason // read by WaitJob before the Pod was deleted
+	}
+	if in.Job == nil || in.Job.NodeUID == "" || in.Job.UID == "" || in.End.Outcome == OutcomeNodeGone {
 		return res, a.finalizeInOrder(ctx, in, res)
 	}
 
 	// The Node existed when the Job was created (CreateJob read its UID), so the three writes are
 	// independent; sent together they cost one round trip on the way to the next Job instead of
 	// three. Should the Node have gone since, the patch finds nothing and the Event is harmless.
+	// The Job's deletion waits for our finalizer to come off, which happens once the marker is
+	// recorded: until then the Job holds the outcome.
 	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: in.Node, UID: types.UID(in.Job.NodeUID)}}
 	var wg sync.WaitGroup
 	errs := make([]error, 3)
 	wg.Go(func() { _, errs[0] = a.markNode(ctx, in) })
 	wg.Go(func() { errs[1] = a.recordEvent(ctx, in, node, res) })
 	if !keepJob(in.KeepJobs, in.End.Outcome) {
-		wg.Go(func() { errs[2] = a.deleteJob(ctx, *in.Job) })
+		wg.Go(func() { errs[2] = a.deleteJob(ctx, *in.Job, metav1.DeletePropagationBackground) })
 	}
 	wg.Wait()
 	if err := errors.Join(errs...); err != nil {
 		return FinalizeResult{}, err
 	}
+	if err := a.releaseJob(ctx, *in.Job); err != nil {
+		return FinalizeResult{}, err
+	}
 	recordOutcome(ctx, in)
 	return res, nil
+}
+
+// releaseJob removes our finalizer from the Job, which lets a deleted Job go and a kept one be
+// removed by its TTL.
+func (a *Activities) releaseJob(ctx context.Context, ref JobRef) error {
+	sub := a.Jobs.Subscribe(ref.Namespace, ref.Name)
+	defer sub.Close()
+	return a.dropFinalizer(ctx, ref, sub)
 }
 
 // finalizeInOrder is FinalizeJob's path when the Node may be gone: the marker patch finds out,
@@ -82,8 +99,16 @@ func (a *Activities) finalizeInOrder(ctx context.Context, in FinalizeInput, res 
 			return err
 		}
 	}
-	if in.Job != nil && !keepJob(in.KeepJobs, in.End.Outcome) {
-		if err := a.deleteJob(ctx, *in.Job); err != nil {
+	if in.Job != nil {
+		if keepJob(in.KeepJobs, in.End.Outcome) {
+			err = a.releaseJob(ctx, *in.Job)
+		} else {
+			ref := *in.Job
+			sub := a.Jobs.Subscribe(ref.Namespace, ref.Name)
+			_, err = a.removeJob(ctx, &ref, sub, metav1.DeletePropagationBackground)
+			sub.Close()
+		}
+		if err != nil {
 			return err
 		}
 	}
@@ -143,6 +168,7 @@ var eventReasons = map[Outcome]string{
 	OutcomeTimedOut:  "RolloutTimedOut",
 	OutcomeSkipped:   "RolloutSkipped",
 	OutcomeNodeGone:  "RolloutNodeGone",
+	OutcomeAborted:   "RolloutAborted",
 }
 
 // recordEvent puts the outcome where `kubectl describe node` shows it.
@@ -167,6 +193,9 @@ func (a *Activities) recordEvent(ctx context.Context, in FinalizeInput, node *co
 	}
 	if diag.ExitCode != nil {
 		msg += fmt.Sprintf("; exit code %d", *diag.ExitCode)
+	}
+	if diag.PodReason != "" {
+		msg += "; Pod: " + diag.PodReason
 	}
 	if len(msg) > maxEventMessage {
 		msg = strings.ToValidUTF8(msg[:maxEventMessage], "")
@@ -228,8 +257,71 @@ func (a *Activities) diagnose(ctx context.Context, job JobRef) (FinalizeResult, 
 		res.ExitCode = &code
 		res.TerminationMessage = state.Message
 	}
+	res.PodReason = podReason(pod)
 	res.LogTail = a.logTail(ctx, pod, container, previous)
 	return res, nil
+}
+
+// maxPodReason keeps PodReason to a line or two.
+const maxPodReason = 300
+
+// podReason says why a Pod that has not ended never ran or never finished: its scheduling
+// failure ("Unschedulable: 0/3 nodes are available..."), else the first waiting container's
+// reason (init containers first: "ImagePullBackOff: Back-off pulling image...",
+// "CreateContainerConfigError: secret \"x\" not found", "ContainerCreating"), else its phase.
+// Empty for a Pod that ended: its exit code says more.
+func podReason(pod *corev1.Pod) string {
+	if pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
+		return ""
+	}
+	join := func(reason, message string) string {
+		s := reason
+		if message != "" {
+			s += ": " + message
+		}
+		if len(s) > maxPodReason {
+			s = strings.ToValidUTF8(s[:maxPodReason], "")
+		}
+		return s
+	}
+	for _, c := range pod.Status.Conditions {
+		if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse {
+			return join(cmp.Or(c.Reason, "Unschedulable"), c.Message)
+		}
+	}
+	for _, s := range append(slices.Clone(pod.Status.InitContainerStatuses), pod.Status.ContainerStatuses...) {
+		if w := s.State.Waiting; w != nil && w.Reason != "" {
+			return join(w.Reason, w.Message)
+		}
+	}
+	return string(cmp.Or(pod.Status.Phase, corev1.PodPending))
+}
+
+// podSnapshot reads why the Job's Pod has not finished (podReason of its newest Pod), for a
+// Job about to be deleted; "NoPod" when the Job controller made none (its Events say why, e.g.
+// a quota). Best effort: an error only leaves the reason out.
+func (a *Activities) podSnapshot(ctx context.Context, job JobRef) string {
+	selector := labels.Set{batchv1.JobNameLabel: job.Name}
+	if job.UID != "" {
+		selector = labels.Set{batchv1.ControllerUidLabel: job.UID}
+	}
+	pods, err := a.Kube.CoreV1().Pods(job.Namespace).List(ctx, metav1.ListOptions{LabelSelector: selector.String()})
+	if err != nil {
+		activity.GetLogger(ctx).Info("could not read the timed-out Job's Pods", "job", job.Namespace+"/"+job.Name, "error", err)
+		return ""
+	}
+	// The Pod that had not ended is the one to explain; failed ones before it have exit codes.
+	unfinished := slices.DeleteFunc(pods.Items, func(p corev1.Pod) bool {
+		return p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed
+	})
+	pod := pickPod(unfinished, job.UID)
+	if pod == nil {
+		if len(pods.Items) == 0 {
+			return "NoPod: the Job controller created no Pod (kubectl describe job shows why)"
+		}
+		return ""
+	}
+	return podReason(pod)
 }
 
 // pickPod returns the newest failed Pod of the Job, else its newest Pod.

@@ -2,6 +2,7 @@ package activities
 
 import (
 	"errors"
+	"slices"
 	"testing"
 	"time"
 
@@ -42,7 +43,7 @@ func jobPod(job *batchv1.Job, name string, created time.Time, phase corev1.PodPh
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{
 			Name: name, Namespace: job.Namespace, CreationTimestamp: metav1.NewTime(created),
-			Labels: map[string]string{batchv1.JobNameLabel: job.Name},
+			Labels: map[string]string{batchv1.JobNameLabel: job.Name, batchv1.ControllerUidLabel: string(job.UID)},
 			OwnerReferences: []metav1.OwnerReference{{APIVersion: "batch/v1", Kind: "Job", Name: job.Name, UID: job.UID,
 				Controller: new(true)}},
 		},
@@ -72,7 +73,8 @@ func TestFinalizeJobSucceeded(t *testing.T) {
 	res, err := finalize(t, a, finalizeInput(job, OutcomeSucceeded, KeepFailed))
 	require.NoError(t, err)
 	require.Equal(t, FinalizeResult{}, res)
-	require.Equal(t, []string{"patch nodes", "create events", "delete jobs"}, actions(cs))
+	// Without the informer's cache, the finalizer's removal reads the Job first.
+	require.Equal(t, []string{"patch nodes", "create events", "get jobs", "patch jobs", "delete jobs"}, actions(cs))
 
 	patch := cs.Actions()[0].(k8stesting.PatchActionImpl)
 	require.Equal(t, types.MergePatchType, patch.PatchType)
@@ -93,17 +95,31 @@ func TestFinalizeJobSucceeded(t *testing.T) {
 	requireBackgroundDelete(t, cs, job.Name)
 }
 
+// keepDeletedJobs makes the fake keep deleted Jobs, as the API server does while our finalizer
+// is on them.
+func keepDeletedJobs(cs *fake.Clientset) {
+	cs.PrependReactor("delete", "jobs", func(k8stesting.Action) (bool, runtime.Object, error) { return true, nil, nil })
+}
+
 func TestFinalizeJobWritesAtOnceWhenTheNodeIsKnown(t *testing.T) {
 	job := ourJob(t, testRequest("node-a"))
 	cs := fake.NewClientset(testNode("node-a", nil), job)
-	a := newActivities(cs)
+	keepDeletedJobs(cs)
+	a := startedActivities(t, cs)
+	cs.ClearActions()
 	in := finalizeInput(job, OutcomeSucceeded, KeepFailed)
 	in.Job.NodeUID = "uid-node-node-a" // CreateJob read it
 
 	res, err := finalize(t, a, in)
 	require.NoError(t, err)
 	require.Equal(t, FinalizeResult{}, res)
-	require.ElementsMatch(t, []string{"patch nodes", "create events", "delete jobs"}, actions(cs))
+	got := actions(cs)
+	require.Len(t, got, 4)
+	require.ElementsMatch(t, []string{"patch nodes", "create events", "delete jobs"}, got[:3])
+	require.Equal(t, "patch jobs", got[3], "our finalizer comes off once the marker is recorded; the informer's copy saves a GET")
+	stored, err := cs.BatchV1().Jobs(testNamespace).Get(t.Context(), job.Name, metav1.GetOptions{})
+	require.NoError(t, err)
+	require.Empty(t, stored.Finalizers)
 	node, err := cs.CoreV1().Nodes().Get(t.Context(), "node-a", metav1.GetOptions{})
 	require.NoError(t, err)
 	require.Equal(t, jobspec.NodeMarker(testHash, "succeeded"), node.Annotations[jobspec.NodeMarkerKey("kata")])
@@ -116,15 +132,18 @@ func TestFinalizeJobWritesAtOnceWhenTheNodeIsKnown(t *testing.T) {
 	failedJob := ourJob(t, testRequest("node-b"))
 	cs = fake.NewClientset(testNode("node-b", nil), failedJob,
 		jobPod(failedJob, "p", t0, corev1.PodFailed, 2, "no space"))
-	a = newActivities(cs)
+	keepDeletedJobs(cs)
+	a = startedActivities(t, cs)
+	cs.ClearActions()
 	in = finalizeInput(failedJob, OutcomeFailed, KeepNever)
 	in.Node, in.Job.Node, in.Job.NodeUID = "node-b", "node-b", "uid-node-node-b"
 	res, err = finalize(t, a, in)
 	require.NoError(t, err)
 	require.Equal(t, new(int32(2)), res.ExitCode)
-	got := actions(cs)
+	got = actions(cs)
 	require.Equal(t, []string{"list pods", "get pods/log"}, got[:2])
-	require.ElementsMatch(t, []string{"patch nodes", "create events", "delete jobs"}, got[2:])
+	require.ElementsMatch(t, []string{"patch nodes", "create events", "delete jobs"}, got[2:5])
+	require.Equal(t, []string{"patch jobs"}, got[5:])
 	require.Contains(t, getEvents(t, cs)[0].Message, "exit code 2")
 }
 
@@ -142,7 +161,8 @@ func TestFinalizeJobFailedCollectsPodDiagnosis(t *testing.T) {
 	res, err := finalize(t, a, finalizeInput(job, OutcomeFailed, KeepFailed))
 	require.NoError(t, err)
 	require.Equal(t, FinalizeResult{LogTail: "fake logs", ExitCode: new(int32(3)), TerminationMessage: "disk full"}, res)
-	require.Equal(t, []string{"list pods", "get pods/log", "patch nodes", "create events"}, actions(cs), "a failed Job is kept")
+	require.Equal(t, []string{"list pods", "get pods/log", "patch nodes", "create events", "get jobs", "patch jobs"}, actions(cs),
+		"a failed Job is kept, without our finalizer")
 
 	logs := cs.Actions()[1].(k8stesting.GenericActionImpl)
 	opts := logs.Value.(*corev1.PodLogOptions)
@@ -243,7 +263,7 @@ func TestFinalizeJobNodeGone(t *testing.T) {
 	a := newActivities(cs)
 	_, err := finalize(t, a, finalizeInput(job, OutcomeNodeGone, KeepFailed))
 	require.NoError(t, err)
-	require.Equal(t, []string{"patch nodes", "delete jobs"}, actions(cs), "no Event about a Node that is gone")
+	require.Equal(t, []string{"patch nodes", "get jobs", "patch jobs", "delete jobs"}, actions(cs), "no Event about a Node that is gone")
 }
 
 func TestFinalizeJobWithoutJob(t *testing.T) {
@@ -284,4 +304,83 @@ func TestFinalizeJobRetryDoesNotDuplicateEvent(t *testing.T) {
 	_, err = finalize(t, a, in)
 	require.NoError(t, err)
 	require.Len(t, getEvents(t, cs), 2)
+}
+
+// TestFinalizeJobReleasesOurFinalizer: whether the Job is kept or deleted, our finalizer comes
+// off after the marker is recorded, so a kept Job's TTL can remove it; a Job of older releases
+// (no finalizer) needs no patch.
+func TestFinalizeJobReleasesOurFinalizer(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		keep      KeepJobs
+		finalizer bool
+		wantPatch bool
+	}{
+		{"kept", KeepAlways, true, true},
+		{"deleted", KeepNever, true, true},
+		{"made by an older release", KeepAlways, false, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			job := ourJob(t, testRequest("node-a"))
+			if !tc.finalizer {
+				job.Finalizers = nil
+			}
+			cs := fake.NewClientset(testNode("node-a", nil), job)
+			keepDeletedJobs(cs)
+			a := startedActivities(t, cs)
+			cs.ClearActions()
+			_, err := finalize(t, a, finalizeInput(job, OutcomeSucceeded, tc.keep))
+			require.NoError(t, err)
+			got := actions(cs)
+			require.Equal(t, tc.wantPatch, slices.Contains(got, "patch jobs"), "%v", got)
+			if tc.wantPatch {
+				require.Less(t, slices.Index(got, "patch nodes"), slices.Index(got, "patch jobs"), "the marker first: %v", got)
+			}
+			stored, err := cs.BatchV1().Jobs(testNamespace).Get(t.Context(), job.Name, metav1.GetOptions{})
+			require.NoError(t, err)
+			require.NotContains(t, stored.Finalizers, jobspec.FinalizerOutcome)
+		})
+	}
+}
+
+// TestFinalizeJobSaysWhyThePodNeverRan: a timed-out Job's Pod that never started tells why
+// (scheduling, a waiting container), in the result and the Node's Event; when WaitJob read it
+// before the Pod went, that reading is used.
+func TestFinalizeJobSaysWhyThePodNeverRan(t *testing.T) {
+	job := ourJob(t, testRequest("node-a"))
+	unschedulable := jobPod(job, "p", t0, corev1.PodPending, 0, "")
+	unschedulable.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodScheduled, Status: corev1.ConditionFalse,
+		Reason: "Unschedulable", Message: "0/1 nodes are available: 1 Insufficient nvidia.com/gpu."}}
+	configError := jobPod(job, "p", t0, corev1.PodPending, 0, "")
+	configError.Status.InitContainerStatuses = []corev1.ContainerStatus{{Name: "init", State: corev1.ContainerState{
+		Waiting: &corev1.ContainerStateWaiting{Reason: "CreateContainerConfigError", Message: `secret "driver-key" not found`}}}}
+	creating := jobPod(job, "p", t0, corev1.PodPending, 0, "")
+	creating.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "install", State: corev1.ContainerState{
+		Waiting: &corev1.ContainerStateWaiting{Reason: "ContainerCreating"}}}}
+	for _, tc := range []struct {
+		name     string
+		pod      *corev1.Pod
+		fromWait string
+		want     string
+	}{
+		{"unschedulable", unschedulable, "", "Unschedulable: 0/1 nodes are available: 1 Insufficient nvidia.com/gpu."},
+		{"init container config", configError, "", `CreateContainerConfigError: secret "driver-key" not found`},
+		{"still creating", creating, "", "ContainerCreating"},
+		{"Pod gone, read by WaitJob", nil, "ImagePullBackOff: Back-off pulling image", "ImagePullBackOff: Back-off pulling image"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			objs := []runtime.Object{testNode("node-a", nil), job}
+			if tc.pod != nil {
+				objs = append(objs, tc.pod)
+			}
+			cs := fake.NewClientset(objs...)
+			a := newActivities(cs)
+			in := finalizeInput(job, OutcomeTimedOut, KeepNever)
+			in.End.PodReason = tc.fromWait
+			res, err := finalize(t, a, in)
+			require.NoError(t, err)
+			require.Equal(t, tc.want, res.PodReason)
+			require.Contains(t, getEvents(t, cs)[0].Message, "Pod: "+tc.want)
+		})
+	}
 }

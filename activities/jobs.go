@@ -34,7 +34,7 @@ func (a *Activities) CreateJob(ctx context.Context, in JobRequest) (JobRef, erro
 		Node:                    in.Node,
 		RunID:                   in.RunID,
 		TemplateHash:            in.TemplateHash,
-		ActiveDeadlineSeconds:   in.JobTimeoutSeconds,
+		ActiveDeadlineSeconds:   activeDeadline(in.JobTimeoutSeconds),
 		TTLSecondsAfterFinished: in.TTLSecondsAfterFinished,
 	}
 	if o := in.Owner; o != nil {
@@ -62,7 +62,11 @@ func (a *Activities) CreateJob(ctx context.Context, in JobRequest) (JobRef, erro
 	switch {
 	case apierrors.IsNotFound(node.err):
 		if createErr == nil {
-			if err := a.deleteJob(ctx, ref); err != nil {
+			// No Pod of it can run on a Node that does not exist, so there is nothing to await.
+			sub := a.Jobs.Subscribe(ref.Namespace, ref.Name)
+			_, err := a.removeJob(ctx, &ref, sub, metav1.DeletePropagationBackground)
+			sub.Close()
+			if err != nil {
 				return JobRef{}, err // the retry adopts the Job and deletes it again
 			}
 		}
@@ -75,6 +79,18 @@ func (a *Activities) CreateJob(ctx context.Context, in JobRequest) (JobRef, erro
 	}
 	ref.NodeUID = node.uid
 	return ref, nil
+}
+
+// activeDeadlineMargin puts the Job's own activeDeadlineSeconds (a backstop for when no worker
+// watches) after WaitJob's deadline, so that WaitJob, not the Job controller, ends a Job that
+// ran too long: it reads why the Pod had not finished before the deletion takes the Pod.
+const activeDeadlineMargin = 60
+
+func activeDeadline(jobTimeoutSeconds int64) int64 {
+	if jobTimeoutSeconds <= 0 {
+		return 0
+	}
+	return jobTimeoutSeconds + activeDeadlineMargin
 }
 
 // nodeUID returns the UID of the named Node. It reads the API server's watch cache, which costs
@@ -134,14 +150,37 @@ func jobRef(job *batchv1.Job, node string) JobRef {
 		Namespace: job.Namespace,
 		Name:      job.Name,
 		UID:       string(job.UID),
+		RunID:     job.Annotations[jobspec.AnnotationRunID],
 		Node:      node,
 		CreatedAt: job.CreationTimestamp.Time,
 	}
 }
 
-// WaitJob waits on the shared informer until the Job finishes, disappears, outlives its
-// deadline or loses its node. It heartbeats throughout; a retried attempt (after a worker
-// crash) resumes on the same Job with the same deadline.
+const (
+	// interimGrace is how long a Job may show FailureTarget or SuccessCriteriaMet without the
+	// terminal condition that follows once its Pods stop. Past it the Pods are taken to be stuck
+	// terminating (a kubelet that stopped answering) and the Job is deleted. Five minutes is
+	// what node operators allow a Pod's graceful stop before they force the issue.
+	interimGrace = 5 * time.Minute
+)
+
+// WaitJob waits on the shared informer until the Job has ended AND none of its Pods is running
+// or terminating, so that the node is free when it returns. A Job ends by its terminal condition
+// (Complete, Failed), by deletion (by someone else: the wait deletes it and awaits its Pods, then
+// reports JobDeleted), by its deadline or its Node's deletion (the Job is deleted with Foreground
+// propagation and its Pods awaited; a deleted Node's Pods for at most NodeGonePodWait), or by a
+// FailureTarget or SuccessCriteriaMet that stays without its terminal condition for interimGrace
+// (the Job is deleted and its Pods awaited; reason TerminationStuck). A Job kept by our
+// finalizer after a deletion (its TTL ran while no one watched) reports how it really ended.
+// It heartbeats throughout; a retried attempt (after a worker crash) resumes on the same Job
+// with the same deadline.
+//
+// Every way the Job can end is a JobEnd, never an error. So every error WaitJob returns leaves
+// a Job that MAY STILL RUN, and the caller must DeleteJob it before letting the node go. The
+// non-retryable ones are ErrForbidden (reading the Job, its Node or its Pods, deleting it or
+// removing our finalizer was refused), ErrInvalidRequest and ErrAdmissionDenied (the delete or
+// the finalizer patch was refused); retryable errors that outlast the retry policy also leave
+// the Job as it was.
 func (a *Activities) WaitJob(ctx context.Context, in WaitJobInput) (JobEnd, error) {
 	if a.Jobs == nil || !a.Jobs.Synced() {
 		// Without a synced cache every Job would look deleted.
@@ -174,20 +213,58 @@ func (a *Activities) WaitJob(ctx context.Context, in WaitJobInput) (JobEnd, erro
 	activity.RecordHeartbeat(ctx, ref.Name)
 
 	w := jobWait{a: a, ref: ref, sub: sub}
+	var podPoll <-chan time.Time
+	listPods := true // whether an ended Job's Pods are due to be listed
 	for {
-		if end, done, err := w.check(ctx); err != nil || done {
-			return end, err
+		st, err := w.check(ctx)
+		if err != nil {
+			return JobEnd{}, err
 		}
-		if !deadline.IsZero() && !a.Now().Before(deadline) {
-			if err := a.deleteJob(ctx, ref); err != nil {
-				return JobEnd{}, err
+		switch st.kind {
+		case jobEnded:
+			stopped, known := podsStopped(st.job)
+			if !known && listPods {
+				n, err := a.livePods(ctx, w.ref)
+				if err != nil {
+					return JobEnd{}, err
+				}
+				stopped, listPods = n == 0, false
+				// Before Kubernetes 1.31 Complete and Failed come while Pods may still stop.
+				podPoll = time.After(a.PodPollInterval)
 			}
-			return JobEnd{
-				Outcome:    OutcomeTimedOut,
-				Reason:     ReasonJobTimeout,
-				Message:    fmt.Sprintf("Job %s/%s did not finish within %ds of its creation; deleted it", ref.Namespace, ref.Name, in.TimeoutSeconds),
-				FinishedAt: a.Now(),
-			}, nil
+			if stopped {
+				if st.end.Outcome == OutcomeTimedOut {
+					st.end.PodReason = w.podReason
+				}
+				return st.end, nil
+			}
+		case jobDeleted:
+			return w.teardown(ctx, w.deleted(st.what), 0, st.gone)
+		case jobInterim:
+			if st.end.Outcome == OutcomeTimedOut && !w.podRead {
+				// The Job controller is deleting the Pods of a Job past activeDeadlineSeconds;
+				// read what they were waiting for while they are still there.
+				w.podReason, w.podRead = a.podSnapshot(ctx, w.ref), true
+			}
+			if since := st.since; !since.IsZero() && !a.Now().Before(since.Add(interimGrace)) {
+				end := st.end
+				end.Reason = ReasonTerminationStuck
+				end.Message = fmt.Sprintf("Job %s/%s reached %s (%s: %s) but its Pods did not stop within %s; deleted it",
+					ref.Namespace, ref.Name, st.condition, st.end.Reason, st.end.Message, interimGrace)
+				return w.teardown(ctx, end, 0, false)
+			}
+		}
+		// A Job that ended is past its deadline only for the Pods it leaves, which the Job
+		// controller is already stopping.
+		if st.kind != jobEnded && !deadline.IsZero() && !a.Now().Before(deadline) {
+			if !w.podRead {
+				w.podReason = a.podSnapshot(ctx, w.ref) // before the deletion takes the Pod
+			}
+			return w.teardown(ctx, JobEnd{
+				Outcome: OutcomeTimedOut,
+				Reason:  ReasonJobTimeout,
+				Message: fmt.Sprintf("Job %s/%s did not finish within %ds of its creation; deleted it", ref.Namespace, ref.Name, in.TimeoutSeconds),
+			}, 0, false)
 		}
 		select {
 		case <-ctx.Done():
@@ -197,9 +274,17 @@ func (a *Activities) WaitJob(ctx context.Context, in WaitJobInput) (JobEnd, erro
 		case <-heartbeat.C:
 			activity.RecordHeartbeat(ctx, ref.Name)
 		case <-deadlineC:
+		case <-podPoll:
+			listPods = true
 		case <-nodeCheck.C:
-			if end, gone, err := a.checkNode(ctx, ref); err != nil || gone {
-				return end, err
+			if gone, err := a.nodeGone(ctx, ref); err != nil {
+				return JobEnd{}, err
+			} else if gone {
+				return w.teardown(ctx, JobEnd{
+					Outcome: OutcomeNodeGone,
+					Reason:  ReasonNodeDeleted,
+					Message: fmt.Sprintf("node %q was deleted while Job %s/%s ran; deleted the Job", ref.Node, ref.Namespace, ref.Name),
+				}, a.NodeGonePodWait, false)
 			}
 			// The once-per-interval node check also bounds how long an informer that lost
 			// sight of the Job can go unverified.
@@ -220,64 +305,134 @@ type jobWait struct {
 	// confirmed: a GET found the Job while the cache did not have it (informer lag), so
 	// there is no need to GET again until something changes.
 	confirmed bool
+	// interimSeen is when the wait first saw an interim condition without a transition time.
+	interimSeen time.Time
+	// podReason is why the Pod had not finished, read (podRead) before a timed-out Job's Pods
+	// went.
+	podReason string
+	podRead   bool
+}
+
+type jobStateKind int
+
+const (
+	jobRunning jobStateKind = iota
+	jobEnded                // terminal condition: end says how
+	jobInterim              // FailureTarget or SuccessCriteriaMet, terminal condition pending
+	jobDeleted              // deleted before it ended
+)
+
+// jobState is what one look at the Job found.
+type jobState struct {
+	kind      jobStateKind
+	job       *batchv1.Job
+	end       JobEnd                   // jobEnded, jobInterim
+	condition batchv1.JobConditionType // jobInterim
+	since     time.Time                // jobInterim: when the condition came
+	what      string                   // jobDeleted: how it went
+	gone      bool                     // jobDeleted: no longer stored
 }
 
 // check reads the Job's state from the cache, falling back to one GET when the cache lacks
-// it; done reports that the wait is over.
-func (w *jobWait) check(ctx context.Context) (end JobEnd, done bool, err error) {
+// it.
+func (w *jobWait) check(ctx context.Context) (jobState, error) {
 	job, gone := w.sub.Last()
 	if job != nil && w.ref.UID != "" && string(job.UID) != w.ref.UID {
 		job = nil // another Job under our name: ours is not in the cache
 	}
 	if job != nil {
-		if end, done := w.a.jobEnd(job); done {
-			return end, true, nil
-		}
-		if !gone && job.DeletionTimestamp == nil {
-			return JobEnd{}, false, nil
-		}
-		if job.DeletionTimestamp != nil {
-			return w.deleted("is being deleted"), true, nil
-		}
+		return w.classify(job, gone), nil
 	}
 	if w.confirmed {
-		return JobEnd{}, false, nil
+		return jobState{kind: jobRunning}, nil
 	}
-	if job == nil && !gone && !w.ref.CreatedAt.IsZero() && w.a.Now().Sub(w.ref.CreatedAt) < informerGrace {
+	if !gone && !w.ref.CreatedAt.IsZero() && w.a.Now().Sub(w.ref.CreatedAt) < informerGrace {
 		// Just created: the informer delivers it in moments, and its event wakes the wait.
 		// A GET now would be one polling read per node; past the grace it is a real check.
-		return JobEnd{}, false, nil
+		return jobState{kind: jobRunning}, nil
 	}
 	fresh, err := w.a.Kube.BatchV1().Jobs(w.ref.Namespace).Get(ctx, w.ref.Name, metav1.GetOptions{})
 	switch {
 	case apierrors.IsNotFound(err):
-		return w.deleted("was deleted"), true, nil
+		return jobState{kind: jobDeleted, what: "was deleted", gone: true}, nil
 	case err != nil:
-		return JobEnd{}, false, kubeError(err, "get", fmt.Sprintf("job %s/%s", w.ref.Namespace, w.ref.Name))
+		return jobState{}, kubeError(err, "get", fmt.Sprintf("job %s/%s", w.ref.Namespace, w.ref.Name))
 	case w.ref.UID != "" && string(fresh.UID) != w.ref.UID:
-		return w.deleted("was deleted (another Job now has its name)"), true, nil
+		return jobState{kind: jobDeleted, what: "was deleted (another Job now has its name)", gone: true}, nil
 	}
-	if end, done := w.a.jobEnd(fresh); done {
-		return end, true, nil
+	st := w.classify(fresh, false)
+	if st.kind == jobRunning {
+		w.confirmed = true
 	}
-	if fresh.DeletionTimestamp != nil {
-		return w.deleted("is being deleted"), true, nil
+	return st, nil
+}
+
+// classify reads one state of the Job; gone says that the informer saw it deleted.
+func (w *jobWait) classify(job *batchv1.Job, gone bool) jobState {
+	end, decided := w.a.jobEnd(job)
+	if terminal, at := jobspec.Terminal(job.Status); terminal {
+		// Our finalizer keeps a finished Job that was then deleted (its TTL, a person tidying
+		// up): that is how it ended. A failure that came after the deletion began was caused
+		// by it.
+		if del := job.DeletionTimestamp; del != nil && end.Outcome != OutcomeSucceeded && at.After(del.Time) {
+			return jobState{kind: jobDeleted, what: "was deleted"}
+		}
+		return jobState{kind: jobEnded, job: job, end: end}
 	}
-	w.confirmed = true
-	return JobEnd{}, false, nil
+	if gone || job.DeletionTimestamp != nil {
+		return jobState{kind: jobDeleted, what: "was deleted", gone: gone}
+	}
+	if c := jobspec.Interim(job.Status); c != nil && decided {
+		since := c.LastTransitionTime.Time
+		if since.IsZero() {
+			if w.interimSeen.IsZero() {
+				w.interimSeen = w.a.Now()
+			}
+			since = w.interimSeen
+		}
+		return jobState{kind: jobInterim, job: job, end: end, condition: c.Type, since: since}
+	}
+	return jobState{kind: jobRunning, job: job}
+}
+
+// teardown drops our finalizer, deletes the Job (Foreground) and waits until it and its Pods
+// are gone (for at most bound, if set), then reports end as of that moment. gone says the Job
+// is known to be no longer stored, so only its Pods are left to wait for.
+func (w *jobWait) teardown(ctx context.Context, end JobEnd, bound time.Duration, gone bool) (JobEnd, error) {
+	ours := true
+	if !gone {
+		var err error
+		if ours, err = w.a.removeJob(ctx, &w.ref, w.sub, metav1.DeletePropagationForeground); err != nil {
+			return JobEnd{}, err
+		}
+	}
+	if ours {
+		remaining, err := w.a.awaitJobGone(ctx, w.ref, w.sub, bound, gone)
+		if err != nil {
+			return JobEnd{}, err
+		}
+		if remaining > 0 {
+			end.Message += fmt.Sprintf("; %d Pod(s) of it had not gone after %s (the Node is gone, so none can run)", remaining, bound)
+		}
+	}
+	end.FinishedAt = w.a.Now()
+	if end.Outcome == OutcomeTimedOut {
+		end.PodReason = w.podReason
+	}
+	return end, nil
 }
 
 func (w *jobWait) deleted(what string) JobEnd {
 	return JobEnd{
-		Outcome:    OutcomeFailed,
-		Reason:     ReasonJobDeleted,
-		Message:    fmt.Sprintf("Job %s/%s %s before it finished", w.ref.Namespace, w.ref.Name, what),
-		FinishedAt: w.a.Now(),
+		Outcome: OutcomeFailed,
+		Reason:  ReasonJobDeleted,
+		Message: fmt.Sprintf("Job %s/%s %s before it finished", w.ref.Namespace, w.ref.Name, what),
 	}
 }
 
-// jobEnd says how a finished Job ended; done is false while it runs or is suspended.
-func (a *Activities) jobEnd(job *batchv1.Job) (end JobEnd, done bool) {
+// jobEnd says how a Job's outcome was decided (by a terminal or an interim condition);
+// decided is false while it runs or is suspended.
+func (a *Activities) jobEnd(job *batchv1.Job) (end JobEnd, decided bool) {
 	phase, reason, message := jobspec.Interpret(job.Status)
 	switch phase {
 	case jobspec.PhaseSucceeded:
@@ -314,31 +469,23 @@ func finishedAt(job *batchv1.Job, now func() time.Time) time.Time {
 	return latest
 }
 
-// checkNode ends the wait when the Job's node no longer exists: its Pod can never finish, so
-// the Job is deleted rather than left to time out.
-func (a *Activities) checkNode(ctx context.Context, ref JobRef) (end JobEnd, gone bool, err error) {
+// nodeGone says whether the Job's node no longer exists: its Pod can never finish, so the Job
+// is deleted rather than left to time out.
+func (a *Activities) nodeGone(ctx context.Context, ref JobRef) (bool, error) {
 	if ref.Node == "" {
-		return JobEnd{}, false, nil
+		return false, nil
 	}
-	_, err = a.nodeUID(ctx, ref.Node)
+	_, err := a.nodeUID(ctx, ref.Node)
 	switch {
 	case err == nil:
-		return JobEnd{}, false, nil
+		return false, nil
 	case apierrors.IsNotFound(err):
-		if err := a.deleteJob(ctx, ref); err != nil {
-			return JobEnd{}, false, err
-		}
-		return JobEnd{
-			Outcome:    OutcomeNodeGone,
-			Reason:     ReasonNodeDeleted,
-			Message:    fmt.Sprintf("node %q was deleted while Job %s/%s ran; deleted the Job", ref.Node, ref.Namespace, ref.Name),
-			FinishedAt: a.Now(),
-		}, true, nil
+		return true, nil
 	case apierrors.IsForbidden(err):
-		return JobEnd{}, false, kubeError(err, "get", fmt.Sprintf("node %q", ref.Node))
+		return false, kubeError(err, "get", fmt.Sprintf("node %q", ref.Node))
 	default:
 		// A failed check is no evidence either way; the next interval tries again.
 		activity.GetLogger(ctx).Warn("checking the Job's node", "node", ref.Node, "error", err)
-		return JobEnd{}, false, nil
+		return false, nil
 	}
 }

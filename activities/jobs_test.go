@@ -38,7 +38,7 @@ func TestCreateJob(t *testing.T) {
 	ref, err := createJob(t, a, in)
 	require.NoError(t, err)
 	name := jobspec.JobName("kata", "node-a", "run-1")
-	require.Equal(t, JobRef{Namespace: testNamespace, Name: name, UID: "uid-" + name, Node: "node-a", CreatedAt: t0,
+	require.Equal(t, JobRef{Namespace: testNamespace, Name: name, UID: "uid-" + name, RunID: "run-1", Node: "node-a", CreatedAt: t0,
 		NodeUID: "uid-node-node-a"}, ref)
 	require.ElementsMatch(t, []string{"get nodes", "create jobs"}, actions(cs), "the node check and the create go out together")
 
@@ -68,8 +68,8 @@ func TestCreateJobNodeGone(t *testing.T) {
 	appErr := requireAppError(t, err, ErrNodeGone, true)
 	require.Contains(t, appErr.Error(), `"node-a"`)
 	// The cached read said NotFound and a quorum read confirmed it; the Job made meanwhile is
-	// deleted again.
-	require.ElementsMatch(t, []string{"get nodes", "get nodes", "create jobs", "delete jobs"}, actions(cs))
+	// deleted again, our finalizer taken off.
+	require.ElementsMatch(t, []string{"get nodes", "get nodes", "create jobs", "get jobs", "patch jobs", "delete jobs"}, actions(cs))
 	require.Zero(t, countJobs(t, cs))
 }
 
@@ -101,6 +101,7 @@ func TestCreateJobAdoptsItsOwnJob(t *testing.T) {
 	require.NoError(t, err)
 	want := refOf(existing, "node-a")
 	want.NodeUID = "uid-node-node-a"
+	want.RunID = "run-1"
 	require.Equal(t, want, ref)
 	require.ElementsMatch(t, []string{"get nodes", "create jobs", "get jobs"}, actions(cs))
 }

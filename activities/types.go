@@ -15,13 +15,16 @@ const (
 	OutcomeTimedOut  Outcome = "timedOut"
 	OutcomeSkipped   Outcome = "skipped"
 	OutcomeNodeGone  Outcome = "nodeGone"
-	OutcomeAborted   Outcome = "aborted"
+	// OutcomeAborted: the rollout was cancelled while the node's Job ran; the Job was deleted.
+	OutcomeAborted Outcome = "aborted"
 )
 
-// Error types carried by non-retryable ApplicationErrors. Callers switch on
-// ApplicationError.Type(); retry policies list them in NonRetryableErrorTypes.
+// Error types carried by the activities' ApplicationErrors. Callers switch on
+// ApplicationError.Type(); retry policies list the non-retryable ones in NonRetryableErrorTypes.
+// Each is also a reason word of a node's result (ReasonForError); README lists them all.
 const (
-	// ErrInvalidRequest: the request (or the template it names) is malformed; retrying cannot help.
+	// ErrInvalidRequest: the request (or the template it names) is malformed, or the API
+	// server rejected a write as invalid; retrying cannot help.
 	ErrInvalidRequest = "InvalidRequest"
 	// ErrForeignObject: a Job with our deterministic name exists but was not made by this rollout.
 	ErrForeignObject = "ForeignObject"
@@ -29,17 +32,38 @@ const (
 	ErrForbidden = "Forbidden"
 	// ErrNodeGone: the node was deleted before or while its Job ran.
 	ErrNodeGone = "NodeGone"
+	// ErrQuotaExceeded: a ResourceQuota of the namespace refused the Job (a 403 that is not
+	// RBAC). Not retried: a quota frees up only when someone acts.
+	ErrQuotaExceeded = "QuotaExceeded"
+	// ErrAdmissionDenied: an admission webhook or ValidatingAdmissionPolicy refused the request.
+	ErrAdmissionDenied = "AdmissionDenied"
+	// ErrAdmissionUnavailable: an admission webhook could not be called ("failed calling
+	// webhook"). RETRYABLE: the webhook may come back; it is a type only so that, when it is
+	// the error the retries end with, the node's reason says what stood in the way.
+	ErrAdmissionUnavailable = "AdmissionUnavailable"
 )
 
-// NonRetryableErrors lists every error type above, for RetryPolicy.NonRetryableErrorTypes.
-var NonRetryableErrors = []string{ErrInvalidRequest, ErrForeignObject, ErrForbidden, ErrNodeGone}
+// NonRetryableErrors lists every non-retryable error type above, for
+// RetryPolicy.NonRetryableErrorTypes.
+var NonRetryableErrors = []string{ErrInvalidRequest, ErrForeignObject, ErrForbidden, ErrNodeGone, ErrQuotaExceeded, ErrAdmissionDenied}
 
-// Reasons recorded in NodeResult.Reason when the Job itself cannot say.
+// Reasons recorded in NodeResult.Reason when the Job itself cannot say. Together with the error
+// types above, the Job conditions' own reasons (BackoffLimitExceeded, DeadlineExceeded,
+// PodFailurePolicy, ...) and the rollout's AlreadyDone and NodeNotFound, they are every reason a
+// node can end with; README's outcome table explains each.
 const (
 	ReasonJobDeleted  = "JobDeleted"
 	ReasonJobTimeout  = "JobTimeout"
 	ReasonNodeDeleted = "NodeDeleted"
 	ReasonAborted     = "Aborted"
+	// ReasonTerminationStuck: the Job's outcome was decided (FailureTarget or SuccessCriteriaMet)
+	// but its Pods did not stop within five minutes; the Job was deleted.
+	ReasonTerminationStuck = "TerminationStuck"
+	// ReasonAPIError: the last error of an activity that ran out of retries was none of ours
+	// (the API server unreachable, 5xx, timeouts).
+	ReasonAPIError = "APIError"
+	// ReasonActivityTimeout: an activity ran past its own timeouts (worker overloaded or gone).
+	ReasonActivityTimeout = "ActivityTimeout"
 )
 
 // TemplateRef names a Job template kept in a ConfigMap.
@@ -118,19 +142,19 @@ type JobRequest struct {
 	TTLSecondsAfterFinished int32 `json:"ttlSecondsAfterFinished"`
 }
 
-// JobRef identifies a Job the rollout created (or adopted).
+// JobRef identifies a Job the rollout created (or adopted). UID is empty when the Job's name is
+// known but CreateJob never answered (its reply was lost): then RunID, the NodeRollout run that
+// names it, tells our Job from a stranger's before anything is deleted.
 type JobRef struct {
 	Namespace string    `json:"namespace"`
 	Name      string    `json:"name"`
 	UID       string    `json:"uid"`
+	RunID     string    `json:"runID,omitempty"`
 	Node      string    `json:"node"`
 	CreatedAt time.Time `json:"createdAt"`
 	// NodeUID is the Node's UID when the Job was created (empty in histories from before it
 	// was recorded); the outcome Event names it.
 	NodeUID string `json:"nodeUID,omitempty"`
-	// RunID is the NodeRollout run that made the Job: with no UID known (a create whose reply
-	// was lost), a delete checks it before touching a Job of that name.
-	RunID string `json:"runID,omitempty"`
 }
 
 // WaitJobInput asks to wait until the Job finishes, disappears, or runs past its deadline.
@@ -147,6 +171,9 @@ type JobEnd struct {
 	Reason     string    `json:"reason,omitempty"`
 	Message    string    `json:"message,omitempty"`
 	FinishedAt time.Time `json:"finishedAt"`
+	// PodReason is why the Job's Pod had not finished when the Job timed out, as read just
+	// before the Pod was deleted (see FinalizeResult.PodReason); FinalizeJob reports it.
+	PodReason string `json:"podReason,omitempty"`
 }
 
 // KeepJobs says which finished Jobs FinalizeJob leaves in place for inspection.
@@ -168,9 +195,12 @@ type FinalizeInput struct {
 	KeepJobs     KeepJobs `json:"keepJobs"`
 }
 
-// FinalizeResult carries what was learned from a failed Job's Pod.
+// FinalizeResult carries what was learned from a failed or timed-out Job's Pod.
 type FinalizeResult struct {
 	LogTail            string `json:"logTail,omitempty"` // at most 4 KiB
 	ExitCode           *int32 `json:"exitCode,omitempty"`
 	TerminationMessage string `json:"terminationMessage,omitempty"`
+	// PodReason says why the Pod never ran or never finished, when it did not terminate:
+	// "Unschedulable: <message>", "ImagePullBackOff: <message>", "ContainerCreating", ...
+	PodReason string `json:"podReason,omitempty"`
 }

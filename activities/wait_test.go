@@ -2,6 +2,7 @@ package activities
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"testing"
 	"time"
@@ -11,6 +12,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/kubernetes/fake"
 
 	"go.temporal.io/sdk/activity"
@@ -123,12 +126,18 @@ func TestWaitJobFinishedOutcomes(t *testing.T) {
 		outcome Outcome
 	}{
 		{"failed", batchv1.JobFailed, "BackoffLimitExceeded", OutcomeFailed},
-		{"failure target only", batchv1.JobFailureTarget, "PodFailurePolicy", OutcomeFailed},
+		{"failed after failure target", batchv1.JobFailed, "PodFailurePolicy", OutcomeFailed},
 		{"active deadline", batchv1.JobFailed, batchv1.JobReasonDeadlineExceeded, OutcomeTimedOut},
-		{"success criteria met", batchv1.JobSuccessCriteriaMet, "SuccessPolicy", OutcomeSucceeded},
+		{"complete after success criteria met", batchv1.JobComplete, "SuccessPolicy", OutcomeSucceeded},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			job := withCondition(ourJob(t, testRequest("node-a")), tc.typ, tc.reason, "it happened")
+			job := ourJob(t, testRequest("node-a"))
+			if tc.typ == batchv1.JobFailed {
+				job = withCondition(job, batchv1.JobFailureTarget, tc.reason, "it happened")
+			} else {
+				job = withCondition(job, batchv1.JobSuccessCriteriaMet, tc.reason, "it happened")
+			}
+			job = withCondition(job, tc.typ, tc.reason, "it happened")
 			cs := fake.NewClientset(testNode("node-a", nil), job)
 			a := startedActivities(t, cs)
 			result, _ := waitJob(t, newEnv(a), a, WaitJobInput{Job: refOf(job, "node-a")})
@@ -154,7 +163,8 @@ func TestWaitJobDeletedWhileWaiting(t *testing.T) {
 	require.NoError(t, r.err)
 	require.Equal(t, OutcomeFailed, r.end.Outcome)
 	require.Equal(t, ReasonJobDeleted, r.end.Reason)
-	require.Equal(t, 1, countActions(cs, "get", "jobs"), "one GET rules out informer lag")
+	require.Zero(t, countActions(cs, "get", "jobs"), "the informer saw the deletion")
+	require.Equal(t, 1, countActions(cs, "list", "pods"), "the deleted Job's Pods are looked for once")
 }
 
 func TestWaitJobMissingFromCacheAndServer(t *testing.T) {
@@ -167,6 +177,7 @@ func TestWaitJobMissingFromCacheAndServer(t *testing.T) {
 	require.NoError(t, r.err)
 	require.Equal(t, ReasonJobDeleted, r.end.Reason)
 	require.Equal(t, 1, countActions(cs, "get", "jobs"))
+	require.Zero(t, countActions(cs, "delete", "jobs"), "nothing to delete")
 }
 
 // TestWaitJobTrustsTheInformerForANewJob: a Job just created and not yet in the cache is not
@@ -214,7 +225,7 @@ func TestWaitJobPastDeadlineDeletesJob(t *testing.T) {
 	require.Equal(t, OutcomeTimedOut, r.end.Outcome)
 	require.Equal(t, ReasonJobTimeout, r.end.Reason)
 	require.Equal(t, t0.Add(31*time.Minute), r.end.FinishedAt)
-	requireBackgroundDelete(t, cs, job.Name)
+	requireDelete(t, cs, job.Name, metav1.DeletePropagationForeground)
 	_, err := cs.BatchV1().Jobs(testNamespace).Get(t.Context(), job.Name, metav1.GetOptions{})
 	require.True(t, apierrors.IsNotFound(err))
 }
@@ -238,7 +249,7 @@ func TestWaitJobDeadlineReachedWhileWaiting(t *testing.T) {
 	r := receive(t, result, "WaitJob to return")
 	require.NoError(t, r.err)
 	require.Equal(t, OutcomeTimedOut, r.end.Outcome)
-	requireBackgroundDelete(t, cs, job.Name)
+	requireDelete(t, cs, job.Name, metav1.DeletePropagationForeground)
 }
 
 func TestWaitJobNodeDeleted(t *testing.T) {
@@ -257,7 +268,7 @@ func TestWaitJobNodeDeleted(t *testing.T) {
 	require.NoError(t, r.err)
 	require.Equal(t, OutcomeNodeGone, r.end.Outcome)
 	require.Equal(t, ReasonNodeDeleted, r.end.Reason)
-	requireBackgroundDelete(t, cs, job.Name)
+	requireDelete(t, cs, job.Name, metav1.DeletePropagationForeground)
 }
 
 func TestWaitJobCancelled(t *testing.T) {
@@ -299,10 +310,10 @@ func TestWaitJobFinishedThenDeleted(t *testing.T) {
 	require.Eventually(t, func() bool { _, gone := sub.Last(); return gone }, waitTimeout, time.Millisecond)
 
 	w := jobWait{a: a, ref: refOf(job, "node-a"), sub: sub}
-	end, done, err := w.check(t.Context())
+	st, err := w.check(t.Context())
 	require.NoError(t, err)
-	require.True(t, done)
-	require.Equal(t, OutcomeSucceeded, end.Outcome)
+	require.Equal(t, jobEnded, st.kind)
+	require.Equal(t, OutcomeSucceeded, st.end.Outcome)
 }
 
 func TestJobWatcherIgnoresOtherJobs(t *testing.T) {
@@ -323,4 +334,216 @@ func TestJobWatcherIgnoresOtherJobs(t *testing.T) {
 	receive(t, other.Changed(), "our Job's event")
 	job, _ := sub.Last()
 	require.Nil(t, job, "a Job without the rollout label is not reported")
+}
+
+// requireStillWaiting fails if WaitJob has returned.
+func requireStillWaiting(t *testing.T, result <-chan waitResult, why string) {
+	t.Helper()
+	select {
+	case r := <-result:
+		t.Fatalf("WaitJob returned %+v, but %s", r, why)
+	default:
+	}
+}
+
+// TestWaitJobAwaitsThePodsOfAFinishedJob: where the Job controller does not count terminating
+// Pods (before Kubernetes 1.29; Complete then comes while Pods may still stop), a finished Job
+// frees the node only once its Pods have stopped, which WaitJob checks by listing them.
+func TestWaitJobAwaitsThePodsOfAFinishedJob(t *testing.T) {
+	job := withCondition(ourJob(t, testRequest("node-a")), batchv1.JobComplete, "CompletionsReached", "")
+	pod := jobPod(job, "p", t0, corev1.PodRunning, 0, "")
+	cs := fake.NewClientset(testNode("node-a", nil), job, pod)
+	a := fastWaits(startedActivities(t, cs))
+
+	result, waiting := waitJob(t, newEnv(a), a, WaitJobInput{Job: refOf(job, "node-a")})
+	receive(t, waiting, "WaitJob to start")
+	require.Eventually(t, func() bool { return countActions(cs, "list", "pods") >= 3 }, waitTimeout, time.Millisecond)
+	requireStillWaiting(t, result, "a Pod of the Job still runs")
+
+	pod.Status.Phase = corev1.PodSucceeded
+	_, err := cs.CoreV1().Pods(testNamespace).UpdateStatus(t.Context(), pod, metav1.UpdateOptions{})
+	require.NoError(t, err)
+	r := receive(t, result, "WaitJob to return")
+	require.NoError(t, r.err)
+	require.Equal(t, OutcomeSucceeded, r.end.Outcome)
+	require.Zero(t, countActions(cs, "delete", "jobs"), "a finished Job is left to FinalizeJob")
+}
+
+// TestWaitJobTrustsTheJobControllersPodCount: where the Job controller counts terminating Pods,
+// its Complete condition with nothing active or terminating needs no request to confirm.
+func TestWaitJobTrustsTheJobControllersPodCount(t *testing.T) {
+	job := withCondition(ourJob(t, testRequest("node-a")), batchv1.JobComplete, "CompletionsReached", "")
+	job.Status.Terminating = new(int32(0))
+	cs := fake.NewClientset(testNode("node-a", nil), job)
+	a := startedActivities(t, cs)
+	cs.ClearActions()
+	result, _ := waitJob(t, newEnv(a), a, WaitJobInput{Job: refOf(job, "node-a")})
+	r := receive(t, result, "WaitJob to return")
+	require.NoError(t, r.err)
+	require.Equal(t, OutcomeSucceeded, r.end.Outcome)
+	require.Empty(t, actions(cs), "no Pod list, no Job GET")
+}
+
+// TestWaitJobWaitsForFailedAfterFailureTarget: FailureTarget decides the outcome while the
+// Pods are still being stopped; the node is free only at Failed.
+func TestWaitJobWaitsForFailedAfterFailureTarget(t *testing.T) {
+	job := withCondition(ourJob(t, testRequest("node-a")), batchv1.JobFailureTarget, "PodFailurePolicy", "container exited 3")
+	job.Status.Terminating = new(int32(1))
+	cs := fake.NewClientset(testNode("node-a", nil), job)
+	a := fastWaits(startedActivities(t, cs))
+	a.Now = func() time.Time { return t0.Add(2 * time.Minute) } // within the grace for terminating Pods
+
+	result, waiting := waitJob(t, newEnv(a), a, WaitJobInput{Job: refOf(job, "node-a")})
+	receive(t, waiting, "WaitJob to start")
+	requireStillWaiting(t, result, "the Job's Pod is still terminating")
+
+	failed := withCondition(job, batchv1.JobFailed, "PodFailurePolicy", "container exited 3")
+	failed.Status.Conditions[1].LastTransitionTime = metav1.NewTime(t0.Add(3 * time.Minute))
+	failed.Status.Terminating = new(int32(0))
+	_, err := cs.BatchV1().Jobs(testNamespace).UpdateStatus(t.Context(), failed, metav1.UpdateOptions{})
+	require.NoError(t, err)
+	r := receive(t, result, "WaitJob to return")
+	require.NoError(t, r.err)
+	// Finished when Failed came, not at FailureTarget (t0+1m).
+	require.Equal(t, JobEnd{Outcome: OutcomeFailed, Reason: "PodFailurePolicy", Message: "container exited 3", FinishedAt: t0.Add(3 * time.Minute)}, r.end)
+	require.Zero(t, countActions(cs, "delete", "jobs"))
+}
+
+// TestWaitJobDeletesAJobStuckInFailureTarget: a FailureTarget that does not turn into Failed
+// within five minutes (a kubelet that never confirms the Pod stopped) gets the Job deleted and
+// its Pods awaited; the outcome says so.
+func TestWaitJobDeletesAJobStuckInFailureTarget(t *testing.T) {
+	for _, tc := range []struct {
+		typ     batchv1.JobConditionType
+		outcome Outcome
+	}{{batchv1.JobFailureTarget, OutcomeFailed}, {batchv1.JobSuccessCriteriaMet, OutcomeSucceeded}} {
+		t.Run(string(tc.typ), func(t *testing.T) {
+			job := withCondition(ourJob(t, testRequest("node-a")), tc.typ, "BackoffLimitExceeded", "Job has reached the specified backoff limit")
+			job.Status.Terminating = new(int32(1))
+			cs := fake.NewClientset(testNode("node-a", nil), job)
+			a := fastWaits(startedActivities(t, cs))
+			clk := &clock{now: t0.Add(5 * time.Minute)} // the condition came at t0+1m
+			a.Now = clk.Now
+
+			result, waiting := waitJob(t, newEnv(a), a, WaitJobInput{Job: refOf(job, "node-a")})
+			receive(t, waiting, "WaitJob to start")
+			requireStillWaiting(t, result, "the grace has not passed")
+			clk.Advance(time.Minute + time.Second)
+
+			r := receive(t, result, "WaitJob to return")
+			require.NoError(t, r.err)
+			require.Equal(t, tc.outcome, r.end.Outcome)
+			require.Equal(t, ReasonTerminationStuck, r.end.Reason)
+			require.Contains(t, r.end.Message, "BackoffLimitExceeded")
+			require.Contains(t, r.end.Message, "did not stop within 5m0s")
+			requireDelete(t, cs, job.Name, metav1.DeletePropagationForeground)
+		})
+	}
+}
+
+// TestWaitJobTimeoutAwaitsThePodsAndSaysWhyThePodNeverRan: at the deadline WaitJob reads what
+// the Pod was waiting for, deletes the Job (Foreground) and returns only when its Pods are gone.
+func TestWaitJobTimeoutAwaitsThePodsAndSaysWhyThePodNeverRan(t *testing.T) {
+	job := ourJob(t, testRequest("node-a"))
+	pod := jobPod(job, "p", t0, corev1.PodPending, 0, "")
+	pod.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "install", State: corev1.ContainerState{
+		Waiting: &corev1.ContainerStateWaiting{Reason: "ImagePullBackOff", Message: `Back-off pulling image "busybox:nope"`},
+	}}}
+	cs := fake.NewClientset(testNode("node-a", nil), job, pod)
+	a := fastWaits(startedActivities(t, cs))
+	a.Now = func() time.Time { return t0.Add(31 * time.Minute) }
+
+	result, _ := waitJob(t, newEnv(a), a, WaitJobInput{Job: refOf(job, "node-a"), TimeoutSeconds: 1800})
+	require.Eventually(t, func() bool { return countActions(cs, "delete", "jobs") == 1 && countActions(cs, "list", "pods") >= 3 },
+		waitTimeout, time.Millisecond)
+	requireStillWaiting(t, result, "the Job's Pod is still there")
+	requireDelete(t, cs, job.Name, metav1.DeletePropagationForeground)
+
+	require.NoError(t, cs.CoreV1().Pods(testNamespace).Delete(t.Context(), pod.Name, metav1.DeleteOptions{}))
+	r := receive(t, result, "WaitJob to return")
+	require.NoError(t, r.err)
+	require.Equal(t, OutcomeTimedOut, r.end.Outcome)
+	require.Equal(t, ReasonJobTimeout, r.end.Reason)
+	require.Equal(t, `ImagePullBackOff: Back-off pulling image "busybox:nope"`, r.end.PodReason)
+}
+
+// TestWaitJobNodeGoneBoundsThePodWait: the Pods of a deleted Node never report stopping; the
+// wait for them ends after NodeGonePodWait and says so.
+func TestWaitJobNodeGoneBoundsThePodWait(t *testing.T) {
+	job := ourJob(t, testRequest("node-a"))
+	pod := jobPod(job, "p", t0, corev1.PodRunning, 0, "")
+	cs := fake.NewClientset(job, pod) // no Node
+	a := fastWaits(startedActivities(t, cs))
+	a.NodeCheckInterval = 10 * time.Millisecond
+	a.NodeGonePodWait = 200 * time.Millisecond
+
+	result, _ := waitJob(t, newEnv(a), a, WaitJobInput{Job: refOf(job, "node-a")})
+	r := receive(t, result, "WaitJob to return")
+	require.NoError(t, r.err)
+	require.Equal(t, OutcomeNodeGone, r.end.Outcome)
+	require.Contains(t, r.end.Message, "1 Pod(s) of it had not gone after 200ms")
+	requireDelete(t, cs, job.Name, metav1.DeletePropagationForeground)
+}
+
+// TestWaitJobFinishedJobHeldByOurFinalizer: a Job whose TTL deleted it after it finished (our
+// finalizer keeps it) reports how it really ended; one that failed because it was deleted while
+// running reports JobDeleted.
+func TestWaitJobFinishedJobHeldByOurFinalizer(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		typ        batchv1.JobConditionType
+		deletedAt  time.Time
+		wantReason string
+	}{
+		{"completed, then deleted by its TTL", batchv1.JobComplete, t0.Add(2 * time.Minute), "CompletionsReached"},
+		{"failed, then deleted by its TTL", batchv1.JobFailed, t0.Add(2 * time.Minute), "BackoffLimitExceeded"},
+		{"deleted while running, failed meanwhile", batchv1.JobFailed, t0.Add(30 * time.Second), ReasonJobDeleted},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			job := withCondition(ourJob(t, testRequest("node-a")), tc.typ, tc.wantReason, "") // at t0+1m
+			job.Status.Terminating = new(int32(0))
+			job.DeletionTimestamp = &metav1.Time{Time: tc.deletedAt}
+			cs := fake.NewClientset(testNode("node-a", nil), job)
+			a := fastWaits(startedActivities(t, cs))
+			result, _ := waitJob(t, newEnv(a), a, WaitJobInput{Job: refOf(job, "node-a")})
+			r := receive(t, result, "WaitJob to return")
+			require.NoError(t, r.err)
+			require.Equal(t, tc.wantReason, r.end.Reason)
+		})
+	}
+}
+
+// TestWaitJobErrorsLeaveTheJobToTheCaller: WaitJob's non-retryable errors are typed, and each
+// means the Job may still run (the caller deletes it before releasing the node).
+func TestWaitJobErrorsLeaveTheJobToTheCaller(t *testing.T) {
+	gr := schema.GroupResource{Group: "batch", Resource: "jobs"}
+	for _, tc := range []struct {
+		name     string
+		verb     string
+		err      error
+		deadline bool
+		wantType string
+	}{
+		{"reading the Job refused", "get", forbidden("jobs"), false, ErrForbidden},
+		{"delete at the deadline refused by RBAC", "delete", forbidden("jobs"), true, ErrForbidden},
+		{"delete at the deadline denied by a webhook", "delete",
+			apierrors.NewForbidden(gr, "j", errors.New(`admission webhook "freeze.example.com" denied the request: change freeze`)), true, ErrAdmissionDenied},
+		{"finalizer removal refused", "patch", forbidden("jobs"), true, ErrForbidden},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			job := ourJob(t, testRequest("node-a"))
+			objs := []runtime.Object{testNode("node-a", nil)}
+			if tc.deadline {
+				objs = append(objs, job)
+			}
+			cs := fake.NewClientset(objs...)
+			failOn(cs, tc.verb, "jobs", tc.err)
+			a := fastWaits(startedActivities(t, cs))
+			a.Now = func() time.Time { return t0.Add(31 * time.Minute) } // past the informer grace and the deadline
+			result, _ := waitJob(t, newEnv(a), a, WaitJobInput{Job: refOf(job, "node-a"), TimeoutSeconds: 1800})
+			r := receive(t, result, "WaitJob to return")
+			requireAppError(t, r.err, tc.wantType, true)
+			require.Contains(t, NonRetryableErrors, tc.wantType)
+		})
+	}
 }

@@ -36,7 +36,7 @@ import (
 // activities' Kubernetes calls (deploy/base/rbac.yaml says which activity needs each verb, and
 // test/e2e/deploy_test.go shows on a real API server that each is needed).
 var WorkerRules = []rbacv1.PolicyRule{
-	{APIGroups: []string{"batch"}, Resources: []string{"jobs"}, Verbs: []string{"create", "delete", "get", "list", "watch"}},
+	{APIGroups: []string{"batch"}, Resources: []string{"jobs"}, Verbs: []string{"create", "delete", "get", "list", "patch", "watch"}},
 	{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"get", "list", "patch"}},
 	{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"list"}},
 	{APIGroups: []string{""}, Resources: []string{"pods/log"}, Verbs: []string{"get"}},

@@ -74,8 +74,8 @@ func (n *nodeSteps) run(ctx workflow.Context) (NodeResult, error) {
 			return abort(ctx, planned, result)
 		}
 		end := endFromError(err)
-		if end.Outcome == activities.OutcomeNodeGone {
-			return n.finalize(ctx, nil, end, result) // CreateJob removed any Job it made
+		if !createMayHaveHappened(err) {
+			return n.finalize(ctx, nil, end, result)
 		}
 		// The create may have made the Job before failing (a lost reply, then a refusal):
 		// none of ours may stay behind, and the known name goes on to finalize.
@@ -205,6 +205,21 @@ func tellWaiters(ctx workflow.Context, waiters workflow.ReceiveChannel, node str
 		// A waiter that has ended has nothing to be told.
 		_ = f.Get(notify, nil)
 	}
+}
+
+// createMayHaveHappened says whether a failed CreateJob may have left a Job of ours: not when
+// the node was gone (CreateJob removes what it made), the request could not be rendered or
+// its namespace is missing (nothing was sent), or the name belongs to someone else's Job.
+func createMayHaveHappened(err error) bool {
+	var appErr *temporal.ApplicationError
+	if !errors.As(err, &appErr) {
+		return true
+	}
+	switch appErr.Type() {
+	case activities.ErrNodeGone, activities.ErrInvalidRequest, activities.ErrForeignObject:
+		return false
+	}
+	return true
 }
 
 // endFromError turns an activity's final error into the node's outcome, with a reason word

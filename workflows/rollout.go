@@ -605,9 +605,7 @@ func (r *rollout) dryRun(ctx workflow.Context) (RolloutResult, error) {
 			if len(planned) < MaxExplicitNodes {
 				p := PlannedNode{Node: n.name, Skip: n.skip}
 				if n.skip == "" {
-					// The last five characters hash the run that will create the Job.
-					name := jobspec.JobName(r.req.Name, n.name, "")
-					p.JobPrefix = name[:len(name)-5]
+					p.JobPrefix = jobspec.JobNamePrefix(r.req.Name, n.name)
 				}
 				planned = append(planned, p)
 			}

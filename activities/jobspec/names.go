@@ -18,8 +18,11 @@ const (
 	AnnotationNode         = "noderollout.io/node-name" // full node name
 	AnnotationTemplateHash = "noderollout.io/template-hash"
 	AnnotationRunID        = "noderollout.io/run-id" // NodeRollout child run ID that created the Job
-	NodePlaceholder        = "{{node}}"              // replaced by the node name everywhere in the template text
-	MaxTemplateBytes       = 256 * 1024
+	// FinalizerOutcome holds a finished Job until FinalizeJob has read and recorded its
+	// outcome, so that a TTL or a deletion while no worker watched cannot lose it.
+	FinalizerOutcome = "noderollout.io/outcome"
+	NodePlaceholder  = "{{node}}" // replaced by the node name everywhere in the template text
+	MaxTemplateBytes = 256 * 1024
 )
 
 const (
@@ -29,10 +32,12 @@ const (
 	// nodeHashLen gives 40 bits: two node names that truncate alike are practically never
 	// told apart by less, and the label must stay unique per node for Pod lookups.
 	nodeHashLen = 10
-	// jobHashLen is short because the Job name is read by people; the node part already
-	// separates nodes, and the hash only has to break ties between look-alike names and runs.
-	jobHashLen      = 5
-	templateHashLen = 10
+	// jobHashLen base-36 characters are 51 bits: 100,000 nodes of one rollout share a name
+	// with odds of about 1 in 500,000 even if their readable parts were all alike.
+	jobHashLen = 10
+	// legacyJobHashLen hex characters (20 bits) is what LegacyJobName has always used.
+	legacyJobHashLen = 5
+	templateHashLen  = 10
 )
 
 // NodeMarkerKey is the Node annotation that records a rollout's outcome: "noderollout.io/<rollout>".
@@ -82,20 +87,49 @@ func NodeLabelValue(node string) string {
 	return prefix + "_" + hash
 }
 
-// JobName is the deterministic Job name "<rollout>-<node part>-<5 hex of hash(rollout,node,runID)>",
-// a valid DNS-1123 label of at most 63 characters (parts truncated as needed).
-//
-// The run ID is in the hash so that a new run of the same rollout never adopts (or trips over)
-// a Job an earlier run left behind.
+// JobName is the deterministic Job name "<rollout part>-<node part>-<hash>", a valid DNS-1123
+// label of at most 63 characters. The hash is 10 base-36 characters (51 bits) of
+// (rollout, node, runID): the run ID is in it so that a new run of the same rollout never adopts
+// (or trips over) a Job an earlier run left behind, and 51 bits keep the names of 100,000 nodes
+// apart even where their readable parts agree. The node part is the node's host name (its first
+// DNS label: "ip-10-0-12-34" of an EKS name) cut to its END, where cloud node names differ
+// ("...-5f2c9e1b-00ab" of a GKE name, "...-vmss00000a" of an AKS one), so a person can still
+// tell the Jobs of a pool apart. JobNamePrefix is everything before the hash.
 func JobName(rollout, node, runID string) string {
-	hash := hexHash(jobHashLen, tuple(rollout, node, runID))
-	r, n := labelChars(rollout), labelChars(node)
-	room := maxLabel - len(hash) - 1
+	return JobNamePrefix(rollout, node) + base36Hash(jobHashLen, tuple(rollout, node, runID))
+}
+
+// JobNamePrefix is what every run's Job name for this node starts with (JobName without its
+// hash): what a dry run can show before any run exists. It ends with '-' unless empty.
+func JobNamePrefix(rollout, node string) string {
+	r, n := labelChars(rollout), labelChars(hostLabel(node))
+	room := maxLabel - jobHashLen - 1
 	switch {
 	case r != "" && n != "":
 		room-- // the dash between rollout and node
 		// Each part may use half the room, and whatever the other leaves unused: the node
 		// part is what people look for, but a long node must not squeeze out the rollout.
+		r = truncateLabel(r, max(room/2, room-len(n)))
+		n = keepTail(n, room-len(r))
+		return r + "-" + n + "-"
+	case r != "":
+		return truncateLabel(r, room) + "-"
+	case n != "":
+		return keepTail(n, room) + "-"
+	}
+	return ""
+}
+
+// LegacyJobName is the Job name of releases before JobName kept the node name's tail: the
+// rollout and the START of the node name, and 5 hex characters (20 bits) of hash. Running
+// NodeRollout histories computed their Job's name with it, so it must never change.
+func LegacyJobName(rollout, node, runID string) string {
+	hash := hexHash(legacyJobHashLen, tuple(rollout, node, runID))
+	r, n := labelChars(rollout), labelChars(node)
+	room := maxLabel - len(hash) - 1
+	switch {
+	case r != "" && n != "":
+		room--
 		r = truncateLabel(r, max(room/2, room-len(n)))
 		n = truncateLabel(n, room-len(r))
 		return r + "-" + n + "-" + hash
@@ -105,6 +139,49 @@ func JobName(rollout, node, runID string) string {
 		return truncateLabel(n, room) + "-" + hash
 	}
 	return hash
+}
+
+// hostLabel is a node name's first DNS label, unless that is empty: "ip-10-0-12-34" of
+// "ip-10-0-12-34.eu-west-1.compute.internal". The domain after it is shared by a whole region
+// or site, so it would only take room from the part that tells nodes apart; the hash still
+// covers the whole name.
+func hostLabel(node string) string {
+	if host, _, _ := strings.Cut(node, "."); host != "" {
+		return host
+	}
+	return node
+}
+
+// keepTail cuts a labelChars result to at most n bytes by dropping its start, and starts the
+// result at a dash-separated word when one begins near the cut, so that no half word leads.
+func keepTail(s string, n int) string {
+	if n <= 0 {
+		return ""
+	}
+	if len(s) <= n {
+		return s
+	}
+	tail := s[len(s)-n:]
+	if s[len(s)-n-1] != '-' {
+		// The cut fell inside a word; start at the next word unless that loses much.
+		if i := strings.IndexByte(tail, '-'); i >= 0 && i < n/3 {
+			tail = tail[i:]
+		}
+	}
+	return strings.Trim(tail, "-")
+}
+
+// base36Hash is n base-36 digits of a hash of b: more bits per character than hex, in the
+// characters a DNS label allows. n must be at most 12 (36^12 < 2^64).
+func base36Hash(n int, b []byte) string {
+	sum := sha256.Sum256(b)
+	v := binary.BigEndian.Uint64(sum[:8])
+	digits := make([]byte, n)
+	for i := n - 1; i >= 0; i-- {
+		digits[i] = "0123456789abcdefghijklmnopqrstuvwxyz"[v%36]
+		v /= 36
+	}
+	return string(digits)
 }
 
 // TemplateHash is a short (10 hex chars) content hash of the template text (before rendering).

@@ -1,6 +1,8 @@
 package jobspec
 
 import (
+	"fmt"
+	"math/rand/v2"
 	"regexp"
 	"strings"
 	"testing"
@@ -118,20 +120,107 @@ func TestJobNameShape(t *testing.T) {
 		name, rollout, node string
 		wantPrefix          string
 	}{
-		{name: "short parts kept whole", rollout: "nightly", node: "ip-10-0-0-1.ec2.internal", wantPrefix: "nightly-ip-10-0-0-1-ec2-internal-"},
-		{name: "uppercase node lowered", rollout: "nightly", node: "Worker.A", wantPrefix: "nightly-worker-a-"},
-		{name: "long node truncated, rollout kept", rollout: "nightly", node: longNode, wantPrefix: "nightly-abcdefghi-abcdefghi-"},
-		{name: "long rollout keeps short node", rollout: strings.Repeat("r", 63), node: "n1", wantPrefix: strings.Repeat("r", 54) + "-n1-"},
-		{name: "both long share the room", rollout: strings.Repeat("r", 63), node: longNode, wantPrefix: strings.Repeat("r", 28) + "-abcdefghi-"},
+		{name: "EKS: the host, not the region", rollout: "nightly", node: "ip-10-0-12-34.eu-west-1.compute.internal", wantPrefix: "nightly-ip-10-0-12-34-"},
+		{name: "GKE: the tail that differs", rollout: "nvidia-driver", node: "gke-production-cluster-01-gpu-pool-a100-5f2c9e1b-00ab",
+			wantPrefix: "nvidia-driver-cluster-01-gpu-pool-a100-5f2c9e1b-00ab-"},
+		{name: "AKS: the tail that differs", rollout: "kata", node: "aks-nodepool1-12345678-vmss00000a", wantPrefix: "kata-aks-nodepool1-12345678-vmss00000a-"},
+		{name: "uppercase node lowered", rollout: "nightly", node: "Worker.A", wantPrefix: "nightly-worker-"},
+		{name: "long node keeps its end", rollout: "nightly", node: strings.Repeat("abcdefghi-", 20) + "xyz", wantPrefix: "nightly-abcdefghi-abcdefghi-abcdefghi-abcdefghi-xyz-"},
+		{name: "long rollout keeps short node", rollout: strings.Repeat("r", 63), node: "n1", wantPrefix: strings.Repeat("r", 49) + "-n1-"},
+		{name: "both long share the room", rollout: strings.Repeat("r", 63), node: strings.Repeat("n", 60) + "-00ab", wantPrefix: strings.Repeat("r", 25) + "-" + strings.Repeat("n", 21) + "-00ab-"},
 		{name: "no rollout", rollout: "", node: "n1", wantPrefix: "n1-"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			got := JobName(tt.rollout, tt.node, "run-1")
 			requireDNSLabel(t, got)
+			assert.Equal(t, tt.wantPrefix, JobNamePrefix(tt.rollout, tt.node))
 			assert.True(t, strings.HasPrefix(got, tt.wantPrefix), "%q does not start with %q", got, tt.wantPrefix)
-			assert.Regexp(t, `-[0-9a-f]{5}$`, got)
+			assert.Regexp(t, `-[0-9a-z]{10}$`, got)
 		})
+	}
+}
+
+// LegacyJobName must name a Job exactly as releases before JobName changed did: running
+// NodeRollout histories computed their Job's name with it.
+func TestLegacyJobNameIsUnchanged(t *testing.T) {
+	for _, tc := range [][4]string{
+		{"nightly", "ip-10-0-0-1.ec2.internal", "run-1", "nightly-ip-10-0-0-1-ec2-internal-2427d"},
+		{"nvidia-driver", "gke-production-cluster-01-gpu-pool-a100-5f2c9e1b-00ab", "0c8d9a3e-2c4a-4a43-9d7f-5c0e2a7f9b11",
+			"nvidia-driver-gke-production-cluster-01-gpu-pool-a100-5f2-9a3c1"},
+		{"r", "", "", "r-5da66"},
+		{"", "n1", "x", "n1-fafcf"},
+		{"", "", "", "709e8"},
+	} {
+		assert.Equal(t, tc[3], LegacyJobName(tc[0], tc[1], tc[2]), "LegacyJobName%q", tc[:3])
+	}
+}
+
+// cloudNodeNames makes n distinct node names in the shapes clouds and sites give them: GKE
+// ("gke-<cluster>-<pool>-<group hash>-<4 chars>"), AKS ("aks-<pool>-<8 digits>-vmss<6 base36>"),
+// EKS ("ip-a-b-c-d.<region>.compute.internal"), and on-premises ("rack07-node112.dc2.example.com").
+// A handful of clusters and pools, so that many names share everything but their tails.
+func cloudNodeNames(rng *rand.Rand, n int) []string {
+	const alnum = "0123456789abcdefghijklmnopqrstuvwxyz"
+	pick := func(k int, chars string) string {
+		b := make([]byte, k)
+		for i := range b {
+			b[i] = chars[rng.IntN(len(chars))]
+		}
+		return string(b)
+	}
+	clusters := []string{"production-cluster-01", "prod-eu-west4-gpu-training-cluster", "staging"}
+	pools := []string{"gpu-pool-a100", "default-pool", "highmem-pool-n2d-standard-96"}
+	groups := []string{pick(8, "0123456789abcdef"), pick(8, "0123456789abcdef")}
+	regions := []string{"eu-west-1", "us-east-2", "ap-southeast-1"}
+	seen := map[string]bool{}
+	var names []string
+	for len(names) < n {
+		var name string
+		switch rng.IntN(4) {
+		case 0:
+			name = fmt.Sprintf("gke-%s-%s-%s-%s", clusters[rng.IntN(len(clusters))], pools[rng.IntN(len(pools))],
+				groups[rng.IntN(len(groups))], pick(4, alnum))
+		case 1:
+			name = fmt.Sprintf("aks-nodepool%d-%08d-vmss%06s", rng.IntN(3)+1, 12345678+rng.IntN(2), pick(6, alnum))
+		case 2:
+			name = fmt.Sprintf("ip-10-%d-%d-%d.%s.compute.internal", rng.IntN(4), rng.IntN(256), rng.IntN(256), regions[rng.IntN(len(regions))])
+		default:
+			name = fmt.Sprintf("rack%02d-node%03d.dc%d.example.com", rng.IntN(40), rng.IntN(1000), rng.IntN(3))
+		}
+		if len(name) <= 253 && !seen[name] {
+			seen[name] = true
+			names = append(names, name)
+		}
+	}
+	return names
+}
+
+// TestJobNamesOfAFleetAreDistinct: a rollout over a large fleet of realistic node names, one run
+// per node, gives every node its own valid Job name, and each name starts with the node's prefix
+// and keeps the part of the node name that differs.
+func TestJobNamesOfAFleetAreDistinct(t *testing.T) {
+	rng := rand.New(rand.NewPCG(11, 2026)) // fixed: the same fleet every run
+	nodes := cloudNodeNames(rng, 20000)
+	for _, rollout := range []string{"nvidia-driver", "kernel-livepatch-2026-11-security-update-for-gpu-nodes-eu-wave2", "r"} {
+		seen := make(map[string]string, len(nodes))
+		for i, node := range nodes {
+			runID := fmt.Sprintf("%08x-2c4a-4a43-9d7f-%012x", rng.Uint32(), i)
+			name := JobName(rollout, node, runID)
+			if errs := validation.IsDNS1123Label(name); len(errs) > 0 {
+				t.Fatalf("JobName(%q, %q) = %q: %v", rollout, node, name, errs)
+			}
+			if prev, dup := seen[name]; dup {
+				t.Fatalf("rollout %q: nodes %q and %q both get Job %q", rollout, prev, node, name)
+			}
+			seen[name] = node
+			prefix := JobNamePrefix(rollout, node)
+			require.True(t, strings.HasPrefix(name, prefix), "%q does not start with %q", name, prefix)
+			host, _, _ := strings.Cut(node, ".")
+			tail := host[max(0, len(host)-4):]
+			require.True(t, strings.HasSuffix(strings.TrimSuffix(prefix, "-"), tail),
+				"Job %q of node %q lost the end of the node name", name, node)
+		}
 	}
 }
 

@@ -3,6 +3,7 @@ package jobspec
 import (
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 // Phase is what a Job's status says about it.
@@ -43,4 +44,31 @@ func Interpret(status batchv1.JobStatus) (phase Phase, reason, message string) {
 		}
 	}
 	return PhaseRunning, "", ""
+}
+
+// Terminal reports whether the Job carries Complete or Failed, the conditions the Job
+// controller adds once the Job's Pods have stopped (since Kubernetes 1.31; before, at once),
+// and when that condition was set. SuccessCriteriaMet and FailureTarget decide the outcome but
+// come while Pods may still be terminating, so they are not terminal.
+func Terminal(status batchv1.JobStatus) (terminal bool, since metav1.Time) {
+	for _, c := range status.Conditions {
+		if (c.Type == batchv1.JobComplete || c.Type == batchv1.JobFailed) && c.Status == corev1.ConditionTrue {
+			return true, c.LastTransitionTime
+		}
+	}
+	return false, metav1.Time{}
+}
+
+// Interim returns the SuccessCriteriaMet or FailureTarget condition of a Job that has no
+// terminal condition yet, or nil.
+func Interim(status batchv1.JobStatus) *batchv1.JobCondition {
+	if terminal, _ := Terminal(status); terminal {
+		return nil
+	}
+	for i, c := range status.Conditions {
+		if (c.Type == batchv1.JobFailureTarget || c.Type == batchv1.JobSuccessCriteriaMet) && c.Status == corev1.ConditionTrue {
+			return &status.Conditions[i]
+		}
+	}
+	return nil
 }

@@ -8,6 +8,7 @@ import (
 	"io"
 	"maps"
 	"reflect"
+	"slices"
 	"strings"
 
 	yamlv2 "go.yaml.in/yaml/v2"
@@ -62,7 +63,7 @@ func ParseTemplate(template string) (*batchv1.Job, error) {
 }
 
 // Build renders the template for the node (placeholder replaced), validates it like ParseTemplate,
-// then sets name=JobName, namespace, labels LabelRollout/LabelNode (also on the Pod template, so
+// then sets name=JobName, namespace, the finalizer FinalizerOutcome, labels LabelRollout/LabelNode (also on the Pod template, so
 // Pods can be found), annotations AnnotationNode/AnnotationTemplateHash/AnnotationRunID,
 // spec.template.spec.nodeName, the defaults and the owner. It adds nothing else: no privileges,
 // volumes or service-account token. Template labels/annotations are kept (ours win on key clash).
@@ -97,6 +98,9 @@ func Build(template string, p JobParams) (*batchv1.Job, error) {
 		AnnotationTemplateHash: p.TemplateHash,
 		AnnotationRunID:        p.RunID,
 	})
+	if !slices.Contains(job.Finalizers, FinalizerOutcome) {
+		job.Finalizers = append(job.Finalizers, FinalizerOutcome)
+	}
 	job.Spec.Template.Spec.NodeName = p.Node
 	if job.Spec.ActiveDeadlineSeconds == nil && p.ActiveDeadlineSeconds > 0 {
 		v := p.ActiveDeadlineSeconds

@@ -474,3 +474,16 @@ func TestParseTemplateReturnsTheJob(t *testing.T) {
 	assert.Equal(t, "infra", job.Labels["team"])
 	assert.Empty(t, validation.IsDNS1123Subdomain(job.Spec.Template.Spec.NodeName))
 }
+
+// Every Job carries our finalizer, so that its outcome outlasts a deletion (a TTL of 0, a
+// person tidying up) that comes while no worker watches; the template's own finalizers stay.
+func TestBuildAddsTheOutcomeFinalizer(t *testing.T) {
+	job, err := Build(goodTemplate, testParams())
+	require.NoError(t, err)
+	require.Equal(t, []string{FinalizerOutcome}, job.Finalizers)
+
+	withOwn := strings.Replace(goodTemplate, "metadata:\n", "metadata:\n  finalizers: [example.com/keep]\n", 1)
+	job, err = Build(withOwn, testParams())
+	require.NoError(t, err)
+	require.Equal(t, []string{"example.com/keep", FinalizerOutcome}, job.Finalizers)
+}

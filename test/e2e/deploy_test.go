@@ -468,6 +468,29 @@ func verbChecks() []verbCheck {
 				}
 				return p.execute(p.acts.DeleteJob, activities.JobRef{Namespace: job.Namespace, Name: job.Name, UID: string(job.UID)})
 			}},
+		{"batch", "jobs", "patch", "FinalizeJob: removing our outcome finalizer from a kept Job (and DeleteJob, WaitJob)",
+			func(ctx context.Context, p *probe) error {
+				job, err := p.adminJob(ctx, p.jobRequest(p.fleet.Nodes[1], probeID()))
+				if err != nil {
+					return fmt.Errorf("fixture: %w", err)
+				}
+				ref := activities.JobRef{Namespace: job.Namespace, Name: job.Name, UID: string(job.UID), Node: p.fleet.Nodes[1]}
+				err = p.execute(p.acts.FinalizeJob, activities.FinalizeInput{
+					Rollout: "probe", Node: p.fleet.Nodes[1], TemplateHash: probeID(), Job: &ref,
+					End: activities.JobEnd{Outcome: activities.OutcomeSucceeded}, KeepJobs: activities.KeepAlways,
+				})
+				if err != nil {
+					return err
+				}
+				kept, err := stack.Kube.BatchV1().Jobs(job.Namespace).Get(ctx, job.Name, metav1.GetOptions{})
+				if err != nil {
+					return fmt.Errorf("the kept Job: %w", err)
+				}
+				if slices.Contains(kept.Finalizers, jobspec.FinalizerOutcome) {
+					return fmt.Errorf("FinalizeJob left finalizer %s on the kept Job", jobspec.FinalizerOutcome)
+				}
+				return nil
+			}},
 		{"", "nodes", "get", "ListNodes with explicit names (and CreateJob, WaitJob)",
 			func(ctx context.Context, p *probe) error {
 				return p.execute(p.acts.ListNodes, activities.ListNodesInput{Rollout: "probe", Names: p.fleet.Nodes, TemplateHash: p.hash, Limit: 10})

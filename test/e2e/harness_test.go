@@ -7,6 +7,7 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -15,6 +16,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -29,6 +31,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/rand"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
@@ -257,10 +260,29 @@ func (f *Fleet) AddNodes(t *testing.T, n int, labels map[string]string) []string
 
 func (f *Fleet) cleanup(t *testing.T) {
 	ctx := context.Background()
+	releaseJobs(ctx, f.Namespace)
 	bg := metav1.DeletePropagationBackground
 	_ = stack.Kube.BatchV1().Jobs(f.Namespace).DeleteCollection(ctx, metav1.DeleteOptions{PropagationPolicy: &bg}, metav1.ListOptions{})
 	_ = stack.Kube.CoreV1().Nodes().DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{LabelSelector: TestLabel + "=" + f.ID})
 	_ = stack.Kube.CoreV1().Namespaces().Delete(ctx, f.Namespace, metav1.DeleteOptions{})
+}
+
+// releaseJobs takes noderollout's finalizer off the namespace's Jobs. A worker takes it off when
+// it finalizes a node; Jobs of a test that ended before that would otherwise keep their
+// namespace terminating for ever.
+func releaseJobs(ctx context.Context, namespace string) {
+	jobs, err := stack.Kube.BatchV1().Jobs(namespace).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return
+	}
+	for _, j := range jobs.Items {
+		if !slices.Contains(j.Finalizers, jobspec.FinalizerOutcome) {
+			continue
+		}
+		rest := slices.DeleteFunc(slices.Clone(j.Finalizers), func(f string) bool { return f == jobspec.FinalizerOutcome })
+		patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"finalizers": append([]string{}, rest...)}})
+		_, _ = stack.Kube.BatchV1().Jobs(namespace).Patch(ctx, j.Name, types.MergePatchType, patch, metav1.PatchOptions{})
+	}
 }
 
 // Selector selects this fleet's nodes.
