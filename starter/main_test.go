@@ -83,9 +83,9 @@ func TestCommandLineMistakesExit2WithAHint(t *testing.T) {
 	require.Equal(t, 2, code)
 	require.Contains(t, errOut, "expected ID")
 
-	code, _, errOut = starter(t, "set-parallelism", "x", "0")
+	code, _, errOut = starter(t, "set-parallelism", "x", "many")
 	require.Equal(t, 2, code)
-	require.Contains(t, errOut, "not between 1 and 1000")
+	require.Contains(t, errOut, `parallelism N: "many" is not a whole number`)
 
 	code, out, _ := starter(t, "--help")
 	require.Equal(t, 0, code)
