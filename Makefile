@@ -6,8 +6,13 @@ GO ?= go
 
 all: build
 
+# The build stamps its version and commit (starter version, worker --version).
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+COMMIT ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
+LDFLAGS := -X github.com/noderollout/noderollout/internal/version.Version=$(VERSION) -X github.com/noderollout/noderollout/internal/version.Commit=$(COMMIT)
+
 build:
-	$(GO) build -o bin/ ./worker ./starter
+	$(GO) build -ldflags "$(LDFLAGS)" -o bin/ ./worker ./starter
 
 vet:
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt needed"; exit 1; }

@@ -30,12 +30,13 @@ func main() {
 	fs.Usage = func() {
 		fmt.Fprintf(os.Stderr, `Usage: worker [flags]
 
-Runs the noderollout worker. Every flag can also be set as %s_<FLAG> (upper case,
-'-' as '_') or as a key in --config. Temporal's own settings (TEMPORAL_ADDRESS,
-TEMPORAL_NAMESPACE, TEMPORAL_API_KEY, TEMPORAL_TLS_*, temporal.toml profiles) are read
-first; the file, %s_* variables and flags win over them.
+Runs the noderollout worker. Every flag can also be set as %s_<FLAG>
+(upper case, '-' as '_') or as a key in --config. Temporal's own settings
+(TEMPORAL_ADDRESS, TEMPORAL_NAMESPACE, TEMPORAL_API_KEY, TEMPORAL_TLS_*,
+temporal.toml profiles) are read first; the file, %s_* variables and
+flags win over them.
 
-%s`, config.EnvPrefix, config.EnvPrefix, fs.FlagUsagesWrapped(100))
+%s`, config.EnvPrefix, config.EnvPrefix, fs.FlagUsagesWrapped(80))
 	}
 	if err := fs.Parse(os.Args[1:]); err != nil {
 		if errors.Is(err, pflag.ErrHelp) {
