@@ -18,6 +18,7 @@ vet:
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt needed"; exit 1; }
 	$(GO) vet ./...
 	$(GO) vet -tags e2e ./test/...
+	dev/lint.sh
 
 # unit: no services needed.
 unit: vet

@@ -337,11 +337,11 @@ func (a *app) showStatus() error {
 		return err
 	}
 	id := workflowID(a.args[0])
-	desc, err := tc.DescribeWorkflowExecution(a.ctx, id, "")
+	desc, err := tc.DescribeWorkflow(a.ctx, id, "")
 	if err != nil {
 		return err
 	}
-	status := desc.GetWorkflowExecutionInfo().GetStatus()
+	status := desc.Status
 	if status != enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {
 		res, runErr := a.result(id)
 		view := endedView(id, status, res, runErr)

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	sdkmetrics "go.temporal.io/sdk/client"
 )
@@ -236,7 +237,7 @@ type BuildInfo struct{ Version, Commit, GoVersion, SDKVersion string }
 // Serve answers /metrics from the collector and /healthz and /readyz from health.
 func Serve(addr string, c *Collector, health *Health, build BuildInfo, pprof bool) *http.Server {
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(c, prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}),
+	reg.MustRegister(c, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "noderollout_build_info",
 			Help: "Always 1; the labels say which build of the worker runs.",
