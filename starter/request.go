@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"go.temporal.io/sdk/temporal"
+	batchv1 "k8s.io/api/batch/v1"
 	"sigs.k8s.io/yaml"
 
 	"github.com/noderollout/noderollout/activities/jobspec"
@@ -79,7 +80,9 @@ func loadRequest(path string) (workflows.RolloutRequest, error) {
 		// The worker checks the template the same way before the first Job; here it is the
 		// same check before anything starts.
 		if _, err := jobspec.ParseTemplate(req.JobTemplate); err != nil {
-			problems = append(problems, validationProblems(err)...)
+			for _, p := range validationProblems(err) {
+				problems = append(problems, suggestJobField(p))
+			}
 		}
 	}
 	if len(problems) > 0 {
@@ -155,4 +158,78 @@ func unknownFields(fields map[string]json.RawMessage, t reflect.Type, prefix str
 		}
 	}
 	return problems
+}
+
+// suggestJobField adds a did-you-mean to the template decoder's "is not a field" problem,
+// from the fields the Job's type has at that path.
+func suggestJobField(problem string) string {
+	path, rest, ok := strings.Cut(problem, ": ")
+	if !ok || !strings.HasPrefix(rest, "is not a field") || !strings.HasPrefix(path, "jobTemplate.") {
+		return problem
+	}
+	parts := strings.Split(strings.TrimPrefix(path, "jobTemplate."), ".")
+	t := reflect.TypeOf(batchv1.Job{})
+	for _, part := range parts[:len(parts)-1] {
+		name, _, _ := strings.Cut(part, "[")
+		next, ok := jsonField(t, name)
+		if !ok {
+			return problem
+		}
+		t = next
+	}
+	for t.Kind() == reflect.Pointer || t.Kind() == reflect.Slice || t.Kind() == reflect.Map {
+		t = t.Elem()
+	}
+	if t.Kind() != reflect.Struct {
+		return problem
+	}
+	hint := didyoumean.Hint(parts[len(parts)-1], jsonFieldNames(t))
+	if hint == "" {
+		return problem
+	}
+	return path + ": is not a field" + hint + strings.TrimPrefix(rest, "is not a field")
+}
+
+// jsonField is the type of t's field with that JSON name, looking into embedded structs.
+func jsonField(t reflect.Type, name string) (reflect.Type, bool) {
+	for t.Kind() == reflect.Pointer || t.Kind() == reflect.Slice || t.Kind() == reflect.Map {
+		t = t.Elem()
+	}
+	if t.Kind() != reflect.Struct {
+		return nil, false
+	}
+	for i := 0; i < t.NumField(); i++ {
+		f := t.Field(i)
+		tag, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+		if tag == name {
+			return f.Type, true
+		}
+		if f.Anonymous && (tag == "" || strings.Contains(f.Tag.Get("json"), "inline")) {
+			if ft, ok := jsonField(f.Type, name); ok {
+				return ft, true
+			}
+		}
+	}
+	return nil, false
+}
+
+func jsonFieldNames(t reflect.Type) []string {
+	var names []string
+	for i := 0; i < t.NumField(); i++ {
+		f := t.Field(i)
+		tag, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+		switch {
+		case f.Anonymous && (tag == "" || strings.Contains(f.Tag.Get("json"), "inline")):
+			ft := f.Type
+			for ft.Kind() == reflect.Pointer {
+				ft = ft.Elem()
+			}
+			if ft.Kind() == reflect.Struct {
+				names = append(names, jsonFieldNames(ft)...)
+			}
+		case tag != "" && tag != "-":
+			names = append(names, tag)
+		}
+	}
+	return names
 }

@@ -70,7 +70,11 @@ func TestLoadRequestDecodesTheTemplateAsTheWorkerDoes(t *testing.T) {
 
 	bad = strings.Replace(goodTemplate, "image: busybox", "image: busybox\n          comand: [sh]", 1)
 	_, err = loadRequest(writeFile(t, "r.yaml", "name: a\nnodeSelector: x=y\n"+bad))
-	require.ErrorContains(t, err, "comand")
+	require.ErrorContains(t, err, `jobTemplate.spec.template.spec.containers[0].comand: is not a field; did you mean "command"?`)
+
+	bad = strings.Replace(goodTemplate, "restartPolicy: Never", "restartPolicy: Never\n        nodeSelecter: {}", 1)
+	_, err = loadRequest(writeFile(t, "r.yaml", "name: a\nnodeSelector: x=y\n"+bad))
+	require.ErrorContains(t, err, `did you mean "nodeSelector"?`)
 }
 
 func TestLoadRequestSaysOneProblemPerLineInTheFilesLanguage(t *testing.T) {
