@@ -187,7 +187,7 @@ func suggestJobField(problem string) string {
 	if hint == "" {
 		return problem
 	}
-	return path + ": is not a field" + hint + strings.TrimPrefix(rest, "is not a field")
+	return problem + hint
 }
 
 // jsonField is the type of t's field with that JSON name, looking into embedded structs.

@@ -70,7 +70,8 @@ func TestLoadRequestDecodesTheTemplateAsTheWorkerDoes(t *testing.T) {
 
 	bad = strings.Replace(goodTemplate, "image: busybox", "image: busybox\n          comand: [sh]", 1)
 	_, err = loadRequest(writeFile(t, "r.yaml", "name: a\nnodeSelector: x=y\n"+bad))
-	require.ErrorContains(t, err, `jobTemplate.spec.template.spec.containers[0].comand: is not a field; did you mean "command"?`)
+	require.ErrorContains(t, err, `jobTemplate.spec.template.spec.containers[0].comand: is not a field`)
+	require.ErrorContains(t, err, `lists the fields; did you mean "command"?`)
 
 	bad = strings.Replace(goodTemplate, "restartPolicy: Never", "restartPolicy: Never\n        nodeSelecter: {}", 1)
 	_, err = loadRequest(writeFile(t, "r.yaml", "name: a\nnodeSelector: x=y\n"+bad))
