@@ -1,6 +1,6 @@
 # The noderollout worker (and starter) image: static Go binaries on an empty base holding only
 # CA certificates and a non-root user, the contents of a "distroless static nonroot" image.
-#   docker build -t noderollout:dev .
+#   docker build -t noderollout:dev --build-arg VERSION=$(git describe --tags --always) --build-arg COMMIT=$(git rev-parse HEAD) .
 # The image runs as UID/GID 65532 with no shell; deploy/base runs it with a read-only root
 # file system.
 
@@ -10,6 +10,9 @@ WORKDIR /src
 COPY go.mod go.sum ./
 RUN go mod download
 COPY . .
+# Stamped into the binaries (starter version, worker --version, noderollout_build_info).
+ARG VERSION=dev
+ARG COMMIT=unknown
 # The one build command (flags and all) lives in this script; deploy/deploy_test.go runs it.
 RUN sh dev/build-image-binaries.sh /out
 # The runtime's root file system: CA roots for Temporal Cloud TLS, and a nonroot user whose

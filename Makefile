@@ -6,8 +6,13 @@ GO ?= go
 
 all: build
 
+# The build stamps its version and commit (starter version, worker --version).
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+COMMIT ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
+LDFLAGS := -X github.com/noderollout/noderollout/internal/version.Version=$(VERSION) -X github.com/noderollout/noderollout/internal/version.Commit=$(COMMIT)
+
 build:
-	$(GO) build -o bin/ ./worker ./starter
+	$(GO) build -ldflags "$(LDFLAGS)" -o bin/ ./worker ./starter
 
 vet:
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt needed"; exit 1; }
@@ -15,6 +20,7 @@ vet:
 	$(GO) vet -tags e2e ./test/...
 	# Workflow code must be deterministic: no I/O, clocks, randomness, map order or goroutines.
 	$(GO) run go.temporal.io/sdk/contrib/tools/workflowcheck@v0.6.0 ./workflows/...
+	dev/lint.sh
 
 # unit: no services needed.
 unit: vet

@@ -5,10 +5,12 @@ import (
 	"debug/buildinfo"
 	"debug/elf"
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -114,6 +116,9 @@ func TestEveryKustomizationRendersTheSameObjects(t *testing.T) {
 				}
 				got = append(got, o.GetKind()+"/"+o.GetNamespace()+"/"+name)
 				require.Equal(t, "noderollout", o.GetLabels()["app.kubernetes.io/part-of"], "%s %s", o.GetKind(), name)
+				for _, l := range []string{"app.kubernetes.io/instance", "app.kubernetes.io/managed-by", "app.kubernetes.io/version"} {
+					require.NotEmpty(t, o.GetLabels()[l], "%s %s: %s", o.GetKind(), name, l)
+				}
 			}
 			slices.Sort(got)
 			slices.Sort(want)
@@ -296,6 +301,9 @@ func loadWorkerConfig(t *testing.T, objs []*unstructured.Unstructured, d *appsv1
 	}
 	var env []string
 	for _, e := range c.Env {
+		if e.Name == "GOMEMLIMIT" {
+			continue // the Go runtime's, checked in TestGoMemoryLimitIsUnderTheContainerLimit
+		}
 		require.True(t, strings.HasPrefix(e.Name, config.EnvPrefix+"_"), e.Name)
 		value := e.Value
 		if e.ValueFrom != nil && e.ValueFrom.SecretKeyRef != nil {
@@ -595,4 +603,55 @@ func TestDockerignoreKeepsTheBuildInputs(t *testing.T) {
 	}
 	require.True(t, ignored("activities/jobs_test.go"))
 	require.True(t, ignored(".stack/env"))
+}
+
+// TestGoMemoryLimitIsUnderTheContainerLimit: GOMEMLIMIT makes the garbage collector work
+// harder before the kubelet's OOM kill; above the limit it would never get the chance.
+func TestGoMemoryLimitIsUnderTheContainerLimit(t *testing.T) {
+	for _, k := range Kustomizations {
+		t.Run(k, func(t *testing.T) {
+			d := deployment(t, render(t, k))
+			c := d.Spec.Template.Spec.Containers[0]
+			var limit string
+			for _, e := range c.Env {
+				if e.Name == "GOMEMLIMIT" {
+					limit = e.Value
+				}
+			}
+			require.NotEmpty(t, limit, "GOMEMLIMIT is set")
+			mib, ok := strings.CutSuffix(limit, "MiB")
+			require.True(t, ok, "GOMEMLIMIT %q in MiB", limit)
+			n, err := strconv.ParseInt(mib, 10, 64)
+			require.NoError(t, err)
+			bytes := n << 20
+			max := c.Resources.Limits.Memory().Value()
+			require.Less(t, bytes, max, "under the memory limit")
+			require.GreaterOrEqual(t, bytes, max*8/10, "close enough to the limit to leave the heap room")
+			labels := d.Spec.Template.Labels
+			require.Equal(t, "noderollout", labels["app.kubernetes.io/instance"], "Pods carry the recommended labels too")
+			require.NotContains(t, d.Spec.Selector.MatchLabels, "app.kubernetes.io/version", "a selector cannot change on upgrade")
+		})
+	}
+}
+
+// TestMonitoringComponentScrapesTheMetricsService builds an overlay with the optional
+// ServiceMonitor component and checks it selects the metrics Service and its port.
+func TestMonitoringComponentScrapesTheMetricsService(t *testing.T) {
+	// kustomize takes only relative paths, so the overlay lives beside the others for the test.
+	dir, err := os.MkdirTemp(filepath.Join(Dir(), "overlays"), "test-monitoring-")
+	require.NoError(t, err)
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	kustomization := fmt.Sprintf("resources: [%s]\ncomponents: [%s]\n", "../../base", "../../components/monitoring")
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(kustomization), 0o600))
+	objs := render(t, dir)
+	sm := find(t, objs, "ServiceMonitor", namespace, "noderollout-worker")
+	svc := convert[corev1.Service](t, find(t, objs, "Service", namespace, "noderollout-worker-metrics"))
+	selector, found, err := unstructured.NestedStringMap(sm.Object, "spec", "selector", "matchLabels")
+	require.NoError(t, err)
+	require.True(t, found)
+	require.True(t, labels.SelectorFromSet(selector).Matches(labels.Set(svc.Labels)), "selects the metrics Service")
+	endpoints, _, _ := unstructured.NestedSlice(sm.Object, "spec", "endpoints")
+	require.Len(t, endpoints, 1)
+	require.Equal(t, svc.Spec.Ports[0].Name, endpoints[0].(map[string]any)["port"])
+	require.Equal(t, "noderollout", sm.GetLabels()["app.kubernetes.io/part-of"])
 }

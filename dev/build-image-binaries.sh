@@ -7,4 +7,9 @@ set -eu
 out=${1:?usage: dev/build-image-binaries.sh OUT_DIR}
 mkdir -p "$out"
 cd "$(dirname "$0")/.."
-CGO_ENABLED=0 go build -trimpath -ldflags="-s -w" -o "$out/" ./worker ./starter
+# VERSION and COMMIT: given by the Dockerfile's build arguments (the image has no .git), else
+# read from git. `starter version`, `worker --version` and noderollout_build_info show them.
+version=${VERSION:-$(git describe --tags --always --dirty 2>/dev/null || echo dev)}
+commit=${COMMIT:-$(git rev-parse HEAD 2>/dev/null || echo unknown)}
+pkg=github.com/noderollout/noderollout/internal/version
+CGO_ENABLED=0 go build -trimpath -ldflags="-s -w -X $pkg.Version=$version -X $pkg.Commit=$commit" -o "$out/" ./worker ./starter

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -10,7 +9,9 @@ import (
 	"text/tabwriter"
 	"time"
 
+	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/temporal"
+	"golang.org/x/term"
 
 	"github.com/noderollout/noderollout/workflows"
 )
@@ -19,14 +20,16 @@ import (
 const followInterval = 2 * time.Second
 
 // follow prints progress until the rollout ends, then its result; it returns an error when
-// the rollout did not succeed, so the exit code says so.
-func follow(ctx context.Context, e *env, id string) error {
-	tty := isTerminal(e.out)
+// the rollout did not succeed, or selected no node without --allow-empty, so the exit code
+// says so. With -o json|yaml it prints only the ended rollout's view.
+func (a *app) follow(id string) error {
+	tty, _ := terminal(a.out)
+	quiet := a.flagString("output") != "table"
 	done := make(chan struct{})
 	var res workflows.RolloutResult
 	var runErr error
 	go func() {
-		res, runErr = result(ctx, e, id)
+		res, runErr = a.result(id)
 		close(done)
 	}()
 	started := time.Now()
@@ -37,28 +40,24 @@ func follow(ctx context.Context, e *env, id string) error {
 	for {
 		select {
 		case <-done:
-			if tty {
-				fmt.Fprintln(e.out)
-			}
-			printResult(e.out, res)
-			if runErr != nil {
-				return fmt.Errorf("rollout %s failed: %w", id, runErr)
-			}
-			fmt.Fprintf(e.out, "rollout %s: %d/%d nodes succeeded, %d failed\n", res.Name, res.Counts.Succeeded, res.Selected, res.Counts.Failures())
-			return nil
-		case <-ctx.Done():
-			return ctx.Err()
+			return a.ended(id, res, runErr, tty && !quiet && lastLine != "")
+		case <-a.ctx.Done():
+			return a.ctx.Err()
 		case <-ticker.C:
-			st, err := queryStatus(ctx, e, id)
+			if quiet {
+				continue
+			}
+			st, err := a.queryStatus(id)
 			if err != nil {
 				continue // between runs of a continue-as-new, or the worker is restarting
 			}
-			line := progressLine(st, time.Since(started))
+			_, width := terminal(a.out) // read each time: the window may have been resized
+			line := progressLine(st, time.Since(started), width)
 			switch {
 			case tty:
-				fmt.Fprintf(e.out, "\r\033[K%s", line)
+				fmt.Fprintf(a.out, "\r\033[K%s", line)
 			case line != lastLine && time.Since(lastPrinted) >= 10*time.Second || lastPrinted.IsZero():
-				fmt.Fprintln(e.out, line)
+				fmt.Fprintln(a.out, line)
 				lastPrinted = time.Now()
 			}
 			lastLine = line
@@ -66,11 +65,88 @@ func follow(ctx context.Context, e *env, id string) error {
 	}
 }
 
+// ended prints the ended rollout and decides the exit code.
+func (a *app) ended(id string, res workflows.RolloutResult, runErr error, endLine bool) error {
+	status := enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED
+	if runErr != nil {
+		status = enumspb.WORKFLOW_EXECUTION_STATUS_FAILED
+	}
+	empty := runErr == nil && res.Selected == 0 && !a.flagBool("allow-empty")
+	err := a.print(endedView(id, status, res, runErr), func(w io.Writer) error {
+		if endLine {
+			fmt.Fprintln(w)
+		}
+		printResult(w, res)
+		if runErr == nil && !empty {
+			fmt.Fprintf(w, "rollout %s: %d/%d nodes succeeded, %d failed\n", res.Name, res.Counts.Succeeded, res.Selected, res.Counts.Failures())
+		}
+		return nil
+	})
+	switch {
+	case err != nil:
+		return err
+	case runErr != nil:
+		return runError{fmt.Errorf("rollout %s failed: %w", id, runErr)}
+	case empty:
+		return runError{fmt.Errorf("rollout %s selected 0 nodes: check the selector or the node names (kubectl get nodes -l SELECTOR); nothing ran. Pass --allow-empty if that is expected", res.Name)}
+	}
+	return nil
+}
+
+// rolloutView is what status and start --wait print with -o json|yaml: one shape whether
+// the rollout runs or has ended.
+type rolloutView struct {
+	WorkflowID string `json:"workflowId"`
+	// Status is the workflow's: Running, Completed, Failed, Canceled, Terminated, TimedOut.
+	Status string `json:"status"`
+	// Phase is running, paused or draining while it runs, and done once it ended.
+	Phase          string                 `json:"phase"`
+	Name           string                 `json:"name"`
+	TemplateHash   string                 `json:"templateHash"`
+	Parallelism    int                    `json:"parallelism,omitempty"`
+	Window         int                    `json:"window,omitempty"`
+	Selected       int                    `json:"selected"`
+	ListingDone    bool                   `json:"listingDone"`
+	Counts         workflows.Counts       `json:"counts"`
+	Waiting        []string               `json:"waiting,omitempty"`
+	Recent         []workflows.NodeResult `json:"recent,omitempty"`
+	Failures       []workflows.NodeResult `json:"failures,omitempty"`
+	ContinuedAsNew int                    `json:"continuedAsNew"`
+	StartedAt      time.Time              `json:"startedAt"`
+	FinishedAt     *time.Time             `json:"finishedAt,omitempty"`
+	Error          string                 `json:"error,omitempty"`
+}
+
+func runningView(id string, st workflows.RolloutStatus) rolloutView {
+	return rolloutView{
+		WorkflowID: id, Status: "Running", Phase: st.Phase, Name: st.Name, TemplateHash: st.TemplateHash,
+		Parallelism: st.Parallelism, Window: st.Window, Selected: st.Selected, ListingDone: st.ListingDone,
+		Counts: st.Counts, Waiting: st.Waiting, Recent: st.Recent, Failures: st.Failures,
+		ContinuedAsNew: st.ContinuedAsNew, StartedAt: st.StartedAt,
+	}
+}
+
+func endedView(id string, status enumspb.WorkflowExecutionStatus, res workflows.RolloutResult, runErr error) rolloutView {
+	v := rolloutView{
+		WorkflowID: id, Status: strings.TrimPrefix(status.String(), "WorkflowExecutionStatus"), Phase: "done",
+		Name: res.Name, TemplateHash: res.TemplateHash, Selected: res.Selected, ListingDone: true,
+		Counts: res.Counts, Failures: res.Failures, ContinuedAsNew: res.ContinuedAsNew, StartedAt: res.StartedAt,
+	}
+	if !res.FinishedAt.IsZero() {
+		f := res.FinishedAt
+		v.FinishedAt = &f
+	}
+	if runErr != nil {
+		v.Error = humanError(runErr)
+	}
+	return v
+}
+
 // result waits for the rollout (following continue-as-new) and reads its result, which a
 // failed rollout carries in its error's details.
-func result(ctx context.Context, e *env, id string) (workflows.RolloutResult, error) {
+func (a *app) result(id string) (workflows.RolloutResult, error) {
 	var res workflows.RolloutResult
-	err := e.client.GetWorkflow(ctx, id, "").Get(ctx, &res)
+	err := a.tc.GetWorkflow(a.ctx, id, "").Get(a.ctx, &res)
 	if err == nil {
 		return res, nil
 	}
@@ -82,23 +158,58 @@ func result(ctx context.Context, e *env, id string) (workflows.RolloutResult, er
 	return res, err
 }
 
-func progressLine(st workflows.RolloutStatus, elapsed time.Duration) string {
+// progressLine is one line of at most width columns (0: no limit): the bar and the counts
+// first, the rate, ETA and phase only where they fit, so a narrow terminal never wraps it.
+func progressLine(st workflows.RolloutStatus, elapsed time.Duration, width int) string {
 	c := st.Counts
 	done := c.Finished()
 	total := max(st.Selected, done)
-	width := 30
-	filled := 0
-	if total > 0 {
-		filled = width * done / total
-	}
-	bar := strings.Repeat("#", filled) + strings.Repeat(".", width-filled)
 	rate := float64(done) / max(elapsed.Seconds(), 1)
 	eta := "?"
 	if rate > 0 && st.ListingDone {
 		eta = (time.Duration(float64(total-done)/rate) * time.Second).Round(time.Second).String()
 	}
-	return fmt.Sprintf("[%s] %d/%d done, %d failed, %d in flight, %d waiting, %.1f nodes/s, ETA %s (%s)",
-		bar, done, total, c.Failures(), c.Running, c.Waiting, rate, eta, st.Phase)
+	counts := fmt.Sprintf(" %d/%d done, %d failed, %d in flight", done, total, c.Failures(), c.Running)
+	if c.Waiting > 0 {
+		counts += fmt.Sprintf(", %d waiting", c.Waiting)
+	}
+	tail := []string{fmt.Sprintf(", %.1f nodes/s", rate), ", ETA " + eta, " (" + st.Phase + ")"}
+	const maxBar, minBar = 30, 10
+	if width <= 0 {
+		return bar(maxBar, done, total) + counts + strings.Join(tail, "")
+	}
+	// Leave the last column free: writing into it makes some terminals wrap.
+	width--
+	line := counts
+	for _, t := range tail {
+		if len(line)+len(t)+minBar+2 > width {
+			break
+		}
+		line += t
+	}
+	barWidth := min(maxBar, width-len(line)-2)
+	if barWidth < minBar {
+		return truncate(strings.TrimPrefix(line, " "), width)
+	}
+	return bar(barWidth, done, total) + line
+}
+
+func bar(width, done, total int) string {
+	filled := 0
+	if total > 0 {
+		filled = width * done / total
+	}
+	return "[" + strings.Repeat("#", filled) + strings.Repeat(".", width-filled) + "]"
+}
+
+func truncate(s string, width int) string {
+	if len(s) <= width {
+		return s
+	}
+	if width <= 1 {
+		return s[:max(width, 0)]
+	}
+	return s[:width-1] + "…"
 }
 
 func printStatus(w io.Writer, st workflows.RolloutStatus) {
@@ -150,11 +261,15 @@ func printNodes(w io.Writer, title string, nodes []workflows.NodeResult) {
 	tw.Flush()
 }
 
-func isTerminal(w io.Writer) bool {
+// terminal tells whether w is a terminal, and its width in columns (0 if unknown).
+func terminal(w io.Writer) (bool, int) {
 	f, ok := w.(*os.File)
-	if !ok {
-		return false
+	if !ok || !term.IsTerminal(int(f.Fd())) {
+		return false, 0
 	}
-	info, err := f.Stat()
-	return err == nil && info.Mode()&os.ModeCharDevice != 0
+	width, _, err := term.GetSize(int(f.Fd()))
+	if err != nil {
+		return true, 80
+	}
+	return true, width
 }

@@ -9,123 +9,212 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
-	"sort"
 	"strings"
 	"syscall"
 
+	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 	"go.temporal.io/sdk/client"
 
 	"github.com/noderollout/noderollout/internal/config"
 	"github.com/noderollout/noderollout/internal/connect"
+	"github.com/noderollout/noderollout/internal/version"
 )
 
-// command is one subcommand: its flags beyond the shared config keys, and what it does.
-type command struct {
-	usage string
-	help  string
-	flags func(fs *pflag.FlagSet)
-	run   func(ctx context.Context, e *env) error
+// Exit codes: 1 the rollout or the server said no, 2 the command line, file or request is wrong.
+const (
+	exitFailed = 1
+	exitUsage  = 2
+)
+
+// app is what a running subcommand has at hand. The Temporal client is dialled on first use,
+// so commands that need no server (validate, version, completion, help) never dial, and
+// start/dry-run reject a bad file before dialling.
+type app struct {
+	ctx     context.Context
+	environ []string
+	out     io.Writer
+	errOut  io.Writer
+	cfg     config.Config
+	cmd     *cobra.Command // the running subcommand, for its flags
+	args    []string
+	tc      client.Client
 }
 
-// env is what a running subcommand has at hand.
-type env struct {
-	cfg    config.Config
-	fs     *pflag.FlagSet
-	args   []string // positional arguments
-	client client.Client
-	out    io.Writer
-}
-
-// usageError exits 2: the command line, not the system, is wrong.
+// usageError exits 2: the command line, file or request, not the system, is wrong.
 type usageError struct{ msg string }
 
 func (e usageError) Error() string { return e.msg }
 
-var commands = map[string]command{}
+// runError exits 1: the rollout failed, or Temporal refused or could not be reached.
+type runError struct{ err error }
 
-func register(name string, c command) { commands[name] = c }
+func (e runError) Error() string { return e.err.Error() }
+func (e runError) Unwrap() error { return e.err }
 
 func main() {
 	os.Exit(runMain(os.Args[1:], os.Environ(), os.Stdout, os.Stderr))
 }
 
 func runMain(args, environ []string, stdout, stderr io.Writer) int {
-	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
-		printUsage(stdout)
-		return 0
-	}
-	name := args[0]
-	rest := args[1:]
-	if name == "schedule" && len(rest) > 0 {
-		name, rest = "schedule "+rest[0], rest[1:]
-	}
-	cmd, ok := commands[name]
-	if !ok {
-		fmt.Fprintf(stderr, "starter: unknown command %q\n\n", name)
-		printUsage(stderr)
-		return 2
-	}
-	fs := config.NewFlagSet(name, false)
-	if cmd.flags != nil {
-		cmd.flags(fs)
-	}
-	fs.Usage = func() {
-		fmt.Fprintf(stdout, "Usage: starter %s\n\n%s\n\nFlags (also %s_<FLAG> or --config keys for the connection):\n%s", cmd.usage, cmd.help, config.EnvPrefix, fs.FlagUsages())
-	}
-	cfg, err := config.Load(fs, rest, environ)
-	if errors.Is(err, pflag.ErrHelp) {
-		return 0
-	}
-	if err != nil {
-		fmt.Fprintf(stderr, "starter %s: %v\n", name, err)
-		return 2
-	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	tc, err := connect.Temporal(ctx, cfg, logger, nil)
-	if err != nil {
-		fmt.Fprintf(stderr, "starter %s: %v\n", name, err)
-		return 1
-	}
-	defer tc.Close()
-	err = cmd.run(ctx, &env{cfg: cfg, fs: fs, args: fs.Args(), client: tc, out: stdout})
-	var ue usageError
-	switch {
-	case err == nil:
+	a := &app{ctx: ctx, environ: environ, out: stdout, errOut: stderr}
+	defer a.close()
+	root := newRoot(a)
+	root.SetArgs(args)
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	cmd, err := root.ExecuteC()
+	if err == nil {
 		return 0
-	case errors.As(err, &ue):
-		fmt.Fprintf(stderr, "starter %s: %v\n", name, err)
-		return 2
-	default:
-		fmt.Fprintf(stderr, "starter %s: %v\n", name, err)
-		return 1
+	}
+	name := "starter"
+	if cmd != nil && cmd != root {
+		name = cmd.CommandPath()
+	}
+	fmt.Fprintf(stderr, "%s: %s\n", name, humanError(err))
+	var re runError
+	if errors.As(err, &re) {
+		return exitFailed
+	}
+	if cmd != nil && cmd != root && !errors.As(err, new(usageError)) {
+		fmt.Fprintf(stderr, "Run '%s --help' for usage.\n", cmd.CommandPath())
+	}
+	return exitUsage
+}
+
+func newRoot(a *app) *cobra.Command {
+	root := &cobra.Command{
+		Use:   "starter",
+		Short: "Start, follow and steer noderollout rollouts",
+		Long: `starter starts rollouts (one Kubernetes Job per selected node, run by
+Temporal), follows and steers them, and manages their Temporal Schedules.
+
+Connection settings, lowest precedence first: temporal.toml profiles and
+TEMPORAL_ADDRESS, TEMPORAL_NAMESPACE, TEMPORAL_API_KEY, TEMPORAL_TLS_*;
+the --config file; NODEROLLOUT_<FLAG> variables; flags.`,
+		SilenceErrors:     true,
+		SilenceUsage:      true,
+		DisableAutoGenTag: true,
+		// Suggestions are on by default; a distance of 2 catches "stauts" and "strat".
+		SuggestionsMinimumDistance: 2,
+		PersistentPreRunE: func(cmd *cobra.Command, args []string) error {
+			a.cmd, a.args = cmd, args
+			if err := checkOutput(cmd); err != nil {
+				return err
+			}
+			cfg, err := config.FromFlags(cmd.Flags(), a.environ)
+			if err != nil {
+				return usageError{err.Error()}
+			}
+			a.cfg = cfg
+			return nil
+		},
+	}
+	config.AddFlags(root.PersistentFlags(), false)
+	wrapUsage(root, a.out)
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err.Error()} })
+	root.AddGroup(&cobra.Group{ID: "rollout", Title: "Rollouts:"}, &cobra.Group{ID: "steer", Title: "Steering a running rollout:"})
+	root.AddCommand(startCommand(a), dryRunCommand(a), validateCommand(a), statusCommand(a),
+		signalCommand(a, "pause"), signalCommand(a, "resume"), setParallelismCommand(a), abortCommand(a),
+		scheduleCommand(a), versionCommand(a))
+	root.SetHelpCommandGroupID("")
+	root.SetCompletionCommandGroupID("")
+	return root
+}
+
+// wrapUsage wraps flag help at the terminal's width (80 columns when not a terminal).
+func wrapUsage(root *cobra.Command, out io.Writer) {
+	width := 80
+	if tty, w := terminal(out); tty && w > 0 {
+		width = w
+	}
+	cobra.AddTemplateFunc("wrapFlags", func(fs *pflag.FlagSet) string {
+		return strings.TrimRight(fs.FlagUsagesWrapped(width-1), " \n")
+	})
+	tpl := root.UsageTemplate()
+	tpl = strings.ReplaceAll(tpl, ".LocalFlags.FlagUsages | trimTrailingWhitespaces", "wrapFlags .LocalFlags")
+	tpl = strings.ReplaceAll(tpl, ".InheritedFlags.FlagUsages | trimTrailingWhitespaces", "wrapFlags .InheritedFlags")
+	root.SetUsageTemplate(tpl)
+}
+
+// client dials Temporal on first use.
+func (a *app) client() (client.Client, error) {
+	if a.tc != nil {
+		return a.tc, nil
+	}
+	logger := slog.New(slog.NewTextHandler(a.errOut, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	tc, err := connect.Temporal(a.ctx, a.cfg, logger, nil)
+	if err != nil {
+		return nil, runError{err}
+	}
+	a.tc = tc
+	return tc, nil
+}
+
+func (a *app) close() {
+	if a.tc != nil {
+		a.tc.Close()
 	}
 }
 
-func printUsage(w io.Writer) {
-	fmt.Fprintln(w, "Usage: starter <command> [flags]\n\nCommands:")
-	names := make([]string, 0, len(commands))
-	for n := range commands {
-		names = append(names, n)
+// run wraps a command's work: errors that are not already a usage error are failures (exit 1).
+func run(f func() error) func(*cobra.Command, []string) error {
+	return func(*cobra.Command, []string) error {
+		err := f()
+		if err == nil || errors.As(err, new(usageError)) || errors.As(err, new(runError)) {
+			return err
+		}
+		return runError{err}
 	}
-	sort.Strings(names)
-	for _, n := range names {
-		fmt.Fprintf(w, "  %-60s %s\n", commands[n].usage, firstLine(commands[n].help))
-	}
-	fmt.Fprintln(w, "\nRun 'starter <command> --help' for its flags.")
 }
 
-func firstLine(s string) string {
-	line, _, _ := strings.Cut(s, "\n")
-	return line
+func (a *app) flagString(name string) string {
+	v, _ := a.cmd.Flags().GetString(name)
+	return v
 }
 
-// oneArg returns the single positional argument a command takes.
-func (e *env) oneArg(what string) (string, error) {
-	if len(e.args) != 1 {
-		return "", usageError{fmt.Sprintf("expected one %s, got %d arguments", what, len(e.args))}
+func (a *app) flagBool(name string) bool {
+	v, _ := a.cmd.Flags().GetBool(name)
+	return v
+}
+
+// fileFlag adds -f/--file, with completion of YAML and JSON files.
+func fileFlag(cmd *cobra.Command) {
+	cmd.Flags().StringP("file", "f", "", "rollout request, YAML or JSON (fields: see README)")
+	_ = cmd.MarkFlagFilename("file", "yaml", "yml", "json")
+}
+
+func versionCommand(a *app) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "version",
+		Short: "Print the version, commit, Go and Temporal SDK versions",
+		Args:  cobra.NoArgs,
+		RunE: run(func() error {
+			return a.print(version.Get(), func(w io.Writer) error {
+				_, err := fmt.Fprintln(w, "starter", version.Get())
+				return err
+			})
+		}),
 	}
-	return e.args[0], nil
+	outputFlag(cmd)
+	return cmd
+}
+
+// humanError is err as one problem per line, without the SDK's "(type: ..., retryable: ...)".
+func humanError(err error) string {
+	msg := err.Error()
+	for {
+		i := strings.Index(msg, " (type: ")
+		if i < 0 {
+			break
+		}
+		j := strings.Index(msg[i:], ")")
+		if j < 0 {
+			break
+		}
+		msg = msg[:i] + msg[i+j+1:]
+	}
+	return msg
 }

@@ -1,14 +1,14 @@
 package main
 
 import (
-	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"strconv"
 	"strings"
+	"text/tabwriter"
 
-	"github.com/spf13/pflag"
+	"github.com/spf13/cobra"
 	commonpb "go.temporal.io/api/common/v1"
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/operatorservice/v1"
@@ -20,44 +20,113 @@ import (
 	"github.com/noderollout/noderollout/workflows"
 )
 
-func init() {
-	register("start", command{
-		usage: "start -f rollout.yaml [--wait] [--allow-rerun]",
-		help:  "Start a rollout (workflow ID rollout-<name>); with --wait follow it to the end and exit non-zero if it fails.",
-		flags: func(fs *pflag.FlagSet) {
-			fs.StringP("file", "f", "", "rollout request, YAML or JSON (see README for the fields)")
-			fs.Bool("wait", false, "follow progress until the rollout ends")
-			fs.Bool("allow-rerun", false, "start even if a rollout of this name already completed (nodes already done for this template are still skipped unless the request sets rerun)")
-		},
-		run: startRollout,
-	})
-	register("dry-run", command{
-		usage: "dry-run -f rollout.yaml",
-		help:  "List the nodes a rollout would reach and the Jobs it would create, creating nothing.",
-		flags: func(fs *pflag.FlagSet) { fs.StringP("file", "f", "", "rollout request, YAML or JSON") },
-		run:   dryRun,
-	})
-	register("status", command{
-		usage: "status ID [-o table|json]",
-		help:  "Show a rollout's progress (ID: workflow ID or rollout name).",
-		flags: func(fs *pflag.FlagSet) { fs.StringP("output", "o", "table", "table or json") },
-		run:   showStatus,
-	})
-	register("pause", command{usage: "pause ID", help: "Stop starting new nodes; nodes in flight finish.", run: sendSignal(workflows.SignalPause)})
-	register("resume", command{usage: "resume ID", help: "Start new nodes again after a pause.", run: sendSignal(workflows.SignalResume)})
-	register("set-parallelism", command{
-		usage: "set-parallelism ID N",
-		help:  "Change how many nodes may run at once, while the rollout runs.",
-		run:   setParallelism,
-	})
-	register("abort", command{
-		usage: "abort ID [--reason TEXT]",
-		help:  "Cancel a rollout: running Jobs are deleted, no new node starts.",
-		flags: func(fs *pflag.FlagSet) {
-			fs.String("reason", "aborted with starter", "why, recorded in the workflow history")
-		},
-		run: abort,
-	})
+func startCommand(a *app) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:     "start -f FILE [--wait] [--allow-rerun] [--allow-empty]",
+		GroupID: "rollout",
+		Short:   "Start a rollout (workflow ID rollout-<name>)",
+		Long: `Start a rollout: workflow Rollout, ID rollout-<name>, on the task queue.
+The file is checked first, without a server, as 'starter validate' does.
+With --wait, follow it to the end; exit 1 if it fails or selected no node.`,
+		Example: `  starter start -f deploy/examples/rollout.yaml --wait`,
+		Args:    cobra.NoArgs,
+		RunE:    run(a.startRollout),
+	}
+	fileFlag(cmd)
+	cmd.Flags().Bool("wait", false, "follow progress until the rollout ends")
+	cmd.Flags().Bool("allow-rerun", false, "start even if a rollout of this name already completed (nodes done for this template are still skipped unless the request sets rerun)")
+	cmd.Flags().Bool("allow-empty", false, "with --wait, succeed even if the rollout selected no node")
+	outputFlag(cmd)
+	return cmd
+}
+
+func dryRunCommand(a *app) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:     "dry-run -f FILE",
+		GroupID: "rollout",
+		Short:   "Show the nodes and Jobs a rollout would create; create nothing",
+		Args:    cobra.NoArgs,
+		RunE:    run(a.dryRun),
+	}
+	fileFlag(cmd)
+	outputFlag(cmd)
+	return cmd
+}
+
+func validateCommand(a *app) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:     "validate -f FILE",
+		GroupID: "rollout",
+		Short:   "Check a rollout request offline; exit 2 if it is bad",
+		Long: `Check a rollout request without any server: its fields, as the Rollout
+workflow validates them, and an inline Job template, decoded as the worker
+decodes it before the first Job (a jobTemplateRef's ConfigMap is read and
+checked by the worker). One line per problem; exit code 2 if there is any.`,
+		Args: cobra.NoArgs,
+		RunE: run(a.validate),
+	}
+	fileFlag(cmd)
+	outputFlag(cmd)
+	return cmd
+}
+
+func statusCommand(a *app) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:     "status ID",
+		GroupID: "rollout",
+		Short:   "Show a rollout's progress, or its result once ended",
+		Long:    "Show a rollout's progress, or its result once ended.\nID is the workflow ID (rollout-<name>) or the rollout name.",
+		Args:    exactArgs(1, "ID"),
+		RunE:    run(a.showStatus),
+	}
+	outputFlag(cmd)
+	return cmd
+}
+
+func signalCommand(a *app, name string) *cobra.Command {
+	short := map[string]string{
+		workflows.SignalPause:  "Stop starting new nodes; nodes in flight finish",
+		workflows.SignalResume: "Start new nodes again after a pause",
+	}
+	return &cobra.Command{
+		Use:     name + " ID",
+		GroupID: "steer",
+		Short:   short[name],
+		Args:    exactArgs(1, "ID"),
+		RunE:    run(func() error { return a.sendSignal(name) }),
+	}
+}
+
+func setParallelismCommand(a *app) *cobra.Command {
+	return &cobra.Command{
+		Use:     "set-parallelism ID N",
+		GroupID: "steer",
+		Short:   fmt.Sprintf("Change how many nodes run at once (1-%d)", workflows.MaxParallelism),
+		Args:    exactArgs(2, "ID and N"),
+		RunE:    run(a.setParallelism),
+	}
+}
+
+func abortCommand(a *app) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:     "abort ID [--reason TEXT]",
+		GroupID: "steer",
+		Short:   "Cancel a rollout: running Jobs are deleted",
+		Args:    exactArgs(1, "ID"),
+		RunE:    run(a.abort),
+	}
+	cmd.Flags().String("reason", "aborted with starter", "why, recorded in the workflow history")
+	return cmd
+}
+
+// exactArgs is cobra.ExactArgs with a message that names what is missing.
+func exactArgs(n int, what string) cobra.PositionalArgs {
+	return func(cmd *cobra.Command, args []string) error {
+		if len(args) != n {
+			return usageError{fmt.Sprintf("expected %s, got %d argument(s); usage: %s", what, len(args), cmd.UseLine())}
+		}
+		return nil
+	}
 }
 
 // workflowID accepts a workflow ID or a rollout name.
@@ -68,32 +137,68 @@ func workflowID(arg string) string {
 	return workflows.RolloutID(arg)
 }
 
-func requestFlag(e *env) (workflows.RolloutRequest, error) {
-	path, _ := e.fs.GetString("file")
+// request reads and checks -f before anything dials Temporal.
+func (a *app) request() (workflows.RolloutRequest, error) {
+	path := a.flagString("file")
 	if path == "" {
-		return workflows.RolloutRequest{}, usageError{"-f/--file is required"}
+		return workflows.RolloutRequest{}, usageError{"-f/--file is required: the rollout request (see deploy/examples/rollout.yaml)"}
 	}
 	req, err := loadRequest(path)
-	if err != nil {
-		return req, usageError{err.Error()}
+	var inv *invalidRequest
+	if errors.As(err, &inv) {
+		return req, usageError{inv.Error()}
 	}
-	return req, nil
+	return req, err
 }
 
-func startOptions(ctx context.Context, e *env, id string, req workflows.RolloutRequest) client.StartWorkflowOptions {
+func (a *app) validate() error {
+	path := a.flagString("file")
+	if path == "" {
+		return usageError{"-f/--file is required: the rollout request to check"}
+	}
+	req, err := loadRequest(path)
+	var inv *invalidRequest
+	if errors.As(err, &inv) && a.flagString("output") != "table" {
+		// Machines get the problems on stdout, in the format asked for, and still exit 2.
+		if perr := a.print(validation{File: path, Valid: false, Problems: inv.problems}, nil); perr != nil {
+			return perr
+		}
+		return usageError{fmt.Sprintf("%s: %d problem(s)", path, len(inv.problems))}
+	}
+	if inv != nil {
+		return usageError{inv.Error()}
+	}
+	if err != nil {
+		return err
+	}
+	return a.print(validation{File: path, Valid: true, Request: &req}, func(w io.Writer) error {
+		_, err := fmt.Fprintf(w, "%s: valid (%s)\n", path, summary(req))
+		return err
+	})
+}
+
+// validation is what validate prints with -o json|yaml.
+type validation struct {
+	File     string                    `json:"file"`
+	Valid    bool                      `json:"valid"`
+	Problems []string                  `json:"problems,omitempty"`
+	Request  *workflows.RolloutRequest `json:"request,omitempty"`
+}
+
+func (a *app) startOptions(id string, req workflows.RolloutRequest) client.StartWorkflowOptions {
 	opts := client.StartWorkflowOptions{
 		ID:                       id,
-		TaskQueue:                e.cfg.TaskQueue,
+		TaskQueue:                a.cfg.TaskQueue,
 		WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_FAIL,
 		WorkflowIDReusePolicy:    enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE_FAILED_ONLY,
 		// Without this the SDK hands back the earlier run as if it had just started.
 		WorkflowExecutionErrorWhenAlreadyStarted: true,
 		StaticSummary:                            summary(req),
 	}
-	if rerun, _ := e.fs.GetBool("allow-rerun"); rerun {
+	if a.cmd.Flags().Lookup("allow-rerun") != nil && a.flagBool("allow-rerun") {
 		opts.WorkflowIDReusePolicy = enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE
 	}
-	if hasRolloutNameAttribute(ctx, e) {
+	if a.hasRolloutNameAttribute() {
 		opts.TypedSearchAttributes = searchAttributes(req.Name)
 	}
 	return opts
@@ -105,8 +210,8 @@ func searchAttributes(name string) temporal.SearchAttributes {
 
 // hasRolloutNameAttribute tells whether the namespace registered RolloutName; without it the
 // rollout still runs, it just cannot be searched by name.
-func hasRolloutNameAttribute(ctx context.Context, e *env) bool {
-	resp, err := e.client.OperatorService().ListSearchAttributes(ctx, &operatorservice.ListSearchAttributesRequest{Namespace: e.cfg.TemporalNamespace})
+func (a *app) hasRolloutNameAttribute() bool {
+	resp, err := a.tc.OperatorService().ListSearchAttributes(a.ctx, &operatorservice.ListSearchAttributesRequest{Namespace: a.cfg.TemporalNamespace})
 	if err != nil {
 		return false
 	}
@@ -129,142 +234,162 @@ func nsOrDefault(ns string) string {
 	return ns
 }
 
-func startRollout(ctx context.Context, e *env) error {
-	req, err := requestFlag(e)
+// started is what start prints.
+type started struct {
+	Name       string `json:"name"`
+	WorkflowID string `json:"workflowId"`
+	RunID      string `json:"runId"`
+	UI         string `json:"ui"`
+}
+
+func (a *app) startRollout() error {
+	req, err := a.request()
+	if err != nil {
+		return err
+	}
+	tc, err := a.client()
 	if err != nil {
 		return err
 	}
 	id := workflows.RolloutID(req.Name)
-	run, err := e.client.ExecuteWorkflow(ctx, startOptions(ctx, e, id, req), workflows.RolloutWorkflow, req)
-	var started *serviceerror.WorkflowExecutionAlreadyStarted
-	if errors.As(err, &started) {
+	run, err := tc.ExecuteWorkflow(a.ctx, a.startOptions(id, req), workflows.RolloutWorkflow, req)
+	var already *serviceerror.WorkflowExecutionAlreadyStarted
+	if errors.As(err, &already) {
 		return fmt.Errorf("rollout %s is already running or already completed (workflow %s); use 'starter status %s', or --allow-rerun to run it again", req.Name, id, req.Name)
 	}
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(e.out, "started rollout %s\n  workflow ID: %s\n  run ID:      %s\n  UI:          %s\n", req.Name, run.GetID(), run.GetRunID(), uiLink(e, run.GetID()))
-	if wait, _ := e.fs.GetBool("wait"); wait {
-		return follow(ctx, e, run.GetID())
+	s := started{Name: req.Name, WorkflowID: run.GetID(), RunID: run.GetRunID(), UI: a.uiLink(run.GetID())}
+	wait := a.flagBool("wait")
+	if wait && a.flagString("output") != "table" {
+		// One document on stdout: the rollout's view once it ended.
+		return a.follow(run.GetID())
 	}
-	return nil
+	err = a.print(s, func(w io.Writer) error {
+		_, err := fmt.Fprintf(w, "started rollout %s\n  workflow ID: %s\n  run ID:      %s\n  UI:          %s\n", s.Name, s.WorkflowID, s.RunID, s.UI)
+		return err
+	})
+	if err != nil || !wait {
+		return err
+	}
+	return a.follow(run.GetID())
 }
 
-func uiLink(e *env, id string) string {
-	return fmt.Sprintf("%s/namespaces/%s/workflows/%s", e.cfg.UIAddress, e.cfg.TemporalNamespace, id)
+func (a *app) uiLink(id string) string {
+	return fmt.Sprintf("%s/namespaces/%s/workflows/%s", a.cfg.UIAddress, a.cfg.TemporalNamespace, id)
 }
 
-func dryRun(ctx context.Context, e *env) error {
-	req, err := requestFlag(e)
+func (a *app) dryRun() error {
+	req, err := a.request()
+	if err != nil {
+		return err
+	}
+	tc, err := a.client()
 	if err != nil {
 		return err
 	}
 	req.DryRun = true
 	id := workflows.RolloutID(req.Name) + "-dry-run"
-	opts := startOptions(ctx, e, id, req)
+	opts := a.startOptions(id, req)
 	opts.WorkflowIDReusePolicy = enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE
 	opts.WorkflowIDConflictPolicy = enumspb.WORKFLOW_ID_CONFLICT_POLICY_TERMINATE_EXISTING
-	run, err := e.client.ExecuteWorkflow(ctx, opts, workflows.RolloutWorkflow, req)
+	run, err := tc.ExecuteWorkflow(a.ctx, opts, workflows.RolloutWorkflow, req)
 	if err != nil {
 		return err
 	}
 	var res workflows.RolloutResult
-	if err := run.Get(ctx, &res); err != nil {
+	if err := run.Get(a.ctx, &res); err != nil {
 		return err
 	}
-	fmt.Fprintf(e.out, "dry run of %s (template %s): %d nodes selected, %d would run, %d already done, %d missing\n",
-		req.Name, res.TemplateHash, res.Selected, res.Counts.Pending, res.Counts.Skipped, res.Counts.NodeGone)
-	fmt.Fprintf(e.out, "%-40s %s\n", "NODE", "JOB (name prefix) / SKIP")
-	for _, p := range res.Planned {
-		what := p.JobPrefix + "…"
-		if p.Skip != "" {
-			what = "skip: " + p.Skip
+	return a.print(res, func(w io.Writer) error {
+		fmt.Fprintf(w, "dry run of %s (template %s): %d nodes selected, %d would run, %d already done, %d missing\n",
+			req.Name, res.TemplateHash, res.Selected, res.Counts.Pending, res.Counts.Skipped, res.Counts.NodeGone)
+		if res.Selected == 0 {
+			fmt.Fprintf(w, "no node selected: check the selector (kubectl get nodes -l '%s')\n", req.NodeSelector)
+			return nil
 		}
-		fmt.Fprintf(e.out, "%-40s %s\n", p.Node, what)
-	}
-	return nil
+		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(tw, "NODE\tJOB (name prefix) / SKIP")
+		for _, p := range res.Planned {
+			what := p.JobPrefix + "…"
+			if p.Skip != "" {
+				what = "skip: " + p.Skip
+			}
+			fmt.Fprintf(tw, "%s\t%s\n", p.Node, what)
+		}
+		return tw.Flush()
+	})
 }
 
-func queryStatus(ctx context.Context, e *env, id string) (workflows.RolloutStatus, error) {
+func (a *app) queryStatus(id string) (workflows.RolloutStatus, error) {
 	var st workflows.RolloutStatus
-	v, err := e.client.QueryWorkflow(ctx, id, "", workflows.QueryStatus)
+	v, err := a.tc.QueryWorkflow(a.ctx, id, "", workflows.QueryStatus)
 	if err != nil {
 		return st, err
 	}
 	return st, v.Get(&st)
 }
 
-func showStatus(ctx context.Context, e *env) error {
-	arg, err := e.oneArg("rollout ID")
+func (a *app) showStatus() error {
+	tc, err := a.client()
 	if err != nil {
 		return err
 	}
-	id := workflowID(arg)
-	desc, err := e.client.DescribeWorkflowExecution(ctx, id, "")
+	id := workflowID(a.args[0])
+	desc, err := tc.DescribeWorkflow(a.ctx, id, "")
 	if err != nil {
 		return err
 	}
-	if desc.GetWorkflowExecutionInfo().GetStatus() != enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {
-		return finishedStatus(ctx, e, id, desc.GetWorkflowExecutionInfo().GetStatus())
+	status := desc.Status
+	if status != enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {
+		res, runErr := a.result(id)
+		view := endedView(id, status, res, runErr)
+		return a.print(view, func(w io.Writer) error {
+			fmt.Fprintf(w, "rollout %s ended: %s\n", id, view.Status)
+			printResult(w, res)
+			if runErr != nil {
+				fmt.Fprintf(w, "error: %s\n", humanError(runErr))
+			}
+			return nil
+		})
 	}
-	st, err := queryStatus(ctx, e, id)
+	st, err := a.queryStatus(id)
 	if err != nil {
 		return err
 	}
-	if out, _ := e.fs.GetString("output"); out == "json" {
-		return printJSON(e, st)
-	}
-	printStatus(e.out, st)
-	return nil
-}
-
-// finishedStatus describes a rollout that has ended, from its result.
-func finishedStatus(ctx context.Context, e *env, id string, status enumspb.WorkflowExecutionStatus) error {
-	res, runErr := result(ctx, e, id)
-	if out, _ := e.fs.GetString("output"); out == "json" {
-		return printJSON(e, res)
-	}
-	fmt.Fprintf(e.out, "rollout %s ended: %s\n", id, strings.TrimPrefix(status.String(), "WorkflowExecutionStatus"))
-	printResult(e.out, res)
-	if runErr != nil {
-		fmt.Fprintf(e.out, "error: %v\n", runErr)
-	}
-	return nil
-}
-
-func printJSON(e *env, v any) error {
-	b, err := json.MarshalIndent(v, "", "  ")
-	if err != nil {
-		return err
-	}
-	_, err = fmt.Fprintln(e.out, string(b))
-	return err
-}
-
-func sendSignal(name string) func(context.Context, *env) error {
-	return func(ctx context.Context, e *env) error {
-		arg, err := e.oneArg("rollout ID")
-		if err != nil {
-			return err
-		}
-		if err := e.client.SignalWorkflow(ctx, workflowID(arg), "", name, nil); err != nil {
-			return err
-		}
-		fmt.Fprintf(e.out, "sent %s to %s\n", name, workflowID(arg))
+	return a.print(runningView(id, st), func(w io.Writer) error {
+		printStatus(w, st)
 		return nil
-	}
+	})
 }
 
-func setParallelism(ctx context.Context, e *env) error {
-	if len(e.args) != 2 {
-		return usageError{"expected: set-parallelism ID N"}
-	}
-	n, err := strconv.Atoi(e.args[1])
+func (a *app) sendSignal(name string) error {
+	tc, err := a.client()
 	if err != nil {
-		return usageError{fmt.Sprintf("N: %q is not a whole number", e.args[1])}
+		return err
 	}
-	handle, err := e.client.UpdateWorkflow(ctx, client.UpdateWorkflowOptions{
-		WorkflowID:   workflowID(e.args[0]),
+	id := workflowID(a.args[0])
+	if err := tc.SignalWorkflow(a.ctx, id, "", name, nil); err != nil {
+		return err
+	}
+	fmt.Fprintf(a.out, "sent %s to %s\n", name, id)
+	return nil
+}
+
+func (a *app) setParallelism() error {
+	n, err := strconv.Atoi(a.args[1])
+	if err != nil {
+		return usageError{fmt.Sprintf("parallelism N: %q is not a whole number", a.args[1])}
+	}
+	// The range is the update validator's to check: it answers with the rollout's own limit.
+	tc, err := a.client()
+	if err != nil {
+		return err
+	}
+	id := workflowID(a.args[0])
+	handle, err := tc.UpdateWorkflow(a.ctx, client.UpdateWorkflowOptions{
+		WorkflowID:   id,
 		UpdateName:   workflows.UpdateSetParallelism,
 		Args:         []any{workflows.SetParallelismRequest{Parallelism: n}},
 		WaitForStage: client.WorkflowUpdateStageCompleted,
@@ -273,28 +398,29 @@ func setParallelism(ctx context.Context, e *env) error {
 		return err
 	}
 	var res workflows.SetParallelismResult
-	if err := handle.Get(ctx, &res); err != nil {
+	if err := handle.Get(a.ctx, &res); err != nil {
 		return err
 	}
-	fmt.Fprintf(e.out, "parallelism of %s: %d -> %d\n", workflowID(e.args[0]), res.Previous, res.Parallelism)
+	fmt.Fprintf(a.out, "parallelism of %s: %d -> %d\n", id, res.Previous, res.Parallelism)
 	return nil
 }
 
-func abort(ctx context.Context, e *env) error {
-	arg, err := e.oneArg("rollout ID")
+func (a *app) abort() error {
+	tc, err := a.client()
 	if err != nil {
 		return err
 	}
-	reason, _ := e.fs.GetString("reason")
-	_, err = e.client.WorkflowService().RequestCancelWorkflowExecution(ctx, &workflowservice.RequestCancelWorkflowExecutionRequest{
-		Namespace:         e.cfg.TemporalNamespace,
-		WorkflowExecution: &commonpb.WorkflowExecution{WorkflowId: workflowID(arg)},
+	id := workflowID(a.args[0])
+	reason := a.flagString("reason")
+	_, err = tc.WorkflowService().RequestCancelWorkflowExecution(a.ctx, &workflowservice.RequestCancelWorkflowExecutionRequest{
+		Namespace:         a.cfg.TemporalNamespace,
+		WorkflowExecution: &commonpb.WorkflowExecution{WorkflowId: id},
 		Reason:            reason,
 		Identity:          "starter",
 	})
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(e.out, "aborting %s (%s): running Jobs are being deleted\n", workflowID(arg), reason)
+	fmt.Fprintf(a.out, "aborting %s (%s): running Jobs are being deleted\n", id, reason)
 	return nil
 }

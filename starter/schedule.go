@@ -1,12 +1,13 @@
 package main
 
 import (
-	"context"
 	"fmt"
+	"io"
+	"strings"
 	"text/tabwriter"
 	"time"
 
-	"github.com/spf13/pflag"
+	"github.com/spf13/cobra"
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/client"
 
@@ -16,39 +17,69 @@ import (
 // ScheduleIDPrefix + name is the Temporal Schedule ID of a rollout schedule.
 const ScheduleIDPrefix = "noderollout-"
 
-func init() {
-	register("schedule create", command{
-		usage: "schedule create NAME -f rollout.yaml (--cron EXPR | --every DURATION) [--paused] [--allow-overlap]",
-		help:  "Create a Temporal Schedule that starts the rollout periodically; each run covers nodes added since and skips nodes done for this template.",
-		flags: func(fs *pflag.FlagSet) {
-			fs.StringP("file", "f", "", "rollout request, YAML or JSON")
-			fs.String("cron", "", "cron expression, e.g. \"0 3 * * *\"")
-			fs.Duration("every", 0, "interval, e.g. 24h")
-			fs.Bool("paused", false, "create the schedule paused")
-			fs.Bool("allow-overlap", false, "start a run even while the previous one runs (default: skip it)")
-		},
-		run: createSchedule,
-	})
-	register("schedule list", command{usage: "schedule list", help: "List rollout schedules.", run: listSchedules})
-	register("schedule pause", command{usage: "schedule pause NAME", help: "Pause a schedule.", run: scheduleAction("pause")})
-	register("schedule unpause", command{usage: "schedule unpause NAME", help: "Unpause a schedule.", run: scheduleAction("unpause")})
-	register("schedule trigger", command{usage: "schedule trigger NAME", help: "Start a run now.", run: scheduleAction("trigger")})
-	register("schedule delete", command{usage: "schedule delete NAME", help: "Delete a schedule (running rollouts go on).", run: scheduleAction("delete")})
+func scheduleCommand(a *app) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:     "schedule",
+		GroupID: "rollout",
+		Short:   "Manage Temporal Schedules that start a rollout periodically",
+		Args:    cobra.NoArgs,
+		RunE:    func(cmd *cobra.Command, _ []string) error { return cmd.Help() },
+	}
+	create := &cobra.Command{
+		Use:   "create NAME -f FILE (--cron EXPR | --every DURATION) [--paused] [--allow-overlap]",
+		Short: "Create a Schedule that starts the rollout periodically",
+		Long: `Create a Temporal Schedule noderollout-NAME that starts the rollout. Each run covers the nodes
+added since and skips nodes done for the template; a run is skipped while the previous one
+still runs, unless --allow-overlap.`,
+		Example: `  starter schedule create nightly -f rollout.yaml --cron "0 3 * * *"
+  starter schedule create daily -f rollout.yaml --every 24h --paused`,
+		Args: exactArgs(1, "a schedule NAME"),
+		RunE: run(a.createSchedule),
+	}
+	fileFlag(create)
+	create.Flags().String("cron", "", `cron expression, e.g. "0 3 * * *"`)
+	create.Flags().Duration("every", 0, "interval, e.g. 24h")
+	create.Flags().Bool("paused", false, "create the schedule paused")
+	create.Flags().Bool("allow-overlap", false, "start a run even while the previous one runs (default: skip it)")
+	create.MarkFlagsMutuallyExclusive("cron", "every")
+	list := &cobra.Command{
+		Use:   "list",
+		Short: "List rollout schedules",
+		Args:  cobra.NoArgs,
+		RunE:  run(a.listSchedules),
+	}
+	outputFlag(list)
+	cmd.AddCommand(create, list)
+	for _, c := range []struct{ name, short string }{
+		{"pause", "Pause a schedule"},
+		{"unpause", "Unpause a schedule"},
+		{"trigger", "Start a run now"},
+		{"delete", "Delete a schedule (running rollouts go on)"},
+	} {
+		cmd.AddCommand(&cobra.Command{
+			Use:   c.name + " NAME",
+			Short: c.short,
+			Args:  exactArgs(1, "a schedule NAME"),
+			RunE:  run(func() error { return a.scheduleAction(c.name) }),
+		})
+	}
+	return cmd
 }
 
-func createSchedule(ctx context.Context, e *env) error {
-	name, err := e.oneArg("schedule name")
+func (a *app) createSchedule() error {
+	name := a.args[0]
+	req, err := a.request()
 	if err != nil {
 		return err
 	}
-	req, err := requestFlag(e)
-	if err != nil {
-		return err
-	}
-	cron, _ := e.fs.GetString("cron")
-	every, _ := e.fs.GetDuration("every")
+	cron := a.flagString("cron")
+	every, _ := a.cmd.Flags().GetDuration("every")
 	if (cron == "") == (every == 0) {
 		return usageError{"give exactly one of --cron or --every"}
+	}
+	tc, err := a.client()
+	if err != nil {
+		return err
 	}
 	spec := client.ScheduleSpec{}
 	if cron != "" {
@@ -57,21 +88,21 @@ func createSchedule(ctx context.Context, e *env) error {
 		spec.Intervals = []client.ScheduleIntervalSpec{{Every: every}}
 	}
 	overlap := enumspb.SCHEDULE_OVERLAP_POLICY_SKIP
-	if allow, _ := e.fs.GetBool("allow-overlap"); allow {
+	if a.flagBool("allow-overlap") {
 		overlap = enumspb.SCHEDULE_OVERLAP_POLICY_ALLOW_ALL
 	}
-	paused, _ := e.fs.GetBool("paused")
+	paused := a.flagBool("paused")
 	action := &client.ScheduleWorkflowAction{
 		ID:            workflows.RolloutID(req.Name),
 		Workflow:      workflows.RolloutWorkflow,
 		Args:          []any{req},
-		TaskQueue:     e.cfg.TaskQueue,
+		TaskQueue:     a.cfg.TaskQueue,
 		StaticSummary: summary(req),
 	}
-	if hasRolloutNameAttribute(ctx, e) {
+	if a.hasRolloutNameAttribute() {
 		action.TypedSearchAttributes = searchAttributes(req.Name)
 	}
-	_, err = e.client.ScheduleClient().Create(ctx, client.ScheduleOptions{
+	_, err = tc.ScheduleClient().Create(a.ctx, client.ScheduleOptions{
 		ID:      ScheduleIDPrefix + name,
 		Spec:    spec,
 		Action:  action,
@@ -82,7 +113,7 @@ func createSchedule(ctx context.Context, e *env) error {
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(e.out, "created schedule %s%s starting rollout %s (%s)\n", ScheduleIDPrefix, name, req.Name, describeSpec(cron, every))
+	fmt.Fprintf(a.out, "created schedule %s%s starting rollout %s (%s)\n", ScheduleIDPrefix, name, req.Name, describeSpec(cron, every))
 	return nil
 }
 
@@ -93,48 +124,75 @@ func describeSpec(cron string, every time.Duration) string {
 	return "every " + every.String()
 }
 
-func listSchedules(ctx context.Context, e *env) error {
-	it, err := e.client.ScheduleClient().List(ctx, client.ScheduleListOptions{})
+// scheduleView is one schedule as list prints it.
+type scheduleView struct {
+	ID         string     `json:"id"`
+	Paused     bool       `json:"paused"`
+	NextRun    *time.Time `json:"nextRun,omitempty"`
+	RecentRuns int        `json:"recentRuns"`
+	Note       string     `json:"note,omitempty"`
+	WorkflowID string     `json:"workflowId,omitempty"`
+}
+
+func (a *app) listSchedules() error {
+	tc, err := a.client()
 	if err != nil {
 		return err
 	}
-	tw := tabwriter.NewWriter(e.out, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "SCHEDULE\tPAUSED\tNEXT RUN\tRECENT RUNS")
+	it, err := tc.ScheduleClient().List(a.ctx, client.ScheduleListOptions{})
+	if err != nil {
+		return err
+	}
+	views := []scheduleView{}
 	for it.HasNext() {
 		s, err := it.Next()
 		if err != nil {
 			return err
 		}
-		next := "-"
-		if len(s.NextActionTimes) > 0 {
-			next = s.NextActionTimes[0].Format(time.RFC3339)
+		if !strings.HasPrefix(s.ID, ScheduleIDPrefix) {
+			continue // not one of ours
 		}
-		fmt.Fprintf(tw, "%s\t%v\t%s\t%d\n", s.ID, s.Paused, next, len(s.RecentActions))
+		v := scheduleView{ID: s.ID, Paused: s.Paused, RecentRuns: len(s.RecentActions), Note: s.Note}
+		if len(s.NextActionTimes) > 0 {
+			next := s.NextActionTimes[0]
+			v.NextRun = &next
+		}
+		views = append(views, v)
 	}
-	return tw.Flush()
+	return a.print(views, func(w io.Writer) error {
+		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(tw, "SCHEDULE\tPAUSED\tNEXT RUN\tRECENT RUNS")
+		for _, v := range views {
+			next := "-"
+			if v.NextRun != nil {
+				next = v.NextRun.Format(time.RFC3339)
+			}
+			fmt.Fprintf(tw, "%s\t%v\t%s\t%d\n", v.ID, v.Paused, next, v.RecentRuns)
+		}
+		return tw.Flush()
+	})
 }
 
-func scheduleAction(what string) func(context.Context, *env) error {
-	return func(ctx context.Context, e *env) error {
-		name, err := e.oneArg("schedule name")
-		if err != nil {
-			return err
-		}
-		h := e.client.ScheduleClient().GetHandle(ctx, ScheduleIDPrefix+name)
-		switch what {
-		case "pause":
-			err = h.Pause(ctx, client.SchedulePauseOptions{Note: "paused by starter"})
-		case "unpause":
-			err = h.Unpause(ctx, client.ScheduleUnpauseOptions{Note: "unpaused by starter"})
-		case "trigger":
-			err = h.Trigger(ctx, client.ScheduleTriggerOptions{})
-		case "delete":
-			err = h.Delete(ctx)
-		}
-		if err != nil {
-			return err
-		}
-		fmt.Fprintf(e.out, "schedule %s%s: %s done\n", ScheduleIDPrefix, name, what)
-		return nil
+func (a *app) scheduleAction(what string) error {
+	tc, err := a.client()
+	if err != nil {
+		return err
 	}
+	name := a.args[0]
+	h := tc.ScheduleClient().GetHandle(a.ctx, ScheduleIDPrefix+name)
+	switch what {
+	case "pause":
+		err = h.Pause(a.ctx, client.SchedulePauseOptions{Note: "paused by starter"})
+	case "unpause":
+		err = h.Unpause(a.ctx, client.ScheduleUnpauseOptions{Note: "unpaused by starter"})
+	case "trigger":
+		err = h.Trigger(a.ctx, client.ScheduleTriggerOptions{})
+	case "delete":
+		err = h.Delete(a.ctx)
+	}
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(a.out, "schedule %s%s: %s done\n", ScheduleIDPrefix, name, what)
+	return nil
 }

@@ -11,7 +11,6 @@ import (
 	"os"
 	"os/signal"
 	"strings"
-	"sync/atomic"
 	"syscall"
 
 	"github.com/spf13/pflag"
@@ -21,18 +20,36 @@ import (
 	"github.com/noderollout/noderollout/internal/config"
 	"github.com/noderollout/noderollout/internal/connect"
 	"github.com/noderollout/noderollout/internal/metrics"
+	"github.com/noderollout/noderollout/internal/version"
 	"github.com/noderollout/noderollout/workflows"
 )
 
 func main() {
 	fs := config.NewFlagSet("worker", true)
+	showVersion := fs.Bool("version", false, "print the version, commit, Go and Temporal SDK versions and exit")
 	fs.Usage = func() {
-		fmt.Fprintf(os.Stderr, "Usage: worker [flags]\n\nRuns the noderollout worker. Every flag can also be set as %s_<FLAG> (upper case, '-' as '_') or as a key in --config.\n\n%s", config.EnvPrefix, fs.FlagUsages())
+		fmt.Fprintf(os.Stderr, `Usage: worker [flags]
+
+Runs the noderollout worker. Every flag can also be set as %s_<FLAG>
+(upper case, '-' as '_') or as a key in --config. Temporal's own settings
+(TEMPORAL_ADDRESS, TEMPORAL_NAMESPACE, TEMPORAL_API_KEY, TEMPORAL_TLS_*,
+temporal.toml profiles) are read first; the file, %s_* variables and
+flags win over them.
+
+%s`, config.EnvPrefix, config.EnvPrefix, fs.FlagUsagesWrapped(80))
 	}
-	cfg, err := config.Load(fs, os.Args[1:], os.Environ())
-	if errors.Is(err, pflag.ErrHelp) {
+	if err := fs.Parse(os.Args[1:]); err != nil {
+		if errors.Is(err, pflag.ErrHelp) {
+			os.Exit(0)
+		}
+		fmt.Fprintln(os.Stderr, "worker:", err)
+		os.Exit(2)
+	}
+	if *showVersion {
+		fmt.Println("worker", version.Get())
 		os.Exit(0)
 	}
+	cfg, err := config.FromFlags(fs, os.Environ())
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "worker:", err)
 		os.Exit(2)
@@ -48,9 +65,10 @@ func main() {
 func run(ctx context.Context, cfg config.Config) error {
 	logger := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: level(cfg.LogLevel)}))
 	collector := metrics.NewCollector()
-	var ready atomic.Bool
+	health := &metrics.Health{}
 	if cfg.MetricsListen != "" {
-		srv := metrics.Serve(cfg.MetricsListen, collector, ready.Load, cfg.Pprof)
+		v := version.Get()
+		srv := metrics.Serve(cfg.MetricsListen, collector, health, metrics.BuildInfo{Version: v.Version, Commit: v.Commit, GoVersion: v.GoVersion, SDKVersion: v.SDKVersion}, cfg.Pprof)
 		go func() {
 			if err := srv.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
 				logger.Error("metrics server stopped", "error", err)
@@ -65,11 +83,16 @@ func run(ctx context.Context, cfg config.Config) error {
 	}
 	acts := activities.New(kube)
 	acts.NodeCheckInterval = cfg.NodeCheckInterval
-	// The shared Job informer must be synced before any WaitJob runs.
-	if err := acts.Jobs.Start(ctx); err != nil {
+	// The shared Job informer must be synced before any WaitJob runs, and must outlive the
+	// signal: while the worker stops, running activities still wait on it, so it stops only
+	// after they have.
+	informerCtx, stopInformer := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopInformer()
+	if err := acts.Jobs.Start(informerCtx); err != nil {
 		return fmt.Errorf("starting the Job informer: %w", err)
 	}
 
+	fatal := make(chan error, 1)
 	tc, err := connect.Temporal(ctx, cfg, logger, collector.Handler())
 	if err != nil {
 		return err
@@ -81,6 +104,16 @@ func run(ctx context.Context, cfg config.Config) error {
 		MaxConcurrentLocalActivityExecutionSize: cfg.MaxConcurrentActivities,
 		WorkerStopTimeout:                       cfg.StopTimeout,
 		Identity:                                identity(),
+		// The worker stops polling for good (namespace gone, credentials refused): say so on
+		// both probes, so the Pod leaves the Service and the kubelet restarts it.
+		OnFatalError: func(err error) {
+			logger.Error("Temporal worker stopped on a fatal error; /healthz and /readyz now fail", "error", err)
+			health.Fail(err.Error())
+			select {
+			case fatal <- err:
+			default:
+			}
+		},
 	})
 	w.RegisterWorkflow(workflows.Rollout)
 	w.RegisterWorkflow(workflows.NodeRollout)
@@ -88,12 +121,20 @@ func run(ctx context.Context, cfg config.Config) error {
 	if err := w.Start(); err != nil {
 		return fmt.Errorf("starting the worker: %w", err)
 	}
-	ready.Store(true)
-	logger.Info("worker polling", "taskQueue", cfg.TaskQueue, "temporal", cfg.TemporalAddress, "namespace", cfg.TemporalNamespace)
-	<-ctx.Done()
-	ready.Store(false)
+	health.SetReady(true)
+	logger.Info("worker polling", "taskQueue", cfg.TaskQueue, "temporal", cfg.TemporalAddress, "namespace", cfg.TemporalNamespace, "version", version.Get().Version)
+	select {
+	case <-ctx.Done():
+	case err := <-fatal:
+		// Stay up with failing probes until stopped: the kubelet restarts the container on
+		// liveness failure, and someone looking at the Pod sees why in /healthz.
+		<-ctx.Done()
+		return fmt.Errorf("the Temporal worker had stopped: %w", err)
+	}
+	health.SetReady(false)
 	logger.Info("stopping: letting running activities finish", "timeout", cfg.StopTimeout)
 	w.Stop()
+	stopInformer()
 	return nil
 }
 

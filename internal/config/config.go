@@ -1,87 +1,109 @@
-// Package config loads the worker's and starter's settings from a file, NODEROLLOUT_* environment
-// variables and flags (in rising precedence) into one typed, validated Config.
+// Package config loads the worker's and starter's settings into one typed, validated Config.
+//
+// Layers, lowest first: built-in defaults; Temporal's own client settings (the temporal.toml
+// profile, then TEMPORAL_ADDRESS, TEMPORAL_NAMESPACE, TEMPORAL_API_KEY, TEMPORAL_TLS_*), read
+// with the SDK's envconfig; the file named by --config; NODEROLLOUT_* variables; flags.
 package config
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
+	"reflect"
 	"sort"
-	"strconv"
 	"strings"
 	"time"
 
+	"github.com/go-viper/mapstructure/v2"
 	"github.com/spf13/pflag"
 	"github.com/spf13/viper"
+	"go.temporal.io/sdk/contrib/envconfig"
 
+	"github.com/noderollout/noderollout/internal/didyoumean"
 	"github.com/noderollout/noderollout/workflows"
 )
 
-// EnvPrefix starts every environment variable the binaries read: NODEROLLOUT_TEMPORAL_ADDRESS.
+// EnvPrefix starts every environment variable of our own: NODEROLLOUT_TEMPORAL_ADDRESS.
 const EnvPrefix = "NODEROLLOUT"
 
-// Config is every setting of the worker and the starter.
+// Config is every setting of the worker and the starter. The mapstructure tags are the key
+// names of files, flags and (upper case, '-' as '_', with the prefix) environment variables.
 type Config struct {
-	ConfigFile string
+	ConfigFile string `mapstructure:"config"`
 
-	TemporalAddress   string
-	TemporalNamespace string
-	TaskQueue         string
-	TLSCert           string
-	TLSKey            string
-	TLSCA             string
-	TLSServerName     string
-	APIKey            string
-	UIAddress         string
+	TemporalAddress   string `mapstructure:"temporal-address"`
+	TemporalNamespace string `mapstructure:"temporal-namespace"`
+	TaskQueue         string `mapstructure:"task-queue"`
+	// TLS turns on TLS with the system's roots when no certificate, CA or API key does.
+	TLS           bool   `mapstructure:"tls"`
+	TLSCert       string `mapstructure:"tls-cert"`
+	TLSKey        string `mapstructure:"tls-key"`
+	TLSCA         string `mapstructure:"tls-ca"`
+	TLSServerName string `mapstructure:"tls-server-name"`
+	APIKey        string `mapstructure:"api-key"`
+	// APIKeyFile keeps the key off the command line and out of the environment (a mounted Secret).
+	APIKeyFile string `mapstructure:"api-key-file"`
+	UIAddress  string `mapstructure:"ui-address"`
 	// TemporalCompression is gzip (the SDK's default) or none.
-	TemporalCompression string
+	TemporalCompression string `mapstructure:"temporal-compression"`
 
-	Kubeconfig              string
-	KubeQPS                 float64
-	KubeBurst               int
-	MaxConcurrentActivities int
-	MetricsListen           string
-	Pprof                   bool
-	LogLevel                string
-	StopTimeout             time.Duration
-	NodeCheckInterval       time.Duration
+	Kubeconfig              string        `mapstructure:"kubeconfig"`
+	KubeQPS                 float64       `mapstructure:"kube-qps"`
+	KubeBurst               int           `mapstructure:"kube-burst"`
+	MaxConcurrentActivities int           `mapstructure:"max-concurrent-activities"`
+	MetricsListen           string        `mapstructure:"metrics-listen"`
+	Pprof                   bool          `mapstructure:"pprof"`
+	LogLevel                string        `mapstructure:"log-level"`
+	StopTimeout             time.Duration `mapstructure:"stop-timeout"`
+	NodeCheckInterval       time.Duration `mapstructure:"node-check-interval"`
+
+	// PEM data given inline by a Temporal profile or TEMPORAL_TLS_*_DATA instead of files.
+	TLSCertData []byte `mapstructure:"-"`
+	TLSKeyData  []byte `mapstructure:"-"`
+	TLSCAData   []byte `mapstructure:"-"`
+	// TemporalProfile names where Temporal's settings came from, for messages ("" if nowhere).
+	TemporalProfile string `mapstructure:"-"`
 }
 
-// key is one setting: its name in files and flags, its default and its help.
+// key is one setting: its name, its default (whose type is the flag's type) and its help.
 type key struct {
 	name   string
 	def    any
 	usage  string
-	worker bool // only the worker has it
+	fix    string // how to write a good value, for messages
+	worker bool   // only the worker has it
 }
 
 var keys = []key{
-	{"config", "", "config file (YAML, JSON or TOML) with any of these keys", false},
-	{"temporal-address", "127.0.0.1:7233", "Temporal frontend host:port", false},
-	{"temporal-namespace", "default", "Temporal namespace", false},
-	{"task-queue", workflows.TaskQueue, "Temporal task queue the worker polls", false},
-	{"tls-cert", "", "client certificate file for Temporal mTLS", false},
-	{"tls-key", "", "client key file for Temporal mTLS", false},
-	{"tls-ca", "", "CA file that signs the Temporal server certificate (default: system roots)", false},
-	{"tls-server-name", "", "server name to verify in the Temporal certificate", false},
-	{"api-key", "", "Temporal Cloud API key (implies TLS)", false},
-	{"temporal-compression", "gzip", "gzip (the SDK's default) or none: compression of requests to Temporal", false},
-	{"ui-address", "http://127.0.0.1:8233", "Temporal Web UI base URL, for links", false},
-	{"kubeconfig", "", "kubeconfig file; empty: in-cluster config, else $KUBECONFIG or ~/.kube/config", true},
-	{"kube-qps", 50.0, "Kubernetes client queries per second", true},
-	{"kube-burst", 100, "Kubernetes client burst", true},
-	{"max-concurrent-activities", 1000, "activities (mostly Job waits) one worker runs at once", true},
-	{"metrics-listen", "127.0.0.1:9090", "address of /metrics, /healthz and /readyz; empty: off", true},
-	{"pprof", false, "also serve Go profiles at /debug/pprof/ on metrics-listen (keep that address private)", true},
-	{"log-level", "info", "debug, info, warn or error", true},
-	{"stop-timeout", "30s", "how long a stopping worker lets running activities finish", true},
-	{"node-check-interval", "60s", "how often a Job wait checks that its node still exists (one GET per running Job)", true},
+	{"config", "", "config file (YAML, JSON or TOML) with any of these keys", "", false},
+	{"temporal-address", "127.0.0.1:7233", "Temporal frontend host:port (also TEMPORAL_ADDRESS)", "use host:port, e.g. 127.0.0.1:7233", false},
+	{"temporal-namespace", "default", "Temporal namespace (also TEMPORAL_NAMESPACE)", "", false},
+	{"task-queue", workflows.TaskQueue, "Temporal task queue the worker polls", "omit it for the default " + workflows.TaskQueue, false},
+	{"tls", false, "TLS to Temporal with the system's CA roots (also TEMPORAL_TLS); implied by the other tls-* keys and an API key", "use true or false", false},
+	{"tls-cert", "", "client certificate file for Temporal mTLS (also TEMPORAL_TLS_CLIENT_CERT_PATH)", "", false},
+	{"tls-key", "", "client key file for Temporal mTLS (also TEMPORAL_TLS_CLIENT_KEY_PATH)", "", false},
+	{"tls-ca", "", "CA file of the Temporal server certificate (also TEMPORAL_TLS_SERVER_CA_CERT_PATH; default: system roots)", "", false},
+	{"tls-server-name", "", "server name to verify in the Temporal certificate (also TEMPORAL_TLS_SERVER_NAME)", "", false},
+	{"api-key", "", "Temporal Cloud API key, implies TLS; prefer --api-key-file or TEMPORAL_API_KEY, which stay out of the process list", "", false},
+	{"api-key-file", "", "file holding the Temporal Cloud API key (e.g. a mounted Secret)", "", false},
+	{"temporal-compression", "gzip", "gzip (the SDK's default) or none: compression of requests to Temporal", "use gzip or none", false},
+	{"ui-address", "http://127.0.0.1:8233", "Temporal Web UI base URL, for links", "", false},
+	{"kubeconfig", "", "kubeconfig file; empty: in-cluster config, else $KUBECONFIG or ~/.kube/config", "", true},
+	{"kube-qps", 50.0, "Kubernetes client queries per second", "use a positive number, e.g. 50", true},
+	{"kube-burst", 100, "Kubernetes client burst", "use a positive integer, e.g. 100", true},
+	{"max-concurrent-activities", 1000, "activities (mostly Job waits) one worker runs at once", "use a positive integer, e.g. 1000", true},
+	{"metrics-listen", "127.0.0.1:9090", "address of /metrics, /healthz and /readyz; empty: off", "", true},
+	{"pprof", false, "also serve Go profiles at /debug/pprof/ on metrics-listen (keep that address private)", "use true or false", true},
+	{"log-level", "info", "debug, info, warn or error", "use debug, info, warn or error", true},
+	{"stop-timeout", 30 * time.Second, "how long a stopping worker lets running activities finish", "write it like 30s", true},
+	{"node-check-interval", 60 * time.Second, "how often a Job wait checks that its node still exists (one GET per running Job)", "write it like 60s", true},
 }
 
-// NewFlagSet declares the flags of the worker (worker=true) or of a starter subcommand.
-func NewFlagSet(name string, worker bool) *pflag.FlagSet {
-	fs := pflag.NewFlagSet(name, pflag.ContinueOnError)
+// AddFlags declares the flags of the worker (worker=true) or the starter's connection flags,
+// each with the type of its default.
+func AddFlags(fs *pflag.FlagSet, worker bool) {
 	for _, k := range keys {
 		if k.worker && !worker {
 			continue
@@ -95,134 +117,328 @@ func NewFlagSet(name string, worker bool) *pflag.FlagSet {
 			fs.Float64(k.name, d, k.usage)
 		case bool:
 			fs.Bool(k.name, d, k.usage)
+		case time.Duration:
+			fs.Duration(k.name, d, k.usage)
 		}
 	}
+}
+
+// NewFlagSet is a flag set holding AddFlags' flags.
+func NewFlagSet(name string, worker bool) *pflag.FlagSet {
+	fs := pflag.NewFlagSet(name, pflag.ContinueOnError)
+	AddFlags(fs, worker)
 	return fs
 }
 
 // EnvName is the environment variable of a key.
 func EnvName(key string) string {
-	return EnvPrefix + "_" + strings.ToUpper(strings.NewReplacer("-", "_", ".", "_").Replace(key))
+	return EnvPrefix + "_" + envReplacer.Replace(strings.ToUpper(key))
 }
 
-// Load parses args into fs (declared by NewFlagSet, plus any flags of the caller) and merges
-// file, environment (given as KEY=VALUE lines, so tests need no process environment) and flags.
+var envReplacer = strings.NewReplacer("-", "_", ".", "_")
+
+// Load parses args into fs (declared by NewFlagSet, plus any flags of the caller) and loads
+// the Config. env is KEY=VALUE lines, so tests need no process environment.
 func Load(fs *pflag.FlagSet, args, env []string) (Config, error) {
 	if err := fs.Parse(args); err != nil {
 		return Config{}, err
 	}
+	return FromFlags(fs, env)
+}
+
+// FromFlags loads the Config from an already parsed flag set and the environment env.
+//
+// The environment reaches viper as a config layer merged above the file rather than through
+// AutomaticEnv, which reads the process environment only: that keeps the loader a pure
+// function of its arguments.
+func FromFlags(fs *pflag.FlagSet, env []string) (Config, error) {
+	environ := envMap(env)
 	v := viper.New()
 	for _, k := range keys {
 		v.SetDefault(k.name, k.def)
 	}
-	fromEnv := map[string]any{}
-	envValues := map[string]string{}
-	for _, kv := range env {
-		if name, value, ok := strings.Cut(kv, "="); ok {
-			envValues[name] = value
-		}
+	temporal, err := temporalProfile(environ)
+	if err != nil {
+		return Config{}, err
 	}
-	for _, k := range keys {
-		if value, ok := envValues[EnvName(k.name)]; ok {
-			fromEnv[k.name] = value
-		}
+	for name, value := range temporal.defaults {
+		v.SetDefault(name, value)
 	}
+
 	file := ""
 	if f := fs.Lookup("config"); f != nil && f.Changed {
 		file = f.Value.String()
-	} else if e, ok := fromEnv["config"]; ok {
-		file = e.(string)
+	} else if e, ok := environ[EnvName("config")]; ok {
+		file = e
 	}
 	if file != "" {
-		data, err := os.ReadFile(file)
-		if err != nil {
-			return Config{}, fmt.Errorf("config: %w", err)
+		if err := readFile(v, file); err != nil {
+			return Config{}, err
 		}
-		v.SetConfigType(strings.TrimPrefix(filepath.Ext(file), "."))
-		if err := v.ReadConfig(bytes.NewReader(data)); err != nil {
-			return Config{}, fmt.Errorf("config: %s: %w", file, err)
-		}
-		if unknown := unknownKeys(v.AllSettings()); len(unknown) > 0 {
-			return Config{}, fmt.Errorf("config: %s: unknown key(s) %s (known: %s)", file, strings.Join(unknown, ", "), strings.Join(keyNames(), ", "))
+	}
+	fromEnv := map[string]any{}
+	for _, k := range keys {
+		if value, ok := environ[EnvName(k.name)]; ok {
+			fromEnv[k.name] = value
 		}
 	}
 	if err := v.MergeConfigMap(fromEnv); err != nil {
 		return Config{}, err
 	}
-	if err := v.BindPFlags(fs); err != nil {
-		return Config{}, err
+	for _, k := range keys {
+		if f := fs.Lookup(k.name); f != nil {
+			if err := v.BindPFlag(k.name, f); err != nil {
+				return Config{}, err
+			}
+		}
 	}
-	return build(v, file)
+
+	var c Config
+	hook := mapstructure.ComposeDecodeHookFunc(mapstructure.StringToTimeDurationHookFunc(), trimSpace)
+	if err := v.UnmarshalExact(&c, viper.DecodeHook(hook)); err != nil {
+		return c, fmt.Errorf("bad configuration:\n  %s", strings.Join(decodeProblems(err), "\n  "))
+	}
+	c.ConfigFile = file
+	c.TLSCertData, c.TLSKeyData, c.TLSCAData = temporal.certData, temporal.keyData, temporal.caData
+	c.TemporalProfile = temporal.source
+	c.UIAddress = strings.TrimSuffix(c.UIAddress, "/")
+	c.TemporalCompression = strings.ToLower(c.TemporalCompression)
+	c.LogLevel = strings.ToLower(c.LogLevel)
+	if err := c.readAPIKeyFile(); err != nil {
+		return c, err
+	}
+	return c, c.validate()
 }
 
-func build(v *viper.Viper, file string) (Config, error) {
-	c := Config{
-		ConfigFile:          file,
-		TemporalAddress:     v.GetString("temporal-address"),
-		TemporalNamespace:   v.GetString("temporal-namespace"),
-		TaskQueue:           v.GetString("task-queue"),
-		TLSCert:             v.GetString("tls-cert"),
-		TLSKey:              v.GetString("tls-key"),
-		TLSCA:               v.GetString("tls-ca"),
-		TLSServerName:       v.GetString("tls-server-name"),
-		APIKey:              v.GetString("api-key"),
-		UIAddress:           strings.TrimSuffix(v.GetString("ui-address"), "/"),
-		TemporalCompression: strings.ToLower(v.GetString("temporal-compression")),
-		Kubeconfig:          v.GetString("kubeconfig"),
-		MetricsListen:       v.GetString("metrics-listen"),
-		LogLevel:            strings.ToLower(v.GetString("log-level")),
+// trimSpace lets a value written as " 50" in a file or variable count as 50.
+func trimSpace(from, to reflect.Type, data any) (any, error) {
+	if s, ok := data.(string); ok && from.Kind() == reflect.String && to.Kind() != reflect.String {
+		return strings.TrimSpace(s), nil
 	}
+	return data, nil
+}
+
+func envMap(env []string) map[string]string {
+	m := make(map[string]string, len(env))
+	for _, kv := range env {
+		if name, value, ok := strings.Cut(kv, "="); ok {
+			m[name] = value
+		}
+	}
+	return m
+}
+
+func readFile(v *viper.Viper, file string) error {
+	data, err := os.ReadFile(file)
+	if err != nil {
+		return fmt.Errorf("config: %w", err)
+	}
+	v.SetConfigType(strings.TrimPrefix(filepath.Ext(file), "."))
+	if err := v.ReadConfig(bytes.NewReader(data)); err != nil {
+		return fmt.Errorf("config: %s: %w", file, err)
+	}
+	if unknown := unknownKeys(v.AllKeys()); len(unknown) > 0 {
+		lines := make([]string, len(unknown))
+		for i, u := range unknown {
+			lines[i] = u + ": unknown key" + didyoumean.Hint(u, keyNames())
+		}
+		return fmt.Errorf("config: %s:\n  %s\n(known keys: %s)", file, strings.Join(lines, "\n  "), strings.Join(keyNames(), ", "))
+	}
+	return nil
+}
+
+// decodeProblems turns viper's decoding errors into one line per key naming its variable.
+func decodeProblems(err error) []string {
+	var lines []string
+	var walk func(error)
+	walk = func(err error) {
+		if joined, ok := err.(interface{ Unwrap() []error }); ok {
+			for _, e := range joined.Unwrap() {
+				walk(e)
+			}
+			return
+		}
+		var de *mapstructure.DecodeError
+		if errors.As(err, &de) {
+			lines = append(lines, describe(de.Name(), fmt.Sprintf("not a %s", typeName(de.Name()))))
+			return
+		}
+		lines = append(lines, err.Error())
+	}
+	walk(err)
+	sort.Strings(lines)
+	return lines
+}
+
+func typeName(name string) string {
+	for _, k := range keys {
+		if k.name == name {
+			switch k.def.(type) {
+			case int:
+				return "whole number"
+			case float64:
+				return "number"
+			case bool:
+				return "boolean"
+			case time.Duration:
+				return "duration"
+			}
+		}
+	}
+	return "valid value"
+}
+
+// describe is one problem line: the key, its variable, what is wrong and how to fix it.
+func describe(name, problem string) string {
+	line := fmt.Sprintf("%s (%s): %s", name, EnvName(name), problem)
+	for _, k := range keys {
+		if k.name == name && k.fix != "" {
+			line += "; " + k.fix
+		}
+	}
+	return line
+}
+
+func (c *Config) readAPIKeyFile() error {
+	if c.APIKeyFile == "" {
+		return nil
+	}
+	data, err := os.ReadFile(c.APIKeyFile)
+	if err != nil {
+		return fmt.Errorf("bad configuration:\n  %s", describe("api-key-file", err.Error()))
+	}
+	c.APIKey = strings.TrimSpace(string(data))
+	return nil
+}
+
+func (c Config) validate() error {
 	var errs []string
-	bad := func(key, problem, fix string) {
-		errs = append(errs, fmt.Sprintf("%s (%s): %s; %s", key, EnvName(key), problem, fix))
+	bad := func(key, problem string) { errs = append(errs, describe(key, problem)) }
+	if c.KubeQPS <= 0 {
+		bad("kube-qps", fmt.Sprintf("%v is not positive", c.KubeQPS))
 	}
-	var err error
-	if c.KubeQPS, err = parseFloat(v.GetString("kube-qps")); err != nil || c.KubeQPS <= 0 {
-		bad("kube-qps", fmt.Sprintf("%q is not a positive number", v.GetString("kube-qps")), "use e.g. 50")
+	if c.KubeBurst <= 0 {
+		bad("kube-burst", fmt.Sprintf("%d is not positive", c.KubeBurst))
 	}
-	if c.KubeBurst, err = parseInt(v.GetString("kube-burst")); err != nil || c.KubeBurst <= 0 {
-		bad("kube-burst", fmt.Sprintf("%q is not a positive integer", v.GetString("kube-burst")), "use e.g. 100")
+	if c.MaxConcurrentActivities <= 0 {
+		bad("max-concurrent-activities", fmt.Sprintf("%d is not positive", c.MaxConcurrentActivities))
 	}
-	if c.MaxConcurrentActivities, err = parseInt(v.GetString("max-concurrent-activities")); err != nil || c.MaxConcurrentActivities <= 0 {
-		bad("max-concurrent-activities", fmt.Sprintf("%q is not a positive integer", v.GetString("max-concurrent-activities")), "use e.g. 1000")
+	if c.StopTimeout < 0 {
+		bad("stop-timeout", "is negative")
 	}
-	if c.Pprof, err = strconv.ParseBool(v.GetString("pprof")); err != nil {
-		bad("pprof", fmt.Sprintf("%q is not a boolean", v.GetString("pprof")), "use true or false")
-	}
-	if c.StopTimeout, err = time.ParseDuration(v.GetString("stop-timeout")); err != nil || c.StopTimeout < 0 {
-		bad("stop-timeout", fmt.Sprintf("%q is not a duration", v.GetString("stop-timeout")), "write it like 30s")
-	}
-	if c.NodeCheckInterval, err = time.ParseDuration(v.GetString("node-check-interval")); err != nil || c.NodeCheckInterval <= 0 {
-		bad("node-check-interval", fmt.Sprintf("%q is not a positive duration", v.GetString("node-check-interval")), "write it like 60s")
+	if c.NodeCheckInterval <= 0 {
+		bad("node-check-interval", "is not positive")
 	}
 	switch c.TemporalCompression {
 	case "gzip", "none":
 	default:
-		bad("temporal-compression", fmt.Sprintf("%q is not a compression", c.TemporalCompression), "use gzip or none")
+		bad("temporal-compression", fmt.Sprintf("%q is not a compression", c.TemporalCompression))
 	}
 	switch c.LogLevel {
 	case "debug", "info", "warn", "error":
 	default:
-		bad("log-level", fmt.Sprintf("%q is not a level", c.LogLevel), "use debug, info, warn or error")
+		bad("log-level", fmt.Sprintf("%q is not a level", c.LogLevel))
 	}
 	if c.TemporalAddress == "" || !strings.Contains(c.TemporalAddress, ":") {
-		bad("temporal-address", fmt.Sprintf("%q is not host:port", c.TemporalAddress), "use e.g. 127.0.0.1:7233")
+		bad("temporal-address", fmt.Sprintf("%q is not host:port", c.TemporalAddress))
 	}
 	if c.TaskQueue == "" {
-		bad("task-queue", "is empty", "omit it for the default "+workflows.TaskQueue)
+		bad("task-queue", "is empty")
 	}
-	if (c.TLSCert == "") != (c.TLSKey == "") {
-		bad("tls-cert", "tls-cert and tls-key go together", "set both or neither")
+	if (c.TLSCert == "" && len(c.TLSCertData) == 0) != (c.TLSKey == "" && len(c.TLSKeyData) == 0) {
+		bad("tls-cert", "tls-cert and tls-key go together; set both or neither")
 	}
 	if len(errs) > 0 {
-		return c, fmt.Errorf("bad configuration:\n  %s", strings.Join(errs, "\n  "))
+		return fmt.Errorf("bad configuration:\n  %s", strings.Join(errs, "\n  "))
 	}
-	return c, nil
+	return nil
 }
 
-func parseFloat(s string) (float64, error) { return strconv.ParseFloat(strings.TrimSpace(s), 64) }
+// UsesTLS tells whether the connection to Temporal is TLS.
+func (c Config) UsesTLS() bool {
+	return c.TLS || c.TLSCert != "" || len(c.TLSCertData) > 0 || c.TLSCA != "" || len(c.TLSCAData) > 0 || c.APIKey != ""
+}
 
-func parseInt(s string) (int, error) { return strconv.Atoi(strings.TrimSpace(s)) }
+// temporalSettings are Temporal's own client settings, as defaults for our keys.
+type temporalSettings struct {
+	defaults                  map[string]any
+	certData, keyData, caData []byte
+	source                    string
+}
+
+type envLookup map[string]string
+
+func (e envLookup) LookupEnv(key string) (string, bool) { v, ok := e[key]; return v, ok }
+
+func (e envLookup) Environ() []string {
+	out := make([]string, 0, len(e))
+	for k, v := range e {
+		out = append(out, k+"="+v)
+	}
+	return out
+}
+
+// temporalProfile reads the temporal.toml profile (TEMPORAL_CONFIG_FILE, else the user's
+// config directory; TEMPORAL_PROFILE, else "default") and the TEMPORAL_* variables on top,
+// as the Temporal CLI and SDKs do.
+func temporalProfile(environ map[string]string) (temporalSettings, error) {
+	s := temporalSettings{defaults: map[string]any{}}
+	file := environ["TEMPORAL_CONFIG_FILE"]
+	if file == "" {
+		file = defaultTemporalConfigFile(environ)
+	}
+	prof, err := envconfig.LoadClientConfigProfile(envconfig.LoadClientConfigProfileOptions{
+		ConfigFilePath: file,
+		// Without a path the SDK would look at the process's home directory.
+		DisableFile: file == "",
+		EnvLookup:   envLookup(environ),
+	})
+	if err != nil {
+		return s, fmt.Errorf("temporal client settings (%s, TEMPORAL_* variables): %w", file, err)
+	}
+	set := func(name, value string) {
+		if value != "" {
+			s.defaults[name] = value
+		}
+	}
+	set("temporal-address", prof.Address)
+	set("temporal-namespace", prof.Namespace)
+	set("api-key", prof.APIKey)
+	if t := prof.TLS; t != nil {
+		if t.DisableHostVerification {
+			return s, errors.New("temporal client settings: disabling TLS host verification is not supported; give the server's CA (TEMPORAL_TLS_SERVER_CA_CERT_PATH) instead")
+		}
+		if !t.Disabled {
+			s.defaults["tls"] = true
+		}
+		set("tls-cert", t.ClientCertPath)
+		set("tls-key", t.ClientKeyPath)
+		set("tls-ca", t.ServerCACertPath)
+		set("tls-server-name", t.ServerName)
+		s.certData, s.keyData, s.caData = t.ClientCertData, t.ClientKeyData, t.ServerCACertData
+	}
+	if len(s.defaults) > 0 || s.certData != nil {
+		s.source = file
+		if p := environ["TEMPORAL_PROFILE"]; p != "" {
+			s.source += " profile " + p
+		}
+	}
+	return s, nil
+}
+
+// defaultTemporalConfigFile is where the Temporal CLI keeps temporal.toml, computed from env
+// rather than the process environment.
+func defaultTemporalConfigFile(environ map[string]string) string {
+	dir := environ["XDG_CONFIG_HOME"]
+	if dir == "" {
+		home := environ["HOME"]
+		if home == "" {
+			return ""
+		}
+		dir = filepath.Join(home, ".config")
+	}
+	return filepath.Join(dir, "temporal", "temporal.toml")
+}
 
 func keyNames() []string {
 	names := make([]string, len(keys))
@@ -232,13 +448,13 @@ func keyNames() []string {
 	return names
 }
 
-func unknownKeys(settings map[string]any) []string {
+func unknownKeys(settings []string) []string {
 	known := map[string]bool{}
 	for _, k := range keys {
 		known[k.name] = true
 	}
 	var unknown []string
-	for k := range settings {
+	for _, k := range settings {
 		if !known[k] {
 			unknown = append(unknown, k)
 		}

@@ -59,19 +59,27 @@ func TestBadValuesNameTheKey(t *testing.T) {
 	dir := t.TempDir()
 	unknown := filepath.Join(dir, "bad.yaml")
 	require.NoError(t, os.WriteFile(unknown, []byte("temporal-adress: x:1\n"), 0o600))
+	badType := filepath.Join(dir, "type.yaml")
+	require.NoError(t, os.WriteFile(badType, []byte("kube-qps: fast\n"), 0o600))
+	profiles := filepath.Join(dir, "temporal.toml")
+	require.NoError(t, os.WriteFile(profiles, []byte("[profile.default]\naddress = \"p:7233\"\n"), 0o600))
 	cases := []struct {
 		name string
 		args []string
 		env  []string
 		want string
 	}{
-		{"qps not a number", []string{"--kube-qps", "-1"}, nil, "kube-qps"},
+		{"qps not positive", []string{"--kube-qps", "-1"}, nil, "kube-qps"},
+		{"qps from file not a number", []string{"--config", badType}, nil, "kube-qps (NODEROLLOUT_KUBE_QPS): not a number"},
+		{"duration from env", nil, []string{"NODEROLLOUT_NODE_CHECK_INTERVAL=often"}, "node-check-interval (NODEROLLOUT_NODE_CHECK_INTERVAL): not a duration; write it like 60s"},
+		{"unreadable api key file", []string{"--api-key-file", filepath.Join(dir, "nokey")}, nil, "api-key-file"},
+		{"profile that is not there", nil, []string{"TEMPORAL_CONFIG_FILE=" + profiles, "TEMPORAL_PROFILE=staging"}, "staging"},
 		{"burst from env", nil, []string{"NODEROLLOUT_KUBE_BURST=lots"}, "NODEROLLOUT_KUBE_BURST"},
 		{"log level", nil, []string{"NODEROLLOUT_LOG_LEVEL=loud"}, "log-level"},
 		{"stop timeout", []string{"--stop-timeout", "soon"}, nil, "stop-timeout"},
 		{"address without port", []string{"--temporal-address", "localhost"}, nil, "temporal-address"},
 		{"half a key pair", []string{"--tls-cert", "c.pem"}, nil, "tls-key"},
-		{"unknown file key", []string{"--config", unknown}, nil, "temporal-adress"},
+		{"unknown file key", []string{"--config", unknown}, nil, `temporal-adress: unknown key; did you mean "temporal-address"?`},
 		{"missing file", []string{"--config", filepath.Join(dir, "none.yaml")}, nil, "none.yaml"},
 	}
 	for _, tc := range cases {
@@ -89,4 +97,82 @@ func TestStarterFlagSetHasNoWorkerKeys(t *testing.T) {
 	require.NotNil(t, fs.Lookup("temporal-address"))
 	_, err := Load(fs, []string{"--kube-qps", "3"}, nil)
 	require.Error(t, err)
+}
+
+func TestTemporalsOwnSettingsUnderOurs(t *testing.T) {
+	dir := t.TempDir()
+	profiles := filepath.Join(dir, "temporal.toml")
+	require.NoError(t, os.WriteFile(profiles, []byte(`[profile.default]
+address = "default-profile:7233"
+namespace = "from-profile"
+
+[profile.cloud]
+address = "ns.acct.tmprl.example:7233"
+namespace = "ns.acct"
+api_key = "profile-key"
+`), 0o600))
+	keyFile := filepath.Join(dir, "api-key")
+	require.NoError(t, os.WriteFile(keyFile, []byte("file-key\n"), 0o600))
+	home := t.TempDir()
+	require.NoError(t, os.MkdirAll(filepath.Join(home, ".config", "temporal"), 0o700))
+	require.NoError(t, os.WriteFile(filepath.Join(home, ".config", "temporal", "temporal.toml"), []byte("[profile.default]\naddress = \"home:7233\"\n"), 0o600))
+
+	cases := []struct {
+		name string
+		args []string
+		env  []string
+		want func(c Config)
+	}{
+		{"TEMPORAL_ADDRESS as dev/env exports it", nil, []string{"TEMPORAL_ADDRESS=127.0.0.1:17233", "TEMPORAL_NAMESPACE=dev"}, func(c Config) {
+			require.Equal(t, "127.0.0.1:17233", c.TemporalAddress)
+			require.Equal(t, "dev", c.TemporalNamespace)
+			require.False(t, c.UsesTLS())
+		}},
+		{"NODEROLLOUT_ over TEMPORAL_", nil, []string{"TEMPORAL_ADDRESS=t:7233", "NODEROLLOUT_TEMPORAL_ADDRESS=n:7233"}, func(c Config) {
+			require.Equal(t, "n:7233", c.TemporalAddress)
+		}},
+		{"flag over TEMPORAL_", []string{"--temporal-namespace", "flag"}, []string{"TEMPORAL_NAMESPACE=env"}, func(c Config) {
+			require.Equal(t, "flag", c.TemporalNamespace)
+		}},
+		{"profile from TEMPORAL_CONFIG_FILE and TEMPORAL_PROFILE", nil, []string{"TEMPORAL_CONFIG_FILE=" + profiles, "TEMPORAL_PROFILE=cloud"}, func(c Config) {
+			require.Equal(t, "ns.acct.tmprl.example:7233", c.TemporalAddress)
+			require.Equal(t, "ns.acct", c.TemporalNamespace)
+			require.Equal(t, "profile-key", c.APIKey)
+			require.True(t, c.UsesTLS(), "an API key implies TLS")
+		}},
+		{"default profile, env on top", nil, []string{"TEMPORAL_CONFIG_FILE=" + profiles, "TEMPORAL_NAMESPACE=env-ns"}, func(c Config) {
+			require.Equal(t, "default-profile:7233", c.TemporalAddress)
+			require.Equal(t, "env-ns", c.TemporalNamespace)
+		}},
+		{"temporal.toml in the user's config dir", nil, []string{"HOME=" + home}, func(c Config) {
+			require.Equal(t, "home:7233", c.TemporalAddress)
+		}},
+		{"TLS variables", nil, []string{"TEMPORAL_TLS=true", "TEMPORAL_TLS_SERVER_NAME=srv"}, func(c Config) {
+			require.True(t, c.UsesTLS())
+			require.Equal(t, "srv", c.TLSServerName)
+		}},
+		{"api key file over TEMPORAL_API_KEY", []string{"--api-key-file", keyFile}, []string{"TEMPORAL_API_KEY=env-key"}, func(c Config) {
+			require.Equal(t, "file-key", c.APIKey)
+		}},
+		{"TEMPORAL_API_KEY", nil, []string{"TEMPORAL_API_KEY=env-key"}, func(c Config) {
+			require.Equal(t, "env-key", c.APIKey)
+			require.True(t, c.UsesTLS())
+		}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := Load(NewFlagSet("worker", true), tc.args, tc.env)
+			require.NoError(t, err)
+			tc.want(c)
+		})
+	}
+}
+
+func TestFlagsShowTheirTypes(t *testing.T) {
+	fs := NewFlagSet("worker", true)
+	require.Equal(t, "duration", fs.Lookup("stop-timeout").Value.Type())
+	require.Equal(t, "duration", fs.Lookup("node-check-interval").Value.Type())
+	require.Equal(t, "float64", fs.Lookup("kube-qps").Value.Type())
+	require.Equal(t, "int", fs.Lookup("kube-burst").Value.Type())
+	require.Contains(t, fs.FlagUsages(), "--stop-timeout duration")
 }

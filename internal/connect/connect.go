@@ -42,24 +42,40 @@ func TemporalOptions(c config.Config, logger *slog.Logger, metrics client.Metric
 }
 
 func temporalTLS(c config.Config) (*tls.Config, error) {
-	if c.TLSCert == "" && c.TLSCA == "" && c.APIKey == "" {
+	if !c.UsesTLS() {
 		return nil, nil
 	}
 	t := &tls.Config{ServerName: c.TLSServerName, MinVersion: tls.VersionTLS12}
+	certPEM, keyPEM := c.TLSCertData, c.TLSKeyData
 	if c.TLSCert != "" {
-		pair, err := tls.LoadX509KeyPair(c.TLSCert, c.TLSKey)
+		var err error
+		if certPEM, err = os.ReadFile(c.TLSCert); err != nil {
+			return nil, fmt.Errorf("tls-cert: %w", err)
+		}
+	}
+	if c.TLSKey != "" {
+		var err error
+		if keyPEM, err = os.ReadFile(c.TLSKey); err != nil {
+			return nil, fmt.Errorf("tls-key: %w", err)
+		}
+	}
+	if len(certPEM) > 0 {
+		pair, err := tls.X509KeyPair(certPEM, keyPEM)
 		if err != nil {
 			return nil, fmt.Errorf("tls-cert/tls-key: %w", err)
 		}
 		t.Certificates = []tls.Certificate{pair}
 	}
+	caPEM := c.TLSCAData
 	if c.TLSCA != "" {
-		pem, err := os.ReadFile(c.TLSCA)
-		if err != nil {
+		var err error
+		if caPEM, err = os.ReadFile(c.TLSCA); err != nil {
 			return nil, fmt.Errorf("tls-ca: %w", err)
 		}
+	}
+	if len(caPEM) > 0 {
 		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(pem) {
+		if !pool.AppendCertsFromPEM(caPEM) {
 			return nil, fmt.Errorf("tls-ca: %s holds no PEM certificate", c.TLSCA)
 		}
 		t.RootCAs = pool
@@ -75,7 +91,7 @@ func Temporal(ctx context.Context, c config.Config, logger *slog.Logger, metrics
 	}
 	cl, err := client.DialContext(ctx, opts)
 	if err != nil {
-		return nil, fmt.Errorf("temporal at %s (namespace %s): %w", c.TemporalAddress, c.TemporalNamespace, err)
+		return nil, fmt.Errorf("temporal at %s (namespace %s): %w\n  is Temporal running there? Set the address with --temporal-address, TEMPORAL_ADDRESS or NODEROLLOUT_TEMPORAL_ADDRESS (local stack: source dev/env)", c.TemporalAddress, c.TemporalNamespace, err)
 	}
 	return cl, nil
 }

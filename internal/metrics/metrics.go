@@ -9,15 +9,30 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	sdkmetrics "go.temporal.io/sdk/client"
 )
 
-// timerBuckets are seconds, from a fast Job to a long maintenance one.
-var timerBuckets = []float64{0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600}
+// timerBuckets are seconds: from a 1 ms gRPC call or local activity to an hour-long
+// maintenance Job, one timer type serving both.
+var timerBuckets = []float64{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600}
+
+// renamedTags keeps the SDK's tags clear of the target labels Prometheus' Kubernetes service
+// discovery puts on every scraped series (namespace, pod, service, container, job,
+// instance): a clash would be renamed exported_* or overwrite the Pod's own label.
+var renamedTags = map[string]string{
+	"namespace": "temporal_namespace",
+	"pod":       "exported_pod",
+	"service":   "exported_service",
+	"container": "exported_container",
+	"job":       "exported_job",
+	"instance":  "exported_instance",
+}
 
 // Collector holds every series the SDK handler has written and serves them to Prometheus.
 type Collector struct {
@@ -113,11 +128,11 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		var desc *prometheus.Desc
 		switch f.kind {
 		case counter:
-			desc = prometheus.NewDesc(metricName+"_total", name, labels, nil)
+			desc = prometheus.NewDesc(metricName+"_total", help(name), labels, nil)
 		case gauge:
-			desc = prometheus.NewDesc(metricName, name, labels, nil)
+			desc = prometheus.NewDesc(metricName, help(name), labels, nil)
 		case timer:
-			desc = prometheus.NewDesc(metricName+"_seconds", name, labels, nil)
+			desc = prometheus.NewDesc(metricName+"_seconds", help(name), labels, nil)
 		}
 		for _, s := range f.series {
 			values := make([]string, len(labels))
@@ -160,7 +175,11 @@ func (h handler) WithTags(tags map[string]string) sdkmetrics.MetricsHandler {
 		merged[k] = v
 	}
 	for k, v := range tags {
-		merged[sanitize(k)] = v
+		k = sanitize(k)
+		if r, ok := renamedTags[k]; ok {
+			k = r
+		}
+		merged[k] = v
 	}
 	return handler{c: h.c, tags: merged}
 }
@@ -195,15 +214,53 @@ func (m metric) Record(d time.Duration) {
 	})
 }
 
-// Serve answers /metrics from the collector and /healthz and /readyz from ready.
-func Serve(addr string, c *Collector, ready func() bool, pprof bool) *http.Server {
+// Health is what /healthz and /readyz answer: ready once the Job informer synced and the
+// worker polls; failed for good once the Temporal worker stopped on a fatal error
+// (namespace not found, credentials refused), which a restart may cure.
+type Health struct {
+	ready  atomic.Bool
+	failed atomic.Pointer[string]
+}
+
+// SetReady marks the worker ready to take tasks, or not (while it stops).
+func (h *Health) SetReady(ready bool) { h.ready.Store(ready) }
+
+// Fail records why the worker stopped polling; both probes fail from then on.
+func (h *Health) Fail(reason string) { h.failed.Store(&reason) }
+
+// Ready tells whether /readyz answers 200.
+func (h *Health) Ready() bool { return h.ready.Load() && h.failed.Load() == nil }
+
+// BuildInfo labels the constant noderollout_build_info series.
+type BuildInfo struct{ Version, Commit, GoVersion, SDKVersion string }
+
+// Serve answers /metrics from the collector and /healthz and /readyz from health.
+func Serve(addr string, c *Collector, health *Health, build BuildInfo, pprof bool) *http.Server {
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(c, prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
+	reg.MustRegister(c, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "noderollout_build_info",
+			Help: "Always 1; the labels say which build of the worker runs.",
+			ConstLabels: prometheus.Labels{
+				"version": build.Version, "commit": build.Commit,
+				"go_version": build.GoVersion, "temporal_sdk_version": build.SDKVersion,
+			},
+		}, func() float64 { return 1 }))
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
+		if reason := health.failed.Load(); reason != nil {
+			http.Error(w, "unhealthy: the Temporal worker stopped: "+*reason, http.StatusServiceUnavailable)
+			return
+		}
+		_, _ = w.Write([]byte("ok\n"))
+	})
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
-		if !ready() {
+		if reason := health.failed.Load(); reason != nil {
+			http.Error(w, "not ready: the Temporal worker stopped: "+*reason, http.StatusServiceUnavailable)
+			return
+		}
+		if !health.ready.Load() {
 			http.Error(w, "not ready: Job informer not synced or worker not polling", http.StatusServiceUnavailable)
 			return
 		}

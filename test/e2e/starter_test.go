@@ -50,12 +50,35 @@ func TestStarterStartWaitAndStatus(t *testing.T) {
 	require.Contains(t, out, "already")
 }
 
+// TestStarterWaitSaysWhenNoNodeWasSelected: a selector that matches nothing is a mistake
+// people make (the README's example needs labelled nodes); --wait must not call it success.
+func TestStarterWaitSaysWhenNoNodeWasSelected(t *testing.T) {
+	f := NewFleet(t, 1)
+	req := f.Request("starter-empty", time.Second)
+	req.NodeSelector = f.Selector() + ",noderollout.dev/no-such-label=true"
+	out, code := runStarter(t, "start", "-f", writeRequest(t, req), "--wait")
+	t.Logf("starter start --wait:\n%s", out)
+	require.Equal(t, 1, code, out)
+	require.Contains(t, out, "selected 0 nodes: check the selector")
+
+	out, code = runStarter(t, "start", "-f", writeRequest(t, req), "--wait", "--allow-rerun", "--allow-empty")
+	require.Equal(t, 0, code, out)
+
+	out, code = runStarter(t, "status", req.Name, "-o", "json")
+	require.Equal(t, 0, code, out)
+	var view map[string]any
+	require.NoError(t, json.Unmarshal([]byte(out), &view), out)
+	require.Equal(t, "Completed", view["status"])
+	require.Equal(t, 0.0, view["selected"])
+}
+
 func TestStarterRejectsBadRequestNamingTheField(t *testing.T) {
 	req := workflows.RolloutRequest{Name: "Bad_Name", Nodes: []string{"a"}, JobTemplate: JobTemplate(0, nil), Parallelism: -1}
 	out, code := runStarter(t, "start", "-f", writeRequest(t, req))
 	require.Equal(t, 2, code, out)
 	require.Contains(t, out, "name:")
 	require.Contains(t, out, "parallelism:")
+	require.NotContains(t, out, "temporal at", "a bad file is rejected before dialling")
 }
 
 // TestTemporalCLIStartsARollout starts a rollout the way an operator does from a shell, with

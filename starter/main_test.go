@@ -1,0 +1,190 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"net"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	enumspb "go.temporal.io/api/enums/v1"
+	"sigs.k8s.io/yaml"
+
+	"github.com/noderollout/noderollout/workflows"
+)
+
+// closedAddress is a local port nothing listens on: a command that dials fails there.
+func closedAddress(t *testing.T) string {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := l.Addr().String()
+	require.NoError(t, l.Close())
+	return addr
+}
+
+func starter(t *testing.T, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	env := []string{"NODEROLLOUT_TEMPORAL_ADDRESS=" + closedAddress(t)}
+	code = runMain(args, env, &out, &errOut)
+	return code, out.String(), errOut.String()
+}
+
+func TestValidateChecksOfflineAndExits2(t *testing.T) {
+	good := writeFile(t, "good.yaml", "name: kata\nnodeSelector: kata=true\n"+goodTemplate)
+	code, out, errOut := starter(t, "validate", "-f", good)
+	require.Equal(t, 0, code, errOut)
+	require.Contains(t, out, "valid (rollout kata")
+
+	bad := writeFile(t, "bad.yaml", "name: kata\nnodeSelector: kata=true\nparallelizm: 3\n"+
+		strings.Replace(goodTemplate, "Never", "Always", 1))
+	for _, cmd := range []string{"validate", "start", "dry-run"} {
+		code, _, errOut = starter(t, cmd, "-f", bad)
+		require.Equal(t, 2, code, cmd)
+		require.NotContains(t, errOut, "temporal at", "%s must not dial with a bad file", cmd)
+		require.Contains(t, errOut, `parallelizm: unknown field; did you mean "parallelism"?`)
+		require.Contains(t, errOut, "\n  jobTemplate.spec.template.spec.restartPolicy:")
+		require.NotContains(t, errOut, "retryable")
+	}
+
+	code, out, _ = starter(t, "validate", "-f", bad, "-o", "json")
+	require.Equal(t, 2, code)
+	var v validation
+	require.NoError(t, json.Unmarshal([]byte(out), &v))
+	require.False(t, v.Valid)
+	require.Len(t, v.Problems, 2)
+
+	code, _, errOut = starter(t, "validate")
+	require.Equal(t, 2, code)
+	require.Contains(t, errOut, "-f/--file is required")
+}
+
+func TestAGoodFileReachesTheServerAndItsAbsenceExits1(t *testing.T) {
+	good := writeFile(t, "good.yaml", "name: kata\nnodeSelector: kata=true\n"+goodTemplate)
+	code, _, errOut := starter(t, "start", "-f", good)
+	require.Equal(t, 1, code)
+	require.Contains(t, errOut, "is Temporal running there?")
+}
+
+func TestCommandLineMistakesExit2WithAHint(t *testing.T) {
+	code, _, errOut := starter(t, "stauts", "x")
+	require.Equal(t, 2, code)
+	require.Contains(t, errOut, "\tstatus\n")
+
+	code, _, errOut = starter(t, "start", "--kube-qps", "3")
+	require.Equal(t, 2, code)
+	require.Contains(t, errOut, "unknown flag: --kube-qps")
+
+	code, _, errOut = starter(t, "status")
+	require.Equal(t, 2, code)
+	require.Contains(t, errOut, "expected ID")
+
+	code, _, errOut = starter(t, "set-parallelism", "x", "many")
+	require.Equal(t, 2, code)
+	require.Contains(t, errOut, `parallelism N: "many" is not a whole number`)
+
+	code, out, _ := starter(t, "--help")
+	require.Equal(t, 0, code)
+	require.Contains(t, out, "schedule")
+	require.Contains(t, out, "validate")
+}
+
+func TestUnknownOutputFormatIsAnErrorOnEveryPrintingCommand(t *testing.T) {
+	good := writeFile(t, "good.yaml", "name: kata\nnodeSelector: kata=true\n"+goodTemplate)
+	for _, args := range [][]string{
+		{"status", "x"}, {"start", "-f", good}, {"dry-run", "-f", good}, {"validate", "-f", good},
+		{"schedule", "list"}, {"version"},
+	} {
+		code, _, errOut := starter(t, append(args, "-o", "xml")...)
+		require.Equal(t, 2, code, args)
+		require.Contains(t, errOut, `-o "xml" is not an output format; use table, json, yaml`, args)
+	}
+}
+
+func TestValidateAndVersionPrintJSONAndYAML(t *testing.T) {
+	good := writeFile(t, "good.yaml", "name: kata\nnodeSelector: kata=true\n"+goodTemplate)
+	_, out, _ := starter(t, "validate", "-f", good, "-o", "yaml")
+	var v validation
+	require.NoError(t, yaml.Unmarshal([]byte(out), &v))
+	require.True(t, v.Valid)
+	require.Equal(t, "kata", v.Request.Name)
+
+	code, out, _ := starter(t, "version", "-o", "json")
+	require.Equal(t, 0, code)
+	var info map[string]string
+	require.NoError(t, json.Unmarshal([]byte(out), &info))
+	require.NotEmpty(t, info["goVersion"])
+	require.NotEmpty(t, info["temporalSDKVersion"])
+}
+
+func TestCompletionScripts(t *testing.T) {
+	for _, shell := range []string{"bash", "zsh"} {
+		code, out, errOut := starter(t, "completion", shell)
+		require.Equal(t, 0, code, errOut)
+		require.Contains(t, out, "starter")
+	}
+}
+
+func TestRunningAndEndedRolloutsShareOneJSONShape(t *testing.T) {
+	keys := func(v rolloutView) []string {
+		b, err := json.Marshal(v)
+		require.NoError(t, err)
+		var m map[string]any
+		require.NoError(t, json.Unmarshal(b, &m))
+		var ks []string
+		for k := range m {
+			ks = append(ks, k)
+		}
+		sort.Strings(ks)
+		return ks
+	}
+	now := time.Now()
+	running := runningView("rollout-a", workflows.RolloutStatus{Name: "a", Phase: "running", Selected: 3, Parallelism: 2, Window: 2, StartedAt: now})
+	ended := endedView("rollout-a", enumspb.WORKFLOW_EXECUTION_STATUS_FAILED, workflows.RolloutResult{Name: "a", Selected: 3, StartedAt: now, FinishedAt: now}, errors.New("over budget"))
+	require.Equal(t, "Running", running.Status)
+	require.Equal(t, "Failed", ended.Status)
+	for _, k := range []string{"workflowId", "status", "phase", "name", "selected", "counts", "startedAt"} {
+		require.Contains(t, keys(running), k)
+		require.Contains(t, keys(ended), k)
+	}
+}
+
+func TestWaitOnARolloutThatSelectedNoNode(t *testing.T) {
+	for _, allow := range []bool{false, true} {
+		var out bytes.Buffer
+		a := &app{out: &out}
+		a.cmd = startCommand(a)
+		if allow {
+			require.NoError(t, a.cmd.Flags().Parse([]string{"--allow-empty"}))
+		}
+		err := a.ended("rollout-demo", workflows.RolloutResult{Name: "demo"}, nil, false)
+		if allow {
+			require.NoError(t, err)
+			continue
+		}
+		var re runError
+		require.ErrorAs(t, err, &re, "exit 1")
+		require.Contains(t, err.Error(), "selected 0 nodes: check the selector")
+	}
+}
+
+func TestProgressLineFitsTheTerminal(t *testing.T) {
+	st := workflows.RolloutStatus{Phase: "running", Selected: 10000, ListingDone: true,
+		Counts: workflows.Counts{Succeeded: 4321, Failed: 12, Running: 100, Waiting: 3}}
+	for _, width := range []int{20, 40, 60, 80, 100, 200} {
+		line := progressLine(st, 90*time.Second, width)
+		require.LessOrEqual(t, len([]rune(line)), width-1, "width %d: %q", width, line)
+		require.Contains(t, line, "4333/10000", "width %d keeps the count", width)
+	}
+	require.Contains(t, progressLine(st, 90*time.Second, 200), "ETA")
+	require.Contains(t, progressLine(st, 90*time.Second, 0), "[")
+}
+
+func TestHumanErrorDropsTheSDKsTypeSuffix(t *testing.T) {
+	err := errors.New("invalid rollout request: name: is required (type: InvalidRequest, retryable: false)")
+	require.Equal(t, "invalid rollout request: name: is required", humanError(err))
+}
