@@ -11,6 +11,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/noderollout/noderollout/activities/jobspec"
+	"github.com/noderollout/noderollout/internal/policy"
 )
 
 // FieldManager owns every field noderollout writes.
@@ -38,6 +39,8 @@ type Activities struct {
 	// will report them stopped, and the Pod garbage collector removes the Pods of a missing
 	// Node within about a minute.
 	NodeGonePodWait time.Duration
+	// Policy is the platform team's rules (--policy-file); nil allows every request.
+	Policy *policy.Policy
 
 	waiting   atomic.Int64 // WaitJob calls in progress, for the running-Jobs gauge
 	templates templateCache
@@ -66,6 +69,9 @@ func (a *Activities) PrepareTemplate(ctx context.Context, in PrepareTemplateInpu
 		return PreparedTemplate{}, invalidRequest("jobTemplate",
 			"set exactly one of jobTemplate (inline Job YAML) and jobTemplateRef (a ConfigMap holding it)")
 	}
+	if err := a.checkRequestPolicy(in); err != nil {
+		return PreparedTemplate{}, err
+	}
 	if _, err := a.Kube.CoreV1().Namespaces().Get(ctx, in.Namespace, metav1.GetOptions{}); err != nil {
 		if apierrors.IsNotFound(err) {
 			return PreparedTemplate{}, invalidRequest("namespace",
@@ -80,17 +86,21 @@ func (a *Activities) PrepareTemplate(ctx context.Context, in PrepareTemplateInpu
 			return PreparedTemplate{}, err
 		}
 	}
-	if _, err := jobspec.ParseTemplate(text); err != nil {
+	job, err := jobspec.ParseTemplate(text)
+	if err != nil {
 		return PreparedTemplate{}, templateError(err)
+	}
+	if err := a.checkTemplatePolicy(in, job); err != nil {
+		return PreparedTemplate{}, err
 	}
 	hash := jobspec.TemplateHash(text)
 	if !in.Store {
-		return PreparedTemplate{Template: text, Hash: hash}, nil
+		return PreparedTemplate{Template: text, Hash: hash, MaxParallelism: a.policyParallelism()}, nil
 	}
 	if err := a.storeTemplate(ctx, in.Namespace, text, hash); err != nil {
 		return PreparedTemplate{}, err
 	}
-	return PreparedTemplate{Hash: hash}, nil
+	return PreparedTemplate{Hash: hash, MaxParallelism: a.policyParallelism()}, nil
 }
 
 func (a *Activities) templateFromConfigMap(ctx context.Context, defaultNamespace string, ref TemplateRef) (string, error) {

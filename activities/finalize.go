@@ -140,9 +140,13 @@ func (a *Activities) markNode(ctx context.Context, in FinalizeInput) (*corev1.No
 		}
 		return node, kubeError(err, "get", fmt.Sprintf("node %q", in.Node))
 	}
-	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{
+	annotations := map[string]string{
 		jobspec.NodeMarkerKey(in.Rollout): jobspec.NodeMarker(in.TemplateHash, string(in.End.Outcome)),
-	}}})
+	}
+	if in.Requester != "" {
+		annotations[NodeRequesterKey(in.Rollout)] = in.Requester
+	}
+	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": annotations}})
 	if err != nil {
 		return nil, err
 	}
@@ -182,6 +186,9 @@ func (a *Activities) recordEvent(ctx context.Context, in FinalizeInput, node *co
 		eventType = corev1.EventTypeNormal
 	}
 	msg := fmt.Sprintf("rollout %s: %s", in.Rollout, in.End.Outcome)
+	if in.Requester != "" {
+		msg = fmt.Sprintf("rollout %s (requested by %s): %s", in.Rollout, in.Requester, in.End.Outcome)
+	}
 	if in.Job != nil {
 		msg += fmt.Sprintf(" (Job %s/%s)", in.Job.Namespace, in.Job.Name)
 	}

@@ -44,6 +44,10 @@ func (a *Activities) CreateJob(ctx context.Context, in JobRequest) (JobRef, erro
 	if err != nil {
 		return JobRef{}, templateError(err)
 	}
+	if err := a.checkJobPolicy(ctx, in, job); err != nil {
+		return JobRef{}, err
+	}
+	stampRequester(job, in.Requester)
 
 	// The node check and the create go out together: ListNodes saw the node moments ago, so the
 	// check nearly always passes, and waiting for it first would put a round trip between every

@@ -15,10 +15,11 @@ import (
 	"github.com/noderollout/noderollout/activities/jobspec"
 )
 
-// JobWatcher keeps one watch on every rollout Job of the cluster (one per worker, however many
-// Jobs are being waited for) and tells each waiter when its own Job changes.
+// JobWatcher keeps one watch on every rollout Job of the cluster, or one per namespace in
+// namespaced mode (per worker, however many Jobs are being waited for), and tells each waiter
+// when its own Job changes.
 type JobWatcher struct {
-	informer cache.SharedIndexInformer
+	informers map[string]cache.SharedIndexInformer // by namespace; metav1.NamespaceAll: all of them
 
 	mu      sync.Mutex
 	subs    map[string]map[*JobSubscription]struct{} // by "namespace/name"
@@ -26,36 +27,48 @@ type JobWatcher struct {
 	synced  []cache.InformerSynced
 }
 
-// NewJobWatcher builds the watcher; nothing talks to the API server until Start.
-func NewJobWatcher(kube kubernetes.Interface) *JobWatcher {
-	informer := batchinformers.NewFilteredJobInformer(kube, metav1.NamespaceAll, 0, cache.Indexers{},
-		func(o *metav1.ListOptions) { o.LabelSelector = jobspec.LabelRollout })
-	// A large fleet keeps thousands of Jobs in the cache; their managed fields are dead weight.
-	_ = informer.SetTransform(func(obj any) (any, error) {
-		if m, err := meta.Accessor(obj); err == nil {
-			m.SetManagedFields(nil)
-		}
-		return obj, nil
-	})
-	return &JobWatcher{informer: informer, subs: map[string]map[*JobSubscription]struct{}{}}
+// NewJobWatcher builds the watcher over the given namespaces (none: the whole cluster, which
+// needs cluster-wide list/watch on Jobs); nothing talks to the API server until Start.
+func NewJobWatcher(kube kubernetes.Interface, namespaces ...string) *JobWatcher {
+	if len(namespaces) == 0 {
+		namespaces = []string{metav1.NamespaceAll}
+	}
+	w := &JobWatcher{informers: map[string]cache.SharedIndexInformer{}, subs: map[string]map[*JobSubscription]struct{}{}}
+	for _, ns := range namespaces {
+		informer := batchinformers.NewFilteredJobInformer(kube, ns, 0, cache.Indexers{},
+			func(o *metav1.ListOptions) { o.LabelSelector = jobspec.LabelRollout })
+		// A large fleet keeps thousands of Jobs in the cache; their managed fields are dead weight.
+		_ = informer.SetTransform(func(obj any) (any, error) {
+			if m, err := meta.Accessor(obj); err == nil {
+				m.SetManagedFields(nil)
+			}
+			return obj, nil
+		})
+		w.informers[ns] = informer
+	}
+	return w
 }
 
 // Start runs the informer until ctx ends and returns once its cache has synced.
 func (w *JobWatcher) Start(ctx context.Context) error {
 	w.mu.Lock()
 	if !w.started {
-		reg, err := w.informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
-			AddFunc:    func(obj any) { w.observe(obj, false) },
-			UpdateFunc: func(_, obj any) { w.observe(obj, false) },
-			DeleteFunc: func(obj any) { w.observe(obj, true) },
-		})
-		if err != nil {
-			w.mu.Unlock()
-			return err
+		for _, informer := range w.informers {
+			reg, err := informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
+				AddFunc:    func(obj any) { w.observe(obj, false) },
+				UpdateFunc: func(_, obj any) { w.observe(obj, false) },
+				DeleteFunc: func(obj any) { w.observe(obj, true) },
+			})
+			if err != nil {
+				w.mu.Unlock()
+				return err
+			}
+			w.synced = append(w.synced, informer.HasSynced, reg.HasSynced)
 		}
-		w.synced = []cache.InformerSynced{w.informer.HasSynced, reg.HasSynced}
 		w.started = true
-		go w.informer.RunWithContext(ctx)
+		for _, informer := range w.informers {
+			go informer.RunWithContext(ctx)
+		}
 	}
 	synced := w.synced
 	w.mu.Unlock()
@@ -118,7 +131,14 @@ func (w *JobWatcher) Subscribe(namespace, name string) *JobSubscription {
 		w.subs[key] = map[*JobSubscription]struct{}{}
 	}
 	w.subs[key][s] = struct{}{}
-	if obj, exists, err := w.informer.GetIndexer().GetByKey(key); err == nil && exists {
+	informer := w.informers[namespace]
+	if informer == nil {
+		informer = w.informers[metav1.NamespaceAll]
+	}
+	if informer == nil {
+		return s // a namespace not watched: WaitJob reads the Job from the API server
+	}
+	if obj, exists, err := informer.GetIndexer().GetByKey(key); err == nil && exists {
 		s.job, _ = obj.(*batchv1.Job)
 	}
 	return s

@@ -41,11 +41,13 @@ const (
 	// webhook"). RETRYABLE: the webhook may come back; it is a type only so that, when it is
 	// the error the retries end with, the node's reason says what stood in the way.
 	ErrAdmissionUnavailable = "AdmissionUnavailable"
+	// ErrPolicyDenied: the worker's policy (--policy-file) refuses the request or a Job.
+	ErrPolicyDenied = "PolicyDenied"
 )
 
 // NonRetryableErrors lists every non-retryable error type above, for
 // RetryPolicy.NonRetryableErrorTypes.
-var NonRetryableErrors = []string{ErrInvalidRequest, ErrForeignObject, ErrForbidden, ErrNodeGone, ErrQuotaExceeded, ErrAdmissionDenied}
+var NonRetryableErrors = []string{ErrInvalidRequest, ErrForeignObject, ErrForbidden, ErrNodeGone, ErrQuotaExceeded, ErrAdmissionDenied, ErrPolicyDenied}
 
 // Reasons recorded in NodeResult.Reason when the Job itself cannot say. Together with the error
 // types above, the Job conditions' own reasons (BackoffLimitExceeded, DeadlineExceeded,
@@ -91,6 +93,9 @@ type PrepareTemplateInput struct {
 	// (TemplateConfigMapName) and returns the hash alone: CreateJob reads it back by hash, so
 	// the template never travels through the workflow histories.
 	Store bool `json:"store,omitempty"`
+	// NodeSelector and Parallelism are what the worker's policy judges besides the template.
+	NodeSelector string `json:"nodeSelector,omitempty"`
+	Parallelism  int    `json:"parallelism,omitempty"`
 }
 
 // PreparedTemplate is a template that parsed and validated, with its content hash. Template is
@@ -98,6 +103,8 @@ type PrepareTemplateInput struct {
 type PreparedTemplate struct {
 	Template string `json:"template,omitempty"`
 	Hash     string `json:"hash"`
+	// MaxParallelism is the worker policy's cap (0: none), for setParallelism while running.
+	MaxParallelism int `json:"maxParallelism,omitempty"`
 }
 
 // ListNodesInput selects nodes: Names (explicit) or Selector/FieldSelector (exactly one of
@@ -140,6 +147,8 @@ type JobRequest struct {
 	JobTimeoutSeconds int64 `json:"jobTimeoutSeconds"`
 	// TTLSecondsAfterFinished becomes ttlSecondsAfterFinished when the template sets none.
 	TTLSecondsAfterFinished int32 `json:"ttlSecondsAfterFinished"`
+	// Requester is who started the rollout (the starter's claim), recorded on the Job.
+	Requester string `json:"requester,omitempty"`
 }
 
 // JobRef identifies a Job the rollout created (or adopted). UID is empty when the Job's name is
@@ -193,6 +202,7 @@ type FinalizeInput struct {
 	Job          *JobRef  `json:"job,omitempty"` // nil when no Job was created
 	End          JobEnd   `json:"end"`
 	KeepJobs     KeepJobs `json:"keepJobs"`
+	Requester    string   `json:"requester,omitempty"` // recorded on the Node next to the marker
 }
 
 // FinalizeResult carries what was learned from a failed or timed-out Job's Pod.

@@ -31,6 +31,7 @@ import (
 	"github.com/noderollout/noderollout/activities"
 	"github.com/noderollout/noderollout/activities/jobspec"
 	"github.com/noderollout/noderollout/internal/config"
+	"github.com/noderollout/noderollout/internal/policy"
 	"github.com/noderollout/noderollout/workflows"
 )
 
@@ -43,6 +44,21 @@ var WorkerRules = []rbacv1.PolicyRule{
 	{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"list"}},
 	{APIGroups: []string{""}, Resources: []string{"pods/log"}, Verbs: []string{"get"}},
 	{APIGroups: []string{""}, Resources: []string{"namespaces"}, Verbs: []string{"get"}},
+	{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"create", "get"}},
+}
+
+// NamespacedClusterRules is the ClusterRole in namespaced mode: what cannot be namespaced.
+var NamespacedClusterRules = []rbacv1.PolicyRule{
+	{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"get", "list", "patch"}},
+	{APIGroups: []string{""}, Resources: []string{"namespaces"}, Verbs: []string{"get"}},
+}
+
+// JobNamespaceRules is the Role in each Job namespace in namespaced mode: together with
+// NamespacedClusterRules, exactly WorkerRules (TestNamespacedModeGrantsTheSameVerbs).
+var JobNamespaceRules = []rbacv1.PolicyRule{
+	{APIGroups: []string{"batch"}, Resources: []string{"jobs"}, Verbs: []string{"create", "delete", "get", "list", "patch", "watch"}},
+	{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"list"}},
+	{APIGroups: []string{""}, Resources: []string{"pods/log"}, Verbs: []string{"get"}},
 	{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"create", "get"}},
 }
 
@@ -108,6 +124,11 @@ func TestEveryKustomizationRendersTheSameObjects(t *testing.T) {
 	}
 	for _, k := range Kustomizations {
 		t.Run(k, func(t *testing.T) {
+			want := slices.Clone(want)
+			if k == NamespacedKustomization {
+				want = append(want, "Namespace//"+JobNamespace,
+					"Role/"+JobNamespace+"/noderollout-worker-jobs", "RoleBinding/"+JobNamespace+"/noderollout-worker-jobs")
+			}
 			var got []string
 			for _, o := range render(t, k) {
 				name := o.GetName()
@@ -135,7 +156,16 @@ func TestClusterRoleIsExactlyWhatTheActivitiesNeed(t *testing.T) {
 		t.Run(k, func(t *testing.T) {
 			objs := render(t, k)
 			role := convert[rbacv1.ClusterRole](t, find(t, objs, "ClusterRole", "", "noderollout-worker"))
-			require.Equal(t, WorkerRules, role.Rules)
+			if k == NamespacedKustomization {
+				require.Equal(t, NamespacedClusterRules, role.Rules)
+				jobs := convert[rbacv1.Role](t, find(t, objs, "Role", JobNamespace, "noderollout-worker-jobs"))
+				require.Equal(t, JobNamespaceRules, jobs.Rules)
+				rb := convert[rbacv1.RoleBinding](t, find(t, objs, "RoleBinding", JobNamespace, "noderollout-worker-jobs"))
+				require.Equal(t, rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: jobs.Name}, rb.RoleRef)
+				require.Equal(t, []rbacv1.Subject{{Kind: "ServiceAccount", Name: serviceAccount, Namespace: namespace}}, rb.Subjects)
+			} else {
+				require.Equal(t, WorkerRules, role.Rules)
+			}
 			require.Nil(t, role.AggregationRule)
 
 			events := convert[rbacv1.Role](t, find(t, objs, "Role", activities.EventNamespace, "noderollout-worker-events"))
@@ -157,7 +187,7 @@ func TestClusterRoleIsExactlyWhatTheActivitiesNeed(t *testing.T) {
 // TestRulesNeverGrantWhatTheWorkerMustNotHave guards the rules against broadening by
 // wildcard or by a verb that only looks harmless.
 func TestRulesNeverGrantWhatTheWorkerMustNotHave(t *testing.T) {
-	for _, r := range append(slices.Clone(WorkerRules), EventRules...) {
+	for _, r := range slices.Concat(WorkerRules, EventRules, NamespacedClusterRules, JobNamespaceRules) {
 		for _, field := range [][]string{r.APIGroups, r.Resources, r.Verbs} {
 			require.NotContains(t, field, "*")
 		}
@@ -186,6 +216,34 @@ var overlays = map[string]overlayWant{
 	"base":                    {image: "noderollout:dev", temporalAddress: "temporal-frontend.temporal.svc.cluster.local:7233", secretOptional: true},
 	"overlays/local":          {image: "noderollout:dev", pullPolicy: "Never", temporalAddress: "host.docker.internal:7233", secretOptional: true},
 	"overlays/temporal-cloud": {image: "your-registry/noderollout:dev", temporalAddress: "<region>.<cloud-provider>.api.temporal.io:7233", secretOptional: false},
+	NamespacedKustomization:   {image: "noderollout:dev", temporalAddress: "temporal-frontend.temporal.svc.cluster.local:7233", secretOptional: true},
+}
+
+// TestNamespacedModeGrantsTheSameVerbs: namespaced mode moves verbs from the ClusterRole into
+// Roles, and neither adds nor drops one, so every activity works in both modes.
+func TestNamespacedModeGrantsTheSameVerbs(t *testing.T) {
+	require.ElementsMatch(t, WorkerRules, slices.Concat(NamespacedClusterRules, JobNamespaceRules))
+}
+
+// TestNamespacedWorkerPolicyFitsItsRoles loads the namespaced overlay's policy as the worker
+// would, and requires that it allows exactly the namespaces with Roles and a Job watch.
+func TestNamespacedWorkerPolicyFitsItsRoles(t *testing.T) {
+	objs := render(t, NamespacedKustomization)
+	cfg := loadWorkerConfig(t, objs, deployment(t, objs))
+	require.Equal(t, []string{JobNamespace}, cfg.JobNamespaces)
+	require.Equal(t, "/etc/noderollout/policy.yaml", cfg.PolicyFile)
+	cm := convert[corev1.ConfigMap](t, find(t, objs, "ConfigMap", namespace, "noderollout-worker-config"))
+	p, err := policy.Parse([]byte(cm.Data["policy.yaml"]))
+	require.NoError(t, err)
+	require.NoError(t, p.WithinNamespaces(cfg.JobNamespaces))
+	var roleNamespaces []string
+	for _, o := range objs {
+		if o.GetKind() == "Role" && o.GetName() == "noderollout-worker-jobs" {
+			roleNamespaces = append(roleNamespaces, o.GetNamespace())
+		}
+	}
+	require.ElementsMatch(t, cfg.JobNamespaces, roleNamespaces)
+	require.ErrorContains(t, p.CheckRequest(policy.Request{Namespace: "kube-system", Parallelism: 1}), "namespaces")
 }
 
 func TestWorkerDeployment(t *testing.T) {
@@ -405,7 +463,7 @@ func TestDockerCompose(t *testing.T) {
 	// Temporal dev server: SQLite on the named volume, the search attribute starter sets.
 	require.Contains(t, project.Volumes, "temporal-data")
 	require.Equal(t, []string{"server", "start-dev", "--ip", "0.0.0.0", "--db-filename", "/data/temporal.db",
-		"--search-attribute", "RolloutName=Keyword"}, []string(temporal.Command))
+		"--search-attribute", "RolloutName=Keyword", "--search-attribute", "RolloutRequester=Keyword"}, []string(temporal.Command))
 	require.Equal(t, []types.ServiceVolumeConfig{{Type: types.VolumeTypeVolume, Source: "temporal-data", Target: "/data", Volume: &types.ServiceVolumeVolume{}}},
 		temporal.Volumes)
 	published := map[uint32]string{}

@@ -14,7 +14,14 @@ import (
 )
 
 // Kustomizations are the directories, relative to this one, that `kubectl apply -k` takes.
-var Kustomizations = []string{"base", "overlays/local", "overlays/temporal-cloud"}
+var Kustomizations = []string{"base", "overlays/local", "overlays/temporal-cloud", NamespacedKustomization}
+
+// NamespacedKustomization is the overlay whose worker reaches Jobs, Pods and ConfigMaps only
+// in JobNamespace (Roles there), with Nodes and Namespaces cluster-wide.
+const (
+	NamespacedKustomization = "overlays/namespaced"
+	JobNamespace            = "node-maintenance"
+)
 
 // Dir is this directory (deploy/ of the source tree): where this file was compiled from, or,
 // in a -trimpath build, the nearest deploy/ above the working directory.

@@ -18,7 +18,7 @@ component_command() {
         --sqlite-pragma journal_mode=wal --sqlite-pragma synchronous=off
         --sqlite-pragma cache_size=-262144 --sqlite-pragma mmap_size=1073741824
         --dynamic-config-value system.enableActivityEagerExecution=true
-        --search-attribute RolloutName=Keyword
+        --search-attribute RolloutName=Keyword --search-attribute RolloutRequester=Keyword
         --log-level warn) ;;
     etcd)
       CMD=("$ETCD_BIN" --name noderollout --data-dir "$STATE_DIR/etcd"

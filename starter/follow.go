@@ -115,6 +115,9 @@ type rolloutView struct {
 	StartedAt      time.Time              `json:"startedAt"`
 	FinishedAt     *time.Time             `json:"finishedAt,omitempty"`
 	Error          string                 `json:"error,omitempty"`
+	// Requester and Reason come from the memo the starter wrote; empty when started otherwise.
+	Requester string `json:"requester,omitempty"`
+	Reason    string `json:"reason,omitempty"`
 }
 
 func runningView(id string, st workflows.RolloutStatus) rolloutView {

@@ -11,11 +11,9 @@ import (
 	"github.com/spf13/cobra"
 	commonpb "go.temporal.io/api/common/v1"
 	enumspb "go.temporal.io/api/enums/v1"
-	"go.temporal.io/api/operatorservice/v1"
 	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
-	"go.temporal.io/sdk/temporal"
 
 	"github.com/noderollout/noderollout/workflows"
 )
@@ -36,6 +34,7 @@ With --wait, follow it to the end; exit 1 if it fails or selected no node.`,
 	cmd.Flags().Bool("wait", false, "follow progress until the rollout ends")
 	cmd.Flags().Bool("allow-rerun", false, "start even if a rollout of this name already completed (nodes done for this template are still skipped unless the request sets rerun)")
 	cmd.Flags().Bool("allow-empty", false, "with --wait, succeed even if the rollout selected no node")
+	cmd.Flags().String("reason", "", "why, recorded with the requester (user@host) in the rollout's memo")
 	outputFlag(cmd)
 	return cmd
 }
@@ -198,25 +197,9 @@ func (a *app) startOptions(id string, req workflows.RolloutRequest) client.Start
 	if a.cmd.Flags().Lookup("allow-rerun") != nil && a.flagBool("allow-rerun") {
 		opts.WorkflowIDReusePolicy = enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE
 	}
-	if a.hasRolloutNameAttribute() {
-		opts.TypedSearchAttributes = searchAttributes(req.Name)
-	}
+	opts.Memo = a.requesterMemo()
+	opts.TypedSearchAttributes = a.searchAttributes(req.Name)
 	return opts
-}
-
-func searchAttributes(name string) temporal.SearchAttributes {
-	return temporal.NewSearchAttributes(temporal.NewSearchAttributeKeyKeyword(workflows.SearchAttributeRolloutName).ValueSet(name))
-}
-
-// hasRolloutNameAttribute tells whether the namespace registered RolloutName; without it the
-// rollout still runs, it just cannot be searched by name.
-func (a *app) hasRolloutNameAttribute() bool {
-	resp, err := a.tc.OperatorService().ListSearchAttributes(a.ctx, &operatorservice.ListSearchAttributesRequest{Namespace: a.cfg.TemporalNamespace})
-	if err != nil {
-		return false
-	}
-	_, ok := resp.GetCustomAttributes()[workflows.SearchAttributeRolloutName]
-	return ok
 }
 
 func summary(req workflows.RolloutRequest) string {
@@ -224,7 +207,7 @@ func summary(req workflows.RolloutRequest) string {
 	if len(req.Nodes) == 0 {
 		target = "nodes " + strings.TrimSpace(req.NodeSelector+" "+req.FieldSelector)
 	}
-	return fmt.Sprintf("rollout %s: Jobs in %s on %s", req.Name, nsOrDefault(req.Namespace), target)
+	return fmt.Sprintf("rollout %s: Jobs in %s on %s, requested by %s", req.Name, nsOrDefault(req.Namespace), target, requester())
 }
 
 func nsOrDefault(ns string) string {
@@ -344,9 +327,10 @@ func (a *app) showStatus() error {
 	status := desc.Status
 	if status != enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {
 		res, runErr := a.result(id)
-		view := endedView(id, status, res, runErr)
+		view := withRequester(endedView(id, status, res, runErr), desc.Memo)
 		return a.print(view, func(w io.Writer) error {
 			fmt.Fprintf(w, "rollout %s ended: %s\n", id, view.Status)
+			printRequester(w, view)
 			printResult(w, res)
 			if runErr != nil {
 				fmt.Fprintf(w, "error: %s\n", humanError(runErr))
@@ -358,7 +342,9 @@ func (a *app) showStatus() error {
 	if err != nil {
 		return err
 	}
-	return a.print(runningView(id, st), func(w io.Writer) error {
+	view := withRequester(runningView(id, st), desc.Memo)
+	return a.print(view, func(w io.Writer) error {
+		printRequester(w, view)
 		printStatus(w, st)
 		return nil
 	})

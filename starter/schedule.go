@@ -41,6 +41,7 @@ still runs, unless --allow-overlap.`,
 	create.Flags().Duration("every", 0, "interval, e.g. 24h")
 	create.Flags().Bool("paused", false, "create the schedule paused")
 	create.Flags().Bool("allow-overlap", false, "start a run even while the previous one runs (default: skip it)")
+	create.Flags().String("reason", "", "why, recorded with the requester (user@host) in each run's memo")
 	create.MarkFlagsMutuallyExclusive("cron", "every")
 	list := &cobra.Command{
 		Use:   "list",
@@ -99,9 +100,8 @@ func (a *app) createSchedule() error {
 		TaskQueue:     a.cfg.TaskQueue,
 		StaticSummary: summary(req),
 	}
-	if a.hasRolloutNameAttribute() {
-		action.TypedSearchAttributes = searchAttributes(req.Name)
-	}
+	action.Memo = a.requesterMemo()
+	action.TypedSearchAttributes = a.searchAttributes(req.Name)
 	_, err = tc.ScheduleClient().Create(a.ctx, client.ScheduleOptions{
 		ID:      ScheduleIDPrefix + name,
 		Spec:    spec,

@@ -20,6 +20,7 @@ import (
 	"github.com/noderollout/noderollout/internal/config"
 	"github.com/noderollout/noderollout/internal/connect"
 	"github.com/noderollout/noderollout/internal/metrics"
+	"github.com/noderollout/noderollout/internal/policy"
 	"github.com/noderollout/noderollout/internal/version"
 	"github.com/noderollout/noderollout/workflows"
 )
@@ -54,15 +55,20 @@ flags win over them.
 		fmt.Fprintln(os.Stderr, "worker:", err)
 		os.Exit(2)
 	}
+	pol, err := loadPolicy(cfg)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "worker:", err)
+		os.Exit(2)
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	if err := run(ctx, cfg); err != nil {
+	if err := run(ctx, cfg, pol); err != nil {
 		fmt.Fprintln(os.Stderr, "worker:", err)
 		os.Exit(1)
 	}
 }
 
-func run(ctx context.Context, cfg config.Config) error {
+func run(ctx context.Context, cfg config.Config, pol *policy.Policy) error {
 	logger := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: level(cfg.LogLevel)}))
 	collector := metrics.NewCollector()
 	health := &metrics.Health{}
@@ -83,6 +89,13 @@ func run(ctx context.Context, cfg config.Config) error {
 	}
 	acts := activities.New(kube)
 	acts.NodeCheckInterval = cfg.NodeCheckInterval
+	acts.Policy = pol
+	if pol != nil {
+		logger.Info("policy in force", "file", cfg.PolicyFile, "jobNamespaces", cfg.JobNamespaces)
+	}
+	if len(cfg.JobNamespaces) > 0 {
+		acts.Jobs = activities.NewJobWatcher(kube, cfg.JobNamespaces...)
+	}
 	// The shared Job informer must be synced before any WaitJob runs, and must outlive the
 	// signal: while the worker stops, running activities still wait on it, so it stops only
 	// after they have.

@@ -24,6 +24,7 @@ type NodeRolloutInput struct {
 	JobTimeoutSeconds int64                `json:"jobTimeoutSeconds"`
 	JobTTLSeconds     int32                `json:"jobTTLSeconds"`
 	KeepJobs          activities.KeepJobs  `json:"keepJobs"`
+	Requester         string               `json:"requester,omitempty"`
 }
 
 // NodeRollout creates the node's Job, waits for it to end and finalizes it. Its workflow ID is
@@ -68,6 +69,7 @@ func (n *nodeSteps) run(ctx workflow.Context) (NodeResult, error) {
 		Owner:                   in.Owner,
 		JobTimeoutSeconds:       in.JobTimeoutSeconds,
 		TTLSecondsAfterFinished: in.JobTTLSeconds,
+		Requester:               in.Requester,
 	}).Get(ctx, &job)
 	if err != nil {
 		if isCancel(ctx, err) {
@@ -119,6 +121,7 @@ func (n *nodeSteps) finalize(ctx workflow.Context, job *activities.JobRef, end a
 		Job:          job,
 		End:          end,
 		KeepJobs:     in.KeepJobs,
+		Requester:    in.Requester,
 	}).Get(ctx, &fin)
 	if err != nil && isCancel(ctx, err) && job != nil {
 		return abort(ctx, *job, result)

@@ -78,6 +78,8 @@ type Progress struct {
 	Paused         bool         `json:"paused,omitempty"`
 	ContinuedAsNew int          `json:"continuedAsNew,omitempty"`
 	StartedAt      time.Time    `json:"startedAt"`
+	// MaxParallelism is the worker policy's cap when the rollout started (0: none).
+	MaxParallelism int `json:"maxParallelism,omitempty"`
 }
 
 // MaxReportedFailures caps the failed nodes carried in results, status and continue-as-new.

@@ -62,7 +62,7 @@ func Rollout(ctx workflow.Context, req RolloutRequest, carried *Progress) (Rollo
 	if err != nil {
 		return RolloutResult{}, err
 	}
-	r := &rollout{req: req, s: s}
+	r := &rollout{req: req, s: s, requester: requesterOf(ctx)}
 	r.guarantees = workflow.GetVersion(ctx, versionFieldGuarantees, workflow.DefaultVersion, 1) == 1
 	r.restore(ctx, carried)
 	// Handlers come before the first blocking call, so status and setParallelism work while
@@ -107,6 +107,8 @@ type rollout struct {
 	// pending signals must be read before the run may continue as new.
 	freed   map[string]bool
 	signals []workflow.ReceiveChannel
+
+	requester string // from the memo, for the Jobs and Node markers
 }
 
 // restore takes over carried progress, or starts it afresh on the first run.
@@ -129,10 +131,12 @@ func (r *rollout) prepare(ctx workflow.Context) error {
 	var a *activities.Activities
 	var prepared activities.PreparedTemplate
 	err := workflow.ExecuteActivity(withAPIActivity(ctx, "load and check the Job template"), a.PrepareTemplate, activities.PrepareTemplateInput{
-		Namespace:   r.namespace(),
-		Template:    r.req.JobTemplate,
-		TemplateRef: r.req.JobTemplateRef,
-		Store:       r.guarantees,
+		Namespace:    r.namespace(),
+		Template:     r.req.JobTemplate,
+		TemplateRef:  r.req.JobTemplateRef,
+		Store:        r.guarantees,
+		NodeSelector: r.req.NodeSelector,
+		Parallelism:  r.s.parallelism,
 	}).Get(ctx, &prepared)
 	if err != nil {
 		return asWorkflowError(err)
@@ -142,6 +146,7 @@ func (r *rollout) prepare(ctx workflow.Context) error {
 	if r.guarantees {
 		r.p.Template = ""
 	}
+	r.p.MaxParallelism = prepared.MaxParallelism
 	memo := map[string]any{"templateHash": prepared.Hash, "namespace": r.namespace()}
 	if r.req.NodeSelector != "" {
 		memo["nodeSelector"] = r.req.NodeSelector
@@ -177,6 +182,9 @@ func (r *rollout) registerHandlers(ctx workflow.Context) error {
 		workflow.UpdateHandlerOptions{Validator: func(in SetParallelismRequest) error {
 			if in.Parallelism < 1 || in.Parallelism > MaxParallelism {
 				return fmt.Errorf("parallelism: must be between 1 and %d, got %d", MaxParallelism, in.Parallelism)
+			}
+			if limit := r.p.MaxParallelism; limit > 0 && in.Parallelism > limit {
+				return fmt.Errorf("parallelism: the worker's policy (maxParallelism) allows at most %d, got %d", limit, in.Parallelism)
 			}
 			return nil
 		}})
@@ -418,6 +426,7 @@ func (r *rollout) runNode(ctx workflow.Context, node string) (result NodeResult,
 		JobTimeoutSeconds: int64(r.s.jobTimeout / time.Second),
 		JobTTLSeconds:     int32(r.s.jobTTL / time.Second),
 		KeepJobs:          r.s.keepJobs,
+		Requester:         r.requester,
 	}
 	backoff := busyNodeBackoff
 	for {

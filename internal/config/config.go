@@ -65,6 +65,11 @@ type Config struct {
 	TLSCAData   []byte `mapstructure:"-"`
 	// TemporalProfile names where Temporal's settings came from, for messages ("" if nowhere).
 	TemporalProfile string `mapstructure:"-"`
+	// PolicyFile names the worker's policy (internal/policy); JobNamespaces limits the Job
+	// watch to those namespaces (namespaced RBAC), empty: the whole cluster.
+	PolicyFile        string   `mapstructure:"policy-file"`
+	JobNamespacesList string   `mapstructure:"job-namespaces"`
+	JobNamespaces     []string `mapstructure:"-"`
 }
 
 // key is one setting: its name, its default (whose type is the flag's type) and its help.
@@ -99,6 +104,8 @@ var keys = []key{
 	{"log-level", "info", "debug, info, warn or error", "use debug, info, warn or error", true},
 	{"stop-timeout", 30 * time.Second, "how long a stopping worker lets running activities finish", "write it like 30s", true},
 	{"node-check-interval", 60 * time.Second, "how often a Job wait checks that its node still exists (one GET per running Job)", "write it like 60s", true},
+	{"policy-file", "", "policy (YAML/JSON) of namespaces, images, ServiceAccounts, host access, parallelism and nodes rollouts may use; empty: no limits (README: Security model)", "", true},
+	{"job-namespaces", "", "comma-separated namespaces the worker watches Jobs in (namespaced RBAC); empty: all", "", true},
 }
 
 // AddFlags declares the flags of the worker (worker=true) or the starter's connection flags,
@@ -204,6 +211,11 @@ func FromFlags(fs *pflag.FlagSet, env []string) (Config, error) {
 	c.UIAddress = strings.TrimSuffix(c.UIAddress, "/")
 	c.TemporalCompression = strings.ToLower(c.TemporalCompression)
 	c.LogLevel = strings.ToLower(c.LogLevel)
+	for _, ns := range strings.Split(c.JobNamespacesList, ",") {
+		if ns = strings.TrimSpace(ns); ns != "" {
+			c.JobNamespaces = append(c.JobNamespaces, ns)
+		}
+	}
 	if err := c.readAPIKeyFile(); err != nil {
 		return c, err
 	}

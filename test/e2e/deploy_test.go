@@ -78,6 +78,12 @@ func TestDeployManifests(t *testing.T) {
 			if k != "base" {
 				objs = renderKustomization(t, k)
 			}
+			if k == deploy.NamespacedKustomization {
+				// Its Job namespace must exist for the Role in it to be dry-run.
+				jobNS := slices.DeleteFunc(objectsOf(objs, "Namespace"), func(o *unstructured.Unstructured) bool { return o.GetName() != deploy.JobNamespace })
+				applyReal(t, a, jobNS)
+				t.Cleanup(func() { _ = stack.Kube.CoreV1().Namespaces().Delete(ctx, deploy.JobNamespace, metav1.DeleteOptions{}) })
+			}
 			for _, o := range objs {
 				warnings := a.apply(t, o, true)
 				require.Empty(t, warnings, "%s: %s %s: the API server warned", k, o.GetKind(), o.GetName())
@@ -120,6 +126,15 @@ func TestDeployManifests(t *testing.T) {
 
 	t.Run("EachVerbIsNeeded", func(t *testing.T) {
 		eachVerbIsNeeded(t, a, clusterRules, eventRules)
+	})
+
+	// Last: it replaces the worker's ClusterRole with the namespaced overlay's.
+	t.Run("NamespacedModeRolloutAsServiceAccount", func(t *testing.T) {
+		namespacedRollout(t, a)
+	})
+	t.Run("NamespacedModeEachVerbIsNeeded", func(t *testing.T) {
+		cluster, events, jobs := namespacedRules(t)
+		eachVerbIsNeededIn(t, a, cluster, events, jobs)
 	})
 }
 
@@ -261,7 +276,7 @@ func allowedBy(x access, clusterRules, eventRules []rbacv1.PolicyRule) bool {
 
 // accessUniverse is every request checkAccessMatrix asks about: each verb on the resources the
 // worker touches, their neighbours, and what a worker must never reach.
-func accessUniverse() []access {
+func accessUniverse(extraNamespaces ...string) []access {
 	type res struct {
 		group, resource, subresource string
 		cluster                      bool
@@ -280,7 +295,7 @@ func accessUniverse() []access {
 	verbs := []string{"get", "list", "watch", "create", "update", "patch", "delete", "deletecollection"}
 	var out []access
 	for _, r := range resources {
-		namespaces := []string{"", activities.EventNamespace, "kube-system", deployNamespace}
+		namespaces := append([]string{"", activities.EventNamespace, "kube-system", deployNamespace}, extraNamespaces...)
 		if r.cluster {
 			namespaces = []string{""}
 		}
@@ -334,6 +349,12 @@ func subjectCan(t *testing.T, user string, x access) bool {
 // until the answers settle.
 func checkAccessMatrix(t *testing.T, user string, universe []access, clusterRules, eventRules []rbacv1.PolicyRule) {
 	t.Helper()
+	checkAccess(t, user, universe, func(x access) bool { return allowedBy(x, clusterRules, eventRules) })
+}
+
+// checkAccess requires that user may make exactly the requests of universe that allowed grants.
+func checkAccess(t *testing.T, user string, universe []access, allowed func(access) bool) {
+	t.Helper()
 	var wrong []string
 	deadline := time.Now().Add(30 * time.Second)
 	for {
@@ -346,7 +367,7 @@ func checkAccessMatrix(t *testing.T, user string, universe []access, clusterRule
 			sem <- struct{}{}
 			go func() {
 				defer func() { <-sem; wg.Done() }()
-				want := allowedBy(x, clusterRules, eventRules)
+				want := allowed(x)
 				if got := subjectCan(t, user, x); got != want {
 					mu.Lock()
 					wrong = append(wrong, fmt.Sprintf("%s: allowed=%v, want %v", x, got, want))
@@ -362,13 +383,13 @@ func checkAccessMatrix(t *testing.T, user string, universe []access, clusterRule
 	}
 	slices.Sort(wrong)
 	require.Empty(t, wrong, "%s", strings.Join(wrong, "\n"))
-	var allowed int
+	var granted int
 	for _, x := range universe {
-		if allowedBy(x, clusterRules, eventRules) {
-			allowed++
+		if allowed(x) {
+			granted++
 		}
 	}
-	t.Logf("%s: %d of %d requests allowed, exactly as the rules say", user, allowed, len(universe))
+	t.Logf("%s: %d of %d requests allowed, exactly as the rules say", user, granted, len(universe))
 }
 
 // verbCheck is one permission of the rules and a call of the worker that needs it: the call
@@ -391,6 +412,9 @@ type probe struct {
 	template string // a Job template
 	hash     string
 	cm       string // ConfigMap holding template
+	// watchNamespace is where the Job informer lists and watches: all namespaces, or in
+	// namespaced mode the fleet's.
+	watchNamespace string
 }
 
 func (p *probe) execute(activity any, in any) error {
@@ -428,14 +452,14 @@ func verbChecks() []verbCheck {
 			func(ctx context.Context, p *probe) error {
 				// The reflector's list, as client-go sends it for the filtered informer. (Against
 				// an API server with watch-list, the informer's first request is the watch below.)
-				_, err := p.kube.BatchV1().Jobs(metav1.NamespaceAll).List(ctx, metav1.ListOptions{
+				_, err := p.kube.BatchV1().Jobs(p.watchNamespace).List(ctx, metav1.ListOptions{
 					LabelSelector: jobspec.LabelRollout, Limit: 500, ResourceVersion: "0",
 				})
 				return err
 			}},
 		{"batch", "jobs", "watch", "Activities.Start: the Job informer's watch (WaitJob waits on it)",
 			func(ctx context.Context, p *probe) error {
-				w, err := p.kube.BatchV1().Jobs(metav1.NamespaceAll).Watch(ctx, metav1.ListOptions{
+				w, err := p.kube.BatchV1().Jobs(p.watchNamespace).Watch(ctx, metav1.ListOptions{
 					LabelSelector: jobspec.LabelRollout, AllowWatchBookmarks: true,
 				})
 				if err == nil {
@@ -618,12 +642,18 @@ func isForbidden(err error) bool {
 // eachVerbIsNeeded gives a probe ServiceAccount the worker's rules minus one verb at a time,
 // and shows that the call needing that verb fails then and succeeds with the full rules.
 func eachVerbIsNeeded(t *testing.T, a *applier, clusterRules, eventRules []rbacv1.PolicyRule) {
+	eachVerbIsNeededIn(t, a, clusterRules, eventRules, nil)
+}
+
+// eachVerbIsNeededIn is eachVerbIsNeeded for either mode: with jobRules (namespaced mode) they
+// are a Role in the fleet's namespace, and the Job watch is confined to it.
+func eachVerbIsNeededIn(t *testing.T, a *applier, clusterRules, eventRules, jobRules []rbacv1.PolicyRule) {
 	ctx := context.Background()
 	checks := verbChecks()
 
 	// Every verb of the rules has a check, and no check is for a verb the rules lack.
 	var ruleVerbs, checkVerbs []string
-	for _, rules := range [][]rbacv1.PolicyRule{clusterRules, eventRules} {
+	for _, rules := range [][]rbacv1.PolicyRule{clusterRules, eventRules, jobRules} {
 		for _, r := range rules {
 			for _, res := range r.Resources {
 				for _, v := range r.Verbs {
@@ -646,28 +676,69 @@ func eachVerbIsNeeded(t *testing.T, a *applier, clusterRules, eventRules []rbacv
 	_, err := stack.Kube.CoreV1().ConfigMaps(f.Namespace).Create(ctx, cm, metav1.CreateOptions{})
 	require.NoError(t, err)
 	kube := kubeClientAs(t, serviceAccountUser(probeSA))
-	p := &probe{t: t, kube: kube, acts: activities.New(kube), fleet: f, template: tpl, hash: jobspec.TemplateHash(tpl), cm: cm.Name}
+	p := &probe{t: t, kube: kube, acts: activities.New(kube), fleet: f, template: tpl, hash: jobspec.TemplateHash(tpl), cm: cm.Name,
+		watchNamespace: metav1.NamespaceAll}
 
-	setProbeRules := setupProbeIdentity(t, a)
-	setProbeRules(clusterRules, eventRules)
-	checkAccessMatrix(t, serviceAccountUser(probeSA), accessUniverse(), clusterRules, eventRules)
+	setClusterAndEvents := setupProbeIdentity(t, a)
+	setJobRules := func([]rbacv1.PolicyRule) {}
+	if jobRules != nil {
+		p.watchNamespace = f.Namespace
+		setJobRules = setupProbeJobRole(t, a, f.Namespace)
+	}
+	setProbeRules := func(cluster, events, jobs []rbacv1.PolicyRule) {
+		setClusterAndEvents(cluster, events)
+		setJobRules(jobs)
+	}
+	match := func(rules []rbacv1.PolicyRule, x access) bool {
+		return allowedBy(access{group: x.group, resource: x.resource, subresource: x.subresource, verb: x.verb}, rules, nil)
+	}
+	allowed := func(cluster, events, jobs []rbacv1.PolicyRule) func(access) bool {
+		return func(x access) bool {
+			return allowedBy(x, cluster, events) || (jobRules != nil && x.namespace == f.Namespace && match(jobs, x))
+		}
+	}
+	universe, granted := accessUniverse(), ruleAccesses(clusterRules, eventRules)
+	if jobRules != nil {
+		universe = accessUniverse(f.Namespace)
+		for _, x := range ruleAccesses(jobRules, nil) {
+			x.namespace = f.Namespace
+			granted = append(granted, x)
+		}
+	}
+
+	setProbeRules(clusterRules, eventRules, jobRules)
+	checkAccess(t, serviceAccountUser(probeSA), universe, allowed(clusterRules, eventRules, jobRules))
 	for _, c := range checks {
 		require.NoError(t, c.run(ctx, p), "%s with every rule (needed by %s)", c, c.needs)
 	}
 
 	for _, c := range checks {
 		t.Run(strings.ReplaceAll(c.String(), "/", "-"), func(t *testing.T) {
-			cluster, events := without(clusterRules, c), without(eventRules, c)
-			setProbeRules(cluster, events)
+			cluster, events, jobs := without(clusterRules, c), without(eventRules, c), without(jobRules, c)
+			setProbeRules(cluster, events, jobs)
 			// Wait until the authorizer has the new rules: the removed verb denied, the rest granted.
-			checkAccessMatrix(t, serviceAccountUser(probeSA), ruleAccesses(clusterRules, eventRules), cluster, events)
+			checkAccess(t, serviceAccountUser(probeSA), granted, allowed(cluster, events, jobs))
 			err := c.run(ctx, p)
 			require.Error(t, err, "%s is needed by %s", c, c.needs)
 			require.True(t, isForbidden(err), "%s: want Forbidden, got %v", c, err)
 			t.Logf("without %s, %s fails: %v", c, c.needs, firstLine(err.Error()))
 		})
 	}
-	setProbeRules(clusterRules, eventRules)
+	setProbeRules(clusterRules, eventRules, jobRules)
+}
+
+// setupProbeJobRole binds the probe ServiceAccount to a Role in namespace ns (namespaced mode)
+// and returns the function that sets its rules.
+func setupProbeJobRole(t *testing.T, a *applier, ns string) func([]rbacv1.PolicyRule) {
+	subjects := []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: probeSA, Namespace: deployNamespace}}
+	applyReal(t, a, []*unstructured.Unstructured{toUnstructured(t, &rbacv1.RoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: probeSA, Namespace: ns}, Subjects: subjects,
+		RoleRef: rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: probeSA}})})
+	return func(rules []rbacv1.PolicyRule) {
+		applyReal(t, a, []*unstructured.Unstructured{
+			toUnstructured(t, &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: probeSA, Namespace: ns}, Rules: rules}),
+		})
+	}
 }
 
 func firstLine(s string) string {

@@ -1,0 +1,148 @@
+package activities
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes/fake"
+
+	"github.com/noderollout/noderollout/activities/jobspec"
+	"github.com/noderollout/noderollout/internal/policy"
+)
+
+// activitiesPolicy allows kube-system (everything) and apps (nothing special), busybox only.
+const activitiesPolicy = `
+namespaces:
+  kube-system: {privileged: true, hostPID: true, serviceAccounts: [default, node-maint]}
+  apps: {}
+images: [docker.io/library/busybox]
+maxParallelism: 20
+`
+
+func withPolicy(t *testing.T, a *Activities) *Activities {
+	t.Helper()
+	p, err := policy.Parse([]byte(activitiesPolicy))
+	require.NoError(t, err)
+	a.Policy = p
+	return a
+}
+
+// templateWith is testTemplate with extra lines added to its Pod spec.
+func templateWith(podSpec string, image string) string {
+	text := strings.Replace(testTemplate, "image: busybox", "image: "+image, 1)
+	return strings.Replace(text, "      restartPolicy: Never\n", "      restartPolicy: Never\n"+podSpec, 1)
+}
+
+func TestPrepareTemplateEnforcesThePolicy(t *testing.T) {
+	cases := []struct {
+		name, rule, field string
+		in                PrepareTemplateInput
+	}{
+		{"allowed", "", "", PrepareTemplateInput{Namespace: "apps", Template: testTemplate, Parallelism: 20, NodeSelector: "pool=a"}},
+		{"privileged where granted", "", "", PrepareTemplateInput{Namespace: "kube-system", Template: templateWith(
+			"      hostPID: true\n", "busybox:1.36"), Parallelism: 1}},
+		{"namespace", policy.RuleNamespaces, "namespace", PrepareTemplateInput{Namespace: "default", Template: testTemplate, Parallelism: 1}},
+		{"template namespace", policy.RuleNamespaces, "jobTemplateRef.namespace", PrepareTemplateInput{Namespace: "apps",
+			TemplateRef: &TemplateRef{Namespace: "secrets", Name: "x"}, Parallelism: 1}},
+		{"image", policy.RuleImages, "jobTemplate.spec.template.spec.containers[0].image", PrepareTemplateInput{Namespace: "apps",
+			Template: templateWith("", "evil.example.com/miner"), Parallelism: 1}},
+		{"privileged", policy.RulePrivileged, "jobTemplate.spec.template.spec.containers[0].securityContext.privileged", PrepareTemplateInput{
+			Namespace: "apps", Template: strings.Replace(testTemplate, "        image: busybox\n",
+				"        image: busybox\n        securityContext: {privileged: true}\n", 1), Parallelism: 1}},
+		{"service account", policy.RuleServiceAccounts, "jobTemplate.spec.template.spec.serviceAccountName", PrepareTemplateInput{
+			Namespace: "apps", Template: templateWith("      serviceAccountName: node-maint\n", "busybox"), Parallelism: 1}},
+		{"parallelism", policy.RuleMaxParallelism, "parallelism", PrepareTemplateInput{Namespace: "apps", Template: testTemplate, Parallelism: 21}},
+		{"control-plane selector", policy.RuleProtectedNodeLabels, "nodeSelector", PrepareTemplateInput{Namespace: "apps",
+			Template: testTemplate, Parallelism: 1, NodeSelector: "node-role.kubernetes.io/control-plane"}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			cs := fake.NewClientset(testNS("apps"), testNS("kube-system"), testNS("default"))
+			a := withPolicy(t, newActivities(cs))
+			_, err := newEnv(a).ExecuteActivity(a.PrepareTemplate, c.in)
+			if c.rule == "" {
+				require.NoError(t, err)
+				return
+			}
+			appErr := requireAppError(t, err, ErrPolicyDenied, true)
+			require.Contains(t, appErr.Message(), `"`+c.rule+`"`)
+			require.Contains(t, appErr.Message(), c.field)
+			var v PolicyViolation
+			require.NoError(t, appErr.Details(&v))
+			require.Equal(t, PolicyViolation{Rule: c.rule, Field: c.field}, v)
+			require.Zero(t, countActions(cs, "get", "configmaps"), "a denied template namespace is not even read")
+		})
+	}
+	require.Contains(t, NonRetryableErrors, ErrPolicyDenied)
+}
+
+func TestCreateJobChecksEveryRenderedJob(t *testing.T) {
+	cs := fake.NewClientset(testNode("node-a", nil))
+	a := withPolicy(t, newActivities(cs))
+	in := testRequest("node-a")                                // kube-system, busybox: allowed
+	in.Template = templateWith("", "evil.example.com/miner:1") // as if the ConfigMap changed
+	_, err := createJob(t, a, in)
+	appErr := requireAppError(t, err, ErrPolicyDenied, true)
+	require.Contains(t, appErr.Message(), `"images"`)
+	require.Zero(t, countActions(cs, "create", "jobs"), "no Job is created")
+
+	in.Template = testTemplate
+	_, err = createJob(t, a, in)
+	require.NoError(t, err)
+	require.Equal(t, 1, countActions(cs, "create", "jobs"))
+}
+
+func TestCreateJobKeepsOffProtectedNodes(t *testing.T) {
+	cp := testNode("cp-1", nil)
+	cp.Labels = map[string]string{"node-role.kubernetes.io/control-plane": ""}
+	cs := fake.NewClientset(cp, testNode("worker-1", nil), testNS("apps"))
+	a := withPolicy(t, newActivities(cs))
+	in := testRequest("cp-1")
+	in.Namespace = "apps"
+	_, err := createJob(t, a, in)
+	appErr := requireAppError(t, err, ErrPolicyDenied, true)
+	require.Contains(t, appErr.Message(), `"protectedNodeLabels"`)
+	require.Contains(t, appErr.Message(), "cp-1")
+	require.Zero(t, countActions(cs, "create", "jobs"))
+
+	in = testRequest("worker-1")
+	in.Namespace = "apps"
+	_, err = createJob(t, a, in)
+	require.NoError(t, err)
+
+	// kube-system may reach the control plane? Not in this policy either: protectedNodes unset.
+	in = testRequest("cp-1")
+	_, err = createJob(t, a, in)
+	requireAppError(t, err, ErrPolicyDenied, true)
+}
+
+func TestRequesterOnTheJobAndTheNode(t *testing.T) {
+	cs := fake.NewClientset(testNode("node-a", nil))
+	stampCreatedJobs(cs)
+	a := newActivities(cs)
+	in := testRequest("node-a")
+	in.Requester = "alice@laptop"
+	ref, err := createJob(t, a, in)
+	require.NoError(t, err)
+	job, err := cs.BatchV1().Jobs(testNamespace).Get(t.Context(), ref.Name, metav1.GetOptions{})
+	require.NoError(t, err)
+	require.Equal(t, "alice@laptop", job.Annotations[AnnotationRequester])
+	require.Equal(t, "kata", job.Labels[jobspec.LabelRollout])
+
+	fin := finalizeInput(job, OutcomeSucceeded, KeepAlways)
+	fin.Job = &ref
+	fin.Requester = "alice@laptop"
+	_, err = finalize(t, a, fin)
+	require.NoError(t, err)
+	node, err := cs.CoreV1().Nodes().Get(t.Context(), "node-a", metav1.GetOptions{})
+	require.NoError(t, err)
+	require.Equal(t, "alice@laptop", node.Annotations[NodeRequesterKey("kata")])
+	require.NotEmpty(t, node.Annotations[jobspec.NodeMarkerKey("kata")])
+	events := getEvents(t, cs)
+	require.Len(t, events, 1)
+	require.Contains(t, events[0].Message, "requested by alice@laptop")
+	require.Equal(t, corev1.EventTypeNormal, events[0].Type)
+}

@@ -1,0 +1,243 @@
+package policy
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/distribution/reference"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/selection"
+)
+
+// Request is what a rollout asks for, as far as the policy judges it before any Job exists.
+type Request struct {
+	Namespace string
+	// TemplateNamespace is the namespace of the jobTemplateRef ConfigMap; empty for an inline template.
+	TemplateNamespace string
+	NodeSelector      string
+	Parallelism       int
+}
+
+// podSpecField is where the rendered Job's Pod spec sits, spelled as the request spells it.
+const podSpecField = "jobTemplate.spec.template.spec"
+
+// CheckRequest judges a request before any node starts. A nil Policy allows everything.
+func (p *Policy) CheckRequest(r Request) error {
+	if p == nil {
+		return nil
+	}
+	rules, err := p.namespace(r.Namespace, "namespace")
+	if err != nil {
+		return err
+	}
+	if r.TemplateNamespace != "" {
+		// The template's text lands in the workflow history: reading it is a disclosure too.
+		if _, err := p.namespace(r.TemplateNamespace, "jobTemplateRef.namespace"); err != nil {
+			return err
+		}
+	}
+	if p.MaxParallelism > 0 && r.Parallelism > p.MaxParallelism {
+		return &Denial{RuleMaxParallelism, "parallelism",
+			fmt.Sprintf("%d is over the policy's %d; ask for at most %d", r.Parallelism, p.MaxParallelism, p.MaxParallelism)}
+	}
+	if r.NodeSelector != "" && !rules.ProtectedNodes {
+		if label, ok := p.selectorTargetsProtected(r.NodeSelector); ok {
+			return &Denial{RuleProtectedNodeLabels, "nodeSelector",
+				fmt.Sprintf("%q selects nodes labelled %s, which rollouts into namespace %q may not reach; select other nodes or add !%s",
+					r.NodeSelector, label, r.Namespace, labelKey(label))}
+		}
+	}
+	return nil
+}
+
+// CheckJob judges one rendered Job: its namespace and everything its Pod would run with.
+// A nil Policy allows everything.
+func (p *Policy) CheckJob(job *batchv1.Job) error {
+	if p == nil {
+		return nil
+	}
+	rules, err := p.namespace(job.Namespace, "namespace")
+	if err != nil {
+		return err
+	}
+	spec := &job.Spec.Template.Spec
+	if err := p.checkImages(spec); err != nil {
+		return err
+	}
+	if err := checkServiceAccount(job.Namespace, rules, spec); err != nil {
+		return err
+	}
+	return checkHostAccess(job.Namespace, rules, spec)
+}
+
+// CheckNode judges whether a Job in namespace may run on a node with these labels: the
+// guarantee behind the selector check, since explicit node names and broad selectors reach
+// nodes no selector names. A nil Policy allows everything.
+func (p *Policy) CheckNode(namespace, node string, nodeLabels map[string]string) error {
+	if p == nil {
+		return nil
+	}
+	if rules, _ := p.rules(namespace); rules.ProtectedNodes {
+		return nil
+	}
+	for _, l := range p.ProtectedNodeLabels {
+		key, value, byValue := strings.Cut(l, "=")
+		if v, has := nodeLabels[key]; has && (!byValue || v == value) {
+			return &Denial{RuleProtectedNodeLabels, "node " + node,
+				fmt.Sprintf("the node is labelled %s, which rollouts into namespace %q may not reach", l, namespace)}
+		}
+	}
+	return nil
+}
+
+// GuardsNodes says whether CheckNode can deny anything, so callers may skip reading Node labels.
+func (p *Policy) GuardsNodes() bool {
+	if p == nil || len(p.ProtectedNodeLabels) == 0 {
+		return false
+	}
+	for _, rules := range p.Namespaces {
+		if !rules.ProtectedNodes {
+			return true
+		}
+	}
+	return false
+}
+
+func (p *Policy) namespace(ns, field string) (NamespaceRules, error) {
+	rules, ok := p.rules(ns)
+	if !ok {
+		return rules, &Denial{RuleNamespaces, field,
+			fmt.Sprintf("namespace %q is not one the policy allows (%s)", ns, p.allowedNamespaces())}
+	}
+	return rules, nil
+}
+
+func (p *Policy) checkImages(spec *corev1.PodSpec) error {
+	if len(p.Images) == 0 {
+		return nil
+	}
+	check := func(field string, containers []corev1.Container) error {
+		for i, c := range containers {
+			f := fmt.Sprintf("%s.%s[%d].image", podSpecField, field, i)
+			named, err := reference.ParseNormalizedNamed(c.Image)
+			if err != nil {
+				return &Denial{RuleImages, f, fmt.Sprintf("%q is not an image reference the policy can judge: %v", c.Image, err)}
+			}
+			full := named.String()
+			if !slices.ContainsFunc(p.Images, func(prefix string) bool { return underPrefix(full, prefix) }) {
+				return &Denial{RuleImages, f,
+					fmt.Sprintf("%q (%s) is not under an allowed prefix (%s)", c.Image, full, strings.Join(p.Images, ", "))}
+			}
+		}
+		return nil
+	}
+	if err := check("initContainers", spec.InitContainers); err != nil {
+		return err
+	}
+	return check("containers", spec.Containers)
+}
+
+// underPrefix matches whole path components, tags and digests: the prefix
+// docker.io/library/busybox covers busybox:1.36 but not busyboxx.
+func underPrefix(image, prefix string) bool {
+	if !strings.HasPrefix(image, prefix) {
+		return false
+	}
+	if len(image) == len(prefix) || strings.HasSuffix(prefix, "/") {
+		return true
+	}
+	return strings.ContainsRune("/:@", rune(image[len(prefix)]))
+}
+
+func checkServiceAccount(ns string, rules NamespaceRules, spec *corev1.PodSpec) error {
+	allowed := rules.ServiceAccounts
+	if len(allowed) == 0 {
+		allowed = []string{"default"}
+	}
+	for _, sa := range []struct{ field, name string }{
+		{"serviceAccountName", spec.ServiceAccountName},
+		{"serviceAccount", spec.DeprecatedServiceAccount},
+	} {
+		name := sa.name
+		if name == "" {
+			if sa.field == "serviceAccount" {
+				continue
+			}
+			name = "default" // what the API server fills in
+		}
+		if !slices.Contains(allowed, name) {
+			return &Denial{RuleServiceAccounts, podSpecField + "." + sa.field,
+				fmt.Sprintf("ServiceAccount %q is not one the policy allows in namespace %q (%s)", name, ns, strings.Join(allowed, ", "))}
+		}
+	}
+	return nil
+}
+
+func checkHostAccess(ns string, rules NamespaceRules, spec *corev1.PodSpec) error {
+	deny := func(rule, field string) error {
+		return &Denial{rule, podSpecField + "." + field,
+			fmt.Sprintf("the policy does not grant %s to Jobs in namespace %q; remove it or run in a namespace that has it", rule, ns)}
+	}
+	if !rules.Privileged {
+		for _, set := range []struct {
+			field      string
+			containers []corev1.Container
+		}{{"initContainers", spec.InitContainers}, {"containers", spec.Containers}} {
+			for i, c := range set.containers {
+				if sc := c.SecurityContext; sc != nil && sc.Privileged != nil && *sc.Privileged {
+					return deny(RulePrivileged, fmt.Sprintf("%s[%d].securityContext.privileged", set.field, i))
+				}
+			}
+		}
+	}
+	if !rules.HostPath {
+		for i, v := range spec.Volumes {
+			if v.HostPath != nil {
+				return deny(RuleHostPath, fmt.Sprintf("volumes[%d].hostPath", i))
+			}
+		}
+	}
+	if !rules.HostNetwork && spec.HostNetwork {
+		return deny(RuleHostNetwork, "hostNetwork")
+	}
+	if !rules.HostPID && spec.HostPID {
+		return deny(RuleHostPID, "hostPID")
+	}
+	return nil
+}
+
+// selectorTargetsProtected finds a requirement that asks for a protected label to be present
+// (Exists, =, ==, in): such a selector aims at protected nodes. Selectors that merely might
+// match one are caught per node by CheckNode.
+func (p *Policy) selectorTargetsProtected(selector string) (string, bool) {
+	sel, err := labels.Parse(selector)
+	if err != nil {
+		return "", false // the selector's own validation reports it
+	}
+	reqs, _ := sel.Requirements()
+	for _, protected := range p.ProtectedNodeLabels {
+		key, value, byValue := strings.Cut(protected, "=")
+		for _, r := range reqs {
+			if r.Key() != key {
+				continue
+			}
+			switch r.Operator() {
+			case selection.Exists:
+				return protected, true
+			case selection.Equals, selection.DoubleEquals, selection.In:
+				if !byValue || r.Values().Has(value) {
+					return protected, true
+				}
+			}
+		}
+	}
+	return "", false
+}
+
+func labelKey(l string) string {
+	key, _, _ := strings.Cut(l, "=")
+	return key
+}

@@ -1,0 +1,195 @@
+// Package policy is the platform team's say over what rollouts may do: which namespaces Jobs
+// go to, which images and ServiceAccounts their Pods use, which host access they get, how wide
+// a rollout runs and which nodes it may reach. It lives in the worker's configuration, never in
+// the request, and its checks are pure functions over a request's fields and a rendered Job.
+package policy
+
+import (
+	"fmt"
+	"os"
+	"slices"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/util/validation"
+	"sigs.k8s.io/yaml"
+)
+
+// Rule names: they appear in every denial and in README, so their spelling is stable.
+const (
+	RuleNamespaces          = "namespaces"
+	RuleImages              = "images"
+	RuleServiceAccounts     = "serviceAccounts"
+	RulePrivileged          = "privileged"
+	RuleHostPath            = "hostPath"
+	RuleHostNetwork         = "hostNetwork"
+	RuleHostPID             = "hostPID"
+	RuleMaxParallelism      = "maxParallelism"
+	RuleProtectedNodeLabels = "protectedNodeLabels"
+)
+
+// AnyNamespace is the namespaces key whose rules apply to every namespace not listed by name.
+const AnyNamespace = "*"
+
+// DefaultProtectedNodeLabels are the labels of nodes no rollout reaches unless its namespace
+// says protectedNodes: true, when the policy does not list its own.
+var DefaultProtectedNodeLabels = []string{
+	"node-role.kubernetes.io/control-plane",
+	"node-role.kubernetes.io/master",
+}
+
+// Policy is the file given to the worker with --policy-file. A rule left out allows what it
+// would check, except the namespace list (a namespace not listed is denied), ServiceAccounts
+// (only "default" unless listed) and host access (off unless granted).
+type Policy struct {
+	// Namespaces the Jobs may be created in (and their templates read from), each with what
+	// its Pods may do. The key "*" covers every namespace not named.
+	Namespaces map[string]NamespaceRules `json:"namespaces"`
+	// Images are the prefixes a container image must start with, written in full
+	// (registry host first: docker.io/library/busybox, registry.example.com/node-tools/).
+	// Empty: any image.
+	Images []string `json:"images,omitempty"`
+	// MaxParallelism caps the request's parallelism; 0: no cap beyond the engine's own.
+	MaxParallelism int `json:"maxParallelism,omitempty"`
+	// ProtectedNodeLabels ("key" or "key=value") mark nodes only namespaces with
+	// protectedNodes may reach. Left out: DefaultProtectedNodeLabels; [] protects none.
+	ProtectedNodeLabels []string `json:"protectedNodeLabels,omitempty"`
+}
+
+// NamespaceRules is what a rollout's Pods may do in one namespace.
+type NamespaceRules struct {
+	// ServiceAccounts the Pods may run as; empty: only "default".
+	ServiceAccounts []string `json:"serviceAccounts,omitempty"`
+	Privileged      bool     `json:"privileged,omitempty"`
+	HostPath        bool     `json:"hostPath,omitempty"`
+	HostNetwork     bool     `json:"hostNetwork,omitempty"`
+	HostPID         bool     `json:"hostPID,omitempty"`
+	// ProtectedNodes lets rollouts into this namespace reach nodes with protected labels.
+	ProtectedNodes bool `json:"protectedNodes,omitempty"`
+}
+
+// Denial says which rule refused what. It is the error every check returns.
+type Denial struct {
+	Rule    string // one of the Rule* names
+	Field   string // the request or template field, as the user spells it
+	Problem string // what is wrong and how to fix it
+}
+
+func (d *Denial) Error() string {
+	return fmt.Sprintf("policy rule %q denies %s: %s", d.Rule, d.Field, d.Problem)
+}
+
+// Load reads a policy file (YAML or JSON). Unknown keys are errors, so a misspelt rule never
+// silently allows what it was meant to deny.
+func Load(path string) (*Policy, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("policy: %w", err)
+	}
+	p, err := Parse(data)
+	if err != nil {
+		return nil, fmt.Errorf("policy %s: %w", path, err)
+	}
+	return p, nil
+}
+
+// Parse decodes and checks a policy.
+func Parse(data []byte) (*Policy, error) {
+	var p Policy
+	if err := yaml.UnmarshalStrict(data, &p); err != nil {
+		return nil, err
+	}
+	// Tell "protectedNodeLabels: []" (protect none) from a policy that does not mention it.
+	var keys map[string]any
+	if err := yaml.Unmarshal(data, &keys); err != nil {
+		return nil, err
+	}
+	if _, set := keys["protectedNodeLabels"]; !set {
+		p.ProtectedNodeLabels = slices.Clone(DefaultProtectedNodeLabels)
+	}
+	if err := p.validate(); err != nil {
+		return nil, err
+	}
+	return &p, nil
+}
+
+func (p *Policy) validate() error {
+	var errs []string
+	if len(p.Namespaces) == 0 {
+		errs = append(errs, `namespaces: required: list the namespaces Jobs may run in (the key "*" covers any other)`)
+	}
+	for ns, rules := range p.Namespaces {
+		if ns != AnyNamespace && len(validation.IsDNS1123Label(ns)) > 0 {
+			errs = append(errs, fmt.Sprintf("namespaces: %q is not a namespace name", ns))
+		}
+		for _, sa := range rules.ServiceAccounts {
+			if len(validation.IsDNS1123Subdomain(sa)) > 0 {
+				errs = append(errs, fmt.Sprintf("namespaces.%s.serviceAccounts: %q is not a ServiceAccount name", ns, sa))
+			}
+		}
+	}
+	for _, prefix := range p.Images {
+		if !looksQualified(prefix) {
+			errs = append(errs, fmt.Sprintf("images: %q must start with a registry host (e.g. docker.io/library/busybox, registry.example.com/tools/)", prefix))
+		}
+	}
+	if p.MaxParallelism < 0 {
+		errs = append(errs, fmt.Sprintf("maxParallelism: %d is negative; use 0 for no cap", p.MaxParallelism))
+	}
+	for _, l := range p.ProtectedNodeLabels {
+		key, _, _ := strings.Cut(l, "=")
+		if len(validation.IsQualifiedName(key)) > 0 {
+			errs = append(errs, fmt.Sprintf("protectedNodeLabels: %q is not a label key or key=value", l))
+		}
+	}
+	if len(errs) > 0 {
+		slices.Sort(errs)
+		return fmt.Errorf("%s", strings.Join(errs, "; "))
+	}
+	return nil
+}
+
+// looksQualified says whether an image prefix begins with a registry host, the form images
+// are compared in after normalisation.
+func looksQualified(prefix string) bool {
+	host, rest, found := strings.Cut(prefix, "/")
+	if !found || rest == "" && !strings.HasSuffix(prefix, "/") {
+		return false
+	}
+	return strings.ContainsAny(host, ".:") || host == "localhost"
+}
+
+// rules returns the rules of a namespace and whether it is allowed at all.
+func (p *Policy) rules(namespace string) (NamespaceRules, bool) {
+	if r, ok := p.Namespaces[namespace]; ok {
+		return r, true
+	}
+	r, ok := p.Namespaces[AnyNamespace]
+	return r, ok
+}
+
+// allowedNamespaces lists the named namespaces for messages.
+func (p *Policy) allowedNamespaces() string {
+	var names []string
+	for ns := range p.Namespaces {
+		names = append(names, ns)
+	}
+	slices.Sort(names)
+	return strings.Join(names, ", ")
+}
+
+// WithinNamespaces checks that every namespace the policy allows is among watched (none: the
+// whole cluster is watched, so any policy fits).
+func (p *Policy) WithinNamespaces(watched []string) error {
+	if p == nil || len(watched) == 0 {
+		return nil
+	}
+	for ns := range p.Namespaces {
+		if ns == AnyNamespace {
+			return fmt.Errorf(`the policy allows any namespace ("*") but Jobs are watched in %s only; list the namespaces instead`, strings.Join(watched, ", "))
+		}
+		if !slices.Contains(watched, ns) {
+			return fmt.Errorf("the policy allows namespace %q where Jobs are not watched (%s); add it to job-namespaces or remove it from the policy", ns, strings.Join(watched, ", "))
+		}
+	}
+	return nil
+}

@@ -1,0 +1,45 @@
+package workflows
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/mock"
+	"github.com/stretchr/testify/require"
+	"go.temporal.io/sdk/testsuite"
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/noderollout/noderollout/activities"
+)
+
+// The policy's maxParallelism, learnt at PrepareTemplate, also bounds setParallelism later.
+func TestSetParallelismStaysWithinThePolicy(t *testing.T) {
+	var ts testsuite.WorkflowTestSuite
+	env := ts.NewTestWorkflowEnvironment()
+	a := &activities.Activities{}
+	env.RegisterActivity(a)
+	env.RegisterWorkflow(NodeRollout)
+	env.RegisterWorkflowWithOptions(Rollout, workflow.RegisterOptions{Name: RolloutWorkflow})
+	env.OnActivity(a.PrepareTemplate, mock.Anything, mock.Anything).Return(
+		activities.PreparedTemplate{Template: sampleTemplate, Hash: "h1", MaxParallelism: 5}, nil)
+	env.OnActivity(a.ListNodes, mock.Anything, mock.Anything).Return(activities.ListNodesResult{Nodes: []string{"n1"}, Total: 1}, nil)
+	env.OnWorkflow(NodeRollout, mock.Anything, mock.Anything).Return(
+		func(ctx workflow.Context, in NodeRolloutInput) (NodeResult, error) {
+			return NodeResult{Node: in.Node, Outcome: activities.OutcomeSucceeded}, nil
+		}).After(time.Hour)
+	var over, within error
+	accepted := false
+	env.RegisterDelayedCallback(func() {
+		env.UpdateWorkflow(UpdateSetParallelism, "over", &testsuite.TestUpdateCallback{
+			OnReject: func(err error) { over = err }, OnAccept: func() {}, OnComplete: func(any, error) {},
+		}, SetParallelismRequest{Parallelism: 6})
+		env.UpdateWorkflow(UpdateSetParallelism, "within", &testsuite.TestUpdateCallback{
+			OnReject: func(err error) { within = err }, OnAccept: func() { accepted = true }, OnComplete: func(any, error) {},
+		}, SetParallelismRequest{Parallelism: 5})
+	}, time.Minute)
+	env.ExecuteWorkflow(RolloutWorkflow, RolloutRequest{Name: "kata", NodeSelector: "a=b", JobTemplate: sampleTemplate, Parallelism: 2})
+	require.NoError(t, env.GetWorkflowError())
+	require.ErrorContains(t, over, "maxParallelism")
+	require.NoError(t, within)
+	require.True(t, accepted)
+}
