@@ -142,7 +142,7 @@ func TestKubeErrorClasses(t *testing.T) {
 		{"unavailable", apierrors.NewServiceUnavailable("later"), "", false},
 		// 403s that are not RBAC, and admission refusals with other codes.
 		{"quota exceeded", apierrors.NewForbidden(gr, "j", errors.New("exceeded quota: compute, requested: pods=1, used: pods=10, limited: pods=10")),
-			ErrQuotaExceeded, true},
+			ErrQuotaExceeded, false},
 		{"quota needs requests", apierrors.NewForbidden(gr, "j", errors.New("failed quota: compute: must specify limits.cpu")), ErrQuotaExceeded, true},
 		{"webhook denied", apierrors.NewForbidden(gr, "j", errors.New(`admission webhook "policy.example.com" denied the request: no GPU Jobs on Fridays`)),
 			ErrAdmissionDenied, true},

@@ -31,9 +31,15 @@ func kubeError(err error, verb, resource string) error {
 		return temporal.NewNonRetryableApplicationError(
 			fmt.Sprintf("admission control refused to %s %s: %v; the webhook or policy named says why", verb, resource, err),
 			ErrAdmissionDenied, err)
-	case apierrors.IsForbidden(err) && quotaExceeded(msg):
+	case apierrors.IsForbidden(err) && quotaMisfit(msg):
 		return temporal.NewNonRetryableApplicationError(
-			fmt.Sprintf("a ResourceQuota refused to %s %s: %v; raise the quota or lower the template's requests", verb, resource, err),
+			fmt.Sprintf("a ResourceQuota refused to %s %s: %v; give the template the requests and limits the quota needs", verb, resource, err),
+			ErrQuotaExceeded, err)
+	case apierrors.IsForbidden(err) && quotaExceeded(msg):
+		// A full quota frees as other work ends: retried until the node's deadline, like any
+		// passing refusal.
+		return temporal.NewApplicationErrorWithCause(
+			fmt.Sprintf("a ResourceQuota refused to %s %s (retrying until it has room): %v; raise the quota or lower the template's requests", verb, resource, err),
 			ErrQuotaExceeded, err)
 	case apierrors.IsForbidden(err):
 		return temporal.NewNonRetryableApplicationError(
@@ -61,8 +67,13 @@ func admissionDenied(msg string) bool {
 
 // quotaExceeded recognises the ResourceQuota admission plugin's refusals.
 func quotaExceeded(msg string) bool {
-	return strings.Contains(msg, "exceeded quota") || strings.Contains(msg, "failed quota") ||
-		strings.Contains(msg, "insufficient quota")
+	return strings.Contains(msg, "exceeded quota") || strings.Contains(msg, "insufficient quota")
+}
+
+// quotaMisfit recognises a quota refusal that waiting cannot cure: the Job lacks the requests
+// or limits the quota counts.
+func quotaMisfit(msg string) bool {
+	return strings.Contains(msg, "failed quota")
 }
 
 // ReasonForError turns the error an activity ended with into a reason word of our documented
@@ -82,7 +93,7 @@ func ReasonForError(err error) string {
 }
 
 // errorTypes are the ApplicationError types the activities raise.
-var errorTypes = append(slices.Clone(NonRetryableErrors), ErrAdmissionUnavailable)
+var errorTypes = append(slices.Clone(NonRetryableErrors), ErrAdmissionUnavailable, ErrQuotaExceeded)
 
 // invalidRequest is the non-retryable error for a request, or the template it names, that
 // cannot work as given. field is the request field to fix, as the user spells it.

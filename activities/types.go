@@ -47,7 +47,9 @@ const (
 
 // NonRetryableErrors lists every non-retryable error type above, for
 // RetryPolicy.NonRetryableErrorTypes.
-var NonRetryableErrors = []string{ErrInvalidRequest, ErrForeignObject, ErrForbidden, ErrNodeGone, ErrQuotaExceeded, ErrAdmissionDenied, ErrPolicyDenied}
+// ErrQuotaExceeded is not among them: a full quota is retried until the node's deadline (a
+// Job that cannot fit any quota is refused non-retryably by the error itself).
+var NonRetryableErrors = []string{ErrInvalidRequest, ErrForeignObject, ErrForbidden, ErrNodeGone, ErrAdmissionDenied, ErrPolicyDenied}
 
 // Reasons recorded in NodeResult.Reason when the Job itself cannot say. Together with the error
 // types above, the Job conditions' own reasons (BackoffLimitExceeded, DeadlineExceeded,

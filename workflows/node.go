@@ -219,7 +219,7 @@ func createMayHaveHappened(err error) bool {
 		return true
 	}
 	switch appErr.Type() {
-	case activities.ErrNodeGone, activities.ErrInvalidRequest, activities.ErrForeignObject:
+	case activities.ErrNodeGone, activities.ErrInvalidRequest, activities.ErrForeignObject, activities.ErrPolicyDenied:
 		return false
 	}
 	return true
