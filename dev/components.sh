@@ -56,9 +56,9 @@ component_command() {
       # plane it holds a leader lease and runs under a supervisor: when kube-apiserver is away
       # longer than the renew deadline it loses the lease and exits, and the supervisor starts
       # a fresh one, whose informers and work queues start clean instead of waiting out the
-      # back-offs the outage piled up (measured: Jobs complete ~90 s after a 45 s outage
-      # without this). The short lease bounds how long the new process waits for the old
-      # lease to expire.
+      # back-offs the outage piled up (TestSoakStackJobsCompleteSoonAfterAPIServerOutage: Jobs
+      # complete 23.5 s after a 45 s outage, 89.7 s without this). The short lease bounds how
+      # long the new process waits for the old lease to expire.
       CMD=("$DEV_DIR/supervise.sh" --pid-file "$PID_DIR/kube-controller-manager.child.pid" "$KCM_BIN"
         --kubeconfig "$KUBECONFIG_FILE"
         --controllers "$KCM_CONTROLLERS"

@@ -109,15 +109,16 @@ func TestSoakLongTerminationGraceNeverOverlapsOnANode(t *testing.T) {
 	resA, _ := Result(t, runA)
 	require.Equal(t, 1, resA.Counts.TimedOut, "A's Job ran into its jobTimeout")
 
+	waitFor(t, grace+time.Minute, "every Pod on the node stopped", pods.allStopped)
 	ivs := pods.intervals()
 	require.Len(t, ivs, 2, "one Pod of each rollout ran on the node")
 	first, second := ivs[0], ivs[1]
 	require.False(t, first.deleted.IsZero(), "A's Pod was deleted at the timeout")
-	require.GreaterOrEqual(t, first.end.Sub(first.deleted), grace-5*time.Second,
-		"A's Pod kept running through its termination grace (kwok honours it)")
 	require.False(t, second.start.Before(first.end),
 		"Pod %s started at %s while Pod %s still ran until %s", second.name,
 		second.start.Format(time.RFC3339Nano), first.name, first.end.Format(time.RFC3339Nano))
+	require.GreaterOrEqual(t, first.end.Sub(first.deleted), grace-5*time.Second,
+		"A's Pod kept running through its termination grace (kwok honours it)")
 }
 
 // workerIdentity makes a ServiceAccount for the test's worker, with cluster-admin so RBAC plays
@@ -180,7 +181,7 @@ func refuseWrites(t *testing.T, username string) {
 			AdmissionReviewVersions: []string{"v1"},
 			Rules: []admissionregistrationv1.RuleWithOperations{{
 				Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create, admissionregistrationv1.Update, admissionregistrationv1.Delete},
-				Rule:       admissionregistrationv1.Rule{APIGroups: []string{"*"}, APIVersions: []string{"*"}, Resources: []string{"*", "*/*"}},
+				Rule:       admissionregistrationv1.Rule{APIGroups: []string{"*"}, APIVersions: []string{"*"}, Resources: []string{"*/*"}},
 			}},
 			MatchConditions: []admissionregistrationv1.MatchCondition{{
 				Name:       "only-the-worker",
@@ -311,18 +312,25 @@ func watchPods(t *testing.T, namespace string) *podWatch {
 	return w
 }
 
-// intervals returns the Pods seen running, in the order they started; a Pod still running
-// ends now.
+// allStopped says whether every Pod seen running has stopped.
+func (w *podWatch) allStopped() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, iv := range w.pods {
+		if iv.end.IsZero() {
+			return false
+		}
+	}
+	return true
+}
+
+// intervals returns the Pods seen running, in the order they started.
 func (w *podWatch) intervals() []podInterval {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	var out []podInterval
 	for _, iv := range w.pods {
-		c := *iv
-		if c.end.IsZero() {
-			c.end = time.Now()
-		}
-		out = append(out, c)
+		out = append(out, *iv)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].start.Before(out[j].start) })
 	return out
