@@ -89,11 +89,15 @@ func machineCPU() (busy, total float64) {
 	return busy / clockTicks, total / clockTicks
 }
 
-// stackPIDs reads the pids of the running stack's components from <state>/pids.
+// stackPIDs reads the pids of the running stack's components from <state>/pids: for a
+// component under dev/supervise.sh, the supervised process's (<name>.child.pid).
 func stackPIDs(stateDir string) map[string]int {
 	pids := map[string]int{}
 	for _, c := range stackComponents {
-		b, err := os.ReadFile(filepath.Join(stateDir, "pids", c+".pid"))
+		b, err := os.ReadFile(filepath.Join(stateDir, "pids", c+".child.pid"))
+		if err != nil {
+			b, err = os.ReadFile(filepath.Join(stateDir, "pids", c+".pid"))
+		}
 		if err != nil {
 			continue
 		}

@@ -51,12 +51,20 @@ component_command() {
         --shutdown-watch-termination-grace-period 2s
         --max-requests-inflight 2000 --max-mutating-requests-inflight 1000) ;;
     kube-controller-manager)
-      # Only the controllers that Jobs, their Pods and namespaces need. No scheduler runs:
-      # noderollout pins every Pod with spec.nodeName.
-      CMD=("$KCM_BIN"
+      # Only the controllers that Jobs, their Pods, namespaces and PodDisruptionBudgets need.
+      # No scheduler runs: noderollout pins every Pod with spec.nodeName. As in a real control
+      # plane it holds a leader lease and runs under a supervisor: when kube-apiserver is away
+      # longer than the renew deadline it loses the lease and exits, and the supervisor starts
+      # a fresh one, whose informers and work queues start clean instead of waiting out the
+      # back-offs the outage piled up (TestSoakStackJobsCompleteSoonAfterAPIServerOutage: Jobs
+      # complete 23.5 s after a 45 s outage, 89.7 s without this). The short lease bounds how
+      # long the new process waits for the old lease to expire.
+      CMD=("$DEV_DIR/supervise.sh" --pid-file "$PID_DIR/kube-controller-manager.child.pid" "$KCM_BIN"
         --kubeconfig "$KUBECONFIG_FILE"
         --controllers "$KCM_CONTROLLERS"
-        --leader-elect=false
+        --leader-elect=true --leader-elect-resource-lock leases
+        --leader-elect-lease-duration 8s --leader-elect-renew-deadline 6s
+        --leader-elect-retry-period 2s
         --use-service-account-credentials=false
         --service-account-private-key-file "$PKI_DIR/sa.key"
         --root-ca-file "$PKI_DIR/ca.crt"
@@ -89,7 +97,7 @@ component_command() {
   esac
 }
 
-KCM_CONTROLLERS=job-controller,garbage-collector-controller,ttl-after-finished-controller,serviceaccount-controller,serviceaccount-token-controller,namespace-controller,pod-garbage-collector-controller
+KCM_CONTROLLERS=job-controller,garbage-collector-controller,ttl-after-finished-controller,serviceaccount-controller,serviceaccount-token-controller,namespace-controller,pod-garbage-collector-controller,disruption-controller
 
 # component_ports NAME prints the TCP ports the component listens on.
 component_ports() {
@@ -149,7 +157,7 @@ wait_ready() { wait_until "$1" "$READY_TIMEOUT" component_ready "$1"; }
 stop_component() {
   local name=$1 pid deadline
   if ! pid=$(pid_of "$name"); then
-    rm -f "$PID_DIR/$name.pid"
+    rm -f "$PID_DIR/$name.pid" "$PID_DIR/$name.child.pid"
     return 0
   fi
   kill -TERM "$pid" 2>/dev/null || true
@@ -157,7 +165,8 @@ stop_component() {
   while proc_alive "$pid"; do
     if ((SECONDS >= deadline)); then
       log "$name (pid $pid) still running after ${STOP_TIMEOUT}s; sending SIGKILL"
-      kill -KILL "$pid" 2>/dev/null || true
+      # The whole process group: a supervised component's child goes with its supervisor.
+      kill -KILL -- "-$pid" 2>/dev/null || kill -KILL "$pid" 2>/dev/null || true
       break
     fi
     sleep 0.1
@@ -167,6 +176,6 @@ stop_component() {
     ((SECONDS < deadline)) || die "$name (pid $pid) survived SIGKILL"
     sleep 0.1
   done
-  rm -f "$PID_DIR/$name.pid"
+  rm -f "$PID_DIR/$name.pid" "$PID_DIR/$name.child.pid"
   log "stopped $name (pid $pid)"
 }

@@ -63,14 +63,18 @@ is_component() {
 }
 
 # pid_of NAME prints the recorded pid of a component if that process is still ours: alive
-# and running the binary we started (a recycled pid is not ours).
+# and running the binary we started, or dev/supervise.sh running it (a recycled pid is not
+# ours).
 pid_of() {
-  local file=$PID_DIR/$1.pid pid exe
+  local file=$PID_DIR/$1.pid pid exe args
   [ -f "$file" ] || return 1
   pid=$(<"$file")
   [[ $pid =~ ^[0-9]+$ ]] || return 1
   exe=$(readlink "/proc/$pid/exe" 2>/dev/null) || return 1
-  [ "$exe" = "$(readlink -f "$(component_bin "$1")")" ] || return 1
+  if [ "$exe" != "$(readlink -f "$(component_bin "$1")")" ]; then
+    args=$(tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null) || return 1
+    [[ $args == *"$DEV_DIR/supervise.sh "*" $(component_bin "$1") "* ]] || return 1
+  fi
   printf '%s\n' "$pid"
 }
 

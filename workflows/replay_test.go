@@ -1,18 +1,24 @@
 package workflows
 
 import (
+	"path/filepath"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 	"go.temporal.io/sdk/worker"
 )
 
-// TestReplayRecordedHistories replays histories recorded from real runs on the local stack
-// (a 5-node Rollout and one of its NodeRollout children). A change to workflow code that
-// would break running workflows fails here; such a change belongs behind workflow.GetVersion.
+// TestReplayRecordedHistories replays every history in testdata, recorded from real runs on
+// the local stack (test/e2e TestRecordReplayFixtures: continue-as-new, pause/resume and
+// setParallelism, an abort with Jobs running, a node busy with another rollout, and NodeRollout
+// children that succeeded or were cancelled mid-Job). A change to workflow code that would
+// break running workflows fails here; such a change belongs behind workflow.GetVersion.
 func TestReplayRecordedHistories(t *testing.T) {
-	for _, file := range []string{"testdata/rollout-history.json", "testdata/node-history.json"} {
-		t.Run(file, func(t *testing.T) {
+	files, err := filepath.Glob("testdata/*.json")
+	require.NoError(t, err)
+	require.NotEmpty(t, files)
+	for _, file := range files {
+		t.Run(filepath.Base(file), func(t *testing.T) {
 			replayer := worker.NewWorkflowReplayer()
 			replayer.RegisterWorkflow(Rollout)
 			replayer.RegisterWorkflow(NodeRollout)

@@ -302,8 +302,15 @@ func (f *Fleet) Request(name string, runFor time.Duration) workflows.RolloutRequ
 }
 
 // JobTemplate is a Job whose kwok Pod runs for runFor; podAnnotations steer kwok further
-// (noderollout.dev/exit-code, noderollout.dev/fail-nodes; see dev/kwok/pod-run.yaml).
+// (noderollout.dev/exit-code, noderollout.dev/fail-nodes; see dev/kwok/pod-run.yaml). A deleted
+// running Pod terminates within 2 s (its termination grace, which kwok honours).
 func JobTemplate(runFor time.Duration, podAnnotations map[string]string) string {
+	return JobTemplateWithGrace(runFor, 2*time.Second, podAnnotations)
+}
+
+// JobTemplateWithGrace is JobTemplate with the Pod's termination grace: a deleted running Pod
+// keeps running for that long (dev/kwok/pod-delete.yaml).
+func JobTemplateWithGrace(runFor, grace time.Duration, podAnnotations map[string]string) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, `apiVersion: batch/v1
 kind: Job
@@ -320,13 +327,14 @@ spec:
 	for k, v := range podAnnotations {
 		fmt.Fprintf(&b, "        %s: %q\n", k, v)
 	}
-	b.WriteString(`    spec:
+	fmt.Fprintf(&b, `    spec:
       restartPolicy: Never
+      terminationGracePeriodSeconds: %d
       containers:
       - name: work
         image: busybox
         command: ["sh", "-c", "echo rolling out on {{node}}"]
-`)
+`, int(grace.Seconds()))
 	return b.String()
 }
 

@@ -1,0 +1,216 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	commonpb "go.temporal.io/api/common/v1"
+	"go.temporal.io/api/enums/v1"
+	historypb "go.temporal.io/api/history/v1"
+	"go.temporal.io/api/temporalproto"
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/worker"
+
+	"github.com/noderollout/noderollout/workflows"
+)
+
+// RecordFixturesEnv names the variable that makes TestRecordReplayFixtures write the histories
+// it records into workflows/testdata (the replay fixtures), replacing files of the same name.
+const RecordFixturesEnv = "NODEROLLOUT_RECORD_FIXTURES"
+
+// TestRecordReplayFixtures runs the rollouts whose histories workflows/testdata keeps as replay
+// fixtures (continue-as-new, pause/resume with a setParallelism update, an abort with Jobs
+// running, a node busy with another rollout) and replays every history it recorded with
+// today's workflow code. Re-record the fixtures with
+//
+//	NODEROLLOUT_RECORD_FIXTURES=1 flock /work/stack.lock dev/e2e.sh -run TestRecordReplayFixtures
+//
+// only from code whose histories running workflows may have: the fixtures stand for them.
+func TestRecordReplayFixtures(t *testing.T) {
+	rec := &recorder{dir: t.TempDir()}
+	if os.Getenv(RecordFixturesEnv) != "" {
+		rec.dir = filepath.Join(stack.RepoDir, "workflows", "testdata")
+	}
+	t.Run("group", func(t *testing.T) {
+		t.Run("continue-as-new", func(t *testing.T) { t.Parallel(); recordContinueAsNew(t, rec) })
+		t.Run("pause-resume-set-parallelism", func(t *testing.T) { t.Parallel(); recordSteered(t, rec) })
+		t.Run("abort", func(t *testing.T) { t.Parallel(); recordAbort(t, rec) })
+		t.Run("busy-node", func(t *testing.T) { t.Parallel(); recordBusyNode(t, rec) })
+	})
+	require.NotEmpty(t, rec.files)
+	for _, file := range rec.files {
+		replayer := worker.NewWorkflowReplayer()
+		replayer.RegisterWorkflow(workflows.Rollout)
+		replayer.RegisterWorkflow(workflows.NodeRollout)
+		require.NoError(t, replayer.ReplayWorkflowHistoryFromJSONFile(nil, file), "replaying %s", file)
+	}
+	t.Logf("recorded and replayed %d histories in %s", len(rec.files), rec.dir)
+}
+
+// recordContinueAsNew: 7 nodes, 3 per run, so three runs; every run and a succeeded child.
+func recordContinueAsNew(t *testing.T, rec *recorder) {
+	f := NewFleet(t, 7)
+	req := f.Request("fixture-can", time.Second)
+	req.Parallelism = 2
+	req.ContinueAsNewAfter = 3
+	run := Start(t, req)
+	res := Succeeded(t, run)
+	require.Equal(t, 7, res.Counts.Succeeded)
+	runs := rec.chain(t, run.GetID(), run.GetRunID())
+	require.GreaterOrEqual(t, len(runs), 3, "7 nodes at 3 per run continue as new at least twice")
+	for i, h := range runs {
+		rec.write(t, fmt.Sprintf("rollout-continue-as-new-run%d.json", i+1), h)
+	}
+	child := childrenOf(runs[0])[0]
+	h := rec.closed(t, child.GetWorkflowId(), child.GetRunId(), enums.WORKFLOW_EXECUTION_STATUS_COMPLETED)
+	rec.write(t, "node-succeeded.json", h)
+}
+
+// recordSteered: paused with nodes in flight, parallelism raised by the update while paused,
+// resumed.
+func recordSteered(t *testing.T, rec *recorder) {
+	f := NewFleet(t, 8)
+	req := f.Request("fixture-steered", 2*time.Second)
+	req.Parallelism = 2
+	run := Start(t, req)
+	ctx := context.Background()
+	waitFor(t, 60*time.Second, "first nodes running", func() bool {
+		st, err := status(run.GetID())
+		return err == nil && st.Counts.Running > 0
+	})
+	require.NoError(t, stack.Temporal.SignalWorkflow(ctx, run.GetID(), "", workflows.SignalPause, nil))
+	waitFor(t, 60*time.Second, "paused with nothing in flight", func() bool {
+		st, err := status(run.GetID())
+		return err == nil && st.Paused && st.Counts.Running == 0
+	})
+	handle, err := stack.Temporal.UpdateWorkflow(ctx, client.UpdateWorkflowOptions{
+		WorkflowID:   run.GetID(),
+		UpdateName:   workflows.UpdateSetParallelism,
+		Args:         []any{workflows.SetParallelismRequest{Parallelism: 4}},
+		WaitForStage: client.WorkflowUpdateStageCompleted,
+	})
+	require.NoError(t, err)
+	var set workflows.SetParallelismResult
+	require.NoError(t, handle.Get(ctx, &set))
+	require.NoError(t, stack.Temporal.SignalWorkflow(ctx, run.GetID(), "", workflows.SignalResume, nil))
+	res := Succeeded(t, run)
+	require.Equal(t, 8, res.Counts.Succeeded)
+	rec.write(t, "rollout-pause-resume-set-parallelism.json", rec.closed(t, run.GetID(), run.GetRunID(), enums.WORKFLOW_EXECUTION_STATUS_COMPLETED))
+}
+
+// recordAbort: the rollout is cancelled while its Jobs run; its children delete them.
+func recordAbort(t *testing.T, rec *recorder) {
+	f := NewFleet(t, 6)
+	req := f.Request("fixture-abort", time.Minute)
+	req.Parallelism = 3
+	run := Start(t, req)
+	midRollout(t, f, req.Name, 3)
+	require.NoError(t, stack.Temporal.CancelWorkflow(context.Background(), run.GetID(), ""))
+	_, err := Result(t, run)
+	require.Error(t, err)
+	h := rec.closed(t, run.GetID(), run.GetRunID(), enums.WORKFLOW_EXECUTION_STATUS_CANCELED)
+	rec.write(t, "rollout-abort.json", h)
+	child := childrenOf(h)[0]
+	// Cancelled mid-Job: the child deletes its Job and ends cancelled (or, reporting the node's
+	// outcome, completed).
+	rec.write(t, "node-cancelled-mid-job.json", rec.closed(t, child.GetWorkflowId(), child.GetRunId(),
+		enums.WORKFLOW_EXECUTION_STATUS_CANCELED, enums.WORKFLOW_EXECUTION_STATUS_COMPLETED))
+}
+
+// recordBusyNode: two rollouts share a node; the second waits until the first's child is done.
+func recordBusyNode(t *testing.T, rec *recorder) {
+	f := NewFleet(t, 3)
+	shared := f.Nodes[1]
+	first := f.Request("fixture-busy-first", 8*time.Second)
+	first.NodeSelector, first.Nodes = "", []string{shared}
+	second := f.Request("fixture-busy-waits", time.Second)
+	second.NodeSelector, second.Nodes = "", f.Nodes
+	runFirst := Start(t, first)
+	waitFor(t, 60*time.Second, "the first rollout's Job on the shared node", func() bool { return len(f.Jobs(t, first.Name)[shared]) == 1 })
+	runSecond := Start(t, second)
+	waitFor(t, 60*time.Second, "the second rollout waiting for the shared node", func() bool {
+		st, err := status(runSecond.GetID())
+		return err == nil && st.Counts.Waiting > 0
+	})
+	Succeeded(t, runFirst)
+	res := Succeeded(t, runSecond)
+	require.Equal(t, 3, res.Counts.Succeeded)
+	rec.write(t, "rollout-busy-node-holder.json", rec.closed(t, runFirst.GetID(), runFirst.GetRunID(), enums.WORKFLOW_EXECUTION_STATUS_COMPLETED))
+	rec.write(t, "rollout-busy-node-waits.json", rec.closed(t, runSecond.GetID(), runSecond.GetRunID(), enums.WORKFLOW_EXECUTION_STATUS_COMPLETED))
+}
+
+// recorder fetches closed workflows' histories and writes them as the JSON the replayer reads.
+type recorder struct {
+	dir   string
+	mu    sync.Mutex
+	files []string
+}
+
+// closed waits for the run to close with one of the given statuses and returns its whole
+// history.
+func (r *recorder) closed(t *testing.T, id, runID string, want ...enums.WorkflowExecutionStatus) *historypb.History {
+	t.Helper()
+	ctx := context.Background()
+	var got enums.WorkflowExecutionStatus
+	waitFor(t, 2*time.Minute, "workflow "+id+" closed", func() bool {
+		d, err := stack.Temporal.DescribeWorkflowExecution(ctx, id, runID)
+		if err == nil {
+			got = d.GetWorkflowExecutionInfo().GetStatus()
+		}
+		return err == nil && got != enums.WORKFLOW_EXECUTION_STATUS_RUNNING
+	})
+	require.Contains(t, want, got, "workflow %s run %s", id, runID)
+	h := &historypb.History{}
+	it := stack.Temporal.GetWorkflowHistory(ctx, id, runID, false, enums.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
+	for it.HasNext() {
+		e, err := it.Next()
+		require.NoError(t, err)
+		h.Events = append(h.Events, e)
+	}
+	return h
+}
+
+// chain returns the histories of a rollout's runs, following continue-as-new to the last.
+func (r *recorder) chain(t *testing.T, id, runID string) []*historypb.History {
+	t.Helper()
+	var runs []*historypb.History
+	for runID != "" {
+		h := r.closed(t, id, runID, enums.WORKFLOW_EXECUTION_STATUS_CONTINUED_AS_NEW, enums.WORKFLOW_EXECUTION_STATUS_COMPLETED)
+		runs = append(runs, h)
+		runID = ""
+		if last := h.Events[len(h.Events)-1]; last.GetEventType() == enums.EVENT_TYPE_WORKFLOW_EXECUTION_CONTINUED_AS_NEW {
+			runID = last.GetWorkflowExecutionContinuedAsNewEventAttributes().GetNewExecutionRunId()
+		}
+	}
+	return runs
+}
+
+func (r *recorder) write(t *testing.T, name string, h *historypb.History) {
+	t.Helper()
+	b, err := temporalproto.CustomJSONMarshalOptions{Indent: "  "}.Marshal(h)
+	require.NoError(t, err)
+	path := filepath.Join(r.dir, name)
+	require.NoError(t, os.WriteFile(path, append(b, '\n'), 0o644))
+	r.mu.Lock()
+	r.files = append(r.files, path)
+	r.mu.Unlock()
+}
+
+// childrenOf lists the NodeRollout runs a rollout history started, in order.
+func childrenOf(h *historypb.History) []*commonpb.WorkflowExecution {
+	var out []*commonpb.WorkflowExecution
+	for _, e := range h.Events {
+		if a := e.GetChildWorkflowExecutionStartedEventAttributes(); a != nil {
+			out = append(out, a.GetWorkflowExecution())
+		}
+	}
+	return out
+}
