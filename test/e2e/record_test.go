@@ -31,13 +31,20 @@ const RecordFixturesEnv = "NODEROLLOUT_RECORD_FIXTURES"
 // running, a node busy with another rollout) and replays every history it recorded with
 // today's workflow code. Re-record the fixtures with
 //
-//	NODEROLLOUT_RECORD_FIXTURES=1 flock /work/stack.lock dev/e2e.sh -run TestRecordReplayFixtures
+//	NODEROLLOUT_RECORD_FIXTURES=1 dev/e2e.sh -run TestRecordReplayFixtures
+//
+// (or =v2- to add a new version's histories as v2-*.json beside the older ones)
 //
 // only from code whose histories running workflows may have: the fixtures stand for them.
 func TestRecordReplayFixtures(t *testing.T) {
 	rec := &recorder{dir: t.TempDir()}
-	if os.Getenv(RecordFixturesEnv) != "" {
+	if v := os.Getenv(RecordFixturesEnv); v != "" {
 		rec.dir = filepath.Join(stack.RepoDir, "workflows", "testdata")
+		if v != "1" {
+			// A prefix keeps the histories of a new workflow version beside the older ones,
+			// which running workflows may still have.
+			rec.prefix = v
+		}
 	}
 	t.Run("group", func(t *testing.T) {
 		t.Run("continue-as-new", func(t *testing.T) { t.Parallel(); recordContinueAsNew(t, rec) })
@@ -149,9 +156,10 @@ func recordBusyNode(t *testing.T, rec *recorder) {
 
 // recorder fetches closed workflows' histories and writes them as the JSON the replayer reads.
 type recorder struct {
-	dir   string
-	mu    sync.Mutex
-	files []string
+	dir    string
+	prefix string // put before each file name
+	mu     sync.Mutex
+	files  []string
 }
 
 // closed waits for the run to close with one of the given statuses and returns its whole
@@ -197,7 +205,7 @@ func (r *recorder) write(t *testing.T, name string, h *historypb.History) {
 	t.Helper()
 	b, err := temporalproto.CustomJSONMarshalOptions{Indent: "  "}.Marshal(h)
 	require.NoError(t, err)
-	path := filepath.Join(r.dir, name)
+	path := filepath.Join(r.dir, r.prefix+name)
 	require.NoError(t, os.WriteFile(path, append(b, '\n'), 0o644))
 	r.mu.Lock()
 	r.files = append(r.files, path)
