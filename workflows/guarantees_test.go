@@ -30,6 +30,19 @@ func nodeEnv(t *testing.T) (*testsuite.TestWorkflowEnvironment, *activities.Acti
 	return env, a
 }
 
+// rolloutEnv is a test environment with Rollout and NodeRollout registered, a stored template
+// and explicit node names listed as given.
+func rolloutEnv(t *testing.T) (*testsuite.TestWorkflowEnvironment, *activities.Activities) {
+	t.Helper()
+	env, a := nodeEnv(t)
+	env.RegisterWorkflow(Rollout)
+	env.OnActivity(a.PrepareTemplate, mock.Anything, mock.Anything).Return(activities.PreparedTemplate{Hash: "h"}, nil).Maybe()
+	env.OnActivity(a.ListNodes, mock.Anything, mock.Anything).Return(func(_ context.Context, in activities.ListNodesInput) (activities.ListNodesResult, error) {
+		return activities.ListNodesResult{Nodes: in.Names, Total: len(in.Names)}, nil
+	}).Maybe()
+	return env, a
+}
+
 func outage() error { return errors.New("dial tcp 127.0.0.1:6443: connect: connection refused") }
 
 // An API server that refuses writes for minutes only delays the node (the SDK's default for
@@ -302,16 +315,7 @@ func TestHistoryCostDoesNotGrowWithTemplateOrFailures(t *testing.T) {
 // A pause that arrives in the same workflow task as the decision to continue as new is
 // carried into the next run, not lost.
 func TestPauseAtTheMomentOfContinueAsNewIsKept(t *testing.T) {
-	ts := &testsuite.WorkflowTestSuite{}
-	env := ts.NewTestWorkflowEnvironment()
-	a := &activities.Activities{}
-	env.RegisterActivity(a)
-	env.RegisterWorkflow(Rollout)
-	env.RegisterWorkflow(NodeRollout)
-	env.OnActivity(a.PrepareTemplate, mock.Anything, mock.Anything).Return(activities.PreparedTemplate{Hash: "h"}, nil)
-	env.OnActivity(a.ListNodes, mock.Anything, mock.Anything).Return(func(_ context.Context, in activities.ListNodesInput) (activities.ListNodesResult, error) {
-		return activities.ListNodesResult{Nodes: in.Names, Total: len(in.Names)}, nil
-	})
+	env, _ := rolloutEnv(t)
 	env.OnWorkflow(NodeRollout, mock.Anything, mock.Anything).Return(func(ctx workflow.Context, in NodeRolloutInput) (NodeResult, error) {
 		if err := workflow.Sleep(ctx, time.Minute); err != nil {
 			return NodeResult{}, err
@@ -333,12 +337,8 @@ func TestPauseAtTheMomentOfContinueAsNewIsKept(t *testing.T) {
 
 // status and setParallelism answer while the template is still being prepared.
 func TestHandlersAnswerBeforeTheTemplateIsPrepared(t *testing.T) {
-	ts := &testsuite.WorkflowTestSuite{}
-	env := ts.NewTestWorkflowEnvironment()
-	a := &activities.Activities{}
-	env.RegisterActivity(a)
+	env, a := nodeEnv(t)
 	env.RegisterWorkflow(Rollout)
-	env.RegisterWorkflow(NodeRollout)
 	env.OnActivity(a.PrepareTemplate, mock.Anything, mock.Anything).After(10*time.Minute).Return(activities.PreparedTemplate{Hash: "h"}, nil)
 	env.OnActivity(a.ListNodes, mock.Anything, mock.Anything).Return(func(_ context.Context, in activities.ListNodesInput) (activities.ListNodesResult, error) {
 		return activities.ListNodesResult{Nodes: in.Names, Total: len(in.Names)}, nil
@@ -402,4 +402,19 @@ func TestListingFailureOnALaterPageDrainsAndReports(t *testing.T) {
 	var r RolloutResult
 	require.NoError(t, appErr.Details(&r))
 	require.Equal(t, 3, r.Counts.Succeeded)
+}
+
+// A node that timed out says why its Pod never ran, in its result and its error.
+func TestTimedOutNodeSaysWhyItsPodNeverRan(t *testing.T) {
+	env, a := nodeEnv(t)
+	env.OnActivity(a.CreateJob, mock.Anything, mock.Anything).Return(activities.JobRef{Namespace: "jobs", Name: "j", UID: "u1", Node: "node-a"}, nil)
+	env.OnActivity(a.WaitJob, mock.Anything, mock.Anything).Return(activities.JobEnd{Outcome: activities.OutcomeTimedOut, Reason: activities.ReasonJobTimeout}, nil)
+	env.OnActivity(a.FinalizeJob, mock.Anything, mock.Anything).Return(activities.FinalizeResult{PodReason: "ImagePullBackOff: pull access denied"}, nil)
+	env.ExecuteWorkflow(NodeRollout, nodeInput())
+	var appErr *temporal.ApplicationError
+	require.True(t, errors.As(env.GetWorkflowError(), &appErr))
+	require.Contains(t, appErr.Message(), "ImagePullBackOff")
+	var r NodeResult
+	require.NoError(t, appErr.Details(&r))
+	require.Equal(t, "ImagePullBackOff: pull access denied", r.PodReason)
 }

@@ -134,20 +134,31 @@ func (n *nodeSteps) finalize(ctx workflow.Context, job *activities.JobRef, end a
 		}
 		end.Message = msg
 	}
+	return nodeOutcome(ctx, in.Node, end, fin, result)
+}
+
+// nodeOutcome turns how the Job ended, and what finalize learned, into the workflow's result:
+// a succeeded node returns it, any other fails the workflow with ErrNodeFailed and the result
+// as details, so the UI shows the node red.
+func nodeOutcome(ctx workflow.Context, node string, end activities.JobEnd, fin activities.FinalizeResult, result NodeResult) (NodeResult, error) {
 	result.Outcome = end.Outcome
 	result.Reason = end.Reason
 	result.Message = end.Message
 	result.LogTail = fin.LogTail
 	result.ExitCode = fin.ExitCode
 	result.TerminationMessage = fin.TerminationMessage
+	result.PodReason = fin.PodReason
 	result.FinishedAt = workflow.Now(ctx)
-	workflow.SetCurrentDetails(ctx, fmt.Sprintf("node `%s`: **%s** %s", in.Node, result.Outcome, result.Reason))
+	workflow.SetCurrentDetails(ctx, fmt.Sprintf("node `%s`: **%s** %s", node, result.Outcome, result.Reason))
 	if result.Outcome == activities.OutcomeSucceeded {
 		return result, nil
 	}
-	msg := fmt.Sprintf("node %s %s", in.Node, result.Outcome)
+	msg := fmt.Sprintf("node %s %s", node, result.Outcome)
 	if result.Reason != "" {
 		msg += ": " + result.Reason
+	}
+	if result.PodReason != "" {
+		msg += " (Pod: " + result.PodReason + ")"
 	}
 	if result.Message != "" {
 		msg += ": " + result.Message

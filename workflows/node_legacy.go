@@ -80,25 +80,7 @@ func legacyFinalize(ctx workflow.Context, in NodeRolloutInput, job *activities.J
 	if err != nil && end.Message == "" {
 		end.Message = "finalize: " + err.Error()
 	}
-	result.Outcome = end.Outcome
-	result.Reason = end.Reason
-	result.Message = end.Message
-	result.LogTail = fin.LogTail
-	result.ExitCode = fin.ExitCode
-	result.TerminationMessage = fin.TerminationMessage
-	result.FinishedAt = workflow.Now(ctx)
-	workflow.SetCurrentDetails(ctx, fmt.Sprintf("node `%s`: **%s** %s", in.Node, result.Outcome, result.Reason))
-	if result.Outcome == activities.OutcomeSucceeded {
-		return result, nil
-	}
-	msg := fmt.Sprintf("node %s %s", in.Node, result.Outcome)
-	if result.Reason != "" {
-		msg += ": " + result.Reason
-	}
-	if result.Message != "" {
-		msg += ": " + result.Message
-	}
-	return result, temporal.NewNonRetryableApplicationError(msg, ErrNodeFailed, nil, result)
+	return nodeOutcome(ctx, in.Node, end, fin, result)
 }
 
 // abort deletes the node's Job when the rollout is cancelled, then reports the cancellation.

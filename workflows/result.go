@@ -18,8 +18,11 @@ type NodeResult struct {
 	LogTail            string             `json:"logTail,omitempty"`
 	ExitCode           *int32             `json:"exitCode,omitempty"`
 	TerminationMessage string             `json:"terminationMessage,omitempty"`
-	StartedAt          time.Time          `json:"startedAt,omitempty"`
-	FinishedAt         time.Time          `json:"finishedAt,omitempty"`
+	// PodReason says why a node's Pod never ran or never finished (Unschedulable,
+	// ImagePullBackOff, ...), when it did not terminate.
+	PodReason  string    `json:"podReason,omitempty"`
+	StartedAt  time.Time `json:"startedAt,omitempty"`
+	FinishedAt time.Time `json:"finishedAt,omitempty"`
 }
 
 // Counts tallies nodes by state. Pending counts only nodes already listed.
