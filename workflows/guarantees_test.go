@@ -193,8 +193,8 @@ func TestBusyNodeIsToldWhenFreeInsteadOfPolling(t *testing.T) {
 	a := &activities.Activities{}
 	var mu sync.Mutex
 	type run struct {
-		rollout    string
-		start, end time.Time
+		rollout string
+		end     time.Time
 	}
 	var shared []run
 	env.OnActivity(a.CreateJob, mock.Anything, mock.Anything).Return(func(_ context.Context, in activities.JobRequest) (activities.JobRef, error) {

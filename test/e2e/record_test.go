@@ -169,9 +169,9 @@ func (r *recorder) closed(t *testing.T, id, runID string, want ...enums.Workflow
 	ctx := context.Background()
 	var got enums.WorkflowExecutionStatus
 	waitFor(t, 2*time.Minute, "workflow "+id+" closed", func() bool {
-		d, err := stack.Temporal.DescribeWorkflowExecution(ctx, id, runID)
+		d, err := stack.Temporal.DescribeWorkflow(ctx, id, runID)
 		if err == nil {
-			got = d.GetWorkflowExecutionInfo().GetStatus()
+			got = d.RawResponse.GetWorkflowExecutionInfo().GetStatus()
 		}
 		return err == nil && got != enums.WORKFLOW_EXECUTION_STATUS_RUNNING
 	})

@@ -59,8 +59,8 @@ func TestSoakWorkerWritesRefusedTwoMinutes(t *testing.T) {
 	// The outage itself. No rollout can finish while its writes are refused: one that ends now
 	// has given up on them.
 	for time.Since(refusedAt) < refusedFor {
-		d, err := stack.Temporal.DescribeWorkflowExecution(context.Background(), run.GetID(), "")
-		if err == nil && d.GetWorkflowExecutionInfo().GetStatus() != enums.WORKFLOW_EXECUTION_STATUS_RUNNING {
+		d, err := stack.Temporal.DescribeWorkflow(context.Background(), run.GetID(), "")
+		if err == nil && d.RawResponse.GetWorkflowExecutionInfo().GetStatus() != enums.WORKFLOW_EXECUTION_STATUS_RUNNING {
 			res, err := Result(t, run)
 			t.Fatalf("the rollout ended %v into the refusal, with its writes undone: %v; counts %+v, failures %+v",
 				time.Since(refusedAt).Round(time.Second), err, res.Counts, res.Failures)
