@@ -25,8 +25,10 @@ const (
 	busyNodeBackoff    = 5 * time.Second
 	busyNodeMaxBackoff = time.Minute
 	// busyNodeRecheck is how long a waiting node trusts the holder to tell it when the node
-	// frees before it tries again anyway (the holder may run older code, or be terminated).
-	busyNodeRecheck = 10 * time.Minute
+	// frees before it tries again anyway (the holder may run older code, or be terminated);
+	// each look doubles the next wait, up to busyNodeMaxRecheck.
+	busyNodeRecheck    = 10 * time.Minute
+	busyNodeMaxRecheck = 2 * time.Hour
 
 	// Every continue-as-new drains the window, so a run goes on until its history nears the
 	// server's warning limits (10,240 events, 10 MiB), not to its earlier suggestion (4,096
@@ -428,7 +430,7 @@ func (r *rollout) runNode(ctx workflow.Context, node string) (result NodeResult,
 		KeepJobs:          r.s.keepJobs,
 		Requester:         r.requester,
 	}
-	backoff := busyNodeBackoff
+	backoff, recheck := busyNodeBackoff, busyNodeRecheck
 	for {
 		child := workflow.ExecuteChildWorkflow(nodeChildOptions(ctx, r.req.Name, node), NodeRollout, in)
 		err := child.GetChildWorkflowExecution().Get(ctx, nil)
@@ -447,7 +449,8 @@ func (r *rollout) runNode(ctx workflow.Context, node string) (result NodeResult,
 		r.showProgress(ctx)
 		var waitErr error
 		if r.guarantees {
-			waitErr = r.waitUntilFreed(ctx, node)
+			waitErr = r.waitUntilFreed(ctx, node, recheck)
+			recheck = min(2*recheck, busyNodeMaxRecheck)
 		} else {
 			waitErr = workflow.Sleep(ctx, backoff)
 			backoff = min(2*backoff, busyNodeMaxBackoff)
@@ -473,9 +476,9 @@ func (r *rollout) runNode(ctx workflow.Context, node string) (result NodeResult,
 }
 
 // waitUntilFreed asks the node's current holder to say when it finishes, and waits for that
-// (or, should the word never come, for busyNodeRecheck): a bounded number of events per
-// waiting node however long the other rollout's Job runs.
-func (r *rollout) waitUntilFreed(ctx workflow.Context, node string) error {
+// or, should the word never come (a holder that was terminated, or runs older code), for
+// recheck: a handful of events per waiting node however long the other rollout's Job runs.
+func (r *rollout) waitUntilFreed(ctx workflow.Context, node string, recheck time.Duration) error {
 	self := workflow.GetInfo(ctx).WorkflowExecution.ID
 	err := workflow.SignalExternalWorkflow(ctx, NodeWorkflowID(node), "", SignalNotifyWhenFree, NodeWaiter{WorkflowID: self}).Get(ctx, nil)
 	if ctx.Err() != nil {
@@ -484,7 +487,7 @@ func (r *rollout) waitUntilFreed(ctx workflow.Context, node string) error {
 	if err != nil {
 		return nil // the holder has already finished: try again at once
 	}
-	_, err = workflow.AwaitWithTimeout(ctx, busyNodeRecheck, func() bool { return r.freed[node] })
+	_, err = workflow.AwaitWithTimeout(ctx, recheck, func() bool { return r.freed[node] })
 	return err
 }
 
