@@ -18,6 +18,7 @@ import (
 	"go.temporal.io/sdk/client"
 	batchv1 "k8s.io/api/batch/v1"
 
+	"github.com/noderollout/noderollout/activities/jobspec"
 	"github.com/noderollout/noderollout/workflows"
 )
 
@@ -233,6 +234,6 @@ func TestStarterDryRunListsNodesAndCreatesNothing(t *testing.T) {
 	for _, n := range f.Nodes {
 		require.Contains(t, out, n)
 	}
-	require.Contains(t, out, req.Name+"-"+f.Nodes[0][:10])
+	require.Contains(t, out, jobspec.JobNamePrefix(req.Name, f.Nodes[0]), "each node's Job name prefix is shown")
 	require.Empty(t, f.Jobs(t, req.Name), "a dry run creates no Job")
 }
