@@ -172,17 +172,7 @@ func TestCancelDeletesRunningJobsAndStartsNoMore(t *testing.T) {
 // TestBusyNodeWaitsForTheOtherRollout runs two rollouts over overlapping nodes at once: the
 // shared node runs for one rollout, then the other, never both.
 func TestBusyNodeWaitsForTheOtherRollout(t *testing.T) {
-	ts := &testsuite.WorkflowTestSuite{}
-	env := ts.NewTestWorkflowEnvironment()
-	a := &activities.Activities{}
-	env.RegisterActivity(a)
-	env.RegisterWorkflow(Rollout)
-	env.RegisterWorkflow(NodeRollout)
-	env.RegisterWorkflowWithOptions(bothRollouts, workflow.RegisterOptions{Name: "both"})
-	env.OnActivity(a.PrepareTemplate, mock.Anything, mock.Anything).Return(activities.PreparedTemplate{Template: sampleTemplate, Hash: "h"}, nil)
-	env.OnActivity(a.ListNodes, mock.Anything, mock.Anything).Return(func(_ context.Context, in activities.ListNodesInput) (activities.ListNodesResult, error) {
-		return activities.ListNodesResult{Nodes: in.Names, Total: len(in.Names)}, nil
-	})
+	env := rolloutPairEnv(t)
 	type span struct {
 		rollout    string
 		start, end time.Time
