@@ -5,7 +5,7 @@
 #   dev/bench.sh quick   100 and 1,000 nodes; results into $STATE_DIR/bench-quick/. Exits 1 if
 #                        noderollout's makespan at 1,000 nodes exceeds 1.9x the baseline's or
 #                        any node is lost.
-# Extra arguments go to the bench program (go run ./bench --help), e.g. --sizes 100,500.
+# Extra arguments go to the bench program (cd bench && go run . --help), e.g. --sizes 100,500.
 set -euo pipefail
 # shellcheck source=SCRIPTDIR/lib.sh
 source "$(dirname "$0")/lib.sh"
@@ -33,7 +33,8 @@ source "$ENV_FILE"
 bin=$STATE_DIR/bin/bench
 work=$LOG_DIR/bench
 mkdir -p "$bin" "$work"
-(cd "$REPO_DIR" && go build -o "$bin/" ./bench ./bench/baseline ./worker)
+(cd "$REPO_DIR" && go build -o "$bin/" ./worker)
+(cd "$REPO_DIR/bench" && go build -o "$bin/" . ./baseline)
 log "bench $mode: logs in $work, results in $out"
 cd "$REPO_DIR"
 "$bin/bench" --mode "$mode" --out "$out" --work-dir "$work" \

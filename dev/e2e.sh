@@ -18,9 +18,9 @@ trap cleanup EXIT
 # shellcheck source=/dev/null
 source "$STATE_DIR/env"
 export E2E_LOG_DIR=$LOG_DIR TEMPORAL_CLI=$TEMPORAL_BIN
-cd "$REPO_DIR"
+cd "$REPO_DIR/test"
 set +e
-go test -tags e2e -count=1 -timeout 60m -v "$@" ./test/e2e/ 2>&1 | tee "$LOG_DIR/e2e.out" |
+go test -tags e2e -count=1 -timeout 60m -v "$@" ./e2e/ 2>&1 | tee "$LOG_DIR/e2e.out" |
   grep --line-buffered -E '^(\s*--- (PASS|FAIL|SKIP)|ok|FAIL|PASS|panic)|_test.go:[0-9]+:'
 status=${PIPESTATUS[0]}
 set -e
