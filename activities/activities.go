@@ -39,6 +39,11 @@ type Activities struct {
 	// will report them stopped, and the Pod garbage collector removes the Pods of a missing
 	// Node within about a minute.
 	NodeGonePodWait time.Duration
+	// DrainRetryInterval is the first wait before evictions a PodDisruptionBudget refused are
+	// tried again (doubling up to 30 s); HealthPollInterval is how often CheckNodeHealth reads
+	// the Node. Zero means 1 s and 2 s.
+	DrainRetryInterval time.Duration
+	HealthPollInterval time.Duration
 	// Policy is the platform team's rules (--policy-file); nil allows every request.
 	Policy *policy.Policy
 

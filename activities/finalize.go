@@ -173,6 +173,9 @@ var eventReasons = map[Outcome]string{
 	OutcomeSkipped:   "RolloutSkipped",
 	OutcomeNodeGone:  "RolloutNodeGone",
 	OutcomeAborted:   "RolloutAborted",
+
+	OutcomeDrainTimedOut: "RolloutDrainTimedOut",
+	OutcomeUnhealthy:     "RolloutUnhealthy",
 }
 
 // recordEvent puts the outcome where `kubectl describe node` shows it.

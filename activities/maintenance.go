@@ -1,0 +1,454 @@
+package activities
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	"go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/temporal"
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/noderollout/noderollout/activities/evictable"
+)
+
+// Outcomes of a node whose maintenance failed; the failure budget is charged with both.
+const (
+	// OutcomeDrainTimedOut: Pods still stood on the node when maintenance.drain.timeout passed
+	// (typically a PodDisruptionBudget that allowed no disruption); no Job was created.
+	OutcomeDrainTimedOut Outcome = "drainTimedOut"
+	// OutcomeUnhealthy: after its Job succeeded the node did not meet maintenance.health's
+	// conditions in time, or stopped meeting them during the soak.
+	OutcomeUnhealthy Outcome = "unhealthy"
+)
+
+// Error types of the maintenance activities, non-retryable, and reason words of a node's result.
+const (
+	ErrDrainTimedOut = "DrainTimedOut"
+	// ErrDrainRefused: a Pod on the node would lose data the request did not allow losing.
+	ErrDrainRefused = "DrainRefused"
+	ErrUnhealthy    = "Unhealthy"
+)
+
+// CordonedByKey is the Node annotation saying that noderollout (the rollout named in the value)
+// made the node unschedulable: only then does a rollout make it schedulable again, so a node an
+// admin cordoned stays cordoned.
+const CordonedByKey = "noderollout.io/cordoned-by"
+
+// NodeInput names the node a maintenance step works on.
+type NodeInput struct {
+	Rollout string `json:"rollout"`
+	Node    string `json:"node"`
+}
+
+// CordonResult says whether this cordon is ours to undo.
+type CordonResult struct {
+	// WeCordoned: the node carries CordonedByKey (set now or by an earlier attempt or rollout
+	// of ours); false when someone else had already cordoned it.
+	WeCordoned bool `json:"weCordoned"`
+}
+
+// UncordonResult says whether the node was made schedulable again.
+type UncordonResult struct {
+	Uncordoned bool `json:"uncordoned"`
+}
+
+// DrainInput is one node's drain. Deadline is fixed by the workflow, so a retried attempt after
+// a worker crash keeps the first attempt's deadline.
+type DrainInput struct {
+	Node               string    `json:"node"`
+	PodSelector        string    `json:"podSelector,omitempty"`
+	DeleteEmptyDirData bool      `json:"deleteEmptyDirData,omitempty"`
+	GracePeriodSeconds *int64    `json:"gracePeriodSeconds,omitempty"`
+	Deadline           time.Time `json:"deadline"`
+}
+
+// DrainResult is what a finished drain did.
+type DrainResult struct {
+	Evicted []string `json:"evicted,omitempty"` // namespace/name, by this attempt
+}
+
+// HealthInput asks for the node's conditions to hold: met by HealthyBy, then held for
+// HoldSeconds without a break.
+type HealthInput struct {
+	Node        string            `json:"node"`
+	Conditions  map[string]string `json:"conditions"`
+	HealthyBy   time.Time         `json:"healthyBy"`
+	HoldSeconds int64             `json:"holdSeconds,omitempty"`
+}
+
+// DrainPlanInput asks which Pods a drain of each node would evict.
+type DrainPlanInput struct {
+	Nodes              []string `json:"nodes"`
+	PodSelector        string   `json:"podSelector,omitempty"`
+	DeleteEmptyDirData bool     `json:"deleteEmptyDirData,omitempty"`
+}
+
+// DrainPlan is, per node, the Pods a drain would evict, those it would refuse, and the
+// PodDisruptionBudgets that allow no disruption now and so would block it.
+type DrainPlan struct {
+	Node     string   `json:"node"`
+	Evict    []string `json:"evict,omitempty"`
+	Refused  []string `json:"refused,omitempty"`
+	Blocking []string `json:"blockingPDBs,omitempty"`
+}
+
+// CordonNode marks the node unschedulable and records on it that we did. A node already
+// unschedulable without our annotation was cordoned by someone else: it is left as it is and
+// not ours to uncordon. The write carries the resourceVersion read, so a cordon by someone
+// else in between is never mistaken for ours.
+func (a *Activities) CordonNode(ctx context.Context, in NodeInput) (CordonResult, error) {
+	for {
+		node, err := a.Kube.CoreV1().Nodes().Get(ctx, in.Node, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return CordonResult{}, errNodeGone(in.Node)
+		}
+		if err != nil {
+			return CordonResult{}, kubeError(err, "get", fmt.Sprintf("node %q", in.Node))
+		}
+		_, ours := node.Annotations[CordonedByKey]
+		if node.Spec.Unschedulable && !ours {
+			return CordonResult{WeCordoned: false}, nil
+		}
+		if node.Spec.Unschedulable && node.Annotations[CordonedByKey] == in.Rollout {
+			return CordonResult{WeCordoned: true}, nil
+		}
+		// Ours from an earlier rollout that kept it cordoned after a failure is taken over.
+		err = a.patchNode(ctx, node, map[string]any{CordonedByKey: in.Rollout}, true)
+		if apierrors.IsConflict(err) {
+			continue
+		}
+		if apierrors.IsNotFound(err) {
+			return CordonResult{}, errNodeGone(in.Node)
+		}
+		if err != nil {
+			return CordonResult{}, kubeError(err, "patch", fmt.Sprintf("node %q", in.Node))
+		}
+		return CordonResult{WeCordoned: true}, nil
+	}
+}
+
+// UncordonNode makes the node schedulable again only if our annotation says we cordoned it,
+// and removes the annotation. A node that is gone has nothing left to undo.
+func (a *Activities) UncordonNode(ctx context.Context, in NodeInput) (UncordonResult, error) {
+	for {
+		node, err := a.Kube.CoreV1().Nodes().Get(ctx, in.Node, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return UncordonResult{}, nil
+		}
+		if err != nil {
+			return UncordonResult{}, kubeError(err, "get", fmt.Sprintf("node %q", in.Node))
+		}
+		if _, ours := node.Annotations[CordonedByKey]; !ours {
+			return UncordonResult{}, nil
+		}
+		err = a.patchNode(ctx, node, map[string]any{CordonedByKey: nil}, false)
+		if apierrors.IsConflict(err) {
+			continue
+		}
+		if apierrors.IsNotFound(err) {
+			return UncordonResult{}, nil
+		}
+		if err != nil {
+			return UncordonResult{}, kubeError(err, "patch", fmt.Sprintf("node %q", in.Node))
+		}
+		return UncordonResult{Uncordoned: true}, nil
+	}
+}
+
+// patchNode sets spec.unschedulable and the annotations in one merge patch, conditional on the
+// node's resourceVersion.
+func (a *Activities) patchNode(ctx context.Context, node *corev1.Node, annotations map[string]any, unschedulable bool) error {
+	var spec any = map[string]any{"unschedulable": nil}
+	if unschedulable {
+		spec = map[string]any{"unschedulable": true}
+	}
+	patch, err := json.Marshal(map[string]any{
+		"metadata": map[string]any{"annotations": annotations, "resourceVersion": node.ResourceVersion},
+		"spec":     spec,
+	})
+	if err != nil {
+		return err
+	}
+	_, err = a.Kube.CoreV1().Nodes().Patch(ctx, node.Name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: FieldManager})
+	return err
+}
+
+// DrainNode evicts the node's Pods through the Eviction API, so PodDisruptionBudgets are
+// honoured, and returns once none that it must evict is left on the node. An eviction that a
+// budget refuses (429) is tried again, backing off, until the deadline; then the drain fails
+// with DrainTimedOut naming what is left. It deletes nothing itself. It refuses, before
+// evicting anything, when a Pod would lose local storage the request did not allow losing.
+// It heartbeats; a retried attempt starts over from the Pods still there.
+func (a *Activities) DrainNode(ctx context.Context, in DrainInput) (DrainResult, error) {
+	rules, err := drainRules(in.PodSelector, in.DeleteEmptyDirData)
+	if err != nil {
+		return DrainResult{}, err
+	}
+	var res DrainResult
+	blocked := map[string]string{} // pod -> why its last eviction was refused
+	backoff := a.drainRetry()
+	for {
+		activity.RecordHeartbeat(ctx, len(res.Evicted))
+		pods, err := a.podsOnNode(ctx, in.Node)
+		if err != nil {
+			return res, err
+		}
+		var left []*corev1.Pod
+		var refused []string
+		for i := range pods {
+			switch v, why := evictable.Judge(&pods[i], rules); v {
+			case evictable.Evict:
+				left = append(left, &pods[i])
+			case evictable.Refuse:
+				refused = append(refused, podName(&pods[i])+" "+why)
+			}
+		}
+		if len(refused) > 0 {
+			return res, temporal.NewNonRetryableApplicationError(fmt.Sprintf(
+				"drain of node %s refused: %s; set maintenance.drain.deleteEmptyDirData to allow it, or narrow maintenance.drain.podSelector",
+				in.Node, strings.Join(refused, "; ")), ErrDrainRefused, nil)
+		}
+		if len(left) == 0 {
+			return res, nil
+		}
+		if !a.Now().Before(in.Deadline) {
+			return res, drainTimedOut(in.Node, left, blocked)
+		}
+		progressed := false
+		for _, pod := range left {
+			if pod.DeletionTimestamp != nil {
+				continue // evicted, terminating within its grace
+			}
+			err := a.Kube.PolicyV1().Evictions(pod.Namespace).Evict(ctx, &policyv1.Eviction{
+				ObjectMeta:    metav1.ObjectMeta{Name: pod.Name, Namespace: pod.Namespace},
+				DeleteOptions: &metav1.DeleteOptions{GracePeriodSeconds: in.GracePeriodSeconds},
+			})
+			switch {
+			case err == nil:
+				res.Evicted = append(res.Evicted, podName(pod))
+				delete(blocked, podName(pod))
+				progressed = true
+			case apierrors.IsNotFound(err):
+			case apierrors.IsTooManyRequests(err):
+				// A PodDisruptionBudget allows no disruption now (or the API server is busy).
+				blocked[podName(pod)] = err.Error()
+			default:
+				return res, kubeError(err, "create", "eviction of pod "+podName(pod))
+			}
+		}
+		if progressed {
+			backoff = a.drainRetry()
+		}
+		wait := min(backoff, in.Deadline.Sub(a.Now()))
+		if err := sleep(ctx, max(wait, 0)); err != nil {
+			return res, err
+		}
+		backoff = min(2*backoff, maxDrainRetry)
+	}
+}
+
+// maxDrainRetry caps the wait between rounds of evictions a budget refused.
+const maxDrainRetry = 30 * time.Second
+
+func (a *Activities) drainRetry() time.Duration {
+	if a.DrainRetryInterval > 0 {
+		return a.DrainRetryInterval
+	}
+	return time.Second
+}
+
+func drainRules(podSelector string, deleteEmptyDirData bool) (evictable.Rules, error) {
+	rules := evictable.Rules{DeleteEmptyDirData: deleteEmptyDirData}
+	if podSelector != "" {
+		sel, err := labels.Parse(podSelector)
+		if err != nil {
+			return rules, invalidRequest("maintenance.drain.podSelector", "%q does not parse: %v", podSelector, err)
+		}
+		rules.Selector = sel
+	}
+	return rules, nil
+}
+
+func drainTimedOut(node string, left []*corev1.Pod, blocked map[string]string) error {
+	names := make([]string, 0, len(left))
+	for _, p := range left {
+		n := podName(p)
+		if why, ok := blocked[n]; ok {
+			n += " (" + why + ")"
+		} else if p.DeletionTimestamp != nil {
+			n += " (still terminating)"
+		}
+		names = append(names, n)
+	}
+	return temporal.NewNonRetryableApplicationError(fmt.Sprintf(
+		"drain of node %s timed out with %d Pod(s) left: %s; raise maintenance.drain.timeout or free the PodDisruptionBudgets",
+		node, len(left), strings.Join(names, "; ")), ErrDrainTimedOut, nil)
+}
+
+// podsOnNode lists every Pod bound to the node. One node holds at most a few hundred Pods, so
+// one list without paging suffices.
+func (a *Activities) podsOnNode(ctx context.Context, node string) ([]corev1.Pod, error) {
+	list, err := a.Kube.CoreV1().Pods(metav1.NamespaceAll).List(ctx, metav1.ListOptions{
+		FieldSelector: fields.OneTermEqualSelector("spec.nodeName", node).String(),
+	})
+	if err != nil {
+		return nil, kubeError(err, "list", "pods on node "+node)
+	}
+	// The field selector is the API server's to apply; the fake clientset ignores it.
+	pods := list.Items[:0]
+	for _, p := range list.Items {
+		if p.Spec.NodeName == node {
+			pods = append(pods, p)
+		}
+	}
+	return pods, nil
+}
+
+func podName(p *corev1.Pod) string { return p.Namespace + "/" + p.Name }
+
+// CheckNodeHealth waits until the node's conditions hold (HealthyBy at the latest), then
+// requires them to hold for HoldSeconds; either failing is Unhealthy. It heartbeats the time
+// the conditions were first seen holding, so an attempt retried after a worker crash resumes
+// the soak where it was instead of starting it over.
+func (a *Activities) CheckNodeHealth(ctx context.Context, in HealthInput) error {
+	var since time.Time
+	if activity.HasHeartbeatDetails(ctx) {
+		_ = activity.GetHeartbeatDetails(ctx, &since)
+	}
+	hold := time.Duration(in.HoldSeconds) * time.Second
+	for {
+		node, err := a.Kube.CoreV1().Nodes().Get(ctx, in.Node, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return errNodeGone(in.Node)
+		}
+		if err != nil {
+			return kubeError(err, "get", fmt.Sprintf("node %q", in.Node))
+		}
+		now := a.Now()
+		unmet := unmetConditions(node, in.Conditions)
+		switch {
+		case len(unmet) == 0 && since.IsZero():
+			since = now
+		case len(unmet) > 0 && !since.IsZero():
+			return temporal.NewNonRetryableApplicationError(fmt.Sprintf(
+				"node %s stopped being healthy %s after it was: %s", in.Node, now.Sub(since).Round(time.Second), strings.Join(unmet, "; ")),
+				ErrUnhealthy, nil)
+		case len(unmet) > 0 && !now.Before(in.HealthyBy):
+			return temporal.NewNonRetryableApplicationError(fmt.Sprintf(
+				"node %s was not healthy in time: %s; see maintenance.health", in.Node, strings.Join(unmet, "; ")),
+				ErrUnhealthy, nil)
+		}
+		activity.RecordHeartbeat(ctx, since)
+		if !since.IsZero() && now.Sub(since) >= hold {
+			return nil
+		}
+		if err := sleep(ctx, a.healthPoll()); err != nil {
+			return err
+		}
+	}
+}
+
+func (a *Activities) healthPoll() time.Duration {
+	if a.HealthPollInterval > 0 {
+		return a.HealthPollInterval
+	}
+	return 2 * time.Second
+}
+
+// unmetConditions names each wanted condition the node does not report with the wanted status;
+// a condition it does not report at all is unmet.
+func unmetConditions(node *corev1.Node, want map[string]string) []string {
+	have := map[string]corev1.NodeCondition{}
+	for _, c := range node.Status.Conditions {
+		have[string(c.Type)] = c
+	}
+	keys := make([]string, 0, len(want))
+	for k := range want {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	var unmet []string
+	for _, k := range keys {
+		c, ok := have[k]
+		switch {
+		case !ok:
+			unmet = append(unmet, fmt.Sprintf("%s is not reported (want %s)", k, want[k]))
+		case string(c.Status) != want[k]:
+			unmet = append(unmet, fmt.Sprintf("%s=%s (want %s): %s %s", k, c.Status, want[k], c.Reason, c.Message))
+		}
+	}
+	return unmet
+}
+
+// PlanDrain says, for a dry run, which Pods a drain of each node would evict or refuse, and
+// which PodDisruptionBudgets allow no disruption now and cover one of them.
+func (a *Activities) PlanDrain(ctx context.Context, in DrainPlanInput) ([]DrainPlan, error) {
+	rules, err := drainRules(in.PodSelector, in.DeleteEmptyDirData)
+	if err != nil {
+		return nil, err
+	}
+	pdbs, err := a.Kube.PolicyV1().PodDisruptionBudgets(metav1.NamespaceAll).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, kubeError(err, "list", "poddisruptionbudgets")
+	}
+	plans := make([]DrainPlan, 0, len(in.Nodes))
+	for _, node := range in.Nodes {
+		pods, err := a.podsOnNode(ctx, node)
+		if err != nil {
+			return nil, err
+		}
+		plan := DrainPlan{Node: node}
+		blocking := map[string]bool{}
+		for i := range pods {
+			pod := &pods[i]
+			switch v, why := evictable.Judge(pod, rules); v {
+			case evictable.Refuse:
+				plan.Refused = append(plan.Refused, podName(pod)+" "+why)
+			case evictable.Evict:
+				plan.Evict = append(plan.Evict, podName(pod))
+				for _, pdb := range pdbs.Items {
+					if pdb.Namespace != pod.Namespace || pdb.Status.DisruptionsAllowed > 0 {
+						continue
+					}
+					sel, err := metav1.LabelSelectorAsSelector(pdb.Spec.Selector)
+					if err == nil && !sel.Empty() && sel.Matches(labels.Set(pod.Labels)) {
+						blocking[pdb.Namespace+"/"+pdb.Name] = true
+					}
+				}
+			}
+		}
+		for name := range blocking {
+			plan.Blocking = append(plan.Blocking, name)
+		}
+		sort.Strings(plan.Blocking)
+		plans = append(plans, plan)
+		activity.RecordHeartbeat(ctx, node)
+	}
+	return plans, nil
+}
+
+func errNodeGone(node string) error {
+	return temporal.NewNonRetryableApplicationError(fmt.Sprintf("node %s no longer exists", node), ErrNodeGone, nil)
+}
+
+// sleep waits d or until the activity is cancelled.
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}

@@ -1,0 +1,310 @@
+package activities
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
+
+	"go.temporal.io/sdk/temporal"
+
+	"github.com/noderollout/noderollout/activities/evictable"
+)
+
+func tenantPod(name, node string, edit func(*corev1.Pod)) *corev1.Pod {
+	p := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "tenant", Labels: map[string]string{"app": "web"}},
+		Spec:       corev1.PodSpec{NodeName: node},
+		Status:     corev1.PodStatus{Phase: corev1.PodRunning},
+	}
+	if edit != nil {
+		edit(p)
+	}
+	return p
+}
+
+// evictions makes the fake API server evict like the real one: the Pod goes, unless refuse
+// says the (PodDisruptionBudget's) answer is 429 for this try. It records every eviction asked.
+type evictions struct {
+	cs     *fake.Clientset
+	asked  []string
+	refuse func(pod string, try int) bool
+}
+
+func (e *evictions) react(action k8stesting.Action) (bool, runtime.Object, error) {
+	if action.GetSubresource() != "eviction" {
+		return false, nil, nil
+	}
+	ev := action.(k8stesting.CreateAction).GetObject().(*policyv1.Eviction)
+	e.asked = append(e.asked, ev.Name)
+	tries := 0
+	for _, n := range e.asked {
+		if n == ev.Name {
+			tries++
+		}
+	}
+	if e.refuse != nil && e.refuse(ev.Name, tries) {
+		return true, nil, apierrors.NewTooManyRequests("Cannot evict pod as it would violate the pod's disruption budget.", 0)
+	}
+	gvr := schema.GroupVersionResource{Version: "v1", Resource: "pods"}
+	return true, nil, e.cs.Tracker().Delete(gvr, ev.Namespace, ev.Name)
+}
+
+func drainEnv(t *testing.T, e *evictions, objs ...runtime.Object) *Activities {
+	t.Helper()
+	e.cs = fake.NewClientset(objs...)
+	e.cs.PrependReactor("create", "pods", e.react)
+	a := New(e.cs)
+	a.DrainRetryInterval = time.Millisecond
+	return a
+}
+
+func drain(t *testing.T, a *Activities, in DrainInput) (DrainResult, error) {
+	t.Helper()
+	if in.Deadline.IsZero() {
+		in.Deadline = time.Now().Add(time.Minute)
+	}
+	val, err := newEnv(a).ExecuteActivity(a.DrainNode, in)
+	if err != nil {
+		return DrainResult{}, err
+	}
+	var res DrainResult
+	require.NoError(t, val.Get(&res))
+	return res, nil
+}
+
+func remainingPods(t *testing.T, a *Activities) []string {
+	t.Helper()
+	list, err := a.Kube.CoreV1().Pods("").List(t.Context(), metav1.ListOptions{})
+	require.NoError(t, err)
+	var names []string
+	for _, p := range list.Items {
+		names = append(names, p.Name)
+	}
+	return names
+}
+
+// TestDrainRetriesEvictionsABudgetRefuses: a 429 is tried again, not given up on or turned
+// into a delete.
+func TestDrainRetriesEvictionsABudgetRefuses(t *testing.T) {
+	e := &evictions{refuse: func(pod string, try int) bool { return pod == "web-1" && try < 3 }}
+	a := drainEnv(t, e, tenantPod("web-1", "n1", nil), tenantPod("web-2", "n1", nil), tenantPod("other", "n2", nil))
+	res, err := drain(t, a, DrainInput{Node: "n1"})
+	require.NoError(t, err)
+	require.ElementsMatch(t, []string{"tenant/web-1", "tenant/web-2"}, res.Evicted)
+	require.Equal(t, 3, countOf(e.asked, "web-1"), "refused twice, evicted on the third try")
+	require.Equal(t, []string{"other"}, remainingPods(t, a), "the other node's Pod stays")
+	for _, act := range e.cs.Actions() {
+		require.NotEqual(t, "delete", act.GetVerb(), "the drain deletes nothing itself")
+	}
+}
+
+// TestDrainTimesOutOnABudgetThatNeverAllows: the deadline ends the drain with DrainTimedOut
+// naming the Pod and the budget's refusal; the Pod is still there.
+func TestDrainTimesOutOnABudgetThatNeverAllows(t *testing.T) {
+	e := &evictions{refuse: func(string, int) bool { return true }}
+	a := drainEnv(t, e, tenantPod("web-1", "n1", nil))
+	_, err := drain(t, a, DrainInput{Node: "n1", Deadline: time.Now().Add(50 * time.Millisecond)})
+	var appErr *temporal.ApplicationError
+	require.ErrorAs(t, err, &appErr)
+	require.Equal(t, ErrDrainTimedOut, appErr.Type())
+	require.True(t, appErr.NonRetryable())
+	require.Contains(t, appErr.Message(), "tenant/web-1 (")
+	require.Contains(t, appErr.Message(), "disruption budget")
+	require.Greater(t, len(e.asked), 1, "refused evictions were tried again before the deadline")
+	require.Equal(t, []string{"web-1"}, remainingPods(t, a))
+}
+
+// TestDrainPassesDaemonSetAndMirrorPods: neither is evicted, and they do not hold the drain up.
+func TestDrainPassesDaemonSetAndMirrorPods(t *testing.T) {
+	yes := true
+	ds := tenantPod("agent", "n1", func(p *corev1.Pod) {
+		p.OwnerReferences = []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "DaemonSet", Name: "agent", UID: "u", Controller: &yes}}
+	})
+	mirror := tenantPod("static", "n1", func(p *corev1.Pod) { p.Annotations = map[string]string{evictable.MirrorAnnotation: "h"} })
+	e := &evictions{}
+	a := drainEnv(t, e, ds, mirror, tenantPod("web-1", "n1", nil))
+	res, err := drain(t, a, DrainInput{Node: "n1"})
+	require.NoError(t, err)
+	require.Equal(t, []string{"tenant/web-1"}, res.Evicted)
+	require.Equal(t, []string{"web-1"}, e.asked)
+	require.ElementsMatch(t, []string{"agent", "static"}, remainingPods(t, a))
+}
+
+// TestDrainRefusesLocalStorageUnlessAllowed: a Pod with an emptyDir stops the drain before any
+// eviction, with an error naming the field that allows it; allowed, it is evicted.
+func TestDrainRefusesLocalStorageUnlessAllowed(t *testing.T) {
+	scratch := func(p *corev1.Pod) {
+		p.Spec.Volumes = []corev1.Volume{{Name: "cache", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}}
+	}
+	e := &evictions{}
+	a := drainEnv(t, e, tenantPod("web-1", "n1", nil), tenantPod("cache-1", "n1", scratch))
+	_, err := drain(t, a, DrainInput{Node: "n1"})
+	var appErr *temporal.ApplicationError
+	require.ErrorAs(t, err, &appErr)
+	require.Equal(t, ErrDrainRefused, appErr.Type())
+	require.Contains(t, appErr.Message(), "tenant/cache-1")
+	require.Contains(t, appErr.Message(), "maintenance.drain.deleteEmptyDirData")
+	require.Empty(t, e.asked, "nothing is evicted when one Pod is refused")
+
+	res, err := drain(t, a, DrainInput{Node: "n1", DeleteEmptyDirData: true})
+	require.NoError(t, err)
+	require.ElementsMatch(t, []string{"tenant/web-1", "tenant/cache-1"}, res.Evicted)
+}
+
+// TestDrainWaitsForEvictedPodsToGo: an evicted Pod still terminating is not evicted again and
+// the drain returns only once it is gone.
+func TestDrainWaitsForEvictedPodsToGo(t *testing.T) {
+	now := metav1.Now()
+	terminating := tenantPod("web-1", "n1", func(p *corev1.Pod) { p.DeletionTimestamp = &now; p.Finalizers = []string{"x"} })
+	e := &evictions{}
+	a := drainEnv(t, e, terminating)
+	lists := 0
+	e.cs.PrependReactor("list", "pods", func(k8stesting.Action) (bool, runtime.Object, error) {
+		lists++
+		if lists == 3 {
+			gvr := schema.GroupVersionResource{Version: "v1", Resource: "pods"}
+			require.NoError(t, e.cs.Tracker().Delete(gvr, "tenant", "web-1"))
+		}
+		return false, nil, nil
+	})
+	_, err := drain(t, a, DrainInput{Node: "n1"})
+	require.NoError(t, err)
+	require.Empty(t, e.asked)
+	require.Equal(t, 3, lists)
+}
+
+func countOf(xs []string, x string) int {
+	n := 0
+	for _, v := range xs {
+		if v == x {
+			n++
+		}
+	}
+	return n
+}
+
+func cordonEnv(t *testing.T, node *corev1.Node) *Activities {
+	t.Helper()
+	return New(fake.NewClientset(node))
+}
+
+func getNode(t *testing.T, a *Activities, name string) *corev1.Node {
+	t.Helper()
+	n, err := a.Kube.CoreV1().Nodes().Get(t.Context(), name, metav1.GetOptions{})
+	require.NoError(t, err)
+	return n
+}
+
+// TestCordonAndUncordonOnlyWhatWeCordoned: a schedulable node is cordoned and marked, then
+// uncordoned and unmarked; a node someone else cordoned is neither marked nor uncordoned.
+func TestCordonAndUncordonOnlyWhatWeCordoned(t *testing.T) {
+	a := cordonEnv(t, testNode("n1", nil))
+	env := newEnv(a)
+	val, err := env.ExecuteActivity(a.CordonNode, NodeInput{Rollout: "kata", Node: "n1"})
+	require.NoError(t, err)
+	var c CordonResult
+	require.NoError(t, val.Get(&c))
+	require.True(t, c.WeCordoned)
+	n := getNode(t, a, "n1")
+	require.True(t, n.Spec.Unschedulable)
+	require.Equal(t, "kata", n.Annotations[CordonedByKey])
+
+	// A retried cordon is still ours.
+	val, err = env.ExecuteActivity(a.CordonNode, NodeInput{Rollout: "kata", Node: "n1"})
+	require.NoError(t, err)
+	require.NoError(t, val.Get(&c))
+	require.True(t, c.WeCordoned)
+
+	val, err = env.ExecuteActivity(a.UncordonNode, NodeInput{Rollout: "kata", Node: "n1"})
+	require.NoError(t, err)
+	var u UncordonResult
+	require.NoError(t, val.Get(&u))
+	require.True(t, u.Uncordoned)
+	n = getNode(t, a, "n1")
+	require.False(t, n.Spec.Unschedulable)
+	require.NotContains(t, n.Annotations, CordonedByKey)
+
+	admin := testNode("n2", nil)
+	admin.Spec.Unschedulable = true
+	b := cordonEnv(t, admin)
+	env = newEnv(b)
+	val, err = env.ExecuteActivity(b.CordonNode, NodeInput{Rollout: "kata", Node: "n2"})
+	require.NoError(t, err)
+	require.NoError(t, val.Get(&c))
+	require.False(t, c.WeCordoned)
+	val, err = env.ExecuteActivity(b.UncordonNode, NodeInput{Rollout: "kata", Node: "n2"})
+	require.NoError(t, err)
+	require.NoError(t, val.Get(&u))
+	require.False(t, u.Uncordoned)
+	n = getNode(t, b, "n2")
+	require.True(t, n.Spec.Unschedulable, "the admin's cordon stays")
+	require.NotContains(t, n.Annotations, CordonedByKey)
+}
+
+func healthyNode(name string, ready corev1.ConditionStatus) *corev1.Node {
+	n := testNode(name, nil)
+	n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: ready, Reason: "KubeletReady"}}
+	return n
+}
+
+// TestHealthSoakFailsWhenTheNodeTurnsNotReady: healthy at first, NotReady during the hold.
+func TestHealthSoakFailsWhenTheNodeTurnsNotReady(t *testing.T) {
+	cs := fake.NewClientset(healthyNode("n1", corev1.ConditionTrue))
+	a := New(cs)
+	a.HealthPollInterval = time.Millisecond
+	gets := 0
+	cs.PrependReactor("get", "nodes", func(k8stesting.Action) (bool, runtime.Object, error) {
+		gets++
+		if gets == 3 {
+			return true, healthyNode("n1", corev1.ConditionFalse), nil
+		}
+		return false, nil, nil
+	})
+	_, err := newEnv(a).ExecuteActivity(a.CheckNodeHealth, HealthInput{Node: "n1", Conditions: map[string]string{"Ready": "True"},
+		HealthyBy: time.Now(), HoldSeconds: 60})
+	var appErr *temporal.ApplicationError
+	require.ErrorAs(t, err, &appErr)
+	require.Equal(t, ErrUnhealthy, appErr.Type())
+	require.Contains(t, appErr.Message(), "stopped being healthy")
+	require.Contains(t, appErr.Message(), "Ready=False")
+}
+
+// TestHealthGateTimesOut: a condition never met by HealthyBy is Unhealthy, naming it.
+func TestHealthGateTimesOut(t *testing.T) {
+	a := New(fake.NewClientset(healthyNode("n1", corev1.ConditionTrue)))
+	a.HealthPollInterval = time.Millisecond
+	_, err := newEnv(a).ExecuteActivity(a.CheckNodeHealth, HealthInput{Node: "n1",
+		Conditions: map[string]string{"Ready": "True", "GPUDriverReady": "True"}, HealthyBy: time.Now().Add(20 * time.Millisecond)})
+	var appErr *temporal.ApplicationError
+	require.ErrorAs(t, err, &appErr)
+	require.Equal(t, ErrUnhealthy, appErr.Type())
+	require.Contains(t, appErr.Message(), "GPUDriverReady is not reported")
+
+	_, err = newEnv(a).ExecuteActivity(a.CheckNodeHealth, HealthInput{Node: "n1",
+		Conditions: map[string]string{"Ready": "True"}, HealthyBy: time.Now().Add(time.Second)})
+	require.NoError(t, err)
+}
+
+// TestPlanDrainNamesPodsAndBlockingBudgets is the dry run's view of a node.
+func TestPlanDrainNamesPodsAndBlockingBudgets(t *testing.T) {
+	pdb := &policyv1.PodDisruptionBudget{
+		ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "tenant"},
+		Spec:       policyv1.PodDisruptionBudgetSpec{Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "web"}}},
+		Status:     policyv1.PodDisruptionBudgetStatus{DisruptionsAllowed: 0},
+	}
+	a := New(fake.NewClientset(pdb, tenantPod("web-1", "n1", nil), tenantPod("web-2", "n2", nil)))
+	val, err := newEnv(a).ExecuteActivity(a.PlanDrain, DrainPlanInput{Nodes: []string{"n1", "n3"}})
+	require.NoError(t, err)
+	var plans []DrainPlan
+	require.NoError(t, val.Get(&plans))
+	require.Equal(t, []DrainPlan{{Node: "n1", Evict: []string{"tenant/web-1"}, Blocking: []string{"tenant/web"}}, {Node: "n3"}}, plans)
+}
