@@ -25,6 +25,8 @@ type NodeRolloutInput struct {
 	JobTTLSeconds     int32                `json:"jobTTLSeconds"`
 	KeepJobs          activities.KeepJobs  `json:"keepJobs"`
 	Requester         string               `json:"requester,omitempty"`
+	// Maintenance is the request's maintenance section, nil when it has none.
+	Maintenance *NodeMaintenance `json:"maintenance,omitempty"`
 }
 
 // NodeRollout creates the node's Job, waits for it to end and finalizes it. Its workflow ID is
@@ -46,9 +48,22 @@ func NodeRollout(ctx workflow.Context, in NodeRolloutInput) (NodeResult, error) 
 // nodeSteps is one NodeRollout from versionFieldGuarantees on.
 type nodeSteps struct {
 	in NodeRolloutInput
+	// mayHaveCordoned: our cordon may be on the node, so it is ours to lift.
+	mayHaveCordoned bool
 }
 
 func (n *nodeSteps) run(ctx workflow.Context) (NodeResult, error) {
+	// No GetVersion here: only inputs with a maintenance section take the new path, and no
+	// history recorded before the section existed has one, so every running history replays
+	// the commands it recorded; a marker per child would cost every node history events.
+	if n.in.Maintenance != nil {
+		return n.runMaintained(ctx)
+	}
+	return n.runJob(ctx)
+}
+
+// runJob creates the node's Job, waits for it and finalizes it.
+func (n *nodeSteps) runJob(ctx workflow.Context) (NodeResult, error) {
 	var a *activities.Activities
 	in := n.in
 	runID := workflow.GetInfo(ctx).WorkflowExecution.RunID

@@ -59,6 +59,7 @@ type RolloutRequest struct {
 	KeepJobs          string               `json:"keepJobs,omitempty"`
 	Owner             *activities.OwnerRef `json:"owner,omitempty"`
 	DryRun            bool                 `json:"dryRun,omitempty"`
+	Maintenance       *Maintenance         `json:"maintenance,omitempty"`
 	// ContinueAsNewAfter bounds how many nodes one workflow run launches before it continues
 	// as new, keeping every history short. Rarely worth changing.
 	ContinueAsNewAfter int `json:"continueAsNewAfter,omitempty"`

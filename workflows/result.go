@@ -50,7 +50,9 @@ func (c *Counts) add(o activities.Outcome) {
 	switch o {
 	case activities.OutcomeSucceeded:
 		c.Succeeded++
-	case activities.OutcomeFailed:
+	case activities.OutcomeFailed, activities.OutcomeDrainTimedOut, activities.OutcomeUnhealthy:
+		// Maintenance failures count as failed (and so against the budget); their own
+		// outcome word is in the node's result.
 		c.Failed++
 	case activities.OutcomeTimedOut:
 		c.TimedOut++
@@ -130,6 +132,8 @@ type PlannedNode struct {
 	JobPrefix string `json:"jobPrefix,omitempty"`
 	// Skip is why the node would not get a Job ("done" for this template, or "missing").
 	Skip string `json:"skip,omitempty"`
+	// Drain is what maintenance.drain would evict on the node, and which budgets would block it.
+	Drain *activities.DrainPlan `json:"drain,omitempty"`
 }
 
 // RolloutStatus answers the status query.

@@ -429,6 +429,7 @@ func (r *rollout) runNode(ctx workflow.Context, node string) (result NodeResult,
 		JobTTLSeconds:     int32(r.s.jobTTL / time.Second),
 		KeepJobs:          r.s.keepJobs,
 		Requester:         r.requester,
+		Maintenance:       nodeMaintenance(r.req.Maintenance),
 	}
 	backoff, recheck := busyNodeBackoff, busyNodeRecheck
 	for {
@@ -516,7 +517,7 @@ func (r *rollout) record(ctx workflow.Context, result NodeResult) {
 	switch result.Outcome {
 	case activities.OutcomeSucceeded:
 		r.win.succeeded()
-	case activities.OutcomeFailed, activities.OutcomeTimedOut:
+	case activities.OutcomeFailed, activities.OutcomeTimedOut, activities.OutcomeDrainTimedOut, activities.OutcomeUnhealthy:
 		r.win.failed()
 		if len(r.p.Failures) < MaxReportedFailures {
 			r.p.Failures = append(r.p.Failures, result)
@@ -623,6 +624,9 @@ func (r *rollout) dryRun(ctx workflow.Context) (RolloutResult, error) {
 			}
 		}
 		r.queue = nil
+	}
+	if err := planDrains(ctx, r.req.Maintenance, planned); err != nil {
+		return RolloutResult{}, err
 	}
 	result := r.result(ctx)
 	result.Planned = planned

@@ -199,6 +199,7 @@ func check(req RolloutRequest, continued bool) (settings, []*jobspec.FieldError)
 	if o := req.Owner; o != nil && (o.APIVersion == "" || o.Kind == "" || o.Name == "" || o.UID == "") {
 		add("owner", "needs apiVersion, kind, name and uid", "copy them from the owning object, or omit owner")
 	}
+	ps = append(ps, checkMaintenance(req.Maintenance)...)
 	if s.continueAsNewAfter == 0 {
 		s.continueAsNewAfter = DefaultContinueAsNewAfter
 	}
