@@ -45,6 +45,15 @@ var WorkerRules = []rbacv1.PolicyRule{
 	{APIGroups: []string{""}, Resources: []string{"pods/log"}, Verbs: []string{"get"}},
 	{APIGroups: []string{""}, Resources: []string{"namespaces"}, Verbs: []string{"get"}},
 	{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"create", "get"}},
+	DrainRules[0], DrainRules[1],
+}
+
+// DrainRules are what maintenance.drain adds: evicting a node's tenants, in whatever namespace
+// they run, and naming the budgets that would block that in a dry run. Namespaced mode leaves
+// them out: a drain reaches every namespace, so it needs the base ClusterRole.
+var DrainRules = []rbacv1.PolicyRule{
+	{APIGroups: []string{""}, Resources: []string{"pods/eviction"}, Verbs: []string{"create"}},
+	{APIGroups: []string{"policy"}, Resources: []string{"poddisruptionbudgets"}, Verbs: []string{"list"}},
 }
 
 // NamespacedClusterRules is the ClusterRole in namespaced mode: what cannot be namespaced.
@@ -220,9 +229,10 @@ var overlays = map[string]overlayWant{
 }
 
 // TestNamespacedModeGrantsTheSameVerbs: namespaced mode moves verbs from the ClusterRole into
-// Roles, and neither adds nor drops one, so every activity works in both modes.
+// Roles, and neither adds nor drops one but the drain's, so every other activity works in both
+// modes.
 func TestNamespacedModeGrantsTheSameVerbs(t *testing.T) {
-	require.ElementsMatch(t, WorkerRules, slices.Concat(NamespacedClusterRules, JobNamespaceRules))
+	require.ElementsMatch(t, WorkerRules, slices.Concat(NamespacedClusterRules, JobNamespaceRules, DrainRules))
 }
 
 // TestNamespacedWorkerPolicyFitsItsRoles loads the namespaced overlay's policy as the worker

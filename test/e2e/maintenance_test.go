@@ -1,0 +1,221 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/intstr"
+
+	"github.com/noderollout/noderollout/activities"
+	"github.com/noderollout/noderollout/workflows"
+)
+
+// tenants makes n Pods of app on node, pinned by nodeName (no scheduler runs); restartPolicy
+// Always keeps them running on kwok until evicted, and they go 1 s after.
+func tenants(t *testing.T, ns, app, node string, n int) []string {
+	t.Helper()
+	var names []string
+	grace := int64(1)
+	for i := range n {
+		pod := &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("%s-%s-%d", app, node[len(node)-5:], i), Namespace: ns, Labels: map[string]string{"app": app}},
+			Spec: corev1.PodSpec{NodeName: node, RestartPolicy: corev1.RestartPolicyAlways, TerminationGracePeriodSeconds: &grace,
+				Containers: []corev1.Container{{Name: "app", Image: "busybox"}}},
+		}
+		_, err := stack.Kube.CoreV1().Pods(ns).Create(context.Background(), pod, metav1.CreateOptions{})
+		require.NoError(t, err)
+		names = append(names, pod.Name)
+	}
+	return names
+}
+
+func budget(t *testing.T, ns, app string, minAvailable int) {
+	t.Helper()
+	min := intstr.FromInt32(int32(minAvailable))
+	_, err := stack.Kube.PolicyV1().PodDisruptionBudgets(ns).Create(context.Background(), &policyv1.PodDisruptionBudget{
+		ObjectMeta: metav1.ObjectMeta{Name: app, Namespace: ns},
+		Spec:       policyv1.PodDisruptionBudgetSpec{MinAvailable: &min, Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": app}}},
+	}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	waitFor(t, 30*time.Second, "the disruption controller to compute budget "+app, func() bool {
+		pdb, err := stack.Kube.PolicyV1().PodDisruptionBudgets(ns).Get(context.Background(), app, metav1.GetOptions{})
+		return err == nil && pdb.Status.ObservedGeneration == pdb.Generation && pdb.Status.ExpectedPods > 0
+	})
+}
+
+// replaceEvicted plays the tenant's controller: each of the Pods that leaves is made again on
+// spare, so the budget allows the next eviction once the replacement runs. It returns when
+// stop closes, with the times each Pod was seen gone.
+func replaceEvicted(t *testing.T, ns, spare string, pods []string, stop <-chan struct{}) func() map[string]time.Time {
+	var mu sync.Mutex
+	gone := map[string]time.Time{}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(100 * time.Millisecond):
+			}
+			for _, name := range pods {
+				mu.Lock()
+				_, seen := gone[name]
+				mu.Unlock()
+				if seen {
+					continue
+				}
+				if _, err := stack.Kube.CoreV1().Pods(ns).Get(context.Background(), name, metav1.GetOptions{}); apierrors.IsNotFound(err) {
+					mu.Lock()
+					gone[name] = time.Now()
+					mu.Unlock()
+					grace := int64(1)
+					_, _ = stack.Kube.CoreV1().Pods(ns).Create(context.Background(), &corev1.Pod{
+						ObjectMeta: metav1.ObjectMeta{Name: name + "-r", Namespace: ns, Labels: map[string]string{"app": "web"}},
+						Spec: corev1.PodSpec{NodeName: spare, RestartPolicy: corev1.RestartPolicyAlways, TerminationGracePeriodSeconds: &grace,
+							Containers: []corev1.Container{{Name: "app", Image: "busybox"}}},
+					}, metav1.CreateOptions{})
+				}
+			}
+		}
+	}()
+	return func() map[string]time.Time {
+		<-done
+		mu.Lock()
+		defer mu.Unlock()
+		return gone
+	}
+}
+
+func nodeNow(t *testing.T, name string) *corev1.Node {
+	t.Helper()
+	n, err := stack.Kube.CoreV1().Nodes().Get(context.Background(), name, metav1.GetOptions{})
+	require.NoError(t, err)
+	return n
+}
+
+func cordon(t *testing.T, name string) {
+	t.Helper()
+	_, err := stack.Kube.CoreV1().Nodes().Patch(context.Background(), name, types.MergePatchType, []byte(`{"spec":{"unschedulable":true}}`), metav1.PatchOptions{})
+	require.NoError(t, err)
+}
+
+func maintenanceRequest(f *Fleet, name string, nodes ...string) workflows.RolloutRequest {
+	req := f.Request(name, time.Second)
+	req.NodeSelector, req.Nodes = "", nodes
+	req.Maintenance = &workflows.Maintenance{Drain: &workflows.Drain{Timeout: "20s"}, Soak: "3s"}
+	return req
+}
+
+// TestMaintenanceDrainsHonouringTheBudgetAndLeavesNodesAsFound: node 0's three tenants, under
+// a budget allowing one disruption at a time, are evicted one by one (each once its
+// replacement runs elsewhere) before the Job is created; node 0 is uncordoned after; node 1,
+// cordoned by an admin before, is rolled out and stays cordoned.
+func TestMaintenanceDrainsHonouringTheBudgetAndLeavesNodesAsFound(t *testing.T) {
+	f := NewFleet(t, 3)
+	drained, adminCordoned, spare := f.Nodes[0], f.Nodes[1], f.Nodes[2]
+	cordon(t, adminCordoned)
+	pods := tenants(t, f.Namespace, "web", drained, 3)
+	budget(t, f.Namespace, "web", 2)
+	stop := make(chan struct{})
+	goneAt := replaceEvicted(t, f.Namespace, spare, pods, stop)
+
+	req := maintenanceRequest(f, "drain", drained, adminCordoned)
+	res := Succeeded(t, Start(t, req))
+	close(stop)
+	gone := goneAt()
+	require.Equal(t, 2, res.Counts.Succeeded)
+
+	jobs := f.Jobs(t, req.Name)
+	require.Len(t, jobs[drained], 1)
+	created := jobs[drained][0].CreationTimestamp.Time
+	require.Len(t, gone, 3, "every tenant was evicted")
+	var times []time.Time
+	for _, p := range pods {
+		require.True(t, gone[p].Before(created.Add(time.Second)), "tenant %s left (%v) before the Job was created (%v)", p, gone[p], created)
+		times = append(times, gone[p])
+	}
+	slices.SortFunc(times, func(a, b time.Time) int { return a.Compare(b) })
+	require.Greater(t, times[2].Sub(times[0]), 500*time.Millisecond, "the budget let them go one at a time")
+
+	n := nodeNow(t, drained)
+	require.False(t, n.Spec.Unschedulable, "the node we cordoned is uncordoned")
+	require.NotContains(t, n.Annotations, activities.CordonedByKey)
+	n = nodeNow(t, adminCordoned)
+	require.True(t, n.Spec.Unschedulable, "the admin's cordon stays")
+	require.NotContains(t, n.Annotations, activities.CordonedByKey)
+}
+
+// TestMaintenanceBudgetThatNeverAllowsIsDrainTimedOut: no Job is ever made, the node stays
+// cordoned (onFailure keepCordoned, the default), and its tenant still runs.
+func TestMaintenanceBudgetThatNeverAllowsIsDrainTimedOut(t *testing.T) {
+	f := NewFleet(t, 1)
+	node := f.Nodes[0]
+	pods := tenants(t, f.Namespace, "db", node, 1)
+	budget(t, f.Namespace, "db", 1)
+	req := maintenanceRequest(f, "blocked", node)
+	req.MaxFailures = "1"
+	res := Succeeded(t, Start(t, req))
+	require.Equal(t, 1, res.Counts.Failed)
+	require.Len(t, res.Failures, 1)
+	require.Equal(t, activities.OutcomeDrainTimedOut, res.Failures[0].Outcome)
+	require.Contains(t, res.Failures[0].Message, pods[0])
+	require.Empty(t, f.Jobs(t, req.Name), "no Job is created on a node that did not drain")
+	n := nodeNow(t, node)
+	require.True(t, n.Spec.Unschedulable)
+	require.Equal(t, req.Name, n.Annotations[activities.CordonedByKey])
+	_, err := stack.Kube.CoreV1().Pods(f.Namespace).Get(context.Background(), pods[0], metav1.GetOptions{})
+	require.NoError(t, err)
+}
+
+// TestMaintenanceNodeUnhealthyDuringSoakIsUnhealthy: the node meets its conditions after the
+// Job, then one turns False during the soak. kwok puts Ready back to True at once, so the test
+// turns a condition of its own instead.
+func TestMaintenanceNodeUnhealthyDuringSoakIsUnhealthy(t *testing.T) {
+	f := NewFleet(t, 1)
+	node := f.Nodes[0]
+	const cond = "E2EMaintenanceHealthy"
+	setCondition := func(status string) {
+		patch := fmt.Sprintf(`{"status":{"conditions":[{"type":%q,"status":%q,"reason":"E2E","lastTransitionTime":%q}]}}`, cond, status, time.Now().UTC().Format(time.RFC3339))
+		_, err := stack.Kube.CoreV1().Nodes().Patch(context.Background(), node, types.StrategicMergePatchType, []byte(patch), metav1.PatchOptions{}, "status")
+		require.NoError(t, err)
+	}
+	waitFor(t, 30*time.Second, "kwok to ready the node", func() bool {
+		for _, c := range nodeNow(t, node).Status.Conditions {
+			if c.Type == corev1.NodeReady && c.Status == corev1.ConditionTrue {
+				return true
+			}
+		}
+		return false
+	})
+	setCondition("True")
+	req := maintenanceRequest(f, "soak", node)
+	req.Maintenance.Drain = nil
+	req.Maintenance.Cordon = true
+	req.Maintenance.Soak = "15s"
+	req.Maintenance.Health = &workflows.HealthGate{Timeout: "10s", Conditions: map[string]string{"Ready": "True", cond: "True"}}
+	req.MaxFailures = "1"
+	run := Start(t, req)
+	waitFor(t, time.Minute, "the node's Job to finish", func() bool {
+		jobs := f.Jobs(t, req.Name)[node]
+		return len(jobs) == 1 && jobs[0].Status.Succeeded == 1
+	})
+	setCondition("False")
+	res := Succeeded(t, run)
+	require.Len(t, res.Failures, 1)
+	require.Equal(t, activities.OutcomeUnhealthy, res.Failures[0].Outcome)
+	require.Contains(t, res.Failures[0].Message, cond+"=False")
+	require.True(t, nodeNow(t, node).Spec.Unschedulable, "kept cordoned after failing")
+}
