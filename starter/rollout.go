@@ -300,6 +300,15 @@ func (a *app) dryRun() error {
 				what = "skip: " + p.Skip
 			}
 			fmt.Fprintf(tw, "%s\t%s\n", p.Node, what)
+			if d := p.Drain; d != nil {
+				fmt.Fprintf(tw, "\t  drain would evict %d Pod(s): %s\n", len(d.Evict), strings.Join(d.Evict, ", "))
+				if len(d.Blocking) > 0 {
+					fmt.Fprintf(tw, "\t  blocked now by PodDisruptionBudget(s): %s\n", strings.Join(d.Blocking, ", "))
+				}
+				if len(d.Refused) > 0 {
+					fmt.Fprintf(tw, "\t  refused: %s\n", strings.Join(d.Refused, "; "))
+				}
+			}
 		}
 		return tw.Flush()
 	})
