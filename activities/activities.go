@@ -40,7 +40,7 @@ type Activities struct {
 	// Node within about a minute.
 	NodeGonePodWait time.Duration
 	// DrainRetryInterval is the first wait before evictions a PodDisruptionBudget refused are
-	// tried again (doubling up to 30 s); HealthPollInterval is how often CheckNodeHealth reads
+	// tried again (doubling up to 10 s); HealthPollInterval is how often CheckNodeHealth reads
 	// the Node. Zero means 1 s and 2 s.
 	DrainRetryInterval time.Duration
 	HealthPollInterval time.Duration

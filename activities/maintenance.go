@@ -257,8 +257,10 @@ func (a *Activities) DrainNode(ctx context.Context, in DrainInput) (DrainResult,
 	}
 }
 
-// maxDrainRetry caps the wait between rounds of evictions a budget refused.
-const maxDrainRetry = 30 * time.Second
+// maxDrainRetry caps the wait between rounds of evictions a budget refused. Each round
+// heartbeats, so it stays well under the activity's heartbeat timeout (30 s), and an abort
+// reaches the drain within it.
+const maxDrainRetry = 10 * time.Second
 
 func (a *Activities) drainRetry() time.Duration {
 	if a.DrainRetryInterval > 0 {
