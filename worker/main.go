@@ -15,6 +15,7 @@ import (
 
 	"github.com/spf13/pflag"
 	"go.temporal.io/sdk/worker"
+	"go.temporal.io/sdk/workflow"
 
 	"github.com/noderollout/noderollout/activities"
 	"github.com/noderollout/noderollout/internal/config"
@@ -128,14 +129,23 @@ func run(ctx context.Context, cfg config.Config, pol *policy.Policy) error {
 			}
 		},
 	})
-	w.RegisterWorkflow(workflows.Rollout)
-	w.RegisterWorkflow(workflows.NodeRollout)
+	cluster := workflows.Cluster{Name: cfg.Cluster, Budget: cfg.ClusterBudget}
+	cluster.Register(w)
 	w.RegisterActivity(acts)
+	w.RegisterActivity(&activities.Coordination{Temporal: tc})
 	if err := w.Start(); err != nil {
 		return fmt.Errorf("starting the worker: %w", err)
 	}
+	// Every worker also serves the fleet queue, so a FleetRollout goes on while any cluster's
+	// worker is up.
+	fleet := worker.New(tc, workflows.FleetTaskQueue, worker.Options{Identity: identity(), WorkerStopTimeout: cfg.StopTimeout})
+	fleet.RegisterWorkflowWithOptions(workflows.FleetRollout, workflow.RegisterOptions{Name: workflows.FleetRolloutWorkflow})
+	if err := fleet.Start(); err != nil {
+		return fmt.Errorf("starting the fleet worker: %w", err)
+	}
+	defer fleet.Stop()
 	health.SetReady(true)
-	logger.Info("worker polling", "taskQueue", cfg.TaskQueue, "temporal", cfg.TemporalAddress, "namespace", cfg.TemporalNamespace, "version", version.Get().Version)
+	logger.Info("worker polling", "taskQueue", cfg.TaskQueue, "cluster", cfg.Cluster, "clusterBudget", cfg.ClusterBudget, "temporal", cfg.TemporalAddress, "namespace", cfg.TemporalNamespace, "version", version.Get().Version)
 	select {
 	case <-ctx.Done():
 	case err := <-fatal:

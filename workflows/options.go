@@ -95,9 +95,9 @@ func withWaitActivity(ctx workflow.Context, jobTimeout time.Duration, summary st
 	})
 }
 
-func nodeChildOptions(ctx workflow.Context, rollout, node string) workflow.Context {
+func nodeChildOptions(ctx workflow.Context, rollout, node, workflowID string) workflow.Context {
 	return workflow.WithChildOptions(ctx, workflow.ChildWorkflowOptions{
-		WorkflowID:            NodeWorkflowID(node),
+		WorkflowID:            workflowID,
 		WorkflowIDReusePolicy: enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE,
 		ParentClosePolicy:     enumspb.PARENT_CLOSE_POLICY_REQUEST_CANCEL,
 		// An aborted rollout waits until each child has deleted its running Job.

@@ -138,20 +138,22 @@ type PlannedNode struct {
 
 // RolloutStatus answers the status query.
 type RolloutStatus struct {
-	Name           string       `json:"name"`
-	Phase          string       `json:"phase"` // running | paused | draining | done
-	Paused         bool         `json:"paused"`
-	Parallelism    int          `json:"parallelism"`
-	Window         int          `json:"window"`
-	Selected       int          `json:"selected"`
-	ListingDone    bool         `json:"listingDone"`
-	Counts         Counts       `json:"counts"`
-	Waiting        []string     `json:"waiting,omitempty"`
-	Recent         []NodeResult `json:"recent,omitempty"`
-	Failures       []NodeResult `json:"failures,omitempty"`
-	ContinuedAsNew int          `json:"continuedAsNew"`
-	TemplateHash   string       `json:"templateHash"`
-	StartedAt      time.Time    `json:"startedAt"`
+	Name        string   `json:"name"`
+	Phase       string   `json:"phase"` // running | paused | draining | done
+	Paused      bool     `json:"paused"`
+	Parallelism int      `json:"parallelism"`
+	Window      int      `json:"window"`
+	Selected    int      `json:"selected"`
+	ListingDone bool     `json:"listingDone"`
+	Counts      Counts   `json:"counts"`
+	Waiting     []string `json:"waiting,omitempty"`
+	// WaitingForClusterSlot are nodes whose turn it is, held back by the cluster-wide budget.
+	WaitingForClusterSlot []string     `json:"waitingForClusterSlot,omitempty"`
+	Recent                []NodeResult `json:"recent,omitempty"`
+	Failures              []NodeResult `json:"failures,omitempty"`
+	ContinuedAsNew        int          `json:"continuedAsNew"`
+	TemplateHash          string       `json:"templateHash"`
+	StartedAt             time.Time    `json:"startedAt"`
 }
 
 // SetParallelismRequest is the input of the setParallelism update.

@@ -51,6 +51,11 @@ const (
 // Validation comes first and fails the workflow with a non-retryable InvalidRequest. carried is
 // the state a previous run handed over when it continued as new; callers never set it.
 func Rollout(ctx workflow.Context, req RolloutRequest, carried *Progress) (RolloutResult, error) {
+	return rolloutIn(ctx, Cluster{}, req, carried)
+}
+
+// rolloutIn is Rollout on a worker of the given cluster.
+func rolloutIn(ctx workflow.Context, cluster Cluster, req RolloutRequest, carried *Progress) (RolloutResult, error) {
 	continued := workflow.GetInfo(ctx).ContinuedExecutionRunID != ""
 	if carried == nil {
 		carried = req.legacyProgress
@@ -64,13 +69,19 @@ func Rollout(ctx workflow.Context, req RolloutRequest, carried *Progress) (Rollo
 	if err != nil {
 		return RolloutResult{}, err
 	}
-	r := &rollout{req: req, s: s, requester: requesterOf(ctx)}
+	r := &rollout{req: req, s: s, requester: requesterOf(ctx), cluster: cluster}
 	r.guarantees = workflow.GetVersion(ctx, versionFieldGuarantees, workflow.DefaultVersion, 1) == 1
 	r.restore(ctx, carried)
 	// Handlers come before the first blocking call, so status and setParallelism work while
 	// the template is being prepared.
 	if err := r.registerHandlers(ctx); err != nil {
 		return RolloutResult{}, err
+	}
+	if !req.DryRun {
+		r.slots = newClusterSlots(ctx, cluster)
+		if r.slots != nil {
+			r.signals = append(r.signals, r.slots.grants)
+		}
 	}
 	if carried == nil {
 		if err := r.prepare(ctx); err != nil {
@@ -111,6 +122,9 @@ type rollout struct {
 	signals []workflow.ReceiveChannel
 
 	requester string // from the memo, for the Jobs and Node markers
+
+	cluster Cluster
+	slots   *clusterSlots // the cluster-wide budget; nil without one
 }
 
 // restore takes over carried progress, or starts it afresh on the first run.
@@ -433,12 +447,19 @@ func (r *rollout) runNode(ctx workflow.Context, node string) (result NodeResult,
 	}
 	backoff, recheck := busyNodeBackoff, busyNodeRecheck
 	for {
-		child := workflow.ExecuteChildWorkflow(nodeChildOptions(ctx, r.req.Name, node), NodeRollout, in)
+		if err := r.slots.acquire(ctx, node, func() { r.showProgress(ctx) }); err != nil {
+			return NodeResult{Node: node, Outcome: activities.OutcomeAborted, Reason: activities.ReasonAborted,
+				Message: "aborted while waiting for a slot of the cluster-wide budget"}, true, true
+		}
+		child := workflow.ExecuteChildWorkflow(nodeChildOptions(ctx, r.req.Name, node, r.cluster.NodeWorkflowID(node)), NodeRollout, in)
 		err := child.GetChildWorkflowExecution().Get(ctx, nil)
 		if err == nil {
 			var result NodeResult
-			return nodeResult(node, child.Get(ctx, &result), result), true, true
+			err = child.Get(ctx, &result)
+			r.slots.release(ctx, node)
+			return nodeResult(node, err, result), true, true
 		}
+		r.slots.release(ctx, node)
 		if !temporal.IsWorkflowExecutionAlreadyStartedError(err) {
 			return nodeResult(node, err, NodeResult{}), true, true
 		}
@@ -481,7 +502,7 @@ func (r *rollout) runNode(ctx workflow.Context, node string) (result NodeResult,
 // recheck: a handful of events per waiting node however long the other rollout's Job runs.
 func (r *rollout) waitUntilFreed(ctx workflow.Context, node string, recheck time.Duration) error {
 	self := workflow.GetInfo(ctx).WorkflowExecution.ID
-	err := workflow.SignalExternalWorkflow(ctx, NodeWorkflowID(node), "", SignalNotifyWhenFree, NodeWaiter{WorkflowID: self}).Get(ctx, nil)
+	err := workflow.SignalExternalWorkflow(ctx, r.cluster.NodeWorkflowID(node), "", SignalNotifyWhenFree, NodeWaiter{WorkflowID: self}).Get(ctx, nil)
 	if ctx.Err() != nil {
 		return ctx.Err()
 	}
@@ -648,20 +669,21 @@ func (r *rollout) status() RolloutStatus {
 	}
 	waiting := workflow.DeterministicKeys(r.waiting)
 	return RolloutStatus{
-		Name:           r.req.Name,
-		Phase:          phase,
-		Paused:         r.p.Paused,
-		Parallelism:    r.win.ceiling,
-		Window:         r.win.size,
-		Selected:       r.p.Selected,
-		ListingDone:    r.p.ListingDone,
-		Counts:         c,
-		Waiting:        waiting,
-		Recent:         append([]NodeResult(nil), r.recent...),
-		Failures:       append([]NodeResult(nil), r.p.Failures...),
-		ContinuedAsNew: r.p.ContinuedAsNew,
-		TemplateHash:   r.p.TemplateHash,
-		StartedAt:      r.p.StartedAt,
+		Name:                  r.req.Name,
+		Phase:                 phase,
+		Paused:                r.p.Paused,
+		Parallelism:           r.win.ceiling,
+		Window:                r.win.size,
+		Selected:              r.p.Selected,
+		ListingDone:           r.p.ListingDone,
+		Counts:                c,
+		Waiting:               waiting,
+		WaitingForClusterSlot: r.slots.waitingNodes(),
+		Recent:                append([]NodeResult(nil), r.recent...),
+		Failures:              append([]NodeResult(nil), r.p.Failures...),
+		ContinuedAsNew:        r.p.ContinuedAsNew,
+		TemplateHash:          r.p.TemplateHash,
+		StartedAt:             r.p.StartedAt,
 	}
 }
 
@@ -672,7 +694,7 @@ func (r *rollout) showProgress(ctx workflow.Context) {
 	workflow.SetCurrentDetails(ctx, fmt.Sprintf(
 		"**%s** %d/%d done: %d succeeded, %d failed, %d timed out, %d skipped, %d gone, %d aborted; %d running, %d waiting; window %d of %d",
 		st.Phase, c.Finished(), st.Selected, c.Succeeded, c.Failed, c.TimedOut, c.Skipped, c.NodeGone, c.Aborted,
-		c.Running, c.Waiting, st.Window, st.Parallelism))
+		c.Running, c.Waiting, st.Window, st.Parallelism)+r.slots.describeWaits())
 }
 
 // asWorkflowError lifts a non-retryable activity error to the workflow's own failure, so the

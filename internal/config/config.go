@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"regexp"
 	"sort"
 	"strings"
 	"time"
@@ -25,6 +26,9 @@ import (
 	"github.com/noderollout/noderollout/workflows"
 )
 
+// clusterName is a DNS-1123 label, so it can qualify IDs and task queues unambiguously.
+var clusterName = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$`)
+
 // EnvPrefix starts every environment variable of our own: NODEROLLOUT_TEMPORAL_ADDRESS.
 const EnvPrefix = "NODEROLLOUT"
 
@@ -36,6 +40,11 @@ type Config struct {
 	TemporalAddress   string `mapstructure:"temporal-address"`
 	TemporalNamespace string `mapstructure:"temporal-namespace"`
 	TaskQueue         string `mapstructure:"task-queue"`
+	// Cluster names the cluster when many share one Temporal namespace; TaskQueue is then
+	// already qualified by it (workflows.ClusterTaskQueue).
+	Cluster string `mapstructure:"cluster"`
+	// ClusterBudget is the cluster-wide disruption budget (nodes in flight across all rollouts).
+	ClusterBudget int `mapstructure:"cluster-budget"`
 	// TLS turns on TLS with the system's roots when no certificate, CA or API key does.
 	TLS           bool   `mapstructure:"tls"`
 	TLSCert       string `mapstructure:"tls-cert"`
@@ -86,6 +95,8 @@ var keys = []key{
 	{"temporal-address", "127.0.0.1:7233", "Temporal frontend host:port (also TEMPORAL_ADDRESS)", "use host:port, e.g. 127.0.0.1:7233", false},
 	{"temporal-namespace", "default", "Temporal namespace (also TEMPORAL_NAMESPACE)", "", false},
 	{"task-queue", workflows.TaskQueue, "Temporal task queue the worker polls", "omit it for the default " + workflows.TaskQueue, false},
+	{"cluster", "", "name of this cluster when many share one Temporal namespace: the task queue becomes <task-queue>-<cluster> and node workflow IDs noderollout-node-<cluster>:<node>; empty: a single cluster, today's names", "use a DNS-1123 label, e.g. eu-west-1", false},
+	{"cluster-budget", 0, "at most this many nodes of the cluster in flight across all rollouts, granted by one coordinator workflow per cluster; 0: no cluster-wide budget", "use a whole number of nodes, 0 for none", true},
 	{"tls", false, "TLS to Temporal with the system's CA roots (also TEMPORAL_TLS); implied by the other tls-* keys and an API key", "use true or false", false},
 	{"tls-cert", "", "client certificate file for Temporal mTLS (also TEMPORAL_TLS_CLIENT_CERT_PATH)", "", false},
 	{"tls-key", "", "client key file for Temporal mTLS (also TEMPORAL_TLS_CLIENT_KEY_PATH)", "", false},
@@ -219,7 +230,11 @@ func FromFlags(fs *pflag.FlagSet, env []string) (Config, error) {
 	if err := c.readAPIKeyFile(); err != nil {
 		return c, err
 	}
-	return c, c.validate()
+	if err := c.validate(); err != nil {
+		return c, err
+	}
+	c.TaskQueue = workflows.ClusterTaskQueue(c.TaskQueue, c.Cluster)
+	return c, nil
 }
 
 // trimSpace lets a value written as " 50" in a file or variable count as 50.
@@ -356,6 +371,12 @@ func (c Config) validate() error {
 	}
 	if c.TaskQueue == "" {
 		bad("task-queue", "is empty")
+	}
+	if c.Cluster != "" && !clusterName.MatchString(c.Cluster) {
+		bad("cluster", fmt.Sprintf("%q is not a DNS-1123 label (lower-case letters, digits and '-', at most 63)", c.Cluster))
+	}
+	if c.ClusterBudget < 0 {
+		bad("cluster-budget", fmt.Sprintf("%d is negative", c.ClusterBudget))
 	}
 	if (c.TLSCert == "" && len(c.TLSCertData) == 0) != (c.TLSKey == "" && len(c.TLSKeyData) == 0) {
 		bad("tls-cert", "tls-cert and tls-key go together; set both or neither")

@@ -1,0 +1,290 @@
+package workflows
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/mock"
+	"github.com/stretchr/testify/require"
+	"go.temporal.io/sdk/converter"
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/testsuite"
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/noderollout/noderollout/activities"
+)
+
+var budgetCluster = Cluster{Name: "c1"}
+
+// budgetRollout is one rollout the harness starts on cluster c1.
+type budgetRollout struct {
+	ID          string
+	StartAfter  time.Duration
+	Nodes       []string
+	Parallelism int
+}
+
+// budgetPlan is what budgetHarness does; Ghost first hands a slot to a rollout that was
+// terminated before it could give the slot back.
+type budgetPlan struct {
+	Budget   int
+	Ghost    bool
+	Rollouts []budgetRollout
+	Limit    time.Duration
+}
+
+type budgetOutcome struct {
+	ID     string
+	Result RolloutResult
+	Err    string
+}
+
+var ghostHolder = activities.SlotHolder{Rollout: "terminated-rollout", RolloutRun: "its-run", Node: budgetCluster.NodeWorkflowID("ghost")}
+
+// budgetHarness runs the coordinator and the plan's rollouts side by side, as siblings, and
+// fails if they have not all ended within plan.Limit.
+func budgetHarness(ctx workflow.Context, plan budgetPlan) ([]budgetOutcome, error) {
+	coordCtx, stopCoordinator := workflow.WithCancel(ctx)
+	coordinator := workflow.ExecuteChildWorkflow(workflow.WithChildOptions(coordCtx, workflow.ChildWorkflowOptions{
+		WorkflowID: budgetCluster.BudgetWorkflowID(), WaitForCancellation: true,
+	}), ClusterBudget, BudgetState{Budget: plan.Budget})
+	if err := coordinator.GetChildWorkflowExecution().Get(ctx, nil); err != nil {
+		return nil, err
+	}
+	if plan.Ghost {
+		err := workflow.SignalExternalWorkflow(ctx, budgetCluster.BudgetWorkflowID(), "", SignalSlotAcquire,
+			SlotRequest{Holder: ghostHolder, Budget: plan.Budget}).Get(ctx, nil)
+		if err != nil {
+			return nil, err
+		}
+	}
+	outcomes := make([]budgetOutcome, len(plan.Rollouts))
+	ended := 0
+	for i, r := range plan.Rollouts {
+		workflow.Go(ctx, func(ctx workflow.Context) {
+			defer func() { ended++ }()
+			_ = workflow.Sleep(ctx, r.StartAfter)
+			req := RolloutRequest{Name: r.ID, Namespace: "jobs", Nodes: r.Nodes, JobTemplate: sampleTemplate, Parallelism: r.Parallelism, MaxFailures: "100%"}
+			var result RolloutResult
+			err := workflow.ExecuteChildWorkflow(workflow.WithChildOptions(ctx, workflow.ChildWorkflowOptions{
+				WorkflowID: r.ID, WaitForCancellation: true,
+			}), RolloutWorkflow, req).Get(ctx, &result)
+			outcomes[i] = budgetOutcome{ID: r.ID, Result: result}
+			if err != nil {
+				outcomes[i].Err = err.Error()
+			}
+		})
+	}
+	ok, err := workflow.AwaitWithTimeout(ctx, plan.Limit, func() bool { return ended == len(plan.Rollouts) })
+	if err != nil {
+		return nil, err
+	}
+	if !ok {
+		return nil, errors.New("the rollouts did not all end: a budget slot was never returned")
+	}
+	stopCoordinator()
+	_ = coordinator.Get(ctx, nil)
+	return outcomes, nil
+}
+
+// nodeTracker is the mocked NodeRollout of the budget tests: nodes named fail-* fail after a
+// minute, others succeed after their planned time; it keeps the cluster-wide peak.
+type nodeTracker struct {
+	mu         sync.Mutex
+	live, peak int
+	started    map[string]time.Time
+	took       func(node string) time.Duration
+	// looked is every set of holders GoneHolders was asked about; only ghostHolder is gone.
+	looked [][]activities.SlotHolder
+}
+
+func (n *nodeTracker) run(ctx workflow.Context, in NodeRolloutInput) (NodeResult, error) {
+	n.mu.Lock()
+	n.live++
+	n.peak = max(n.peak, n.live)
+	n.started[in.Node] = workflow.Now(ctx)
+	n.mu.Unlock()
+	err := workflow.Sleep(ctx, n.took(in.Node))
+	n.mu.Lock()
+	n.live--
+	n.mu.Unlock()
+	if err != nil {
+		return NodeResult{}, err
+	}
+	if strings.HasPrefix(in.Node, "fail-") {
+		// What a child whose activities gave up (its worker's Kubernetes access lost) returns.
+		return NodeResult{}, temporal.NewApplicationError("activity CreateJob failed: connection refused", "ActivityFailed")
+	}
+	return NodeResult{Node: in.Node, Outcome: activities.OutcomeSucceeded}, nil
+}
+
+// budgetEnv registers the harness, the cluster's workflows with budget, and the mocks.
+func budgetEnv(t *testing.T, budget int, took func(string) time.Duration) (*testsuite.TestWorkflowEnvironment, *nodeTracker) {
+	t.Helper()
+	ts := &testsuite.WorkflowTestSuite{}
+	env := ts.NewTestWorkflowEnvironment()
+	a := &activities.Activities{}
+	co := &activities.Coordination{}
+	env.RegisterActivity(a)
+	env.RegisterActivity(co)
+	Cluster{Name: budgetCluster.Name, Budget: budget}.Register(env)
+	env.RegisterWorkflowWithOptions(budgetHarness, workflow.RegisterOptions{Name: "budgetHarness"})
+	env.OnActivity(a.PrepareTemplate, mock.Anything, mock.Anything).Return(activities.PreparedTemplate{Hash: "h"}, nil)
+	env.OnActivity(a.ListNodes, mock.Anything, mock.Anything).Return(func(_ context.Context, in activities.ListNodesInput) (activities.ListNodesResult, error) {
+		return activities.ListNodesResult{Nodes: in.Names, Total: len(in.Names)}, nil
+	})
+	tracker := &nodeTracker{started: map[string]time.Time{}, took: took}
+	env.OnWorkflow(NodeRollout, mock.Anything, mock.Anything).Return(tracker.run)
+	env.OnActivity(co.GoneHolders, mock.Anything, mock.Anything).Return(func(_ context.Context, held []activities.SlotHolder) ([]activities.SlotHolder, error) {
+		tracker.looked = append(tracker.looked, held)
+		var gone []activities.SlotHolder
+		for _, h := range held {
+			if h.Rollout == ghostHolder.Rollout {
+				gone = append(gone, h)
+			}
+		}
+		return gone, nil
+	}).Maybe()
+	env.SetTestTimeout(time.Minute)
+	return env, tracker
+}
+
+func outcomes(t *testing.T, env *testsuite.TestWorkflowEnvironment) []budgetOutcome {
+	t.Helper()
+	require.True(t, env.IsWorkflowCompleted())
+	require.NoError(t, env.GetWorkflowError())
+	var out []budgetOutcome
+	require.NoError(t, env.GetWorkflowResult(&out))
+	return out
+}
+
+func names(prefix string, n int) []string {
+	out := make([]string, n)
+	for i := range out {
+		out[i] = prefix + string(rune('a'+i))
+	}
+	return out
+}
+
+// Two rollouts of parallelism 5 overlap on one cluster with a budget of 3: never more than 3
+// nodes of the cluster run, and the 3 are used.
+func TestClusterBudgetHoldsAcrossTwoRollouts(t *testing.T) {
+	env, nodes := budgetEnv(t, 3, func(node string) time.Duration {
+		return time.Duration(1+int(node[len(node)-1]-'a')%4) * time.Minute
+	})
+	env.ExecuteWorkflow("budgetHarness", budgetPlan{Budget: 3, Limit: 24 * time.Hour, Rollouts: []budgetRollout{
+		{ID: "first", Nodes: names("x-", 8), Parallelism: 5},
+		{ID: "second", StartAfter: 30 * time.Second, Nodes: names("y-", 8), Parallelism: 5},
+	}})
+	out := outcomes(t, env)
+	for _, o := range out {
+		require.Empty(t, o.Err, o.ID)
+		require.Equal(t, 8, o.Result.Counts.Succeeded, o.ID)
+	}
+	require.Equal(t, 3, nodes.peak, "at most the cluster budget in flight, and all of it used")
+	require.Len(t, nodes.started, 16)
+}
+
+// A node whose child fails (its activities gave up, as after losing the worker's access)
+// returns its slot: with a budget of 1 every later node still runs.
+func TestClusterSlotReturnedWhenTheChildFails(t *testing.T) {
+	env, nodes := budgetEnv(t, 1, func(string) time.Duration { return time.Minute })
+	env.ExecuteWorkflow("budgetHarness", budgetPlan{Budget: 1, Limit: 2 * time.Hour, Rollouts: []budgetRollout{
+		{ID: "first", Nodes: []string{"fail-a", "fail-b", "ok-c"}, Parallelism: 3},
+	}})
+	out := outcomes(t, env)
+	require.Equal(t, 2, out[0].Result.Counts.Failed)
+	require.Equal(t, 1, out[0].Result.Counts.Succeeded)
+	require.Equal(t, 1, nodes.peak)
+}
+
+// A slot handed to a rollout that was terminated (it never returns it) is reclaimed once
+// GoneHolders says its rollout is closed, and the waiting rollout goes on.
+func TestClusterSlotOfATerminatedRolloutIsReclaimed(t *testing.T) {
+	env, nodes := budgetEnv(t, 1, func(string) time.Duration { return time.Minute })
+	// The terminated rollout took its grant (it was still running) and then never returned it.
+	env.OnSignalExternalWorkflow(mock.Anything, ghostHolder.Rollout, mock.Anything, SignalSlotGranted, mock.Anything).Return(nil)
+	env.ExecuteWorkflow("budgetHarness", budgetPlan{Budget: 1, Ghost: true, Limit: 2 * time.Hour, Rollouts: []budgetRollout{
+		{ID: "after", Nodes: []string{"a", "b"}, Parallelism: 2},
+	}})
+	out := outcomes(t, env)
+	require.Equal(t, 2, out[0].Result.Counts.Succeeded)
+	require.Equal(t, 1, nodes.peak)
+	require.NotEmpty(t, nodes.looked)
+	require.Equal(t, []activities.SlotHolder{ghostHolder}, nodes.looked[0], "the full budget's holders are looked at")
+}
+
+// The coordinator continues as new with its holders and queue, and the next run goes on
+// granting from them.
+func TestBudgetCoordinatorContinuesAsNewWithItsHolders(t *testing.T) {
+	ts := &testsuite.WorkflowTestSuite{}
+	env := ts.NewTestWorkflowEnvironment()
+	env.RegisterWorkflowWithOptions(ClusterBudget, workflow.RegisterOptions{Name: ClusterBudgetWorkflow})
+	co := &activities.Coordination{}
+	env.RegisterActivity(co)
+	env.OnActivity(co.GoneHolders, mock.Anything, mock.Anything).Return(nil, nil).Maybe()
+	var grants []string
+	env.OnSignalExternalWorkflow(mock.Anything, mock.Anything, mock.Anything, SignalSlotGranted, mock.Anything).Return(
+		func(_, _, _, _ string, arg any) error { grants = append(grants, arg.(SlotGrant).Node); return nil })
+	holder := func(i int) activities.SlotHolder {
+		return activities.SlotHolder{Rollout: "r", RolloutRun: "run", Node: budgetCluster.NodeWorkflowID(string(rune('a' + i)))}
+	}
+	for i := range 12 {
+		env.RegisterDelayedCallback(func() {
+			if i == 11 {
+				// The history has grown to the limit when the last request comes in.
+				env.SetCurrentHistoryLength(budgetEventsBeforeContinue)
+			}
+			env.SignalWorkflow(SignalSlotAcquire, SlotRequest{Holder: holder(i), Budget: 3})
+			if i%3 == 2 {
+				env.SignalWorkflow(SignalSlotRelease, SlotRelease{Holder: holder(i - 2)})
+			}
+		}, time.Duration(i+1)*time.Second)
+	}
+	env.ExecuteWorkflow(ClusterBudgetWorkflow, BudgetState{Budget: 3})
+	require.True(t, env.IsWorkflowCompleted())
+	var can *workflow.ContinueAsNewError
+	require.ErrorAs(t, env.GetWorkflowError(), &can)
+	var carried BudgetState
+	require.NoError(t, converter.GetDefaultDataConverter().FromPayloads(can.Input, &carried))
+	require.Equal(t, 3, carried.Budget)
+	require.Len(t, carried.Holders, 3, "a full budget is handed over")
+	require.NotEmpty(t, carried.Queue, "and so are the requests waiting")
+	granted := map[string]bool{}
+	for _, g := range grants {
+		granted[g] = true
+	}
+	for _, h := range carried.Holders {
+		require.True(t, granted[h.Node], "a carried holder was granted its slot: %s", h.Node)
+	}
+	for _, q := range carried.Queue {
+		require.False(t, granted[q.Holder.Node], "a carried request was not granted yet: %s", q.Holder.Node)
+	}
+
+	// The next run: one holder returns its slot, and the oldest waiting request gets it.
+	next := ts.NewTestWorkflowEnvironment()
+	next.RegisterWorkflowWithOptions(ClusterBudget, workflow.RegisterOptions{Name: ClusterBudgetWorkflow})
+	next.RegisterActivity(co)
+	next.OnActivity(co.GoneHolders, mock.Anything, mock.Anything).Return(nil, nil).Maybe()
+	var nextGrants []string
+	next.OnSignalExternalWorkflow(mock.Anything, mock.Anything, mock.Anything, SignalSlotGranted, mock.Anything).Return(
+		func(_, _, _, _ string, arg any) error { nextGrants = append(nextGrants, arg.(SlotGrant).Node); return nil })
+	next.RegisterDelayedCallback(func() {
+		next.SignalWorkflow(SignalSlotRelease, SlotRelease{Holder: carried.Holders[0]})
+	}, time.Minute)
+	next.RegisterDelayedCallback(func() {
+		v, err := next.QueryWorkflow(QueryBudget)
+		require.NoError(t, err)
+		var st BudgetStatus
+		require.NoError(t, v.Get(&st))
+		require.Equal(t, 3, st.InUse)
+		require.Len(t, st.Queued, len(carried.Queue)-1)
+		next.CancelWorkflow()
+	}, 2*time.Minute)
+	next.ExecuteWorkflow(ClusterBudgetWorkflow, carried)
+	require.Equal(t, []string{carried.Queue[0].Holder.Node}, nextGrants)
+}

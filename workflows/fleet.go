@@ -1,0 +1,327 @@
+package workflows
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/workflow"
+	"k8s.io/apimachinery/pkg/util/validation"
+
+	"github.com/noderollout/noderollout/activities"
+	"github.com/noderollout/noderollout/activities/jobspec"
+)
+
+// Names of the fleet rollout: one Rollout per cluster, wave after wave.
+const (
+	FleetRolloutWorkflow = "FleetRollout"
+	// FleetTaskQueue is served by every cluster's worker, so a fleet rollout does not depend
+	// on any one cluster's worker being up.
+	FleetTaskQueue = "noderollout-fleet"
+	// FleetIDPrefix + request name is the FleetRollout workflow ID.
+	FleetIDPrefix = "fleet-"
+
+	ErrFleetFailureBudgetExceeded = "FleetFailureBudgetExceeded"
+)
+
+// FleetID is the workflow ID of the fleet rollout with this name.
+func FleetID(name string) string { return FleetIDPrefix + name }
+
+// FleetRequest is the input of FleetRollout.
+type FleetRequest struct {
+	Name string `json:"name"`
+	// Waves are the clusters, by the `cluster` name of their worker: each wave starts when the
+	// one before it has ended, its clusters all at once (e.g. [["staging"], ["eu", "us"]]).
+	Waves [][]string `json:"waves"`
+	// MaxFailedClusters is the fleet's failure budget: once more clusters than this have
+	// failed, no further wave starts.
+	MaxFailedClusters int `json:"maxFailedClusters,omitempty"`
+	// TaskQueue is the clusters' workers' task queue before the cluster qualifies it.
+	TaskQueue string `json:"taskQueue,omitempty"`
+	// Rollout is what every cluster runs; its name defaults to the fleet's.
+	Rollout RolloutRequest `json:"rollout"`
+}
+
+// Cluster states in a fleet rollout.
+const (
+	ClusterPending   = "pending"
+	ClusterRunning   = "running"
+	ClusterSucceeded = "succeeded"
+	ClusterFailed    = "failed"
+	ClusterAborted   = "aborted"
+	ClusterNotRun    = "notRun" // a later wave, not started once the fleet stopped
+)
+
+// ClusterRollout is one cluster's part of a fleet rollout.
+type ClusterRollout struct {
+	Cluster    string  `json:"cluster"`
+	Wave       int     `json:"wave"` // from 1
+	WorkflowID string  `json:"workflowID"`
+	TaskQueue  string  `json:"taskQueue"`
+	State      string  `json:"state"`
+	Counts     *Counts `json:"counts,omitempty"`
+	Message    string  `json:"message,omitempty"`
+}
+
+// FleetStatus answers the fleet's status query; FleetResult is what it returns.
+type FleetStatus struct {
+	Name              string           `json:"name"`
+	Phase             string           `json:"phase"` // running | paused | draining | done
+	Paused            bool             `json:"paused"`
+	Wave              int              `json:"wave"` // the wave running or last run, from 1
+	Waves             int              `json:"waves"`
+	FailedClusters    int              `json:"failedClusters"`
+	MaxFailedClusters int              `json:"maxFailedClusters"`
+	Clusters          []ClusterRollout `json:"clusters"`
+}
+
+type FleetResult = FleetStatus
+
+// FleetRollout runs req.Rollout on every cluster, wave after wave, on each cluster's own task
+// queue. Pause holds the next wave and pauses the clusters' rollouts; resume undoes both;
+// cancelling it (abort) cancels every cluster's rollout, whose nodes delete their Jobs.
+func FleetRollout(ctx workflow.Context, req FleetRequest) (FleetResult, error) {
+	if err := validateFleet(&req); err != nil {
+		return FleetResult{}, err
+	}
+	f := &fleet{req: req, running: map[string]workflow.ChildWorkflowFuture{}}
+	for w, wave := range req.Waves {
+		for _, c := range wave {
+			cl := Cluster{Name: c}
+			f.clusters = append(f.clusters, ClusterRollout{Cluster: c, Wave: w + 1, State: ClusterPending,
+				WorkflowID: cl.RolloutID(req.Rollout.Name), TaskQueue: ClusterTaskQueue(req.TaskQueue, c)})
+		}
+	}
+	if err := f.registerHandlers(ctx); err != nil {
+		return FleetResult{}, err
+	}
+	for w := range req.Waves {
+		if err := workflow.Await(ctx, func() bool { return !f.paused }); err != nil {
+			return f.aborted(ctx)
+		}
+		if f.failed > req.MaxFailedClusters {
+			break
+		}
+		f.wave = w + 1
+		for i := range f.clusters {
+			if f.clusters[i].Wave == f.wave {
+				f.start(ctx, i)
+			}
+		}
+		f.showProgress(ctx)
+		if err := workflow.Await(ctx, func() bool { return len(f.running) == 0 }); err != nil {
+			return f.aborted(ctx)
+		}
+	}
+	f.done = true
+	for i := range f.clusters {
+		if f.clusters[i].State == ClusterPending {
+			f.clusters[i].State = ClusterNotRun
+		}
+	}
+	f.showProgress(ctx)
+	st := f.status()
+	if f.failed > req.MaxFailedClusters {
+		var failed []string
+		for _, c := range f.clusters {
+			if c.State == ClusterFailed {
+				failed = append(failed, c.Cluster+" ("+c.Message+")")
+			}
+		}
+		return st, temporal.NewNonRetryableApplicationError(fmt.Sprintf(
+			"fleet rollout %s stopped after wave %d of %d: %d clusters failed, over the budget of %d; failed: %s",
+			req.Name, f.wave, len(req.Waves), f.failed, req.MaxFailedClusters, strings.Join(failed, "; ")),
+			ErrFleetFailureBudgetExceeded, nil, st)
+	}
+	return st, nil
+}
+
+type fleet struct {
+	req      FleetRequest
+	clusters []ClusterRollout
+	running  map[string]workflow.ChildWorkflowFuture // by cluster
+	wave     int
+	failed   int
+	paused   bool
+	draining bool
+	done     bool
+}
+
+// start runs one cluster's Rollout as a child on that cluster's task queue.
+func (f *fleet) start(ctx workflow.Context, i int) {
+	c := &f.clusters[i]
+	cctx := workflow.WithChildOptions(ctx, workflow.ChildWorkflowOptions{
+		WorkflowID:        c.WorkflowID,
+		TaskQueue:         c.TaskQueue,
+		ParentClosePolicy: enumspb.PARENT_CLOSE_POLICY_REQUEST_CANCEL,
+		// An aborted fleet ends once every cluster's nodes have deleted their Jobs.
+		WaitForCancellation: true,
+		StaticSummary:       fmt.Sprintf("rollout %s on cluster %s (wave %d)", f.req.Rollout.Name, c.Cluster, c.Wave),
+	})
+	child := workflow.ExecuteChildWorkflow(cctx, RolloutWorkflow, f.req.Rollout)
+	f.running[c.Cluster] = child
+	c.State = ClusterRunning
+	workflow.Go(ctx, func(ctx workflow.Context) {
+		var result RolloutResult
+		err := child.Get(ctx, &result)
+		delete(f.running, c.Cluster)
+		f.finished(c, result, err)
+		f.showProgress(ctx)
+	})
+}
+
+// finished records how a cluster's rollout ended. A failed rollout's counts travel in the
+// error's details.
+func (f *fleet) finished(c *ClusterRollout, result RolloutResult, err error) {
+	var appErr *temporal.ApplicationError
+	if err != nil && errors.As(err, &appErr) && appErr.HasDetails() {
+		_ = appErr.Details(&result)
+	}
+	if result.Name != "" {
+		counts := result.Counts
+		c.Counts = &counts
+	}
+	switch {
+	case err == nil:
+		c.State = ClusterSucceeded
+	case temporal.IsCanceledError(err):
+		c.State = ClusterAborted
+		c.Message = "aborted"
+	default:
+		c.State = ClusterFailed
+		c.Message = err.Error()
+		if appErr != nil {
+			c.Message = appErr.Message()
+		}
+		f.failed++
+	}
+}
+
+func (f *fleet) registerHandlers(ctx workflow.Context) error {
+	if err := workflow.SetQueryHandler(ctx, QueryStatus, func() (FleetStatus, error) { return f.status(), nil }); err != nil {
+		return err
+	}
+	pause := workflow.GetSignalChannel(ctx, SignalPause)
+	resume := workflow.GetSignalChannel(ctx, SignalResume)
+	workflow.Go(ctx, func(ctx workflow.Context) {
+		for {
+			signal := ""
+			sel := workflow.NewSelector(ctx)
+			sel.AddReceive(pause, func(c workflow.ReceiveChannel, _ bool) { c.Receive(ctx, nil); signal = SignalPause })
+			sel.AddReceive(resume, func(c workflow.ReceiveChannel, _ bool) { c.Receive(ctx, nil); signal = SignalResume })
+			sel.Select(ctx)
+			if ctx.Err() != nil {
+				return
+			}
+			f.paused = signal == SignalPause
+			f.forward(ctx, signal)
+			f.showProgress(ctx)
+		}
+	})
+	return nil
+}
+
+// forward passes pause or resume on to every cluster's running rollout.
+func (f *fleet) forward(ctx workflow.Context, signal string) {
+	var sent []workflow.Future
+	for _, c := range workflow.DeterministicKeys(f.running) {
+		sent = append(sent, f.running[c].SignalChildWorkflow(ctx, signal, nil))
+	}
+	for _, s := range sent {
+		// A rollout that ended meanwhile has nothing to pause.
+		_ = s.Get(ctx, nil)
+	}
+}
+
+// aborted waits for every cluster's rollout to end after the cancellation reached it.
+func (f *fleet) aborted(ctx workflow.Context) (FleetResult, error) {
+	f.draining = true
+	cleanup, _ := workflow.NewDisconnectedContext(ctx)
+	_ = workflow.Await(cleanup, func() bool { return len(f.running) == 0 })
+	for i := range f.clusters {
+		if f.clusters[i].State == ClusterPending {
+			f.clusters[i].State = ClusterNotRun
+		}
+	}
+	f.done = true
+	st := f.status()
+	return st, temporal.NewCanceledError(st)
+}
+
+func (f *fleet) status() FleetStatus {
+	phase := "running"
+	switch {
+	case f.done:
+		phase = "done"
+	case f.draining:
+		phase = "draining"
+	case f.paused:
+		phase = "paused"
+	}
+	return FleetStatus{
+		Name: f.req.Name, Phase: phase, Paused: f.paused, Wave: f.wave, Waves: len(f.req.Waves),
+		FailedClusters: f.failed, MaxFailedClusters: f.req.MaxFailedClusters,
+		Clusters: append([]ClusterRollout(nil), f.clusters...),
+	}
+}
+
+func (f *fleet) showProgress(ctx workflow.Context) {
+	st := f.status()
+	done := 0
+	for _, c := range st.Clusters {
+		if c.State != ClusterPending && c.State != ClusterRunning {
+			done++
+		}
+	}
+	workflow.SetCurrentDetails(ctx, fmt.Sprintf("**%s** wave %d of %d; %d/%d clusters done, %d running, %d failed (budget %d)",
+		st.Phase, st.Wave, st.Waves, done, len(st.Clusters), len(f.running), st.FailedClusters, st.MaxFailedClusters))
+}
+
+// validateFleet checks the fleet's own fields and fills defaults; each cluster's Rollout
+// validates the rollout itself, before it starts any node.
+func validateFleet(req *FleetRequest) error {
+	var ps []*jobspec.FieldError
+	add := func(field, what, fix string) { ps = append(ps, problem(field, what, fix)) }
+	if errs := validation.IsDNS1123Label(req.Name); len(errs) > 0 {
+		add("name", fmt.Sprintf("%q is not a DNS-1123 label", req.Name), "name the fleet rollout like \"kata-deploy\"")
+	}
+	if req.Rollout.Name == "" {
+		req.Rollout.Name = req.Name
+	}
+	if req.TaskQueue == "" {
+		req.TaskQueue = TaskQueue
+	}
+	if len(req.Waves) == 0 {
+		add("waves", "is empty", `list the clusters in waves, e.g. [["staging"], ["eu", "us"]]`)
+	}
+	seen := map[string]bool{}
+	for w, wave := range req.Waves {
+		if len(wave) == 0 {
+			add(fmt.Sprintf("waves[%d]", w), "is empty", "remove the empty wave")
+		}
+		for i, c := range wave {
+			field := fmt.Sprintf("waves[%d][%d]", w, i)
+			switch {
+			case len(validation.IsDNS1123Label(c)) > 0:
+				add(field, fmt.Sprintf("%q is not a cluster name", c), "use the `cluster` its worker is configured with (a DNS-1123 label)")
+			case seen[c]:
+				add(field, fmt.Sprintf("cluster %q is listed twice", c), "list each cluster in one wave only")
+			}
+			seen[c] = true
+		}
+	}
+	if req.MaxFailedClusters < 0 {
+		add("maxFailedClusters", "is negative", "use 0 (stop at the first failed cluster) or more")
+	}
+	if len(ps) == 0 {
+		return nil
+	}
+	msgs := make([]string, len(ps))
+	for i, p := range ps {
+		msgs[i] = p.Error()
+	}
+	return temporal.NewNonRetryableApplicationError("invalid fleet rollout request: "+strings.Join(msgs, "; "),
+		activities.ErrInvalidRequest, nil, ps)
+}
