@@ -272,7 +272,10 @@ func TestBudgetCoordinatorContinuesAsNewWithItsHolders(t *testing.T) {
 	next.OnActivity(co.GoneHolders, mock.Anything, mock.Anything).Return(nil, nil).Maybe()
 	var nextGrants []string
 	next.OnSignalExternalWorkflow(mock.Anything, mock.Anything, mock.Anything, SignalSlotGranted, mock.Anything).Return(
-		func(_, _, _, _ string, arg any) error { nextGrants = append(nextGrants, arg.(SlotGrant).Node); return nil })
+		func(_, _, _, _ string, arg any) error {
+			nextGrants = append(nextGrants, arg.(SlotGrant).Node)
+			return nil
+		})
 	next.RegisterDelayedCallback(func() {
 		next.SignalWorkflow(SignalSlotRelease, SlotRelease{Holder: carried.Holders[0]})
 	}, time.Minute)
