@@ -325,3 +325,13 @@ func validateFleet(req *FleetRequest) error {
 	return temporal.NewNonRetryableApplicationError("invalid fleet rollout request: "+strings.Join(msgs, "; "),
 		activities.ErrInvalidRequest, nil, ps)
 }
+
+// ValidateFleet checks a fleet request as FleetRollout does, and the rollout every cluster
+// will run as Rollout does, so a bad file is refused before anything starts.
+func ValidateFleet(req FleetRequest) error {
+	if err := validateFleet(&req); err != nil {
+		return err
+	}
+	_, err := Validate(req.Rollout)
+	return err
+}

@@ -1,0 +1,162 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/spf13/cobra"
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/sdk/client"
+	"sigs.k8s.io/yaml"
+
+	"github.com/noderollout/noderollout/workflows"
+)
+
+// fleetCommand steers FleetRollout: one rollout over many clusters, in waves.
+func fleetCommand(a *app) *cobra.Command {
+	fleet := &cobra.Command{
+		Use:     "fleet",
+		GroupID: "rollout",
+		Short:   "Roll out over many clusters in waves (workflow FleetRollout, ID fleet-<name>)",
+	}
+	start := &cobra.Command{
+		Use:     "start -f FILE",
+		Short:   "Start a fleet rollout on the fleet task queue " + workflows.FleetTaskQueue,
+		Example: "  starter fleet start -f deploy/examples/fleet.yaml",
+		Args:    cobra.NoArgs,
+		RunE:    run(a.startFleet),
+	}
+	fileFlag(start)
+	status := &cobra.Command{
+		Use:   "status ID",
+		Short: "Show each cluster's state in a fleet rollout",
+		Args:  exactArgs(1, "ID"),
+		RunE:  run(a.fleetStatus),
+	}
+	outputFlag(status)
+	fleet.AddCommand(start, status)
+	for _, s := range []string{workflows.SignalPause, workflows.SignalResume} {
+		fleet.AddCommand(&cobra.Command{
+			Use:   s + " ID",
+			Short: s + " the fleet: the next wave and every running cluster's rollout",
+			Args:  exactArgs(1, "ID"),
+			RunE: run(func() error {
+				tc, err := a.client()
+				if err != nil {
+					return err
+				}
+				id := fleetID(a.args[0])
+				if err := tc.SignalWorkflow(a.ctx, id, "", s, nil); err != nil {
+					return err
+				}
+				fmt.Fprintf(a.out, "sent %s to %s\n", s, id)
+				return nil
+			}),
+		})
+	}
+	fleet.AddCommand(&cobra.Command{
+		Use:   "abort ID",
+		Short: "Cancel the fleet rollout: every cluster's rollout is cancelled, running Jobs deleted",
+		Args:  exactArgs(1, "ID"),
+		RunE: run(func() error {
+			tc, err := a.client()
+			if err != nil {
+				return err
+			}
+			id := fleetID(a.args[0])
+			if err := tc.CancelWorkflow(a.ctx, id, ""); err != nil {
+				return err
+			}
+			fmt.Fprintf(a.out, "aborting %s: every cluster's running Jobs are being deleted\n", id)
+			return nil
+		}),
+	})
+	return fleet
+}
+
+func fleetID(arg string) string {
+	if strings.HasPrefix(arg, workflows.FleetIDPrefix) {
+		return arg
+	}
+	return workflows.FleetID(arg)
+}
+
+// loadFleetRequest reads a fleet request (YAML or JSON) and checks it offline.
+func loadFleetRequest(path string) (workflows.FleetRequest, error) {
+	var req workflows.FleetRequest
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return req, usageError{err.Error()}
+	}
+	asJSON, err := yaml.YAMLToJSON(data)
+	if err != nil {
+		return req, usageError{fmt.Sprintf("%s: not YAML or JSON: %s", path, err)}
+	}
+	if err := json.Unmarshal(asJSON, &req); err != nil {
+		return req, usageError{fmt.Sprintf("%s: %s", path, err)}
+	}
+	if err := workflows.ValidateFleet(req); err != nil {
+		return req, usageError{fmt.Sprintf("%s: %s", path, humanError(err))}
+	}
+	return req, nil
+}
+
+func (a *app) startFleet() error {
+	path := a.flagString("file")
+	if path == "" {
+		return usageError{"-f/--file is required: the fleet request (see deploy/examples/fleet.yaml)"}
+	}
+	req, err := loadFleetRequest(path)
+	if err != nil {
+		return err
+	}
+	tc, err := a.client()
+	if err != nil {
+		return err
+	}
+	run, err := tc.ExecuteWorkflow(a.ctx, client.StartWorkflowOptions{
+		ID:                    workflows.FleetID(req.Name),
+		TaskQueue:             workflows.FleetTaskQueue,
+		WorkflowIDReusePolicy: enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE_FAILED_ONLY,
+		StaticSummary:         fmt.Sprintf("fleet rollout %s over %d waves", req.Name, len(req.Waves)),
+	}, workflows.FleetRolloutWorkflow, req)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(a.out, "started fleet rollout %s (run %s)\n", run.GetID(), run.GetRunID())
+	return nil
+}
+
+func (a *app) fleetStatus() error {
+	tc, err := a.client()
+	if err != nil {
+		return err
+	}
+	id := fleetID(a.args[0])
+	var st workflows.FleetStatus
+	v, err := tc.QueryWorkflow(a.ctx, id, "", workflows.QueryStatus)
+	if err != nil {
+		return err
+	}
+	if err := v.Get(&st); err != nil {
+		return err
+	}
+	return a.print(st, func(w io.Writer) error {
+		fmt.Fprintf(w, "fleet %s: %s, wave %d of %d, %d clusters failed (budget %d)\n",
+			st.Name, st.Phase, st.Wave, st.Waves, st.FailedClusters, st.MaxFailedClusters)
+		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "WAVE\tCLUSTER\tSTATE\tSUCCEEDED\tFAILED\tROLLOUT\tMESSAGE")
+		for _, c := range st.Clusters {
+			ok, failed := "-", "-"
+			if c.Counts != nil {
+				ok, failed = fmt.Sprint(c.Counts.Succeeded), fmt.Sprint(c.Counts.Failures())
+			}
+			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\n", c.Wave, c.Cluster, c.State, ok, failed, c.WorkflowID, c.Message)
+		}
+		return tw.Flush()
+	})
+}

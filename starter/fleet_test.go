@@ -1,0 +1,27 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+func TestFleetExampleIsValidAndBadFleetFilesNameTheField(t *testing.T) {
+	req, err := loadFleetRequest(filepath.Join("..", "deploy", "examples", "fleet.yaml"))
+	require.NoError(t, err)
+	require.Equal(t, [][]string{{"staging"}, {"eu-west", "us-east"}}, req.Waves)
+
+	bad := filepath.Join(t.TempDir(), "fleet.yaml")
+	require.NoError(t, os.WriteFile(bad, []byte("name: demo\nwaves: [[a], [a]]\nrollout: {nodes: [n1], parallelism: -1, jobTemplate: x}\n"), 0o600))
+	_, err = loadFleetRequest(bad)
+	var usage usageError
+	require.ErrorAs(t, err, &usage)
+	require.Contains(t, err.Error(), `waves[1][0]: cluster "a" is listed twice`)
+
+	bad2 := filepath.Join(t.TempDir(), "fleet.yaml")
+	require.NoError(t, os.WriteFile(bad2, []byte("name: demo\nwaves: [[a]]\nrollout: {nodes: [n1], parallelism: -1, jobTemplate: x}\n"), 0o600))
+	_, err = loadFleetRequest(bad2)
+	require.ErrorContains(t, err, "parallelism", "the rollout each cluster runs is checked too")
+}
