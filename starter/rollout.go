@@ -128,12 +128,18 @@ func exactArgs(n int, what string) cobra.PositionalArgs {
 	}
 }
 
-// workflowID accepts a workflow ID or a rollout name.
-func workflowID(arg string) string {
+// workflowID accepts a workflow ID or a rollout name (of the configured cluster, if any).
+func (a *app) workflowID(arg string) string {
 	if strings.HasPrefix(arg, workflows.RolloutIDPrefix) {
 		return arg
 	}
-	return workflows.RolloutID(arg)
+	return a.rolloutID(arg)
+}
+
+// rolloutID is the workflow ID of a rollout: qualified by the configured cluster, so two
+// clusters sharing a Temporal namespace can run rollouts of the same name.
+func (a *app) rolloutID(name string) string {
+	return workflows.Cluster{Name: a.cfg.Cluster}.RolloutID(name)
 }
 
 // request reads and checks -f before anything dials Temporal.
@@ -234,7 +240,7 @@ func (a *app) startRollout() error {
 	if err != nil {
 		return err
 	}
-	id := workflows.RolloutID(req.Name)
+	id := a.rolloutID(req.Name)
 	run, err := tc.ExecuteWorkflow(a.ctx, a.startOptions(id, req), workflows.RolloutWorkflow, req)
 	var already *serviceerror.WorkflowExecutionAlreadyStarted
 	if errors.As(err, &already) {
@@ -273,7 +279,7 @@ func (a *app) dryRun() error {
 		return err
 	}
 	req.DryRun = true
-	id := workflows.RolloutID(req.Name) + "-dry-run"
+	id := a.rolloutID(req.Name) + "-dry-run"
 	opts := a.startOptions(id, req)
 	opts.WorkflowIDReusePolicy = enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE
 	opts.WorkflowIDConflictPolicy = enumspb.WORKFLOW_ID_CONFLICT_POLICY_TERMINATE_EXISTING
@@ -328,7 +334,7 @@ func (a *app) showStatus() error {
 	if err != nil {
 		return err
 	}
-	id := workflowID(a.args[0])
+	id := a.workflowID(a.args[0])
 	desc, err := tc.DescribeWorkflow(a.ctx, id, "")
 	if err != nil {
 		return err
@@ -364,7 +370,7 @@ func (a *app) sendSignal(name string) error {
 	if err != nil {
 		return err
 	}
-	id := workflowID(a.args[0])
+	id := a.workflowID(a.args[0])
 	if err := tc.SignalWorkflow(a.ctx, id, "", name, nil); err != nil {
 		return err
 	}
@@ -382,7 +388,7 @@ func (a *app) setParallelism() error {
 	if err != nil {
 		return err
 	}
-	id := workflowID(a.args[0])
+	id := a.workflowID(a.args[0])
 	handle, err := tc.UpdateWorkflow(a.ctx, client.UpdateWorkflowOptions{
 		WorkflowID:   id,
 		UpdateName:   workflows.UpdateSetParallelism,
@@ -405,7 +411,7 @@ func (a *app) abort() error {
 	if err != nil {
 		return err
 	}
-	id := workflowID(a.args[0])
+	id := a.workflowID(a.args[0])
 	reason := a.flagString("reason")
 	_, err = tc.WorkflowService().RequestCancelWorkflowExecution(a.ctx, &workflowservice.RequestCancelWorkflowExecutionRequest{
 		Namespace:         a.cfg.TemporalNamespace,

@@ -94,7 +94,7 @@ func (a *app) createSchedule() error {
 	}
 	paused := a.flagBool("paused")
 	action := &client.ScheduleWorkflowAction{
-		ID:            workflows.RolloutID(req.Name),
+		ID:            a.rolloutID(req.Name),
 		Workflow:      workflows.RolloutWorkflow,
 		Args:          []any{req},
 		TaskQueue:     a.cfg.TaskQueue,
