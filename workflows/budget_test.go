@@ -291,3 +291,20 @@ func TestBudgetCoordinatorContinuesAsNewWithItsHolders(t *testing.T) {
 	next.ExecuteWorkflow(ClusterBudgetWorkflow, carried)
 	require.Equal(t, []string{carried.Queue[0].Holder.Node}, nextGrants)
 }
+
+// Without a cluster name every ID and the task queue are today's, so running histories and
+// deployments are untouched; with one they are qualified and cannot collide with them.
+func TestClusterNamesQualifyOnlyWhenSet(t *testing.T) {
+	none := Cluster{}
+	require.Equal(t, NodeWorkflowID("n1"), none.NodeWorkflowID("n1"))
+	require.Equal(t, "noderollout-node-n1", none.NodeWorkflowID("n1"))
+	require.Equal(t, RolloutID("r"), none.RolloutID("r"))
+	require.Equal(t, TaskQueue, ClusterTaskQueue(TaskQueue, ""))
+	eu := Cluster{Name: "eu"}
+	require.Equal(t, "noderollout-node-eu:n1", eu.NodeWorkflowID("n1"))
+	require.Equal(t, "rollout-eu:r", eu.RolloutID("r"))
+	require.Equal(t, "noderollout-budget-eu", eu.BudgetWorkflowID())
+	require.Equal(t, "noderollout-eu", ClusterTaskQueue(TaskQueue, "eu"))
+	// A node named like a qualified one in a cluster-less install gets another ID.
+	require.NotEqual(t, none.NodeWorkflowID("eu-n1"), eu.NodeWorkflowID("n1"))
+}

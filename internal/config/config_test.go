@@ -176,3 +176,19 @@ func TestFlagsShowTheirTypes(t *testing.T) {
 	require.Equal(t, "int", fs.Lookup("kube-burst").Value.Type())
 	require.Contains(t, fs.FlagUsages(), "--stop-timeout duration")
 }
+
+func TestClusterQualifiesTheTaskQueueAndIsChecked(t *testing.T) {
+	c, err := Load(NewFlagSet("worker", true), []string{"--cluster", "eu-west", "--cluster-budget", "3"}, nil)
+	require.NoError(t, err)
+	require.Equal(t, "noderollout-eu-west", c.TaskQueue)
+	require.Equal(t, 3, c.ClusterBudget)
+	c, err = Load(NewFlagSet("worker", true), nil, []string{"NODEROLLOUT_CLUSTER=us", "NODEROLLOUT_TASK_QUEUE=rollouts"})
+	require.NoError(t, err)
+	require.Equal(t, "rollouts-us", c.TaskQueue)
+	c, err = Load(NewFlagSet("worker", true), nil, nil)
+	require.NoError(t, err)
+	require.Equal(t, "noderollout", c.TaskQueue, "no cluster: today's task queue")
+	_, err = Load(NewFlagSet("worker", true), []string{"--cluster", "EU_West", "--cluster-budget", "-1"}, nil)
+	require.ErrorContains(t, err, "cluster")
+	require.ErrorContains(t, err, "NODEROLLOUT_CLUSTER_BUDGET")
+}
