@@ -308,3 +308,58 @@ func TestClusterNamesQualifyOnlyWhenSet(t *testing.T) {
 	// A node named like a qualified one in a cluster-less install gets another ID.
 	require.NotEqual(t, none.NodeWorkflowID("eu-n1"), eu.NodeWorkflowID("n1"))
 }
+
+// An aborted rollout returns the slots of its cancelled nodes and withdraws the requests of
+// the nodes still waiting for one: every node it asked a slot for is given back.
+func TestAbortedRolloutReturnsEverySlotItAskedFor(t *testing.T) {
+	ts := &testsuite.WorkflowTestSuite{}
+	env := ts.NewTestWorkflowEnvironment()
+	a := &activities.Activities{}
+	env.RegisterActivity(a)
+	Cluster{Name: budgetCluster.Name, Budget: 2}.Register(env)
+	env.OnActivity(a.PrepareTemplate, mock.Anything, mock.Anything).Return(activities.PreparedTemplate{Hash: "h"}, nil)
+	env.OnActivity(a.ListNodes, mock.Anything, mock.Anything).Return(func(_ context.Context, in activities.ListNodesInput) (activities.ListNodesResult, error) {
+		return activities.ListNodesResult{Nodes: in.Names, Total: len(in.Names)}, nil
+	})
+	tracker := &nodeTracker{started: map[string]time.Time{}, took: func(string) time.Duration { return 10 * time.Hour }}
+	env.OnWorkflow(NodeRollout, mock.Anything, mock.Anything).Return(tracker.run)
+	// The coordinator is played here: it records requests and returns, and grants the first two.
+	var mu sync.Mutex
+	var asked, returned []string
+	coordinator := budgetCluster.BudgetWorkflowID()
+	env.OnSignalExternalWorkflow(mock.Anything, coordinator, "", SignalSlotAcquire, mock.Anything).Return(func(_, _, _, _ string, arg any) error {
+		mu.Lock()
+		defer mu.Unlock()
+		asked = append(asked, arg.(SlotRequest).Holder.Node)
+		return nil
+	})
+	env.OnSignalExternalWorkflow(mock.Anything, coordinator, "", SignalSlotRelease, mock.Anything).Return(func(_, _, _, _ string, arg any) error {
+		mu.Lock()
+		defer mu.Unlock()
+		returned = append(returned, arg.(SlotRelease).Holder.Node)
+		return nil
+	})
+	env.RegisterDelayedCallback(func() {
+		mu.Lock()
+		first := append([]string(nil), asked[:2]...)
+		mu.Unlock()
+		for _, n := range first {
+			env.SignalWorkflow(SignalSlotGranted, SlotGrant{Node: n})
+		}
+	}, time.Minute)
+	var waiting RolloutStatus
+	env.RegisterDelayedCallback(func() {
+		v, err := env.QueryWorkflow(QueryStatus)
+		require.NoError(t, err)
+		require.NoError(t, v.Get(&waiting))
+		env.CancelWorkflow()
+	}, time.Hour)
+	env.SetTestTimeout(time.Minute)
+	env.ExecuteWorkflow(RolloutWorkflow, RolloutRequest{Name: "aborted", Namespace: "jobs", Nodes: names("n-", 4), JobTemplate: sampleTemplate, Parallelism: 4})
+	require.True(t, env.IsWorkflowCompleted())
+	require.True(t, temporal.IsCanceledError(env.GetWorkflowError()), "%v", env.GetWorkflowError())
+	require.Len(t, tracker.started, 2, "only granted nodes started")
+	require.Len(t, waiting.WaitingForClusterSlot, 2, "status shows the nodes waiting for a cluster slot")
+	require.Len(t, asked, 4)
+	require.ElementsMatch(t, asked, returned, "every slot asked for is returned or withdrawn")
+}
