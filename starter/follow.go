@@ -229,6 +229,9 @@ func printStatus(w io.Writer, st workflows.RolloutStatus) {
 	if len(st.Waiting) > 0 {
 		fmt.Fprintf(tw, "WAITING ON\t%s\n", strings.Join(st.Waiting, ", "))
 	}
+	if len(st.WaitingForClusterSlot) > 0 {
+		fmt.Fprintf(tw, "WAITING FOR CLUSTER SLOT\t%s\n", strings.Join(st.WaitingForClusterSlot, ", "))
+	}
 	tw.Flush()
 	printNodes(w, "FAILED NODES", st.Failures)
 	printNodes(w, "RECENT", st.Recent)
