@@ -41,36 +41,32 @@ func TestClusterBudgetHoldsAcrossOverlappingRollouts(t *testing.T) {
 		require.Equal(t, 4, Succeeded(t, run).Counts.Succeeded)
 	}
 
-	type edge struct {
-		at    time.Time
-		delta int
-	}
-	var edges []edge
+	// The Jobs' times have whole seconds, and a node's next Job often starts in the second
+	// another completed: counted both ways, the truth lies between. The node workflows' own
+	// start and close times (exact) bound their Jobs: a Job is created after its workflow
+	// starts, and the workflow closes only once the Job and its Pods are gone.
+	var jobsTiesOverlap, jobsTiesApart, nodeRuns []interval
 	for _, name := range []string{first.Name, second.Name} {
 		for node, jobs := range f.Jobs(t, name) {
 			require.Len(t, jobs, 1, node)
 			j := jobs[0]
 			require.NotNil(t, j.Status.StartTime, j.Name)
 			require.NotNil(t, j.Status.CompletionTime, j.Name)
-			edges = append(edges, edge{j.Status.StartTime.Time, 1}, edge{j.Status.CompletionTime.Time, -1})
+			start, end := j.Status.StartTime.Time, j.Status.CompletionTime.Time
+			jobsTiesOverlap = append(jobsTiesOverlap, interval{start, end.Add(time.Second - time.Nanosecond)})
+			jobsTiesApart = append(jobsTiesApart, interval{start, end})
+			d, err := stack.Temporal.DescribeWorkflowExecution(context.Background(), cluster.NodeWorkflowID(node), "")
+			require.NoError(t, err)
+			info := d.GetWorkflowExecutionInfo()
+			nodeRuns = append(nodeRuns, interval{info.GetStartTime().AsTime(), info.GetCloseTime().AsTime()})
 		}
 	}
-	// Times have whole seconds: a start in the second another Job completed counts as
-	// overlapping it, so the peak is never under-stated.
-	sort.Slice(edges, func(i, j int) bool {
-		if !edges[i].at.Equal(edges[j].at) {
-			return edges[i].at.Before(edges[j].at)
-		}
-		return edges[i].delta > edges[j].delta
-	})
-	live, peak := 0, 0
-	for _, e := range edges {
-		live += e.delta
-		peak = max(peak, live)
-	}
-	t.Logf("cluster-wide peak of Jobs at work, from their start and completion times: %d (budget 3, two rollouts of parallelism 4, 8 nodes)", peak)
-	require.LessOrEqual(t, peak, 3)
-	require.Len(t, edges, 16)
+	require.Len(t, nodeRuns, 8)
+	t.Logf("cluster-wide peak (budget 3; two rollouts of parallelism 4 over 8 nodes, 3 s Jobs): node workflows %d (exact times); Jobs %d (start/completion, a completion's whole second counted as still running: over-states) and %d (counted as ended: may under-state)",
+		peakOf(nodeRuns), peakOf(jobsTiesOverlap), peakOf(jobsTiesApart))
+	require.LessOrEqual(t, peakOf(nodeRuns), 3)
+	require.Equal(t, 3, peakOf(nodeRuns), "the budget is used, not just respected")
+	require.LessOrEqual(t, peakOf(jobsTiesApart), 3)
 
 	v, err := stack.Temporal.QueryWorkflow(context.Background(), cluster.BudgetWorkflowID(), "", workflows.QueryBudget)
 	require.NoError(t, err)
@@ -116,4 +112,31 @@ func TestFleetRolloutOverTwoClusters(t *testing.T) {
 	for node, js := range jobs {
 		require.Len(t, js, 2, "one Job per cluster on %s", node)
 	}
+}
+
+type interval struct{ start, end time.Time }
+
+// peakOf is the most intervals open at once; an interval ending when another starts does
+// not overlap it.
+func peakOf(spans []interval) int {
+	type edge struct {
+		at    time.Time
+		delta int
+	}
+	var edges []edge
+	for _, s := range spans {
+		edges = append(edges, edge{s.start, 1}, edge{s.end, -1})
+	}
+	sort.Slice(edges, func(i, j int) bool {
+		if !edges[i].at.Equal(edges[j].at) {
+			return edges[i].at.Before(edges[j].at)
+		}
+		return edges[i].delta < edges[j].delta
+	})
+	live, peak := 0, 0
+	for _, e := range edges {
+		live += e.delta
+		peak = max(peak, live)
+	}
+	return peak
 }
