@@ -106,7 +106,7 @@ func TestFleetRolloutOverTwoClusters(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, workflows.ClusterTaskQueue(workflows.TaskQueue, c.Name), d.GetExecutionConfig().GetTaskQueue().GetName())
 	}
-	// Wave 2 ran its Jobs after wave 1's.
+	// Each cluster ran its own Job on every node (the second was not held back by the first).
 	jobs := f.Jobs(t, req.Rollout.Name)
 	require.Len(t, jobs, 3)
 	for node, js := range jobs {
