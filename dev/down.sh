@@ -14,6 +14,8 @@ case ${1:-} in
   *) die "usage: dev/down.sh [--purge]" ;;
 esac
 
+# A second cluster a test started (dev/cluster2.sh) goes with the stack.
+if [ -d "$STATE_DIR/cluster2" ]; then "$DEV_DIR/cluster2.sh" down; fi
 for ((i = ${#COMPONENTS[@]} - 1; i >= 0; i--)); do stop_component "${COMPONENTS[i]}"; done
 
 if $purge && [ -d "$STATE_DIR" ]; then

@@ -3,11 +3,19 @@
 # kube-controller-manager and kwok. Idempotent: what already runs is left alone, and every
 # component is checked for readiness. State lives in $STATE_DIR (default <repo>/.stack).
 # Usage: dev/up.sh        then: source dev/env   (or: eval "$(dev/env)")
+#        dev/up.sh --kube-only   Kubernetes alone (dev/cluster2.sh: a second cluster)
 set -euo pipefail
 # shellcheck source=SCRIPTDIR/lib.sh
 source "$(dirname "$0")/lib.sh"
 # shellcheck source=SCRIPTDIR/components.sh
 source "$DEV_DIR/components.sh"
+
+kube_only=false
+case ${1:-} in
+  --kube-only) kube_only=true ;;
+  "") ;;
+  *) die "usage: dev/up.sh [--kube-only]" ;;
+esac
 
 started=$SECONDS
 "$DEV_DIR/build.sh"
@@ -91,7 +99,7 @@ make_pki
 write_kubeconfig
 
 # Temporal does not depend on Kubernetes, so it starts first and warms up meanwhile.
-start_component temporal
+$kube_only || start_component temporal
 start_component etcd
 wait_ready etcd
 start_component kube-apiserver
@@ -99,7 +107,10 @@ wait_ready kube-apiserver
 start_component kube-controller-manager
 start_component kwok
 start_component kwok-stuck
-for c in temporal kube-controller-manager kwok kwok-stuck; do wait_ready "$c"; done
+for c in temporal kube-controller-manager kwok kwok-stuck; do
+  [ "$c" = temporal ] && $kube_only && continue
+  wait_ready "$c"
+done
 # Pods are refused until their namespace's default ServiceAccount exists.
 wait_until kube-controller-manager "$READY_TIMEOUT" \
   kube_get /api/v1/namespaces/default/serviceaccounts/default

@@ -4,6 +4,8 @@ package e2e
 
 import (
 	"context"
+	"os"
+	"path/filepath"
 	"sort"
 	"strconv"
 	"testing"
@@ -12,16 +14,19 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.temporal.io/sdk/client"
 	"k8s.io/apimachinery/pkg/util/rand"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/noderollout/noderollout/workflows"
 )
 
 // clusterWorker starts a worker for a cluster of its own name, with the cluster-wide budget
-// given (0: none), and returns the cluster and its task queue.
-func clusterWorker(t *testing.T, prefix string, budget int) (workflows.Cluster, string) {
+// given (0: none) and any more flags (a --kubeconfig of another cluster), and returns the
+// cluster and its task queue.
+func clusterWorker(t *testing.T, prefix string, budget int, extraArgs ...string) (workflows.Cluster, string) {
 	t.Helper()
 	c := workflows.Cluster{Name: prefix + "-" + rand.String(4), Budget: budget}
-	w, err := StartWorker(c.Name, "--cluster", c.Name, "--cluster-budget", strconv.Itoa(budget))
+	w, err := StartWorker(c.Name, append([]string{"--cluster", c.Name, "--cluster-budget", strconv.Itoa(budget)}, extraArgs...)...)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = w.Stop() })
 	return c, workflows.ClusterTaskQueue(workflows.TaskQueue, c.Name)
@@ -77,15 +82,23 @@ func TestClusterBudgetHoldsAcrossOverlappingRollouts(t *testing.T) {
 	require.Zero(t, st.InUse, "every slot came back")
 }
 
-// A fleet rollout over two clusters, one worker each, in two waves: each cluster's Rollout
-// runs on its own task queue, with cluster-qualified IDs.
+// A fleet rollout over two clusters, each its own API server (dev/cluster2.sh starts the
+// second) with its own worker, in two waves: each cluster's Rollout runs on its own task
+// queue, with cluster-qualified IDs, and makes its Jobs in its own cluster only.
 func TestFleetRolloutOverTwoClusters(t *testing.T) {
+	devScript(t, "cluster2.sh", "up")
+	t.Cleanup(func() { devScript(t, "cluster2.sh", "down") })
+	kubeconfig2 := filepath.Join(os.Getenv("NODEROLLOUT_STATE"), "cluster2", "kubeconfig")
+	rc, err := clientcmd.BuildConfigFromFlags("", kubeconfig2)
+	require.NoError(t, err)
+	kube2, err := kubernetes.NewForConfig(rc)
+	require.NoError(t, err)
+
 	staging, _ := clusterWorker(t, "staging", 0)
-	prod, _ := clusterWorker(t, "prod", 0)
+	prod, _ := clusterWorker(t, "prod", 0, "--kubeconfig", kubeconfig2)
 	f := NewFleet(t, 3)
+	f2 := f.Twin(t, kube2)
 	req := workflows.FleetRequest{Name: "fleet-" + f.suffix, Waves: [][]string{{staging.Name}, {prod.Name}}, Rollout: f.Request("fleet", time.Second)}
-	// One API server plays both clusters here, so the second must not skip the nodes the first marked done.
-	req.Rollout.Rerun = true
 	run, err := stack.Temporal.ExecuteWorkflow(context.Background(), client.StartWorkflowOptions{
 		ID: workflows.FleetID(req.Name), TaskQueue: workflows.FleetTaskQueue, WorkflowExecutionTimeout: 10 * time.Minute,
 	}, workflows.FleetRolloutWorkflow, req)
@@ -106,12 +119,24 @@ func TestFleetRolloutOverTwoClusters(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, workflows.ClusterTaskQueue(workflows.TaskQueue, c.Name), d.GetExecutionConfig().GetTaskQueue().GetName())
 	}
-	// Each cluster ran its own Job on every node (the second was not held back by the first).
-	jobs := f.Jobs(t, req.Rollout.Name)
-	require.Len(t, jobs, 3)
-	for node, js := range jobs {
-		require.Len(t, js, 2, "one Job per cluster on %s", node)
+	// Each cluster ran exactly one Job on each of its own nodes, and the staging wave ended
+	// before the prod wave's first Job was made.
+	var stagingDone, prodFirst time.Time
+	for _, fl := range []*Fleet{f, f2} {
+		jobs := fl.Jobs(t, req.Rollout.Name)
+		require.Len(t, jobs, 3)
+		for node, js := range jobs {
+			require.Len(t, js, 1, "one Job on %s", node)
+			created := js[0].CreationTimestamp.Time
+			if fl == f && js[0].Status.CompletionTime != nil && js[0].Status.CompletionTime.After(stagingDone) {
+				stagingDone = js[0].Status.CompletionTime.Time
+			}
+			if fl == f2 && (prodFirst.IsZero() || created.Before(prodFirst)) {
+				prodFirst = created
+			}
+		}
 	}
+	require.False(t, prodFirst.Before(stagingDone), "prod's first Job (%s) was made before staging's last ended (%s)", prodFirst, stagingDone)
 }
 
 type interval struct{ start, end time.Time }

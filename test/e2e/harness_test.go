@@ -208,6 +208,7 @@ type Fleet struct {
 	Namespace string
 	Nodes     []string
 	suffix    string // keeps rollout names unique across runs on one Temporal server
+	kube      kubernetes.Interface
 }
 
 // TestLabel marks the nodes of one test, so its rollouts select exactly them.
@@ -221,17 +222,31 @@ func NewFleet(t *testing.T, n int) *Fleet {
 		id = id[:40]
 	}
 	id = strings.Trim(id, "-") + "-" + rand.String(4)
-	f := &Fleet{ID: id, Namespace: id, suffix: rand.String(4)}
+	f := &Fleet{ID: id, Namespace: id, suffix: rand.String(4), kube: stack.Kube}
+	f.create(t, n)
+	return f
+}
+
+// Twin is the same fleet (namespace, node names and labels, rollout names) on another
+// cluster, as one change rolled over two clusters meets it.
+func (f *Fleet) Twin(t *testing.T, kube kubernetes.Interface) *Fleet {
+	t.Helper()
+	twin := &Fleet{ID: f.ID, Namespace: f.Namespace, suffix: f.suffix, kube: kube}
+	twin.create(t, len(f.Nodes))
+	return twin
+}
+
+func (f *Fleet) create(t *testing.T, n int) {
+	t.Helper()
 	ctx := context.Background()
-	_, err := stack.Kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: id}}, metav1.CreateOptions{})
+	_, err := f.kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: f.Namespace}}, metav1.CreateOptions{})
 	require.NoError(t, err)
-	waitFor(t, 30*time.Second, "default ServiceAccount in "+id, func() bool {
-		_, err := stack.Kube.CoreV1().ServiceAccounts(id).Get(ctx, "default", metav1.GetOptions{})
+	waitFor(t, 30*time.Second, "default ServiceAccount in "+f.Namespace, func() bool {
+		_, err := f.kube.CoreV1().ServiceAccounts(f.Namespace).Get(ctx, "default", metav1.GetOptions{})
 		return err == nil
 	})
 	f.AddNodes(t, n, nil)
 	t.Cleanup(func() { f.cleanup(t) })
-	return f
 }
 
 // AddNodes creates n more kwok nodes with extra labels.
@@ -251,7 +266,7 @@ func (f *Fleet) AddNodes(t *testing.T, n int, labels map[string]string) []string
 		for k, v := range labels {
 			node.Labels[k] = v
 		}
-		_, err := stack.Kube.CoreV1().Nodes().Create(context.Background(), node, metav1.CreateOptions{})
+		_, err := f.kube.CoreV1().Nodes().Create(context.Background(), node, metav1.CreateOptions{})
 		return err
 	})
 	f.Nodes = append(f.Nodes, names...)
@@ -260,18 +275,18 @@ func (f *Fleet) AddNodes(t *testing.T, n int, labels map[string]string) []string
 
 func (f *Fleet) cleanup(t *testing.T) {
 	ctx := context.Background()
-	releaseJobs(ctx, f.Namespace)
+	releaseJobs(ctx, f.kube, f.Namespace)
 	bg := metav1.DeletePropagationBackground
-	_ = stack.Kube.BatchV1().Jobs(f.Namespace).DeleteCollection(ctx, metav1.DeleteOptions{PropagationPolicy: &bg}, metav1.ListOptions{})
-	_ = stack.Kube.CoreV1().Nodes().DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{LabelSelector: TestLabel + "=" + f.ID})
-	_ = stack.Kube.CoreV1().Namespaces().Delete(ctx, f.Namespace, metav1.DeleteOptions{})
+	_ = f.kube.BatchV1().Jobs(f.Namespace).DeleteCollection(ctx, metav1.DeleteOptions{PropagationPolicy: &bg}, metav1.ListOptions{})
+	_ = f.kube.CoreV1().Nodes().DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{LabelSelector: TestLabel + "=" + f.ID})
+	_ = f.kube.CoreV1().Namespaces().Delete(ctx, f.Namespace, metav1.DeleteOptions{})
 }
 
 // releaseJobs takes noderollout's finalizer off the namespace's Jobs. A worker takes it off when
 // it finalizes a node; Jobs of a test that ended before that would otherwise keep their
 // namespace terminating for ever.
-func releaseJobs(ctx context.Context, namespace string) {
-	jobs, err := stack.Kube.BatchV1().Jobs(namespace).List(ctx, metav1.ListOptions{})
+func releaseJobs(ctx context.Context, kube kubernetes.Interface, namespace string) {
+	jobs, err := kube.BatchV1().Jobs(namespace).List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return
 	}
@@ -281,7 +296,7 @@ func releaseJobs(ctx context.Context, namespace string) {
 		}
 		rest := slices.DeleteFunc(slices.Clone(j.Finalizers), func(f string) bool { return f == jobspec.FinalizerOutcome })
 		patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"finalizers": append([]string{}, rest...)}})
-		_, _ = stack.Kube.BatchV1().Jobs(namespace).Patch(ctx, j.Name, types.MergePatchType, patch, metav1.PatchOptions{})
+		_, _ = kube.BatchV1().Jobs(namespace).Patch(ctx, j.Name, types.MergePatchType, patch, metav1.PatchOptions{})
 	}
 }
 
@@ -390,7 +405,7 @@ func Succeeded(t *testing.T, run client.WorkflowRun) workflows.RolloutResult {
 // Jobs lists the fleet's Jobs of one rollout, by node name.
 func (f *Fleet) Jobs(t *testing.T, rollout string) map[string][]batchv1.Job {
 	t.Helper()
-	list, err := stack.Kube.BatchV1().Jobs(f.Namespace).List(context.Background(), metav1.ListOptions{LabelSelector: jobspec.LabelRollout + "=" + rollout})
+	list, err := f.kube.BatchV1().Jobs(f.Namespace).List(context.Background(), metav1.ListOptions{LabelSelector: jobspec.LabelRollout + "=" + rollout})
 	require.NoError(t, err)
 	byNode := map[string][]batchv1.Job{}
 	for _, j := range list.Items {
@@ -403,7 +418,7 @@ func (f *Fleet) Jobs(t *testing.T, rollout string) map[string][]batchv1.Job {
 // Markers reads each fleet node's outcome marker for the rollout.
 func (f *Fleet) Markers(t *testing.T, rollout string) map[string]string {
 	t.Helper()
-	list, err := stack.Kube.CoreV1().Nodes().List(context.Background(), metav1.ListOptions{LabelSelector: f.Selector()})
+	list, err := f.kube.CoreV1().Nodes().List(context.Background(), metav1.ListOptions{LabelSelector: f.Selector()})
 	require.NoError(t, err)
 	markers := map[string]string{}
 	for _, n := range list.Items {
