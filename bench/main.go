@@ -43,6 +43,7 @@ type config struct {
 	out             string
 	workDir         string
 	workerBin       string
+	candidateBin    string
 	baselineBin     string
 	kubeconfig      string
 	temporalAddress string
@@ -107,6 +108,7 @@ func parseFlags(args []string) (config, error) {
 	fs.StringVar(&c.out, "out", "bench/results", "directory for results.md, results.csv, results.json and results.png")
 	fs.StringVar(&c.workDir, "work-dir", os.TempDir(), "directory for logs, kubeconfigs and templates")
 	fs.StringVar(&c.workerBin, "worker-bin", "bin/worker", "the built worker")
+	fs.StringVar(&c.candidateBin, "candidate-bin", "", "a second worker build, run as the system "+systemCandidate+" to A/B a change")
 	fs.StringVar(&c.baselineBin, "baseline-bin", "bin/baseline", "the built baseline dispatcher")
 	fs.StringVar(&c.kubeconfig, "kubeconfig", os.Getenv("KUBECONFIG"), "admin kubeconfig of the local stack")
 	fs.StringVar(&c.temporalAddress, "temporal-address", os.Getenv("TEMPORAL_ADDRESS"), "Temporal frontend of the local stack")
@@ -152,8 +154,11 @@ func parseFlags(args []string) (config, error) {
 		c.sizes = append(c.sizes, n)
 	}
 	for _, s := range strings.Split(systems, ",") {
-		if s != systemNoderollout && !isBaseline(s) {
-			return c, fmt.Errorf("--systems: %q is none of %s, %s and %s", s, systemNoderollout, systemBaseline, systemBaselineMinimal)
+		if !isNoderollout(s) && !isBaseline(s) {
+			return c, fmt.Errorf("--systems: %q is none of %s, %s, %s and %s", s, systemNoderollout, systemCandidate, systemBaseline, systemBaselineMinimal)
+		}
+		if s == systemCandidate && c.candidateBin == "" {
+			return c, fmt.Errorf("--systems: %s needs --candidate-bin", systemCandidate)
 		}
 		c.systems = append(c.systems, s)
 	}
@@ -403,7 +408,7 @@ func (e *env) measureOne(ctx context.Context, s runSpec) (*result, error) {
 	logf("N=%d %s (repetition %d): starting; load average %.2f", n, s.system, s.rep+1, r.LoadAvg)
 	var err error
 	switch s.system {
-	case systemNoderollout:
+	case systemNoderollout, systemCandidate:
 		err = e.measureNoderollout(ctx, s, r)
 	case systemBaseline, systemBaselineMinimal:
 		err = e.measureBaseline(ctx, s, r)
@@ -422,7 +427,11 @@ func (e *env) measureNoderollout(ctx context.Context, s runSpec, r *result) erro
 	// A rollout, task queue and worker per repetition: the rollout's name keys its Node markers,
 	// so a repeated name would skip the Nodes the last repetition finished.
 	taskQueue := "bench-" + s.id()
-	w, err := startWorker(ctx, e.cfg.workerBin, e.proxyKubeconfig, e.cfg.temporalAddress, taskQueue,
+	bin := e.cfg.workerBin
+	if s.system == systemCandidate {
+		bin = e.cfg.candidateBin
+	}
+	w, err := startWorker(ctx, bin, e.proxyKubeconfig, e.cfg.temporalAddress, taskQueue,
 		filepath.Join(e.cfg.workDir, "bench-worker-"+s.id()+".log"))
 	if err != nil {
 		return err
@@ -445,7 +454,7 @@ func (e *env) measureNoderollout(ctx context.Context, s runSpec, r *result) erro
 	followCtx, stopFollowing := context.WithCancel(ctx)
 	go followRollout(followCtx, e.tc, wr.GetID(), 15*time.Second, r.start)
 	if e.cfg.profileSeconds > 0 {
-		go w.profile(followCtx, e.cfg.profileSeconds, filepath.Join(e.cfg.workDir, fmt.Sprintf("worker-cpu-%d-r%d.pprof", r.Nodes, s.rep)))
+		go w.profile(followCtx, e.cfg.profileSeconds, filepath.Join(e.cfg.workDir, fmt.Sprintf("%s-cpu-%d-r%d.pprof", s.system, r.Nodes, s.rep)))
 	}
 	res, rolloutErr := waitRollout(ctx, e.tc, wr.GetID())
 	r.end = time.Now()

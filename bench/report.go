@@ -90,7 +90,7 @@ func markdownSummary(results []*result) string {
 	b.WriteString("|--:|--:|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|---|\n")
 	for _, r := range results {
 		hist, attempts, can := "–", "–", "–"
-		if r.System == systemNoderollout {
+		if isNoderollout(r.System) {
 			hist, attempts, can = f1(r.HistoryEventsPerNode), f2(r.ActivityAttemptsPerNode), strconv.Itoa(r.ContinueAsNew)
 		}
 		vs := "–"
@@ -147,7 +147,7 @@ func markdownReport(cfg config, run string, date time.Time, results []*result) s
 
 	var nr []*result
 	for _, r := range results {
-		if r.System == systemNoderollout && r.History != nil {
+		if isNoderollout(r.System) && r.History != nil {
 			nr = append(nr, r)
 		}
 	}

@@ -28,7 +28,13 @@ const (
 	systemNoderollout     = "noderollout"
 	systemBaseline        = "baseline"
 	systemBaselineMinimal = "baseline-minimal"
+	// systemCandidate is noderollout built from another tree (--candidate-bin): a change to the
+	// worker measured against the current one in the same run, alternated with it.
+	systemCandidate = "noderollout-candidate"
 )
+
+// isNoderollout says whether the system is a noderollout worker.
+func isNoderollout(system string) bool { return system == systemNoderollout || system == systemCandidate }
 
 // isBaseline says whether the system is one of the plain dispatchers.
 func isBaseline(system string) bool {
