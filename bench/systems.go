@@ -34,7 +34,9 @@ const (
 )
 
 // isNoderollout says whether the system is a noderollout worker.
-func isNoderollout(system string) bool { return system == systemNoderollout || system == systemCandidate }
+func isNoderollout(system string) bool {
+	return system == systemNoderollout || system == systemCandidate
+}
 
 // isBaseline says whether the system is one of the plain dispatchers.
 func isBaseline(system string) bool {
