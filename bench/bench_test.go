@@ -173,3 +173,16 @@ func TestResultLost(t *testing.T) {
 	r = &result{Nodes: 10, Selected: 9, Succeeded: 9}
 	assert.Contains(t, r.lost(), "selected 9 of 10")
 }
+
+// Every run on a fleet needs a rollout name of its own: the name keys the Node markers.
+func TestRunIDsDifferPerSystemAndRepetition(t *testing.T) {
+	f := newFleetSpec("ab12", 10, 0)
+	seen := map[string]bool{}
+	for rep := range 2 {
+		for _, system := range []string{systemNoderollout, systemCandidate, systemBaseline} {
+			id := runSpec{system: system, fleet: f, rep: rep}.id()
+			assert.False(t, seen[id], id)
+			seen[id] = true
+		}
+	}
+}

@@ -297,7 +297,7 @@ func (e *env) measureSize(ctx context.Context, n int) ([]*result, error) {
 				system: system, fleet: f, template: template, parallelism: e.cfg.parallelism, jobSeconds: e.cfg.jobSeconds,
 				rep: rep,
 			}
-			s.namespace = fmt.Sprintf("bench-%s-%s", s.id(), system)
+			s.namespace = "bench-" + s.id()
 			r, err := e.measureOne(ctx, s)
 			if r != nil {
 				r.Rep = rep
@@ -424,8 +424,7 @@ func (e *env) measureOne(ctx context.Context, s runSpec) (*result, error) {
 }
 
 func (e *env) measureNoderollout(ctx context.Context, s runSpec, r *result) error {
-	// A rollout, task queue and worker per repetition: the rollout's name keys its Node markers,
-	// so a repeated name would skip the Nodes the last repetition finished.
+	// A rollout, task queue and worker per system and repetition (see runSpec.id).
 	taskQueue := "bench-" + s.id()
 	bin := e.cfg.workerBin
 	if s.system == systemCandidate {

@@ -54,8 +54,10 @@ type runSpec struct {
 	rep         int // repetition, 0-based
 }
 
-// id names this run's rollout, task queue and files: the fleet, the system and the repetition.
-func (s runSpec) id() string { return fmt.Sprintf("%s-r%d", s.fleet.id, s.rep) }
+// id names this run's namespace, rollout, task queue and files: the fleet, the system and the
+// repetition. Two noderollout builds on one fleet need rollout names of their own: the name
+// keys the Node markers, and a second rollout under the same name would skip every Node.
+func (s runSpec) id() string { return fmt.Sprintf("%s-%s-r%d", s.fleet.id, s.system, s.rep) }
 
 // processUse is a client process's resources over the rollout.
 type processUse struct {
