@@ -214,7 +214,10 @@ func (a *Activities) WaitJob(ctx context.Context, in WaitJobInput) (JobEnd, erro
 	defer heartbeat.Stop()
 	nodeCheck := time.NewTicker(a.NodeCheckInterval)
 	defer nodeCheck.Stop()
-	activity.RecordHeartbeat(ctx, ref.Name)
+	// No heartbeat at the start: each one is a persisted update on the server, and most Jobs end
+	// before the first tick. The server times the heartbeat timeout from the activity's start
+	// when none came, so a crashed worker is noticed as soon, and a retry needs no details (it
+	// finds the Job by its name again).
 
 	w := jobWait{a: a, ref: ref, sub: sub}
 	var podPoll <-chan time.Time

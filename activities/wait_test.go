@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -546,4 +547,23 @@ func TestWaitJobErrorsLeaveTheJobToTheCaller(t *testing.T) {
 			require.Contains(t, NonRetryableErrors, tc.wantType)
 		})
 	}
+}
+
+// Each heartbeat is a persisted update on the Temporal server; a Job that ends before the first
+// tick must cost none.
+func TestWaitJobDoesNotHeartbeatBeforeTheFirstInterval(t *testing.T) {
+	job := withCondition(ourJob(t, testRequest("node-a")), batchv1.JobComplete, "CompletionsReached", "done")
+	cs := fake.NewClientset(testNode("node-a", nil), job)
+	a := startedActivities(t, cs)
+	a.HeartbeatInterval = time.Hour
+	env := newEnv(a)
+	var heartbeats atomic.Int32
+	env.SetOnActivityHeartbeatListener(func(*activity.Info, converter.EncodedValues) { heartbeats.Add(1) })
+
+	val, err := env.ExecuteActivity(a.WaitJob, WaitJobInput{Job: refOf(job, "node-a")})
+	require.NoError(t, err)
+	var end JobEnd
+	require.NoError(t, val.Get(&end))
+	require.Equal(t, OutcomeSucceeded, end.Outcome)
+	require.Zero(t, heartbeats.Load())
 }

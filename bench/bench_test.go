@@ -2,6 +2,7 @@ package main
 
 import (
 	"net/url"
+	"slices"
 	"strings"
 	"testing"
 
@@ -96,14 +97,66 @@ func TestFleetSpec(t *testing.T) {
 	f := newFleetSpec("ab12", 200, 2)
 	assert.Len(t, f.nodes, 200)
 	assert.Equal(t, "bn-ab12-00000", f.nodes[0])
-	assert.Equal(t, []string{"bn-ab12-00025", "bn-ab12-00075", "bn-ab12-00125", "bn-ab12-00175"}, f.fail)
+	assert.Equal(t, []string{"bn-ab12-00025-fail", "bn-ab12-00075-fail", "bn-ab12-00125-fail", "bn-ab12-00175-fail"}, f.fail)
+	assert.True(t, slices.IsSorted(f.nodes), "name order is creation order")
 	assert.Equal(t, "bench.noderollout.dev/fleet=ab12-200", f.selector())
 	assert.Empty(t, newFleetSpec("ab12", 10, 0).fail)
 
+	// One template for every size: the failing Nodes are named, not listed in it.
 	var job batchv1.Job
-	require.NoError(t, yaml.UnmarshalStrict([]byte(jobTemplate(5, f.fail)), &job))
+	require.NoError(t, yaml.UnmarshalStrict([]byte(jobTemplate(5)), &job))
 	assert.Equal(t, "5", job.Spec.Template.Annotations["noderollout.dev/run-seconds"])
-	assert.Equal(t, strings.Join(f.fail, ","), job.Spec.Template.Annotations["noderollout.dev/fail-nodes"])
+	assert.NotContains(t, job.Spec.Template.Annotations, "noderollout.dev/fail-nodes")
+}
+
+func TestSpreadOf(t *testing.T) {
+	assert.Equal(t, spread{Median: 3, Min: 1, Max: 9, N: 3}, spreadOf([]float64{9, 1, 3}))
+	assert.Equal(t, spread{Median: 2.5, Min: 1, Max: 4, N: 4}, spreadOf([]float64{4, 1, 3, 2}))
+	assert.Equal(t, spread{}, spreadOf(nil))
+	assert.Equal(t, "3.0 (1.0–9.0)", spreadOf([]float64{9, 1, 3}).format(1))
+	assert.Equal(t, "7.00", spreadOf([]float64{7}).format(2))
+}
+
+func TestABBAOrder(t *testing.T) {
+	systems := []string{systemBaseline, systemNoderollout}
+	var got [][]string
+	for rep := range 4 {
+		got = append(got, abbaOrder(systems, rep))
+	}
+	assert.Equal(t, [][]string{
+		{systemBaseline, systemNoderollout}, {systemNoderollout, systemBaseline},
+		{systemBaseline, systemNoderollout}, {systemNoderollout, systemBaseline},
+	}, got)
+	assert.Equal(t, []string{systemBaseline, systemNoderollout}, systems, "the configured order is left alone")
+}
+
+func TestRowsPairEachRepetitionWithItsBaseline(t *testing.T) {
+	run := func(system string, rep int, makespan, cpu float64) *result {
+		return &result{System: system, Rep: rep, Nodes: 1000, Selected: 1000, Succeeded: 1000, Parallelism: 100, JobSeconds: 5, MakespanS: makespan,
+			Process: processUse{CPU: cpu}, StackCPU: map[string]float64{"temporal": 2 * cpu}}
+	}
+	var results []*result
+	for rep, m := range [][2]float64{{60, 90}, {80, 88}, {70, 140}} {
+		pair := []*result{run(systemBaseline, rep, m[0], 5), run(systemNoderollout, rep, m[1], 10)}
+		if rep%2 == 1 {
+			slices.Reverse(pair)
+		}
+		pairWithBaseline(pair)
+		results = append(results, pair...)
+	}
+	rs := rows(results)
+	require.Len(t, rs, 2)
+	assert.Equal(t, systemBaseline, rs[0].System)
+	assert.Equal(t, spread{Median: 70, Min: 60, Max: 80, N: 3}, rs[0].Makespan)
+	assert.Equal(t, spread{Median: 90, Min: 88, Max: 140, N: 3}, rs[1].Makespan)
+	// 90/60, 88/80, 140/70: paired ratios, not a ratio of medians (90/70).
+	assert.Equal(t, spread{Median: 1.5, Min: 1.1, Max: 2, N: 3}, rs[1].VsBaseline)
+	assert.Equal(t, 10.0, rs[1].ClientCPU.Median, "ms per node")
+	assert.Equal(t, 20.0, rs[1].TemporalCPU.Median, "ms per node")
+
+	assert.Empty(t, gate(config{gateNodes: 1000, gateRatio: 1.6}, results), "median 1.5x is within 1.6x")
+	assert.Len(t, gate(config{gateNodes: 1000, gateRatio: 1.4}, results), 1, "median 1.5x is over 1.4x")
+	assert.Contains(t, markdownRows(results), "| 1,000 | 100 | 5 | noderollout | 3 | 90.0 (88.0–140.0) | 1.50 (1.10–2.00)× |")
 }
 
 func TestSummarize(t *testing.T) {
@@ -119,4 +172,17 @@ func TestResultLost(t *testing.T) {
 	assert.Contains(t, r.lost(), "add up to 9 of 10")
 	r = &result{Nodes: 10, Selected: 9, Succeeded: 9}
 	assert.Contains(t, r.lost(), "selected 9 of 10")
+}
+
+// Every run on a fleet needs a rollout name of its own: the name keys the Node markers.
+func TestRunIDsDifferPerSystemAndRepetition(t *testing.T) {
+	f := newFleetSpec("ab12", 10, 0)
+	seen := map[string]bool{}
+	for rep := range 2 {
+		for _, system := range []string{systemNoderollout, systemCandidate, systemBaseline} {
+			id := runSpec{system: system, fleet: f, rep: rep}.id()
+			assert.False(t, seen[id], id)
+			seen[id] = true
+		}
+	}
 }

@@ -20,6 +20,8 @@ import (
 const (
 	labelBench   = "bench.noderollout.dev/bench"
 	labelFleet   = "bench.noderollout.dev/fleet"
+	labelFail    = "bench.noderollout.dev/fail"
+	failSuffix   = "-fail"
 	fleetWorkers = 64
 )
 
@@ -33,7 +35,8 @@ type fleet struct {
 func (f *fleet) selector() string { return labelFleet + "=" + f.id }
 
 // newFleetSpec names n Nodes; every failEvery-th Node (offset to the middle of each stride)
-// gets a failing Pod. Names are zero-padded so that name order, the order noderollout walks
+// gets a failing Pod: its name ends in failSuffix, which dev/kwok/pod-run.yaml fails, and it
+// carries labelFail, so the Job template is the same at every size. Names are zero-padded so that name order, the order noderollout walks
 // them, is creation order.
 func newFleetSpec(run string, n, failPercent int) *fleet {
 	f := &fleet{id: fmt.Sprintf("%s-%d", run, n)}
@@ -43,10 +46,11 @@ func newFleetSpec(run string, n, failPercent int) *fleet {
 	}
 	for i := range n {
 		name := fmt.Sprintf("bn-%s-%05d", run, i)
-		f.nodes = append(f.nodes, name)
 		if failEvery > 0 && i%failEvery == failEvery/2 {
+			name += failSuffix
 			f.fail = append(f.fail, name)
 		}
+		f.nodes = append(f.nodes, name)
 	}
 	return f
 }
@@ -55,12 +59,16 @@ func newFleetSpec(run string, n, failPercent int) *fleet {
 func (f *fleet) create(ctx context.Context, kube kubernetes.Interface, logf func(string, ...any)) error {
 	start := time.Now()
 	err := parallel(ctx, fleetWorkers, f.nodes, func(ctx context.Context, name string) error {
+		labels := map[string]string{
+			"type": "kwok", labelBench: "true", labelFleet: f.id,
+			"kubernetes.io/hostname": name, "kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64",
+		}
+		if strings.HasSuffix(name, failSuffix) {
+			labels[labelFail] = "true"
+		}
 		node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{
-			Name: name,
-			Labels: map[string]string{
-				"type": "kwok", labelBench: "true", labelFleet: f.id,
-				"kubernetes.io/hostname": name, "kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64",
-			},
+			Name:        name,
+			Labels:      labels,
 			Annotations: map[string]string{"kwok.x-k8s.io/node": "fake"},
 		}}
 		_, err := kube.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{FieldManager: "noderollout-bench"})
@@ -186,9 +194,9 @@ func deleteNamespaces(ctx context.Context, kube kubernetes.Interface, opts metav
 	})
 }
 
-// jobTemplate is the Job both systems run on every node: kwok keeps its Pod Running for
-// runSeconds, then ends it, failing it on the nodes in fail (dev/kwok/pod-run.yaml).
-func jobTemplate(runSeconds float64, fail []string) string {
+// jobTemplate is the Job every system runs on every node: kwok keeps its Pod Running for
+// runSeconds, then ends it, failing it on the Nodes named with failSuffix (dev/kwok/pod-run.yaml).
+func jobTemplate(runSeconds float64) string {
 	return fmt.Sprintf(`apiVersion: batch/v1
 kind: Job
 metadata:
@@ -200,14 +208,13 @@ spec:
     metadata:
       annotations:
         noderollout.dev/run-seconds: "%g"
-        noderollout.dev/fail-nodes: "%s"
     spec:
       restartPolicy: Never
       containers:
       - name: work
         image: busybox
         command: ["sh", "-c", "echo rolling out on {{node}}"]
-`, runSeconds, strings.Join(fail, ","))
+`, runSeconds)
 }
 
 // parallel runs fn for every item with at most workers calls in flight and returns the first

@@ -11,6 +11,7 @@ import (
 // result is one system's rollout on one fleet size: what the table, CSV and plot show.
 type result struct {
 	System         string  `json:"system"`
+	Rep            int     `json:"repetition"` // 0-based; the systems alternate ABBA across repetitions
 	Nodes          int     `json:"nodes"`
 	Parallelism    int     `json:"parallelism"`
 	JobSeconds     float64 `json:"jobSeconds"`
@@ -46,6 +47,7 @@ type result struct {
 	Process        processUse         `json:"process"` // the worker or the baseline
 	StackCPU       map[string]float64 `json:"stackCPUSeconds"`
 	MachineBusyPct float64            `json:"machineBusyPercent"`
+	LoadAvg        float64            `json:"loadAverage1m"` // the machine's, at the start
 
 	Slot           slotPhases         `json:"slotPhases"`
 	SDKTimers      []timer            `json:"sdkTimers,omitempty"`

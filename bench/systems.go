@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
@@ -21,11 +22,26 @@ import (
 	"github.com/noderollout/noderollout/workflows"
 )
 
-// Names of the two systems, as the CSV's system column spells them.
+// Names of the systems, as the CSV's system column spells them. The baseline makes the same
+// Kubernetes calls per node as noderollout; baseline-minimal only creates and deletes Jobs.
 const (
-	systemNoderollout = "noderollout"
-	systemBaseline    = "baseline"
+	systemNoderollout     = "noderollout"
+	systemBaseline        = "baseline"
+	systemBaselineMinimal = "baseline-minimal"
+	// systemCandidate is noderollout built from another tree (--candidate-bin): a change to the
+	// worker measured against the current one in the same run, alternated with it.
+	systemCandidate = "noderollout-candidate"
 )
+
+// isNoderollout says whether the system is a noderollout worker.
+func isNoderollout(system string) bool {
+	return system == systemNoderollout || system == systemCandidate
+}
+
+// isBaseline says whether the system is one of the plain dispatchers.
+func isBaseline(system string) bool {
+	return system == systemBaseline || system == systemBaselineMinimal
+}
 
 // runSpec is one rollout to measure: a system on one fleet.
 type runSpec struct {
@@ -35,7 +51,13 @@ type runSpec struct {
 	template    string
 	parallelism int
 	jobSeconds  float64
+	rep         int // repetition, 0-based
 }
+
+// id names this run's namespace, rollout, task queue and files: the fleet, the system and the
+// repetition. Two noderollout builds on one fleet need rollout names of their own: the name
+// keys the Node markers, and a second rollout under the same name would skip every Node.
+func (s runSpec) id() string { return fmt.Sprintf("%s-%s-r%d", s.fleet.id, s.system, s.rep) }
 
 // processUse is a client process's resources over the rollout.
 type processUse struct {
@@ -219,19 +241,47 @@ type baselineResult struct {
 	Makespan    float64 `json:"makespanSeconds"`
 }
 
-// runBaseline runs the baseline process to completion and returns what it printed and the
-// resources it used (from the kernel's accounting at its exit).
-func runBaseline(ctx context.Context, bin, kubeconfig, workDir string, s runSpec, run string) (baselineResult, processUse, error) {
-	tmpl := filepath.Join(workDir, "baseline-job-"+s.fleet.id+".yaml")
+// runBaseline runs the baseline process to completion and returns what it printed, the
+// resources it used (from the kernel's accounting at its exit) and when its clock started:
+// the moment the start line was written to the ready process, its informer already synced,
+// as noderollout's clock starts at the start request with the worker's informers running.
+// ready is called just before the start line is written (to read the counters there).
+func runBaseline(ctx context.Context, bin, kubeconfig, workDir string, s runSpec, run string, ready func()) (baselineResult, processUse, time.Time, error) {
+	var start time.Time
+	tmpl := filepath.Join(workDir, "baseline-job-"+s.id()+".yaml")
 	if err := os.WriteFile(tmpl, []byte(s.template), 0o644); err != nil {
-		return baselineResult{}, processUse{}, err
+		return baselineResult{}, processUse{}, start, err
 	}
-	cmd := exec.CommandContext(ctx, bin, "--kubeconfig", kubeconfig, "--namespace", s.namespace,
+	args := []string{"--kubeconfig", kubeconfig, "--namespace", s.namespace,
 		"--selector", s.fleet.selector(), "--template", tmpl, "--parallelism", fmt.Sprint(s.parallelism),
-		"--kube-qps", "1000", "--kube-burst", "2000", "--run", run)
-	var out strings.Builder
-	cmd.Stdout, cmd.Stderr = &out, os.Stderr
-	err := cmd.Run()
+		"--kube-qps", "1000", "--kube-burst", "2000", "--run", run, "--wait-start"}
+	if s.system == systemBaselineMinimal {
+		args = append(args, "--minimal")
+	}
+	cmd := exec.CommandContext(ctx, bin, args...)
+	cmd.Stderr = os.Stderr
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		return baselineResult{}, processUse{}, start, err
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return baselineResult{}, processUse{}, start, err
+	}
+	if err := cmd.Start(); err != nil {
+		return baselineResult{}, processUse{}, start, err
+	}
+	out := bufio.NewReader(stdout)
+	line, readErr := out.ReadString('\n')
+	if readErr == nil && strings.TrimSpace(line) == "ready" {
+		ready()
+		start = time.Now()
+		_, readErr = io.WriteString(stdin, "start\n")
+	} else if readErr == nil {
+		readErr = fmt.Errorf("baseline printed %q instead of ready", line)
+	}
+	rest, _ := io.ReadAll(out)
+	err = cmd.Wait()
 	var use processUse
 	if st := cmd.ProcessState; st != nil {
 		if ru, ok := st.SysUsage().(*syscall.Rusage); ok {
@@ -239,12 +289,15 @@ func runBaseline(ctx context.Context, bin, kubeconfig, workDir string, s runSpec
 			use.CPU = time.Duration(ru.Utime.Nano() + ru.Stime.Nano()).Seconds()
 		}
 	}
+	if err == nil {
+		err = readErr
+	}
 	if err != nil {
-		return baselineResult{}, use, fmt.Errorf("baseline: %w", err)
+		return baselineResult{}, use, start, fmt.Errorf("baseline: %w", err)
 	}
 	var res baselineResult
-	if err := json.Unmarshal([]byte(out.String()), &res); err != nil {
-		return res, use, fmt.Errorf("baseline printed %q: %w", out.String(), err)
+	if err := json.Unmarshal(rest, &res); err != nil {
+		return res, use, start, fmt.Errorf("baseline printed %q: %w", rest, err)
 	}
-	return res, use, nil
+	return res, use, start, nil
 }

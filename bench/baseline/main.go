@@ -3,12 +3,21 @@
 // nodes, keeps P Jobs in flight, watches them with one informer, deletes each finished Job and
 // starts the next. A crash loses its progress; that is what noderollout's durability buys.
 //
+// It makes the same Kubernetes calls per node as noderollout, so that the comparison prices
+// durability rather than features: the Node is read while its Job is created, and while the
+// finished Job is deleted the Node gets its outcome annotation and an Event, and a failed Job's
+// Pod is read with its log tail. --minimal leaves those out (the Job's create and delete only).
+//
 //	baseline --kubeconfig K --namespace NS --selector k=v --template job.yaml --parallelism 100
 //
-// It prints one JSON object with the outcome counts and the makespan on stdout.
+// With --wait-start it prints "ready" on stdout once its informer has synced and starts when a
+// line arrives on stdin, so that the caller's clock starts where noderollout's does (with the
+// worker's informers already running). It prints one JSON object with the outcome counts and
+// the makespan on stdout.
 package main
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
@@ -27,7 +36,9 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	batchinformers "k8s.io/client-go/informers/batch/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
@@ -48,6 +59,8 @@ type options struct {
 	qps         float64
 	burst       int
 	run         string
+	minimal     bool
+	waitStart   bool
 }
 
 // Result is what the baseline prints.
@@ -70,6 +83,8 @@ func main() {
 	fs.Float64Var(&o.qps, "kube-qps", 1000, "client queries per second")
 	fs.IntVar(&o.burst, "kube-burst", 2000, "client burst")
 	fs.StringVar(&o.run, "run", "baseline", "label value marking this run's Jobs")
+	fs.BoolVar(&o.minimal, "minimal", false, "only create and delete the Jobs: no Node read, Node annotation, Event or failed-Pod diagnosis")
+	fs.BoolVar(&o.waitStart, "wait-start", false, `print "ready" when the informer has synced, then wait for a line on stdin before starting`)
 	_ = fs.Parse(os.Args[1:])
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -94,6 +109,9 @@ func run(ctx context.Context, o options) (Result, error) {
 		return Result{}, err
 	}
 	cfg.QPS, cfg.Burst, cfg.UserAgent = float32(o.qps), o.burst, "noderollout-baseline"
+	// Protobuf, as the worker speaks (internal/connect); JSON stays acceptable for CRDs.
+	cfg.ContentType = runtime.ContentTypeProtobuf
+	cfg.AcceptContentTypes = runtime.ContentTypeProtobuf + "," + runtime.ContentTypeJSON
 	kube, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		return Result{}, err
@@ -102,6 +120,13 @@ func run(ctx context.Context, o options) (Result, error) {
 	d := &dispatcher{kube: kube, o: o, template: string(text), slots: make(chan struct{}, o.parallelism), handled: map[string]bool{}}
 	if err := d.startInformer(ctx); err != nil {
 		return Result{}, err
+	}
+	if o.waitStart {
+		fmt.Println("ready")
+		if _, err := bufio.NewReader(os.Stdin).ReadString('\n'); err != nil {
+			return Result{}, fmt.Errorf("waiting for the start line on stdin: %w", err)
+		}
+		start = time.Now()
 	}
 	nodes, err := listNodes(ctx, kube, o.selector)
 	if err != nil {
@@ -197,7 +222,7 @@ func (d *dispatcher) observe(ctx context.Context, obj any) {
 	if seen {
 		return
 	}
-	go d.finish(ctx, job.Namespace, job.Name, succeeded)
+	go d.finish(ctx, job.Namespace, job.Name, job.Spec.Template.Spec.NodeName, succeeded)
 }
 
 func jobFinished(job *batchv1.Job) (succeeded, finished bool) {
@@ -218,6 +243,12 @@ func jobFinished(job *batchv1.Job) (succeeded, finished bool) {
 // create renders the template for the node, pins it there and creates the Job, retrying
 // passing errors.
 func (d *dispatcher) create(ctx context.Context, node string) {
+	var calls sync.WaitGroup
+	if !d.o.minimal {
+		// noderollout reads the Node before its Job; here the read runs beside the create.
+		calls.Go(func() { d.readNode(ctx, node) })
+	}
+	defer calls.Wait()
 	job, err := render(d.template, node, d.o.run)
 	if err == nil {
 		for attempt := 0; ; attempt++ {
@@ -237,7 +268,16 @@ func (d *dispatcher) create(ctx context.Context, node string) {
 	}
 }
 
-func (d *dispatcher) finish(ctx context.Context, namespace, name string, succeeded bool) {
+func (d *dispatcher) finish(ctx context.Context, namespace, name, node string, succeeded bool) {
+	var calls sync.WaitGroup
+	if !d.o.minimal {
+		// What noderollout records per node, issued beside the delete.
+		calls.Go(func() { d.markNode(ctx, node, succeeded) })
+		calls.Go(func() { d.recordEvent(ctx, node, name, succeeded) })
+		if !succeeded {
+			calls.Go(func() { d.diagnose(ctx, namespace, name) })
+		}
+	}
 	bg := metav1.DeletePropagationBackground
 	for attempt := 0; attempt < 5; attempt++ {
 		err := d.kube.BatchV1().Jobs(namespace).Delete(ctx, name, metav1.DeleteOptions{PropagationPolicy: &bg})
@@ -246,12 +286,84 @@ func (d *dispatcher) finish(ctx context.Context, namespace, name string, succeed
 		}
 		time.Sleep(time.Duration(attempt+1) * 200 * time.Millisecond)
 	}
+	calls.Wait()
 	if succeeded {
 		d.succeeded.Add(1)
 	} else {
 		d.failed.Add(1)
 	}
 	d.release()
+}
+
+// Annotation and Event names of the baseline's per-node records, in the shape noderollout writes.
+const (
+	markerKey      = "bench.noderollout.dev/baseline-outcome"
+	eventNamespace = metav1.NamespaceDefault
+	fieldManager   = "noderollout-baseline"
+)
+
+// readNode is the Node check before a Job: a failure only shows in the log, as the Job goes on.
+func (d *dispatcher) readNode(ctx context.Context, node string) {
+	if _, err := d.kube.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{}); err != nil {
+		fmt.Fprintf(os.Stderr, "baseline: node %s: %v\n", node, err)
+	}
+}
+
+func outcome(succeeded bool) string {
+	if succeeded {
+		return "Succeeded"
+	}
+	return "Failed"
+}
+
+// markNode annotates the Node with the outcome, as noderollout's marker does.
+func (d *dispatcher) markNode(ctx context.Context, node string, succeeded bool) {
+	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{
+		markerKey: d.o.run + ":" + outcome(succeeded),
+	}}})
+	_, err := d.kube.CoreV1().Nodes().Patch(ctx, node, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: fieldManager})
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "baseline: annotating node %s: %v\n", node, err)
+	}
+}
+
+// recordEvent puts the outcome on the Node's Events.
+func (d *dispatcher) recordEvent(ctx context.Context, node, job string, succeeded bool) {
+	eventType := corev1.EventTypeNormal
+	if !succeeded {
+		eventType = corev1.EventTypeWarning
+	}
+	now := metav1.Now()
+	event := &corev1.Event{
+		ObjectMeta:     metav1.ObjectMeta{GenerateName: strings.ToLower(node) + ".", Namespace: eventNamespace},
+		InvolvedObject: corev1.ObjectReference{APIVersion: "v1", Kind: "Node", Name: node},
+		Reason:         "Baseline" + outcome(succeeded),
+		Message:        fmt.Sprintf("baseline %s: %s (Job %s/%s)", d.o.run, outcome(succeeded), d.o.namespace, job),
+		Type:           eventType,
+		Source:         corev1.EventSource{Component: fieldManager},
+		FirstTimestamp: now, LastTimestamp: now, Count: 1,
+	}
+	if _, err := d.kube.CoreV1().Events(eventNamespace).Create(ctx, event, metav1.CreateOptions{FieldManager: fieldManager}); err != nil {
+		fmt.Fprintf(os.Stderr, "baseline: event for node %s: %v\n", node, err)
+	}
+}
+
+// diagnose reads a failed Job's Pod and its log tail, as noderollout does for its report.
+func (d *dispatcher) diagnose(ctx context.Context, namespace, job string) {
+	pods, err := d.kube.CoreV1().Pods(namespace).List(ctx, metav1.ListOptions{
+		LabelSelector: labels.Set{batchv1.JobNameLabel: job}.String(),
+	})
+	if err != nil || len(pods.Items) == 0 {
+		return
+	}
+	pod := pods.Items[0]
+	if len(pod.Spec.Containers) == 0 {
+		return
+	}
+	lines, limit := int64(100), int64(4096) // noderollout's tail
+	_, _ = d.kube.CoreV1().Pods(namespace).GetLogs(pod.Name, &corev1.PodLogOptions{
+		Container: pod.Spec.Containers[0].Name, TailLines: &lines, LimitBytes: &limit,
+	}).DoRaw(ctx)
 }
 
 func (d *dispatcher) release() {

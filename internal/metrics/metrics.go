@@ -66,17 +66,16 @@ type series struct {
 func NewCollector() *Collector { return &Collector{families: map[string]*family{}} }
 
 // Handler is the SDK-facing side: pass it as client.Options.MetricsHandler.
-func (c *Collector) Handler() sdkmetrics.MetricsHandler { return handler{c: c} }
+func (c *Collector) Handler() sdkmetrics.MetricsHandler { return handler{c: c, key: tagKey(nil)} }
 
-func (c *Collector) series(name string, k kind, tags map[string]string) *series {
-	c.mu.Lock()
-	defer c.mu.Unlock()
+// series returns the series of name with these tags, made on first use; key is tagKey(tags).
+// The caller holds c.mu.
+func (c *Collector) series(name string, k kind, key string, tags map[string]string) *series {
 	f := c.families[name]
 	if f == nil {
 		f = &family{kind: k, labels: map[string]bool{}, series: map[string]*series{}}
 		c.families[name] = f
 	}
-	key := tagKey(tags)
 	s := f.series[key]
 	if s == nil {
 		s = &series{tags: tags}
@@ -104,11 +103,10 @@ func tagKey(tags map[string]string) string {
 	return b.String()
 }
 
-func (c *Collector) update(name string, k kind, tags map[string]string, apply func(*series)) {
-	s := c.series(name, k, tags)
+func (c *Collector) update(name string, k kind, h handler, apply func(*series)) {
 	c.mu.Lock()
-	apply(s)
-	c.mu.Unlock()
+	defer c.mu.Unlock()
+	apply(c.series(name, k, h.key, h.tags))
 }
 
 // Describe sends nothing: the series are only known as the SDK writes them (an unchecked collector).
@@ -164,9 +162,12 @@ func sanitize(name string) string {
 	}, name)
 }
 
+// handler carries its tags' series key, computed once when the tags are set rather than on
+// every update: the SDK records several metrics per task with the same handler.
 type handler struct {
 	c    *Collector
 	tags map[string]string
+	key  string // tagKey(tags)
 }
 
 func (h handler) WithTags(tags map[string]string) sdkmetrics.MetricsHandler {
@@ -181,7 +182,7 @@ func (h handler) WithTags(tags map[string]string) sdkmetrics.MetricsHandler {
 		}
 		merged[k] = v
 	}
-	return handler{c: h.c, tags: merged}
+	return handler{c: h.c, tags: merged, key: tagKey(merged)}
 }
 
 func (h handler) Counter(name string) sdkmetrics.MetricsCounter { return metric{h, name} }
@@ -194,15 +195,15 @@ type metric struct {
 }
 
 func (m metric) Inc(n int64) {
-	m.h.c.update(m.name, counter, m.h.tags, func(s *series) { s.value += float64(n) })
+	m.h.c.update(m.name, counter, m.h, func(s *series) { s.value += float64(n) })
 }
 
 func (m metric) Update(v float64) {
-	m.h.c.update(m.name, gauge, m.h.tags, func(s *series) { s.value = v })
+	m.h.c.update(m.name, gauge, m.h, func(s *series) { s.value = v })
 }
 
 func (m metric) Record(d time.Duration) {
-	m.h.c.update(m.name, timer, m.h.tags, func(s *series) {
+	m.h.c.update(m.name, timer, m.h, func(s *series) {
 		secs := d.Seconds()
 		s.count++
 		s.sum += secs
