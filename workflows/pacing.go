@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/robfig/cron/v3"
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/workflow"
 	"k8s.io/apimachinery/pkg/labels"
@@ -41,11 +42,12 @@ const (
 )
 
 // MaintenanceWindow is a recurring time in which nodes may start: on Days (all days when
-// empty) from Start for Duration, in TimeZone (IANA name, default UTC). Outside it no node
-// starts; nodes in flight finish.
+// empty) from Start, or at each time the Cron expression names, for Duration, in TimeZone
+// (IANA name, default UTC). Outside it no node starts; nodes in flight finish.
 type MaintenanceWindow struct {
 	Days     []string `json:"days,omitempty"`
-	Start    string   `json:"start"`
+	Start    string   `json:"start,omitempty"`
+	Cron     string   `json:"cron,omitempty"`
 	Duration string   `json:"duration"`
 	TimeZone string   `json:"timeZone,omitempty"`
 }
@@ -148,6 +150,7 @@ type windowSpec struct {
 	minute   int
 	duration time.Duration
 	zone     string
+	cron     cron.Schedule // instead of days and start
 }
 
 var weekdays = map[string]time.Weekday{
@@ -240,6 +243,24 @@ func parseWindow(w MaintenanceWindow, add func(field, what, fix string)) *window
 	if s.zone == "" {
 		s.zone = "UTC"
 	}
+	s.duration = parseDuration(w.Duration, 0, time.Second, MaxWindowDuration, "maintenanceWindow.duration", add)
+	if w.Duration == "" {
+		add("maintenanceWindow.duration", "is required", "write how long the window stays open, e.g. \"4h\"")
+	}
+	if strings.ContainsAny(s.zone, " \\") || strings.HasPrefix(s.zone, "/") || strings.Contains(s.zone, "..") {
+		add("maintenanceWindow.timeZone", fmt.Sprintf("%q is not an IANA time zone name", w.TimeZone), "use a name such as Europe/Berlin or UTC")
+	}
+	if w.Cron != "" {
+		if w.Start != "" || len(w.Days) > 0 {
+			add("maintenanceWindow.cron", "is set together with start/days", "give either a cron expression or days and start")
+		}
+		sched, err := cron.ParseStandard(w.Cron)
+		if err != nil || strings.Contains(w.Cron, "TZ=") {
+			add("maintenanceWindow.cron", fmt.Sprintf("%q is not a five-field cron expression (%v)", w.Cron, err), "write e.g. \"0 22 * * 6\" (Saturdays 22:00); the zone goes in timeZone")
+		}
+		s.cron = sched
+		return s
+	}
 	if len(w.Days) == 0 {
 		s.days = [7]bool{true, true, true, true, true, true, true}
 	}
@@ -258,13 +279,6 @@ func parseWindow(w MaintenanceWindow, add func(field, what, fix string)) *window
 		add("maintenanceWindow.start", fmt.Sprintf("%q is not a time of day", w.Start), "write it as HH:MM in the window's time zone, e.g. \"22:00\"")
 	}
 	s.hour, s.minute = h, m
-	s.duration = parseDuration(w.Duration, 0, time.Minute, MaxWindowDuration, "maintenanceWindow.duration", add)
-	if w.Duration == "" {
-		add("maintenanceWindow.duration", "is required", "write how long the window stays open, e.g. \"4h\"")
-	}
-	if strings.ContainsAny(s.zone, " \\") || strings.HasPrefix(s.zone, "/") || strings.Contains(s.zone, "..") {
-		add("maintenanceWindow.timeZone", fmt.Sprintf("%q is not an IANA time zone name", w.TimeZone), "use a name such as Europe/Berlin or UTC")
-	}
 	return s
 }
 
@@ -273,6 +287,9 @@ func parseWindow(w MaintenanceWindow, add func(field, what, fix string)) *window
 // of the zone, so a window at 09:00 opens at 09:00 local time on both sides of a DST change;
 // the duration is elapsed time.
 func windowState(w windowSpec, loc *time.Location, now time.Time) (open bool, until time.Time) {
+	if w.cron != nil {
+		return cronWindowState(w, loc, now)
+	}
 	local := now.In(loc)
 	y, m, d := local.Date()
 	var next time.Time
@@ -295,6 +312,23 @@ func windowState(w windowSpec, loc *time.Location, now time.Time) (open bool, un
 		return true, until
 	}
 	return false, next
+}
+
+// cronWindowState is windowState for a cron window: open while an opening in the last
+// duration is not over.
+func cronWindowState(w windowSpec, loc *time.Location, now time.Time) (open bool, until time.Time) {
+	local := now.In(loc)
+	// The parser's schedules have a resolution of a second; start just before the earliest
+	// opening that can still be open.
+	for o := w.cron.Next(local.Add(-w.duration)); !o.After(local); o = w.cron.Next(o) {
+		if closing := o.Add(w.duration); closing.After(local) && closing.After(until) {
+			open, until = true, closing
+		}
+	}
+	if open {
+		return true, until
+	}
+	return false, w.cron.Next(local)
 }
 
 // windowReading is what the recorded side effect returns.
@@ -492,6 +526,19 @@ func (p *pacer) phaseWord() string {
 		return "waiting for approval (starter approve)"
 	case p.canaryStage == canaryStageRunning:
 		return "canaries"
+	}
+	return ""
+}
+
+// CheckTimeZone is the check of the window's time zone that the workflow makes when it first
+// reads the window, for checking a request offline (starter validate); "" when fine.
+func CheckTimeZone(req RolloutRequest) string {
+	w := req.MaintenanceWindow
+	if w == nil || w.TimeZone == "" {
+		return ""
+	}
+	if _, err := time.LoadLocation(w.TimeZone); err != nil {
+		return fmt.Sprintf("maintenanceWindow.timeZone: %q is not a known time zone; use an IANA name such as Europe/Berlin", w.TimeZone)
 	}
 	return ""
 }

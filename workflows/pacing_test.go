@@ -136,6 +136,10 @@ func TestWindowStateAcrossDaylightSavingChanges(t *testing.T) {
 		{"fall back: 09:00 local is 14:00 UTC", windowSpec{days: every, hour: 9, duration: time.Hour}, ny, "2026-10-31T14:00:00Z", false, "2026-11-01T14:00:00Z"},
 		{"weekend only, from a Wednesday", windowSpec{days: [7]bool{time.Saturday: true}, hour: 22, duration: 4 * time.Hour}, berlin, "2026-03-25T12:00:00Z", false, "2026-03-28T21:00:00Z"},
 		{"open across midnight", windowSpec{days: [7]bool{time.Saturday: true}, hour: 22, duration: 4 * time.Hour}, berlin, "2026-03-28T23:30:00Z", true, "2026-03-29T01:00:00Z"},
+		{"cron: next opening is after spring forward", cronSpec(t, "0 9 * * *", time.Hour), berlin, "2026-03-28T09:00:00Z", false, "2026-03-29T07:00:00Z"},
+		{"cron: open", cronSpec(t, "0 9 * * *", time.Hour), berlin, "2026-03-29T07:59:59Z", true, "2026-03-29T08:00:00Z"},
+		{"cron: every minute for 25s, open", cronSpec(t, "* * * * *", 25*time.Second), berlin, "2026-03-29T07:00:24Z", true, "2026-03-29T07:00:25Z"},
+		{"cron: every minute for 25s, closed", cronSpec(t, "* * * * *", 25*time.Second), berlin, "2026-03-29T07:00:25Z", false, "2026-03-29T07:01:00Z"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			open, until := windowState(tc.w, tc.loc, utc(tc.now))
@@ -143,6 +147,13 @@ func TestWindowStateAcrossDaylightSavingChanges(t *testing.T) {
 			require.Equal(t, utc(tc.until), until.UTC())
 		})
 	}
+}
+
+func cronSpec(t *testing.T, expr string, d time.Duration) windowSpec {
+	var problems []string
+	w := parseWindow(MaintenanceWindow{Cron: expr, Duration: d.String()}, func(f, what, _ string) { problems = append(problems, f+": "+what) })
+	require.Empty(t, problems)
+	return *w
 }
 
 func (s *RolloutSuite) TestUnknownTimeZoneFailsAtOnceNamingTheField() {
@@ -396,6 +407,9 @@ func TestPacingFieldsAreValidated(t *testing.T) {
 		{"order.by", func(r *RolloutRequest) { r.Order = &Order{By: "random"} }},
 		{"order.label", func(r *RolloutRequest) { r.Order = &Order{By: OrderByLabel} }},
 		{"order.label", func(r *RolloutRequest) { r.Order = &Order{By: OrderSpread} }},
+		{"maintenanceWindow.cron", func(r *RolloutRequest) {
+			r.MaintenanceWindow = &MaintenanceWindow{Cron: "every minute", Duration: "1h"}
+		}},
 	} {
 		req := base()
 		tc.edit(&req)
