@@ -85,7 +85,7 @@ func printPacing(w io.Writer, p *workflows.PacingStatus) {
 			}
 			parts = append(parts, fmt.Sprintf("%s=%d", name, p.InFlightByDom[d]))
 		}
-		fmt.Fprintf(w, "IN FLIGHT BY %s\t%s (max %d each)\n", p.DomainKey, strings.Join(parts, " "), p.MaxPerDomain)
+		fmt.Fprintf(w, "IN FLIGHT BY DOMAIN\t%s: %s (max %d each)\n", p.DomainKey, strings.Join(parts, " "), p.MaxPerDomain)
 	}
 	if p.Order != "" && p.Order != workflows.OrderByName {
 		fmt.Fprintf(w, "ORDER\t%s\n", p.Order)
