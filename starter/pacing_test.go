@@ -2,8 +2,8 @@ package main
 
 import (
 	"bytes"
-	"text/tabwriter"
 	"testing"
+	"text/tabwriter"
 	"time"
 
 	"github.com/stretchr/testify/require"
