@@ -352,7 +352,6 @@ type pacer struct {
 	isCanary    map[string]bool
 	domainOf    map[string]string // nodes holding (or about to hold) a slot
 	inFlight    map[string]int    // by domain
-	canaryFails int
 }
 
 func newPacer(s pacing, carried *PacingProgress) pacer {
