@@ -320,7 +320,11 @@ func (r *rollout) startNext(ctx workflow.Context, stop func() bool) (bool, error
 		at = r.pace.pick(r.queue)
 		next = r.queue[at]
 	}
-	r.queue = append(r.queue[:at], r.queue[at+1:]...)
+	if at == 0 {
+		r.queue = r.queue[1:]
+	} else {
+		r.queue = append(r.queue[:at], r.queue[at+1:]...)
+	}
 	if !r.s.pace.active() {
 		r.p.Cursor = next.name
 	}
