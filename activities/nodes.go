@@ -34,6 +34,21 @@ const (
 type nodeEntry struct {
 	name   string
 	marker string
+	labels map[string]string // the values of ListNodesInput.Labels it carries
+}
+
+// wantedLabels picks the requested label values of a node (nil when it has none of them).
+func wantedLabels(keys []string, nodeLabels map[string]string) map[string]string {
+	var out map[string]string
+	for _, k := range keys {
+		if v, ok := nodeLabels[k]; ok {
+			if out == nil {
+				out = map[string]string{}
+			}
+			out[k] = v
+		}
+	}
+	return out
 }
 
 // ListNodes returns, in name order, the next slice of selected nodes after in.After: those to
@@ -99,7 +114,7 @@ func (a *Activities) listSelectedNodes(ctx context.Context, in ListNodesInput) (
 			}
 			total++
 			if node.Name > in.After {
-				entries = append(entries, nodeEntry{name: node.Name, marker: node.Annotations[markerKey]})
+				entries = append(entries, nodeEntry{name: node.Name, marker: node.Annotations[markerKey], labels: wantedLabels(in.Labels, node.Labels)})
 			}
 			return nil
 		})
@@ -156,7 +171,7 @@ func (a *Activities) listNamedNodes(ctx context.Context, in ListNodesInput, limi
 			case err != nil:
 				errs[i] = kubeError(err, "get", fmt.Sprintf("node %q", name))
 			default:
-				entries[i] = nodeEntry{name: name, marker: node.Annotations[markerKey]}
+				entries[i] = nodeEntry{name: name, marker: node.Annotations[markerKey], labels: wantedLabels(in.Labels, node.Labels)}
 			}
 		}()
 	}
@@ -176,6 +191,12 @@ func (a *Activities) listNamedNodes(ctx context.Context, in ListNodesInput, limi
 
 // classify puts a node in Done when its marker says this template already succeeded on it.
 func classify(res *ListNodesResult, in ListNodesInput, e nodeEntry) {
+	if e.labels != nil {
+		if res.Labels == nil {
+			res.Labels = map[string]map[string]string{}
+		}
+		res.Labels[e.name] = e.labels
+	}
 	if !in.Rerun {
 		if hash, outcome, ok := jobspec.ParseNodeMarker(e.marker); ok &&
 			hash == in.TemplateHash && outcome == string(OutcomeSucceeded) {

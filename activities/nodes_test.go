@@ -268,3 +268,33 @@ func TestListNodesExplicitGetErrors(t *testing.T) {
 	_, err := listNodes(t, a, ListNodesInput{Names: []string{"a", "b"}, Limit: 10})
 	requireAppError(t, err, "", false)
 }
+
+func TestListNodesReportsRequestedLabelValues(t *testing.T) {
+	labelled := func(name string, labels map[string]string) *corev1.Node {
+		n := testNode(name, nil)
+		n.Labels = labels
+		return n
+	}
+	const zone = "topology.kubernetes.io/zone"
+	cs := fake.NewClientset(
+		labelled("a", map[string]string{zone: "z1", "pool": "x", "prio": "2"}),
+		labelled("b", map[string]string{zone: "z2", "pool": "x"}),
+		labelled("c", map[string]string{"pool": "x"}), // no zone: its own domain ""
+	)
+	a := newActivities(cs)
+	for _, in := range []ListNodesInput{
+		{Rollout: "kata", TemplateHash: testHash, Selector: "pool=x", Limit: 10, Labels: []string{zone, "prio"}},
+		{Rollout: "kata", TemplateHash: testHash, Names: []string{"a", "b", "c"}, Limit: 10, Labels: []string{zone, "prio"}},
+	} {
+		res, err := listNodes(t, a, in)
+		require.NoError(t, err)
+		require.Equal(t, []string{"a", "b", "c"}, res.Nodes)
+		require.Equal(t, map[string]map[string]string{
+			"a": {zone: "z1", "prio": "2"},
+			"b": {zone: "z2"},
+		}, res.Labels, "only the asked keys, only nodes carrying one")
+	}
+	res, err := listNodes(t, a, ListNodesInput{Rollout: "kata", TemplateHash: testHash, Selector: "pool=x", Limit: 10})
+	require.NoError(t, err)
+	require.Nil(t, res.Labels, "no keys asked: no labels in the result (and the history)")
+}

@@ -122,6 +122,8 @@ type ListNodesInput struct {
 	Rerun         bool     `json:"rerun,omitempty"`
 	After         string   `json:"after,omitempty"` // only names sorted strictly after this one
 	Limit         int      `json:"limit"`           // at most this many names in Nodes+Done+Missing
+	// Labels are node label keys whose values the result reports per node.
+	Labels []string `json:"labels,omitempty"`
 }
 
 // ListNodesResult is one slice of the selected nodes, in name order.
@@ -132,6 +134,8 @@ type ListNodesResult struct {
 	Next    string   `json:"next,omitempty"`    // pass as After for the next slice
 	More    bool     `json:"more"`              // another slice follows
 	Total   int      `json:"total"`             // nodes selected in all (unique explicit names, or all matches)
+	// Labels holds, per listed node carrying any, the values of the input's Labels keys.
+	Labels map[string]map[string]string `json:"labels,omitempty"`
 }
 
 // JobRequest is everything CreateJob needs to make one node's Job.

@@ -17,6 +17,7 @@ require (
 
 require (
 	github.com/distribution/reference v0.5.0 // indirect
+	github.com/robfig/cron/v3 v3.0.1 // indirect
 	go.yaml.in/yaml/v2 v2.4.4 // indirect
 	golang.org/x/term v0.47.0 // indirect
 	sigs.k8s.io/json v0.0.0-20250730193827-2d320260d730 // indirect

@@ -232,6 +232,7 @@ func printStatus(w io.Writer, st workflows.RolloutStatus) {
 	if len(st.WaitingForClusterSlot) > 0 {
 		fmt.Fprintf(tw, "WAITING FOR CLUSTER SLOT\t%s\n", strings.Join(st.WaitingForClusterSlot, ", "))
 	}
+	printPacing(tw, st.Pacing)
 	tw.Flush()
 	printNodes(w, "FAILED NODES", st.Failures)
 	printNodes(w, "RECENT", st.Recent)

@@ -117,7 +117,7 @@ the --config file; NODEROLLOUT_<FLAG> variables; flags.`,
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err.Error()} })
 	root.AddGroup(&cobra.Group{ID: "rollout", Title: "Rollouts:"}, &cobra.Group{ID: "steer", Title: "Steering a running rollout:"})
 	root.AddCommand(startCommand(a), dryRunCommand(a), validateCommand(a), statusCommand(a),
-		signalCommand(a, "pause"), signalCommand(a, "resume"), setParallelismCommand(a), abortCommand(a),
+		signalCommand(a, "pause"), signalCommand(a, "resume"), setParallelismCommand(a), approveCommand(a), abortCommand(a),
 		fleetCommand(a), scheduleCommand(a), versionCommand(a))
 	root.SetHelpCommandGroupID("")
 	root.SetCompletionCommandGroupID("")

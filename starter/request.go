@@ -76,6 +76,9 @@ func loadRequest(path string) (workflows.RolloutRequest, error) {
 			problems = append(problems, strings.ReplaceAll(p, "correct the JSON", "correct the "+lang))
 		}
 	}
+	if p := workflows.CheckTimeZone(req); p != "" {
+		problems = append(problems, p)
+	}
 	if req.JobTemplate != "" && len(req.JobTemplate) <= jobspec.MaxTemplateBytes {
 		// The worker checks the template the same way before the first Job; here it is the
 		// same check before anything starts.

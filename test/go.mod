@@ -13,6 +13,7 @@ require (
 
 require (
 	github.com/distribution/reference v0.5.0 // indirect
+	github.com/robfig/cron/v3 v3.0.1 // indirect
 	github.com/spf13/pflag v1.0.10 // indirect
 	go.yaml.in/yaml/v2 v2.4.4 // indirect
 	golang.org/x/term v0.47.0 // indirect

@@ -12,6 +12,7 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
+	_ "time/tzdata" // maintenance windows name IANA zones: a zone database even where the image has none
 
 	"github.com/spf13/pflag"
 	"go.temporal.io/sdk/worker"

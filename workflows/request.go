@@ -49,9 +49,15 @@ type RolloutRequest struct {
 	JobTemplate    string                  `json:"jobTemplate,omitempty"`
 	JobTemplateRef *activities.TemplateRef `json:"jobTemplateRef,omitempty"`
 
-	Parallelism       int                  `json:"parallelism,omitempty"`
-	MaxFailures       IntOrPercent         `json:"maxFailures,omitempty"`
-	Batch             *Batch               `json:"batch,omitempty"`
+	Parallelism int          `json:"parallelism,omitempty"`
+	MaxFailures IntOrPercent `json:"maxFailures,omitempty"`
+	Batch       *Batch       `json:"batch,omitempty"`
+	// Pacing within the rollout (workflows/pacing.go): when nodes may start, how many of one
+	// domain at once, which go first, and in what order the rest follow.
+	MaintenanceWindow *MaintenanceWindow   `json:"maintenanceWindow,omitempty"`
+	Topology          *Topology            `json:"topology,omitempty"`
+	Canary            *Canary              `json:"canary,omitempty"`
+	Order             *Order               `json:"order,omitempty"`
 	DelayBetweenNodes string               `json:"delayBetweenNodes,omitempty"`
 	JobTimeout        string               `json:"jobTimeout,omitempty"`
 	JobTTL            string               `json:"jobTTL,omitempty"`

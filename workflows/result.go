@@ -85,6 +85,8 @@ type Progress struct {
 	StartedAt      time.Time    `json:"startedAt"`
 	// MaxParallelism is the worker policy's cap when the rollout started (0: none).
 	MaxParallelism int `json:"maxParallelism,omitempty"`
+	// Pacing is the pacing state of a request that paces (windows, domains, canaries, order).
+	Pacing *PacingProgress `json:"pacing,omitempty"`
 }
 
 // MaxReportedFailures caps the failed nodes carried in results, status and continue-as-new.
@@ -154,6 +156,8 @@ type RolloutStatus struct {
 	ContinuedAsNew        int          `json:"continuedAsNew"`
 	TemplateHash          string       `json:"templateHash"`
 	StartedAt             time.Time    `json:"startedAt"`
+	// Pacing shows the window, canaries and per-domain in-flight counts of a paced rollout.
+	Pacing *PacingStatus `json:"pacing,omitempty"`
 }
 
 // SetParallelismRequest is the input of the setParallelism update.

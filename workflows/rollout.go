@@ -96,8 +96,10 @@ func rolloutIn(ctx workflow.Context, cluster Cluster, req RolloutRequest, carrie
 
 // queuedNode is a listed node not yet handled, in name order.
 type queuedNode struct {
-	name string
-	skip string // "", "done" or "missing"
+	name   string
+	skip   string // "", "done" or "missing"
+	domain string // value of topology.key (pacing only)
+	rank   string // value of order.label (pacing only)
 }
 
 type rollout struct {
@@ -105,6 +107,8 @@ type rollout struct {
 	s   settings
 	p   Progress
 	win window
+	// pace is the state of the request's pacing (windows, domains, canaries, order).
+	pace pacer
 
 	queue           []queuedNode
 	inFlight        int // nodes holding a window slot
@@ -133,10 +137,13 @@ func (r *rollout) restore(ctx workflow.Context, carried *Progress) {
 	r.freed = map[string]bool{}
 	if carried != nil {
 		r.p = *carried
+		r.pace = newPacer(r.s.pace, carried.Pacing)
+		r.queue = restoredQueue(carried.Pacing)
 		r.win = resumeWindow(r.s.batch, r.p.Parallelism, r.p.Window)
 		return
 	}
 	r.p = Progress{Parallelism: r.s.parallelism, StartedAt: workflow.Now(ctx)}
+	r.pace = newPacer(r.s.pace, nil)
 	r.win = newWindow(r.s.batch, r.s.parallelism)
 }
 
@@ -207,6 +214,9 @@ func (r *rollout) registerHandlers(ctx workflow.Context) error {
 	if err != nil {
 		return err
 	}
+	if err := r.registerApprove(ctx); err != nil {
+		return err
+	}
 	pause := workflow.GetSignalChannel(ctx, SignalPause)
 	resume := workflow.GetSignalChannel(ctx, SignalResume)
 	freed := workflow.GetSignalChannel(ctx, SignalNodeFree)
@@ -237,6 +247,12 @@ func (r *rollout) registerHandlers(ctx workflow.Context) error {
 // launched its share (continue-as-new), or the rollout is cancelled.
 func (r *rollout) run(ctx workflow.Context) (RolloutResult, error) {
 	r.canAtLimits = workflow.GetVersion(ctx, versionHistoryLimits, workflow.DefaultVersion, 1) == 1
+	if err := r.checkWindow(ctx); err != nil {
+		return RolloutResult{}, err
+	}
+	if stop, res, err := r.runCanaries(ctx); stop {
+		return res, err
+	}
 	continueAsNew := false
 	var listErr error
 	for !r.budgetExceeded() {
@@ -258,31 +274,12 @@ func (r *rollout) run(ctx workflow.Context) (RolloutResult, error) {
 			}
 			continue
 		}
-		next := r.queue[0]
-		if next.skip == "" {
-			err := workflow.Await(ctx, func() bool { return r.budgetExceeded() || (!r.p.Paused && r.inFlight < r.win.size) })
-			if err != nil {
-				return r.cancelled(ctx)
-			}
-			if r.budgetExceeded() {
-				break
-			}
+		launching, err := r.startNext(ctx, r.budgetExceeded)
+		if err != nil {
+			return r.cancelled(ctx)
 		}
-		r.queue = r.queue[1:]
-		r.p.Cursor = next.name
-		switch next.skip {
-		case "done":
-			r.record(ctx, NodeResult{Node: next.name, Outcome: activities.OutcomeSkipped, Reason: "AlreadyDone"})
-		case "missing":
-			r.record(ctx, NodeResult{Node: next.name, Outcome: activities.OutcomeNodeGone, Reason: "NodeNotFound",
-				Message: "no Node named " + next.name})
-		default:
-			r.launch(ctx, next.name)
-			if r.s.delayBetweenNodes > 0 {
-				if err := workflow.Sleep(ctx, r.s.delayBetweenNodes); err != nil {
-					return r.cancelled(ctx)
-				}
-			}
+		if !launching {
+			break
 		}
 	}
 
@@ -298,6 +295,55 @@ func (r *rollout) run(ctx workflow.Context) (RolloutResult, error) {
 		return r.continueAsNew(ctx)
 	}
 	return r.finish(ctx)
+}
+
+// startNext waits until a queued node may start and starts it, or records why it is skipped.
+// It reports false once stop() says no node may start any more; an error means cancelled.
+func (r *rollout) startNext(ctx workflow.Context, stop func() bool) (bool, error) {
+	next, at := r.queue[0], 0
+	if next.skip == "" {
+		if err := r.awaitWindow(ctx); err != nil {
+			return false, err
+		}
+		err := workflow.Await(ctx, func() bool {
+			return stop() || (!r.p.Paused && r.inFlight < r.win.size && r.pace.pick(r.queue) >= 0)
+		})
+		if err != nil {
+			return false, err
+		}
+		if stop() {
+			return false, nil
+		}
+		if !r.windowOpenNow(ctx) {
+			return true, nil // it closed while every slot was taken: wait for the next opening
+		}
+		at = r.pace.pick(r.queue)
+		next = r.queue[at]
+	}
+	if at == 0 {
+		r.queue = r.queue[1:]
+	} else {
+		r.queue = append(r.queue[:at], r.queue[at+1:]...)
+	}
+	if !r.s.pace.active() {
+		r.p.Cursor = next.name
+	}
+	switch next.skip {
+	case "done":
+		r.record(ctx, NodeResult{Node: next.name, Outcome: activities.OutcomeSkipped, Reason: "AlreadyDone"})
+	case "missing":
+		r.record(ctx, NodeResult{Node: next.name, Outcome: activities.OutcomeNodeGone, Reason: "NodeNotFound",
+			Message: "no Node named " + next.name})
+	default:
+		r.pace.assign(next)
+		r.launch(ctx, next.name)
+		if r.s.delayBetweenNodes > 0 {
+			if err := workflow.Sleep(ctx, r.s.delayBetweenNodes); err != nil {
+				return false, err
+			}
+		}
+	}
+	return true, nil
 }
 
 // listingFailed ends a rollout whose node listing failed for good, after every node in flight
@@ -369,11 +415,12 @@ func (r *rollout) listMore(ctx workflow.Context) error {
 		Rerun:         r.req.Rerun,
 		After:         r.p.Cursor,
 		Limit:         listPageSize,
+		Labels:        r.s.pace.labelKeys(),
 	}).Get(ctx, &page)
 	if err != nil {
 		return asWorkflowError(err)
 	}
-	r.queue = mergeListed(page)
+	r.queue = r.queuePage(page)
 	r.p.ListingDone = !page.More
 	if page.Total > r.p.Selected {
 		r.p.Selected = page.Total
@@ -412,13 +459,16 @@ func mergeListed(page activities.ListNodesResult) []queuedNode {
 func (r *rollout) launch(ctx workflow.Context, node string) {
 	r.inFlight++
 	r.p.Counts.Running++
+	r.pace.take(node)
 	r.launchedThisRun++
 	workflow.Go(ctx, func(ctx workflow.Context) {
 		result, holdsSlot, started := r.runNode(ctx, node)
 		if holdsSlot {
 			r.inFlight--
 			r.p.Counts.Running--
+			r.pace.release(node)
 		}
+		r.pace.forget(node)
 		if started {
 			r.record(ctx, result)
 		} else {
@@ -466,6 +516,7 @@ func (r *rollout) runNode(ctx workflow.Context, node string) (result NodeResult,
 		// Another rollout holds the node: give the slot back and wait.
 		r.inFlight--
 		r.p.Counts.Running--
+		r.pace.release(node)
 		r.waiting[node] = true
 		r.p.Counts.Waiting++
 		r.showProgress(ctx)
@@ -478,9 +529,7 @@ func (r *rollout) runNode(ctx workflow.Context, node string) (result NodeResult,
 			backoff = min(2*backoff, busyNodeMaxBackoff)
 		}
 		if waitErr == nil {
-			waitErr = workflow.Await(ctx, func() bool {
-				return (r.guarantees && r.budgetExceeded()) || (!r.p.Paused && r.inFlight < r.win.size)
-			})
+			waitErr = r.awaitSlotFor(ctx, node)
 		}
 		delete(r.waiting, node)
 		delete(r.freed, node)
@@ -494,6 +543,7 @@ func (r *rollout) runNode(ctx workflow.Context, node string) (result NodeResult,
 		}
 		r.inFlight++
 		r.p.Counts.Running++
+		r.pace.take(node)
 	}
 }
 
@@ -582,8 +632,13 @@ func (r *rollout) continueAsNew(ctx workflow.Context) (RolloutResult, error) {
 	progress.Window = r.win.size
 	progress.Parallelism = r.win.ceiling
 	progress.ContinuedAsNew++
-	// Listed but unlaunched nodes are listed again after the cursor by the next run.
+	// Listed but unlaunched nodes are listed again after the cursor by the next run, or
+	// (pacing) carried as they are.
 	progress.ListingDone = r.p.ListingDone && len(r.queue) == 0
+	if r.s.pace.active() {
+		progress.ListingDone = r.p.ListingDone
+		progress.Pacing = r.pace.carried(r.queue)
+	}
 	progress.Failures = make([]NodeResult, len(r.p.Failures))
 	for i, f := range r.p.Failures {
 		progress.Failures[i] = carriedFailure(f)
@@ -666,9 +721,16 @@ func (r *rollout) status() RolloutStatus {
 		phase = "draining"
 	case r.p.Paused:
 		phase = "paused"
+	case r.pace.phaseWord() != "":
+		phase = r.pace.phaseWord()
 	}
 	waiting := workflow.DeterministicKeys(r.waiting)
+	var pacing *PacingStatus
+	if r.s.pace.active() {
+		pacing = r.pace.status()
+	}
 	return RolloutStatus{
+		Pacing:                pacing,
 		Name:                  r.req.Name,
 		Phase:                 phase,
 		Paused:                r.p.Paused,
@@ -694,7 +756,7 @@ func (r *rollout) showProgress(ctx workflow.Context) {
 	workflow.SetCurrentDetails(ctx, fmt.Sprintf(
 		"**%s** %d/%d done: %d succeeded, %d failed, %d timed out, %d skipped, %d gone, %d aborted; %d running, %d waiting; window %d of %d",
 		st.Phase, c.Finished(), st.Selected, c.Succeeded, c.Failed, c.TimedOut, c.Skipped, c.NodeGone, c.Aborted,
-		c.Running, c.Waiting, st.Window, st.Parallelism)+r.slots.describeWaits())
+		c.Running, c.Waiting, st.Window, st.Parallelism)+r.slots.describeWaits()+r.pace.details())
 }
 
 // asWorkflowError lifts a non-retryable activity error to the workflow's own failure, so the

@@ -25,6 +25,7 @@ type settings struct {
 	jobTTL             time.Duration
 	keepJobs           activities.KeepJobs
 	continueAsNewAfter int
+	pace               pacing
 }
 
 // budget is maxFailures: a count, or a percentage of the selected nodes.
@@ -206,6 +207,7 @@ func check(req RolloutRequest, continued bool) (settings, []*jobspec.FieldError)
 	if s.continueAsNewAfter < 1 {
 		add("continueAsNewAfter", "must be positive", "omit it for the default")
 	}
+	s.pace = checkPacing(req, add)
 	return s, ps
 }
 

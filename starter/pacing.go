@@ -1,0 +1,102 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"time"
+	_ "time/tzdata" // maintenance windows name IANA zones; validate must know them all
+
+	"github.com/spf13/cobra"
+	"go.temporal.io/sdk/client"
+
+	"github.com/noderollout/noderollout/workflows"
+)
+
+func approveCommand(a *app) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:     "approve ID [--note TEXT]",
+		GroupID: "steer",
+		Short:   "Let a rollout go on after its canaries (canary.approval)",
+		Long: `Let a rollout waiting for approval after its canaries go on to the rest
+of its nodes. Refused while the canaries still run or soak, and for a
+rollout without canary.approval.`,
+		Args: exactArgs(1, "ID"),
+		RunE: run(a.approve),
+	}
+	cmd.Flags().String("note", "", "why, recorded in the workflow history")
+	return cmd
+}
+
+func (a *app) approve() error {
+	tc, err := a.client()
+	if err != nil {
+		return err
+	}
+	id := a.workflowID(a.args[0])
+	handle, err := tc.UpdateWorkflow(a.ctx, client.UpdateWorkflowOptions{
+		WorkflowID:   id,
+		UpdateName:   workflows.UpdateApprove,
+		Args:         []any{workflows.ApproveRequest{Note: a.flagString("note")}},
+		WaitForStage: client.WorkflowUpdateStageCompleted,
+	})
+	if err != nil {
+		return err
+	}
+	var res workflows.ApproveResult
+	if err := handle.Get(a.ctx, &res); err != nil {
+		return err
+	}
+	fmt.Fprintf(a.out, "approved %s after %d canary node(s): the rest of its nodes start now\n", id, res.Canaries)
+	return nil
+}
+
+// printPacing adds the pacing lines to the status table.
+func printPacing(w io.Writer, p *workflows.PacingStatus) {
+	if p == nil {
+		return
+	}
+	at := func(t *time.Time) string { return t.UTC().Format(time.RFC3339) }
+	switch {
+	case p.WaitingFor == "window" && p.WindowOpensAt != nil:
+		fmt.Fprintf(w, "WINDOW\twaiting for window (opens %s)\n", at(p.WindowOpensAt))
+	case p.WindowClosesAt != nil:
+		fmt.Fprintf(w, "WINDOW\topen (closes %s)\n", at(p.WindowClosesAt))
+	case p.WindowOpensAt != nil:
+		fmt.Fprintf(w, "WINDOW\tclosed (opens %s)\n", at(p.WindowOpensAt))
+	}
+	if p.CanaryStage != "" {
+		stage := p.CanaryStage
+		switch p.WaitingFor {
+		case "soak":
+			stage = "soaking until " + at(p.SoakUntil)
+		case "approval":
+			stage = "waiting for approval: starter approve ID"
+		}
+		fmt.Fprintf(w, "CANARIES\t%s (%s)\n", stage, strings.Join(p.Canaries, ", "))
+	}
+	if p.MaxPerDomain > 0 {
+		var parts []string
+		for _, d := range sortedKeys(p.InFlightByDom) {
+			name := d
+			if name == "" {
+				name = `""`
+			}
+			parts = append(parts, fmt.Sprintf("%s=%d", name, p.InFlightByDom[d]))
+		}
+		fmt.Fprintf(w, "IN FLIGHT BY DOMAIN\t%s: %s (max %d each)\n", p.DomainKey, strings.Join(parts, " "), p.MaxPerDomain)
+	}
+	if p.Order != "" && p.Order != workflows.OrderByName {
+		fmt.Fprintf(w, "ORDER\t%s\n", p.Order)
+	}
+}
+
+func sortedKeys(m map[string]int) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
+}

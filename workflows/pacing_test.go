@@ -1,0 +1,432 @@
+package workflows
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+	_ "time/tzdata" // the zones below, whatever the machine has installed
+
+	"github.com/stretchr/testify/mock"
+	"github.com/stretchr/testify/require"
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/testsuite"
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/noderollout/noderollout/activities"
+)
+
+const zoneKey = "topology.kubernetes.io/zone"
+
+// labelledFleet makes ListNodes report these label values per node.
+func (s *RolloutSuite) labelledFleet(labels map[string]map[string]string) {
+	s.listFn = func(ctx context.Context, in activities.ListNodesInput) (activities.ListNodesResult, error) {
+		res, err := s.listNodes(ctx, in)
+		for _, n := range append(append([]string(nil), res.Nodes...), res.Done...) {
+			for _, k := range in.Labels {
+				if v, ok := labels[n][k]; ok {
+					if res.Labels == nil {
+						res.Labels = map[string]map[string]string{}
+					}
+					if res.Labels[n] == nil {
+						res.Labels[n] = map[string]string{}
+					}
+					res.Labels[n][k] = v
+				}
+			}
+		}
+		return res, err
+	}
+}
+
+// peakPerDomain is the most runs of one domain that overlapped, from the recorded runs.
+func peakPerDomain(runs []nodeRun, domainOf func(string) string) map[string]int {
+	peak := map[string]int{}
+	for _, r := range runs {
+		d := domainOf(r.node)
+		live := 0
+		for _, o := range runs {
+			if domainOf(o.node) == d && !o.start.After(r.start) && o.finish.After(r.start) {
+				live++
+			}
+		}
+		peak[d] = max(peak[d], live)
+	}
+	return peak
+}
+
+func (s *RolloutSuite) TestWindowClosesMidRolloutAndReopensNextDay() {
+	// Monday 2 March 2026, 09:50 UTC; the window is 10:00-10:30 every day.
+	start := time.Date(2026, 3, 2, 9, 50, 0, 0, time.UTC)
+	s.env.SetStartTime(start)
+	s.jobFn = s.succeedAfter(20 * time.Minute)
+	req := request(nodeNames(6)...)
+	req.Parallelism = 2
+	req.MaintenanceWindow = &MaintenanceWindow{Start: "10:00", Duration: "30m", TimeZone: "UTC"}
+	var before, closed RolloutStatus
+	s.env.RegisterDelayedCallback(func() { before = s.query() }, 5*time.Minute)
+	s.env.RegisterDelayedCallback(func() { closed = s.query() }, 3*time.Hour)
+	s.env.ExecuteWorkflow(RolloutWorkflow, req)
+	s.Equal(6, s.result().Counts.Succeeded)
+
+	opens := time.Date(2026, 3, 2, 10, 0, 0, 0, time.UTC)
+	s.Equal("waiting for window (opens 2026-03-02T10:00:00Z)", before.Phase)
+	s.Equal("window", before.Pacing.WaitingFor)
+	s.Equal(opens, *before.Pacing.WindowOpensAt)
+	s.Equal("waiting for window (opens 2026-03-03T10:00:00Z)", closed.Phase)
+	s.Equal(0, closed.Counts.Running, "the nodes in flight when it closed have finished")
+
+	var starts []string
+	for _, r := range s.runs {
+		starts = append(starts, r.start.UTC().Format("Jan 2 15:04"))
+	}
+	// Two at the opening, two at 10:20 (they run on to 10:40, past the close), the rest the
+	// next day at the opening.
+	s.Equal([]string{"Mar 2 10:00", "Mar 2 10:00", "Mar 2 10:20", "Mar 2 10:20", "Mar 3 10:00", "Mar 3 10:00"}, starts)
+	s.Equal(time.Date(2026, 3, 2, 10, 40, 0, 0, time.UTC), s.runs[3].finish.UTC())
+}
+
+func (s *RolloutSuite) query() RolloutStatus {
+	v, err := s.env.QueryWorkflow(QueryStatus)
+	s.Require().NoError(err)
+	var st RolloutStatus
+	s.Require().NoError(v.Get(&st))
+	return st
+}
+
+func (s *RolloutSuite) TestWindowFollowsDaylightSavingInItsZone() {
+	// Berlin moves from CET (+1) to CEST (+2) on Sunday 29 March 2026 at 02:00. The window
+	// opens at 09:00 Berlin time: 08:00 UTC on Saturday, 07:00 UTC on Sunday.
+	s.env.SetStartTime(time.Date(2026, 3, 28, 10, 30, 0, 0, time.UTC))
+	s.jobFn = s.succeedAfter(10 * time.Minute)
+	req := request(nodeNames(3)...)
+	req.Parallelism = 1
+	req.MaintenanceWindow = &MaintenanceWindow{Days: []string{"Sat", "Sun"}, Start: "09:00", Duration: "1h", TimeZone: "Europe/Berlin"}
+	s.env.ExecuteWorkflow(RolloutWorkflow, req)
+	s.Equal(3, s.result().Counts.Succeeded)
+	s.Equal(time.Date(2026, 3, 29, 7, 0, 0, 0, time.UTC), s.runs[0].start.UTC())
+	s.Equal(time.Date(2026, 3, 29, 7, 20, 0, 0, time.UTC), s.runs[2].start.UTC())
+}
+
+func TestWindowStateAcrossDaylightSavingChanges(t *testing.T) {
+	berlin, err := time.LoadLocation("Europe/Berlin")
+	require.NoError(t, err)
+	ny, err := time.LoadLocation("America/New_York")
+	require.NoError(t, err)
+	utc := func(s string) time.Time {
+		v, err := time.Parse(time.RFC3339, s)
+		require.NoError(t, err)
+		return v
+	}
+	every := [7]bool{true, true, true, true, true, true, true}
+	for _, tc := range []struct {
+		name  string
+		w     windowSpec
+		loc   *time.Location
+		now   string
+		open  bool
+		until string
+	}{
+		{"before spring forward", windowSpec{days: every, hour: 9, duration: time.Hour}, berlin, "2026-03-28T08:30:00Z", true, "2026-03-28T09:00:00Z"},
+		{"next opening is after spring forward", windowSpec{days: every, hour: 9, duration: time.Hour}, berlin, "2026-03-28T09:00:00Z", false, "2026-03-29T07:00:00Z"},
+		{"night window spanning the fall back lasts its elapsed duration", windowSpec{days: every, hour: 1, duration: 2 * time.Hour}, ny, "2026-11-01T06:30:00Z", true, "2026-11-01T07:00:00Z"},
+		{"fall back: 09:00 local is 14:00 UTC", windowSpec{days: every, hour: 9, duration: time.Hour}, ny, "2026-10-31T14:00:00Z", false, "2026-11-01T14:00:00Z"},
+		{"weekend only, from a Wednesday", windowSpec{days: [7]bool{time.Saturday: true}, hour: 22, duration: 4 * time.Hour}, berlin, "2026-03-25T12:00:00Z", false, "2026-03-28T21:00:00Z"},
+		{"open across midnight", windowSpec{days: [7]bool{time.Saturday: true}, hour: 22, duration: 4 * time.Hour}, berlin, "2026-03-28T23:30:00Z", true, "2026-03-29T01:00:00Z"},
+		{"cron: next opening is after spring forward", cronSpec(t, "0 9 * * *", time.Hour), berlin, "2026-03-28T09:00:00Z", false, "2026-03-29T07:00:00Z"},
+		{"cron: open", cronSpec(t, "0 9 * * *", time.Hour), berlin, "2026-03-29T07:59:59Z", true, "2026-03-29T08:00:00Z"},
+		{"cron: every minute for 25s, open", cronSpec(t, "* * * * *", 25*time.Second), berlin, "2026-03-29T07:00:24Z", true, "2026-03-29T07:00:25Z"},
+		{"cron: every minute for 25s, closed", cronSpec(t, "* * * * *", 25*time.Second), berlin, "2026-03-29T07:00:25Z", false, "2026-03-29T07:01:00Z"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			open, until := windowState(tc.w, tc.loc, utc(tc.now))
+			require.Equal(t, tc.open, open)
+			require.Equal(t, utc(tc.until), until.UTC())
+		})
+	}
+}
+
+func cronSpec(t *testing.T, expr string, d time.Duration) windowSpec {
+	var problems []string
+	w := parseWindow(MaintenanceWindow{Cron: expr, Duration: d.String()}, func(f, what, _ string) { problems = append(problems, f+": "+what) })
+	require.Empty(t, problems)
+	return *w
+}
+
+func (s *RolloutSuite) TestUnknownTimeZoneFailsAtOnceNamingTheField() {
+	req := request(nodeNames(2)...)
+	req.MaintenanceWindow = &MaintenanceWindow{Start: "10:00", Duration: "1h", TimeZone: "Mars/Olympus"}
+	s.env.ExecuteWorkflow(RolloutWorkflow, req)
+	err := s.env.GetWorkflowError()
+	var appErr *temporal.ApplicationError
+	s.Require().True(errors.As(err, &appErr))
+	s.Equal(activities.ErrInvalidRequest, appErr.Type())
+	s.Contains(appErr.Message(), "maintenanceWindow.timeZone")
+	s.Empty(s.runs)
+}
+
+// zonedFleet is 32 nodes: 15 in zone a, 10 in b, 5 in c and 2 without the label.
+func zonedFleet() (names []string, labels map[string]map[string]string, domainOf func(string) string) {
+	names = nodeNames(32)
+	labels = map[string]map[string]string{}
+	for i, n := range names {
+		switch {
+		case i < 15:
+			labels[n] = map[string]string{zoneKey: "a"}
+		case i < 25:
+			labels[n] = map[string]string{zoneKey: "b"}
+		case i < 30:
+			labels[n] = map[string]string{zoneKey: "c"}
+		}
+	}
+	return names, labels, func(n string) string { return labels[n][zoneKey] }
+}
+
+func unevenJobs(node string) (time.Duration, bool) {
+	var i int
+	fmt.Sscanf(node, "node-%d", &i)
+	return time.Duration(1+(i*7)%11) * time.Minute, true
+}
+
+func (s *RolloutSuite) TestMaxPerDomainNeverExceededWithUnevenJobsAndParallelismChange() {
+	names, labels, domainOf := zonedFleet()
+	s.fleet = names
+	s.labelledFleet(labels)
+	s.jobFn = s.runFor(unevenJobs)
+	req := RolloutRequest{Name: "demo", NodeSelector: "pool=a", JobTemplate: sampleTemplate, Parallelism: 4,
+		Topology: &Topology{Key: zoneKey, MaxPerDomain: 2}}
+	var mid RolloutStatus
+	s.env.RegisterDelayedCallback(func() { mid = s.query() }, 90*time.Second)
+	s.env.RegisterDelayedCallback(func() {
+		s.env.UpdateWorkflow(UpdateSetParallelism, "up", &testsuite.TestUpdateCallback{
+			OnReject: func(err error) { s.Fail("rejected", err) }, OnAccept: func() {}, OnComplete: func(any, error) {},
+		}, SetParallelismRequest{Parallelism: 10})
+	}, 10*time.Minute)
+	s.env.ExecuteWorkflow(RolloutWorkflow, req)
+	s.Equal(32, s.result().Counts.Succeeded)
+	s.Len(s.runs, 32)
+	peak := peakPerDomain(s.runs, domainOf)
+	s.Equal(map[string]int{"a": 2, "b": 2, "c": 2, "": 2}, peak, "each domain used up to its limit, never beyond")
+	// Other domains fill the window: 4 in flight from the start (2 of a, 2 of b), and after
+	// the raise to 10 every domain's limit at once (4 domains x 2).
+	s.Equal(8, s.peak)
+	s.Equal(4, s.runs[3].concurrent)
+	s.Equal(map[string]int{"a": 2, "b": 2}, mid.Pacing.InFlightByDom)
+}
+
+func (s *RolloutSuite) TestOrderByLabelValue() {
+	s.fleet = []string{"n-a", "n-b", "n-c", "n-d", "n-e"}
+	s.labelledFleet(map[string]map[string]string{
+		"n-a": {"rollout-priority": "10"}, "n-b": {"rollout-priority": "2"}, "n-d": {"rollout-priority": "2"}, "n-e": {"rollout-priority": "low"},
+	})
+	req := RolloutRequest{Name: "demo", NodeSelector: "pool=a", JobTemplate: sampleTemplate, Parallelism: 1,
+		Order: &Order{By: OrderByLabel, Label: "rollout-priority"}}
+	s.env.ExecuteWorkflow(RolloutWorkflow, req)
+	s.Equal(5, s.result().Counts.Succeeded)
+	var order []string
+	for _, r := range s.runs {
+		order = append(order, r.node)
+	}
+	// Numbers numerically, then words, then nodes without the label; ties by name.
+	s.Equal([]string{"n-b", "n-d", "n-a", "n-e", "n-c"}, order)
+}
+
+func (s *RolloutSuite) TestSpreadAlternatesDomains() {
+	names, labels, domainOf := zonedFleet()
+	s.fleet = names[:20] // 15 in a, 5 in b
+	s.labelledFleet(labels)
+	req := RolloutRequest{Name: "demo", NodeSelector: "pool=a", JobTemplate: sampleTemplate, Parallelism: 1,
+		Order: &Order{By: OrderSpread, Label: zoneKey}}
+	s.env.ExecuteWorkflow(RolloutWorkflow, req)
+	s.Equal(20, s.result().Counts.Succeeded)
+	var domains string
+	for _, r := range s.runs {
+		domains += domainOf(r.node)
+	}
+	s.Equal("ababababab"+strings.Repeat("a", 10), domains)
+}
+
+func (s *RolloutSuite) TestCanaryFailureStopsTheRest() {
+	s.jobFn = s.runFor(func(node string) (time.Duration, bool) { return time.Minute, node != "node-00007" })
+	req := request(nodeNames(10)...)
+	req.Canary = &Canary{Nodes: []string{"node-00007", "node-00003"}}
+	s.env.ExecuteWorkflow(RolloutWorkflow, req)
+	err := s.env.GetWorkflowError()
+	var appErr *temporal.ApplicationError
+	s.Require().True(errors.As(err, &appErr), "%v", err)
+	s.Equal(ErrCanaryFailed, appErr.Type())
+	s.Contains(appErr.Message(), "1 of 2 canary nodes failed, no other node was started; failed: node-00007 (failed BackoffLimitExceeded)")
+	var started []string
+	for _, r := range s.runs {
+		started = append(started, r.node)
+	}
+	sort.Strings(started)
+	s.Equal([]string{"node-00003", "node-00007"}, started)
+}
+
+func (s *RolloutSuite) TestCanariesBySelectorThenApprovalViaUpdate() {
+	s.fleet = nodeNames(8)
+	s.listFn = func(ctx context.Context, in activities.ListNodesInput) (activities.ListNodesResult, error) {
+		if in.Selector == "pool=a,canary=true" {
+			return activities.ListNodesResult{Nodes: []string{"node-00005", "node-00006"}, Total: 2}, nil
+		}
+		s.Equal("pool=a", in.Selector)
+		return s.listNodes(ctx, in)
+	}
+	req := RolloutRequest{Name: "demo", NodeSelector: "pool=a", JobTemplate: sampleTemplate, Parallelism: 4,
+		Canary: &Canary{Selector: "canary=true", Soak: "10m", Approval: true}}
+	var early, accepted error
+	var soaking, awaiting RolloutStatus
+	s.env.RegisterDelayedCallback(func() {
+		s.env.UpdateWorkflow(UpdateApprove, "early", &testsuite.TestUpdateCallback{
+			OnReject: func(err error) { early = err }, OnAccept: func() { s.Fail("approval during the canaries must be refused") }, OnComplete: func(any, error) {},
+		}, ApproveRequest{})
+	}, 30*time.Second)
+	s.env.RegisterDelayedCallback(func() { soaking = s.query() }, 5*time.Minute)
+	s.env.RegisterDelayedCallback(func() {
+		awaiting = s.query()
+		s.env.UpdateWorkflow(UpdateApprove, "ok", &testsuite.TestUpdateCallback{
+			OnReject: func(err error) { accepted = err }, OnAccept: func() {}, OnComplete: func(_ any, err error) { accepted = err },
+		}, ApproveRequest{Note: "canaries look fine"})
+	}, 2*time.Hour)
+	s.env.ExecuteWorkflow(RolloutWorkflow, req)
+	r := s.result()
+	s.Equal(8, r.Counts.Succeeded)
+	s.Equal(8, r.Selected)
+	s.Require().Error(early)
+	s.Contains(early.Error(), "the canaries have not finished yet")
+	s.NoError(accepted)
+	s.Equal("soak", soaking.Pacing.WaitingFor)
+	s.Equal("approval", awaiting.Pacing.WaitingFor)
+	s.Equal("waiting for approval (starter approve)", awaiting.Phase)
+	s.Equal([]string{"node-00005", "node-00006"}, awaiting.Pacing.Canaries)
+	s.Len(s.runs, 8, "canaries are not run again")
+	s.ElementsMatch([]string{"node-00005", "node-00006"}, []string{s.runs[0].node, s.runs[1].node}, "the canaries first (started together, in either order)")
+	first := s.runs[0].start
+	for _, run := range s.runs[2:] {
+		s.Equal(2*time.Hour, run.start.Sub(first).Truncate(time.Hour), "node %s starts only after the approval", run.node)
+	}
+}
+
+func (s *RolloutSuite) TestApproveRefusedWithoutAGate() {
+	var refused error
+	s.env.RegisterDelayedCallback(func() {
+		s.env.UpdateWorkflow(UpdateApprove, "x", &testsuite.TestUpdateCallback{
+			OnReject: func(err error) { refused = err }, OnAccept: func() {}, OnComplete: func(any, error) {},
+		}, ApproveRequest{})
+	}, 10*time.Second)
+	s.env.ExecuteWorkflow(RolloutWorkflow, request(nodeNames(2)...))
+	s.Equal(2, s.result().Counts.Succeeded)
+	s.Require().Error(refused)
+	s.Contains(refused.Error(), "no approval gate")
+}
+
+func TestMaxPerDomainAndOrderAcrossContinueAsNew(t *testing.T) {
+	names, labels, domainOf := zonedFleet()
+	ts := &testsuite.WorkflowTestSuite{}
+	req := RolloutRequest{Name: "demo", NodeSelector: "pool=a", JobTemplate: sampleTemplate, Parallelism: 5,
+		ContinueAsNewAfter: 7, Topology: &Topology{Key: zoneKey, MaxPerDomain: 2}, Order: &Order{By: OrderSpread},
+		Canary: &Canary{Nodes: []string{"node-00000"}}}
+	var carried *Progress
+	var runs []nodeRun
+	var final RolloutResult
+	for run := 1; ; run++ {
+		require.LessOrEqual(t, run, 12)
+		env := ts.NewTestWorkflowEnvironment()
+		a := &activities.Activities{}
+		env.RegisterActivity(a)
+		env.RegisterWorkflow(NodeRollout)
+		fleet := &RolloutSuite{fleet: names, done: map[string]bool{}}
+		fleet.labelledFleet(labels)
+		env.OnActivity(a.ListNodes, mock.Anything, mock.Anything).Return(fleet.listFn)
+		env.OnActivity(a.PrepareTemplate, mock.Anything, mock.Anything).Return(activities.PreparedTemplate{Hash: "h"}, nil).Maybe()
+		env.OnWorkflow(NodeRollout, mock.Anything, mock.Anything).Return(fleet.runFor(unevenJobs))
+		if carried != nil {
+			env.SetContinuedExecutionRunID(fmt.Sprintf("run-%d", run-1))
+		}
+		env.ExecuteWorkflow(Rollout, req, carried)
+		require.True(t, env.IsWorkflowCompleted())
+		runs = append(runs, fleet.runs...)
+		// Each run has its own clock: the peak is per run (a run drains before it continues).
+		for d, p := range peakPerDomain(fleet.runs, domainOf) {
+			require.LessOrEqual(t, p, 2, "domain %q in run %d", d, run)
+		}
+		var can *workflow.ContinueAsNewError
+		if err := env.GetWorkflowError(); errors.As(err, &can) {
+			require.NoError(t, converterFromEnv().FromPayloads(can.Input, &req, &carried))
+			require.NotNil(t, carried.Pacing)
+			require.Equal(t, canaryStageDone, carried.Pacing.CanaryStage)
+			continue
+		}
+		require.NoError(t, env.GetWorkflowError())
+		require.NoError(t, env.GetWorkflowResult(&final))
+		break
+	}
+	require.Equal(t, 32, final.Counts.Succeeded)
+	require.GreaterOrEqual(t, final.ContinuedAsNew, 4)
+	started := map[string]int{}
+	for _, r := range runs {
+		started[r.node]++
+	}
+	require.Len(t, started, 32, "every node started")
+	for n, c := range started {
+		require.Equal(t, 1, c, "node %s started %d times", n, c)
+	}
+	// After the canary, the first five in spread order: one node of each domain in turn
+	// ("" sorts first), where name order would have given a, a, b, b, c.
+	firstDomains := map[string]int{}
+	for _, r := range runs[1:] {
+		if r.start.Equal(runs[1].start) {
+			firstDomains[domainOf(r.node)]++
+		}
+	}
+	require.Equal(t, map[string]int{"": 2, "a": 1, "b": 1, "c": 1}, firstDomains)
+}
+
+func TestPacingFieldsAreValidated(t *testing.T) {
+	base := func() RolloutRequest { return request("a", "b") }
+	for _, tc := range []struct {
+		field string
+		edit  func(*RolloutRequest)
+	}{
+		{"maintenanceWindow.start", func(r *RolloutRequest) {
+			r.MaintenanceWindow = &MaintenanceWindow{Start: "25:00", Duration: "1h"}
+		}},
+		{"maintenanceWindow.duration", func(r *RolloutRequest) { r.MaintenanceWindow = &MaintenanceWindow{Start: "10:00"} }},
+		{"maintenanceWindow.days[1]", func(r *RolloutRequest) {
+			r.MaintenanceWindow = &MaintenanceWindow{Days: []string{"Mon", "Funday"}, Start: "10:00", Duration: "1h"}
+		}},
+		{"topology.maxPerDomain", func(r *RolloutRequest) { r.Topology = &Topology{Key: zoneKey} }},
+		{"topology.key", func(r *RolloutRequest) { r.Topology = &Topology{Key: "bad key!", MaxPerDomain: 1} }},
+		{"canary", func(r *RolloutRequest) { r.Canary = &Canary{Approval: true} }},
+		{"canary.nodes[0]", func(r *RolloutRequest) { r.Canary = &Canary{Nodes: []string{"c"}} }},
+		{"canary.soak", func(r *RolloutRequest) { r.Canary = &Canary{Nodes: []string{"a"}, Soak: "soon"} }},
+		{"order.by", func(r *RolloutRequest) { r.Order = &Order{By: "random"} }},
+		{"order.label", func(r *RolloutRequest) { r.Order = &Order{By: OrderByLabel} }},
+		{"order.label", func(r *RolloutRequest) { r.Order = &Order{By: OrderSpread} }},
+		{"maintenanceWindow.cron", func(r *RolloutRequest) {
+			r.MaintenanceWindow = &MaintenanceWindow{Cron: "every minute", Duration: "1h"}
+		}},
+	} {
+		req := base()
+		tc.edit(&req)
+		_, err := Validate(req)
+		require.Error(t, err, tc.field)
+		require.Contains(t, err.Error(), tc.field+":", tc.field)
+	}
+	req := base()
+	req.MaintenanceWindow = &MaintenanceWindow{Days: []string{"sat", "Sunday"}, Start: "22:00", Duration: "4h", TimeZone: "Europe/Berlin"}
+	req.Topology = &Topology{Key: zoneKey, MaxPerDomain: 1}
+	req.Canary = &Canary{Nodes: []string{"a"}, Soak: "10m", Approval: true}
+	req.Order = &Order{By: OrderSpread}
+	_, err := Validate(req)
+	require.NoError(t, err)
+
+	var decoded RolloutRequest
+	require.NoError(t, decoded.UnmarshalJSON([]byte(`{"name":"x","nodes":["a"],"jobTemplate":"t","topology":{"key":"k","maxPerDomian":1}}`)))
+	_, err = Validate(decoded)
+	require.ErrorContains(t, err, "topology.maxPerDomian")
+}
