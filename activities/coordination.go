@@ -83,7 +83,7 @@ func (c *Coordination) GoneHolders(ctx context.Context, holders []SlotHolder) ([
 // running describes one workflow run (the latest when runID is empty); a workflow Temporal
 // does not know is not running.
 func (c *Coordination) running(ctx context.Context, id, runID string) (bool, *commonpb.WorkflowExecution, error) {
-	d, err := c.Temporal.DescribeWorkflowExecution(ctx, id, runID)
+	d, err := c.Temporal.DescribeWorkflow(ctx, id, runID)
 	var notFound *serviceerror.NotFound
 	if errors.As(err, &notFound) {
 		return false, nil, nil
@@ -91,6 +91,6 @@ func (c *Coordination) running(ctx context.Context, id, runID string) (bool, *co
 	if err != nil {
 		return false, nil, fmt.Errorf("describing workflow %s: %w", id, err)
 	}
-	info := d.GetWorkflowExecutionInfo()
+	info := d.RawResponse.GetWorkflowExecutionInfo()
 	return info.GetStatus() == enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING, info.GetParentExecution(), nil
 }

@@ -11,11 +11,12 @@ import (
 	"go.temporal.io/api/serviceerror"
 	workflowpb "go.temporal.io/api/workflow/v1"
 	"go.temporal.io/api/workflowservice/v1"
+	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/mocks"
 )
 
-func described(status enumspb.WorkflowExecutionStatus, parent *commonpb.WorkflowExecution) *workflowservice.DescribeWorkflowExecutionResponse {
-	return &workflowservice.DescribeWorkflowExecutionResponse{WorkflowExecutionInfo: &workflowpb.WorkflowExecutionInfo{Status: status, ParentExecution: parent}}
+func described(status enumspb.WorkflowExecutionStatus, parent *commonpb.WorkflowExecution) *client.WorkflowExecutionDescription {
+	return &client.WorkflowExecutionDescription{RawResponse: &workflowservice.DescribeWorkflowExecutionResponse{WorkflowExecutionInfo: &workflowpb.WorkflowExecutionInfo{Status: status, ParentExecution: parent}}}
 }
 
 // A slot is gone only when its rollout run is closed and no node workflow of that run still
@@ -25,12 +26,12 @@ func TestGoneHoldersOnlyWhenRolloutAndItsNodeAreClosed(t *testing.T) {
 	running, closed := enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING, enumspb.WORKFLOW_EXECUTION_STATUS_TERMINATED
 	run1 := &commonpb.WorkflowExecution{WorkflowId: "rollout-a", RunId: "r1"}
 	other := &commonpb.WorkflowExecution{WorkflowId: "rollout-b", RunId: "r9"}
-	tc.On("DescribeWorkflowExecution", mock.Anything, "rollout-live", "r1").Return(described(running, nil), nil)
-	tc.On("DescribeWorkflowExecution", mock.Anything, "rollout-a", "r1").Return(described(closed, nil), nil)
-	tc.On("DescribeWorkflowExecution", mock.Anything, "node-draining", "").Return(described(running, run1), nil)
-	tc.On("DescribeWorkflowExecution", mock.Anything, "node-done", "").Return(described(enumspb.WORKFLOW_EXECUTION_STATUS_CANCELED, run1), nil)
-	tc.On("DescribeWorkflowExecution", mock.Anything, "node-taken-over", "").Return(described(running, other), nil)
-	tc.On("DescribeWorkflowExecution", mock.Anything, "node-never-started", "").Return(nil, serviceerror.NewNotFound("no such workflow"))
+	tc.On("DescribeWorkflow", mock.Anything, "rollout-live", "r1").Return(described(running, nil), nil)
+	tc.On("DescribeWorkflow", mock.Anything, "rollout-a", "r1").Return(described(closed, nil), nil)
+	tc.On("DescribeWorkflow", mock.Anything, "node-draining", "").Return(described(running, run1), nil)
+	tc.On("DescribeWorkflow", mock.Anything, "node-done", "").Return(described(enumspb.WORKFLOW_EXECUTION_STATUS_CANCELED, run1), nil)
+	tc.On("DescribeWorkflow", mock.Anything, "node-taken-over", "").Return(described(running, other), nil)
+	tc.On("DescribeWorkflow", mock.Anything, "node-never-started", "").Return(nil, serviceerror.NewNotFound("no such workflow"))
 	c := &Coordination{Temporal: tc}
 	held := []SlotHolder{
 		{Rollout: "rollout-live", RolloutRun: "r1", Node: "node-x"},

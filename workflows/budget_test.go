@@ -126,7 +126,7 @@ func (n *nodeTracker) run(ctx workflow.Context, in NodeRolloutInput) (NodeResult
 func budgetEnv(t *testing.T, budget int, took func(string) time.Duration) (*testsuite.TestWorkflowEnvironment, *nodeTracker) {
 	t.Helper()
 	ts := &testsuite.WorkflowTestSuite{}
-	env := ts.NewTestWorkflowEnvironment()
+	env := newTestEnv(ts)
 	a := &activities.Activities{}
 	co := &activities.Coordination{}
 	env.RegisterActivity(a)
@@ -222,7 +222,7 @@ func TestClusterSlotOfATerminatedRolloutIsReclaimed(t *testing.T) {
 // granting from them.
 func TestBudgetCoordinatorContinuesAsNewWithItsHolders(t *testing.T) {
 	ts := &testsuite.WorkflowTestSuite{}
-	env := ts.NewTestWorkflowEnvironment()
+	env := newTestEnv(ts)
 	env.RegisterWorkflowWithOptions(ClusterBudget, workflow.RegisterOptions{Name: ClusterBudgetWorkflow})
 	co := &activities.Coordination{}
 	env.RegisterActivity(co)
@@ -266,7 +266,7 @@ func TestBudgetCoordinatorContinuesAsNewWithItsHolders(t *testing.T) {
 	}
 
 	// The next run: one holder returns its slot, and the oldest waiting request gets it.
-	next := ts.NewTestWorkflowEnvironment()
+	next := newTestEnv(ts)
 	next.RegisterWorkflowWithOptions(ClusterBudget, workflow.RegisterOptions{Name: ClusterBudgetWorkflow})
 	next.RegisterActivity(co)
 	next.OnActivity(co.GoneHolders, mock.Anything, mock.Anything).Return(nil, nil).Maybe()
@@ -313,7 +313,7 @@ func TestClusterNamesQualifyOnlyWhenSet(t *testing.T) {
 // the nodes still waiting for one: every node it asked a slot for is given back.
 func TestAbortedRolloutReturnsEverySlotItAskedFor(t *testing.T) {
 	ts := &testsuite.WorkflowTestSuite{}
-	env := ts.NewTestWorkflowEnvironment()
+	env := newTestEnv(ts)
 	a := &activities.Activities{}
 	env.RegisterActivity(a)
 	Cluster{Name: budgetCluster.Name, Budget: 2}.Register(env)

@@ -52,7 +52,7 @@ func (f *fakeClusters) rollout(ctx workflow.Context, req RolloutRequest) (Rollou
 func fleetEnv(t *testing.T, fail ...string) (*testsuite.TestWorkflowEnvironment, *fakeClusters) {
 	t.Helper()
 	ts := &testsuite.WorkflowTestSuite{}
-	env := ts.NewTestWorkflowEnvironment()
+	env := newTestEnv(ts)
 	f := &fakeClusters{fail: map[string]bool{}, started: map[string]time.Time{}, signals: map[string][]string{}}
 	for _, c := range fail {
 		f.fail[c] = true

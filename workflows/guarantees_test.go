@@ -23,7 +23,7 @@ import (
 func nodeEnv(t *testing.T) (*testsuite.TestWorkflowEnvironment, *activities.Activities) {
 	t.Helper()
 	ts := &testsuite.WorkflowTestSuite{}
-	env := ts.NewTestWorkflowEnvironment()
+	env := newTestEnv(ts)
 	a := &activities.Activities{}
 	env.RegisterActivity(a)
 	env.RegisterWorkflow(NodeRollout)
@@ -172,7 +172,7 @@ func TestWaitingNodeDoesNotStartOnceTheBudgetIsSpent(t *testing.T) {
 func rolloutPairEnv(t *testing.T) *testsuite.TestWorkflowEnvironment {
 	t.Helper()
 	ts := &testsuite.WorkflowTestSuite{}
-	env := ts.NewTestWorkflowEnvironment()
+	env := newTestEnv(ts)
 	a := &activities.Activities{}
 	env.RegisterActivity(a)
 	env.RegisterWorkflow(Rollout)
@@ -267,7 +267,7 @@ func TestJobTemplateAsAJSONObjectIsAccepted(t *testing.T) {
 // not grow with the template, and the state carried across continue-as-new stays small.
 func TestHistoryCostDoesNotGrowWithTemplateOrFailures(t *testing.T) {
 	ts := &testsuite.WorkflowTestSuite{}
-	env := ts.NewTestWorkflowEnvironment()
+	env := newTestEnv(ts)
 	a := &activities.Activities{}
 	env.RegisterActivity(a)
 	env.RegisterWorkflow(Rollout)
@@ -373,7 +373,7 @@ func TestHandlersAnswerBeforeTheTemplateIsPrepared(t *testing.T) {
 // finish and are reported before the rollout fails.
 func TestListingFailureOnALaterPageDrainsAndReports(t *testing.T) {
 	ts := &testsuite.WorkflowTestSuite{}
-	env := ts.NewTestWorkflowEnvironment()
+	env := newTestEnv(ts)
 	a := &activities.Activities{}
 	env.RegisterActivity(a)
 	env.RegisterWorkflow(Rollout)

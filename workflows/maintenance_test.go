@@ -33,7 +33,7 @@ type maintenanceRun struct {
 
 func newMaintenanceRun(t *testing.T) *maintenanceRun {
 	var ts testsuite.WorkflowTestSuite
-	r := &maintenanceRun{env: ts.NewTestWorkflowEnvironment(), crashes: map[string]int{}, errs: map[string]error{}}
+	r := &maintenanceRun{env: newTestEnv(&ts), crashes: map[string]int{}, errs: map[string]error{}}
 	env, a := r.env, &activities.Activities{}
 	env.RegisterActivity(a)
 	env.SetTestTimeout(time.Minute)

@@ -28,7 +28,7 @@ type NodeSuite struct {
 func TestNodeSuite(t *testing.T) { suite.Run(t, new(NodeSuite)) }
 
 func (s *NodeSuite) SetupTest() {
-	s.env = s.NewTestWorkflowEnvironment()
+	s.env = newTestEnv(&s.WorkflowTestSuite)
 	s.a = &activities.Activities{}
 	s.env.RegisterActivity(s.a)
 }
@@ -111,7 +111,7 @@ func (s *NodeSuite) TestForeignObjectIsAFailureNotARetry() {
 // children over mocked activities) while Jobs run.
 func TestCancelDeletesRunningJobsAndStartsNoMore(t *testing.T) {
 	ts := &testsuite.WorkflowTestSuite{}
-	env := ts.NewTestWorkflowEnvironment()
+	env := newTestEnv(ts)
 	a := &activities.Activities{}
 	env.RegisterActivity(a)
 	var mu sync.Mutex

@@ -335,7 +335,7 @@ func TestMaxPerDomainAndOrderAcrossContinueAsNew(t *testing.T) {
 	var final RolloutResult
 	for run := 1; ; run++ {
 		require.LessOrEqual(t, run, 12)
-		env := ts.NewTestWorkflowEnvironment()
+		env := newTestEnv(ts)
 		a := &activities.Activities{}
 		env.RegisterActivity(a)
 		env.RegisterWorkflow(NodeRollout)

@@ -15,7 +15,7 @@ import (
 // The policy's maxParallelism, learnt at PrepareTemplate, also bounds setParallelism later.
 func TestSetParallelismStaysWithinThePolicy(t *testing.T) {
 	var ts testsuite.WorkflowTestSuite
-	env := ts.NewTestWorkflowEnvironment()
+	env := newTestEnv(&ts)
 	a := &activities.Activities{}
 	env.RegisterActivity(a)
 	env.RegisterWorkflow(NodeRollout)

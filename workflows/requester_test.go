@@ -17,7 +17,7 @@ import (
 // and the parallelism it judges.
 func TestRequesterAndPolicyInputsReachTheActivities(t *testing.T) {
 	var ts testsuite.WorkflowTestSuite
-	env := ts.NewTestWorkflowEnvironment()
+	env := newTestEnv(&ts)
 	a := &activities.Activities{}
 	env.RegisterActivity(a)
 	env.RegisterWorkflow(NodeRollout)

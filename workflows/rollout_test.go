@@ -61,7 +61,7 @@ type nodeRun struct {
 func TestRolloutSuite(t *testing.T) { suite.Run(t, new(RolloutSuite)) }
 
 func (s *RolloutSuite) SetupTest() {
-	s.env = s.NewTestWorkflowEnvironment()
+	s.env = newTestEnv(&s.WorkflowTestSuite)
 	s.a = &activities.Activities{}
 	s.env.RegisterActivity(s.a)
 	s.env.RegisterWorkflow(Rollout)
@@ -422,7 +422,7 @@ func TestContinueAsNewCarriesCursorCountersAndFailures(t *testing.T) {
 	for {
 		runs++
 		require.LessOrEqual(t, runs, 10, "the rollout should end within a few runs")
-		env := ts.NewTestWorkflowEnvironment()
+		env := newTestEnv(ts)
 		a := &activities.Activities{}
 		env.RegisterActivity(a)
 		env.RegisterWorkflow(NodeRollout)

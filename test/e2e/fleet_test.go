@@ -60,9 +60,9 @@ func TestClusterBudgetHoldsAcrossOverlappingRollouts(t *testing.T) {
 			start, end := j.Status.StartTime.Time, j.Status.CompletionTime.Time
 			jobsTiesOverlap = append(jobsTiesOverlap, interval{start, end.Add(time.Second - time.Nanosecond)})
 			jobsTiesApart = append(jobsTiesApart, interval{start, end})
-			d, err := stack.Temporal.DescribeWorkflowExecution(context.Background(), cluster.NodeWorkflowID(node), "")
+			d, err := stack.Temporal.DescribeWorkflow(context.Background(), cluster.NodeWorkflowID(node), "")
 			require.NoError(t, err)
-			info := d.GetWorkflowExecutionInfo()
+			info := d.RawResponse.GetWorkflowExecutionInfo()
 			nodeRuns = append(nodeRuns, interval{info.GetStartTime().AsTime(), info.GetCloseTime().AsTime()})
 		}
 	}
@@ -115,9 +115,9 @@ func TestFleetRolloutOverTwoClusters(t *testing.T) {
 	}
 	// Both clusters' node workflows exist under their own IDs, so they never collide.
 	for _, c := range []workflows.Cluster{staging, prod} {
-		d, err := stack.Temporal.DescribeWorkflowExecution(context.Background(), c.NodeWorkflowID(f.Nodes[0]), "")
+		d, err := stack.Temporal.DescribeWorkflow(context.Background(), c.NodeWorkflowID(f.Nodes[0]), "")
 		require.NoError(t, err)
-		require.Equal(t, workflows.ClusterTaskQueue(workflows.TaskQueue, c.Name), d.GetExecutionConfig().GetTaskQueue().GetName())
+		require.Equal(t, workflows.ClusterTaskQueue(workflows.TaskQueue, c.Name), d.RawResponse.GetExecutionConfig().GetTaskQueue().GetName())
 	}
 	// Each cluster ran exactly one Job on each of its own nodes, and the staging wave ended
 	// before the prod wave's first Job was made.
