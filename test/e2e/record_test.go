@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -51,6 +52,7 @@ func TestRecordReplayFixtures(t *testing.T) {
 		t.Run("pause-resume-set-parallelism", func(t *testing.T) { t.Parallel(); recordSteered(t, rec) })
 		t.Run("abort", func(t *testing.T) { t.Parallel(); recordAbort(t, rec) })
 		t.Run("busy-node", func(t *testing.T) { t.Parallel(); recordBusyNode(t, rec) })
+		t.Run("paced-maintained", func(t *testing.T) { t.Parallel(); recordPacedMaintained(t, rec) })
 	})
 	require.NotEmpty(t, rec.files)
 	for _, file := range rec.files {
@@ -152,6 +154,41 @@ func recordBusyNode(t *testing.T, rec *recorder) {
 	require.Equal(t, 3, res.Counts.Succeeded)
 	rec.write(t, "rollout-busy-node-holder.json", rec.closed(t, runFirst.GetID(), runFirst.GetRunID(), enums.WORKFLOW_EXECUTION_STATUS_COMPLETED))
 	rec.write(t, "rollout-busy-node-waits.json", rec.closed(t, runSecond.GetID(), runSecond.GetRunID(), enums.WORKFLOW_EXECUTION_STATUS_COMPLETED))
+}
+
+// recordPacedMaintained: a canary approved by the update, one node per zone at a time in spread
+// order, and each node cordoned, drained, soaked and uncordoned around its Job.
+func recordPacedMaintained(t *testing.T, rec *recorder) {
+	const zone = "topology.kubernetes.io/zone"
+	f := NewFleet(t, 0)
+	f.AddNodes(t, 2, map[string]string{zone: "a"})
+	f.AddNodes(t, 2, map[string]string{zone: "b"})
+	req := f.Request("fixture-paced", time.Second)
+	req.Parallelism = 2
+	req.Topology = &workflows.Topology{Key: zone, MaxPerDomain: 1}
+	req.Order = &workflows.Order{By: "spread"}
+	req.Canary = &workflows.Canary{Nodes: []string{f.Nodes[0]}, Approval: true}
+	req.Maintenance = &workflows.Maintenance{Drain: &workflows.Drain{Timeout: "30s"}, Soak: "1s"}
+	run := Start(t, req)
+	ctx := context.Background()
+	waitFor(t, 90*time.Second, "the canary done and the rollout waiting for approval", func() bool {
+		st, err := status(run.GetID())
+		return err == nil && st.Counts.Succeeded == 1 && strings.Contains(st.Phase, "approval")
+	})
+	handle, err := stack.Temporal.UpdateWorkflow(ctx, client.UpdateWorkflowOptions{
+		WorkflowID:   run.GetID(),
+		UpdateName:   workflows.UpdateApprove,
+		Args:         []any{workflows.ApproveRequest{Note: "fixture"}},
+		WaitForStage: client.WorkflowUpdateStageCompleted,
+	})
+	require.NoError(t, err)
+	require.NoError(t, handle.Get(ctx, nil))
+	res := Succeeded(t, run)
+	require.Equal(t, 4, res.Counts.Succeeded)
+	h := rec.closed(t, run.GetID(), run.GetRunID(), enums.WORKFLOW_EXECUTION_STATUS_COMPLETED)
+	rec.write(t, "rollout-canary-approved.json", h)
+	child := childrenOf(h)[0]
+	rec.write(t, "node-maintained.json", rec.closed(t, child.GetWorkflowId(), child.GetRunId(), enums.WORKFLOW_EXECUTION_STATUS_COMPLETED))
 }
 
 // recorder fetches closed workflows' histories and writes them as the JSON the replayer reads.
