@@ -36,6 +36,7 @@ func rolloutEnv(t *testing.T) (*testsuite.TestWorkflowEnvironment, *activities.A
 	t.Helper()
 	env, a := nodeEnv(t)
 	env.RegisterWorkflow(Rollout)
+	jobsOutlastTheWatch(env)
 	env.OnActivity(a.PrepareTemplate, mock.Anything, mock.Anything).Return(activities.PreparedTemplate{Hash: "h"}, nil).Maybe()
 	env.OnActivity(a.ListNodes, mock.Anything, mock.Anything).Return(func(_ context.Context, in activities.ListNodesInput) (activities.ListNodesResult, error) {
 		return activities.ListNodesResult{Nodes: in.Names, Total: len(in.Names)}, nil
@@ -177,6 +178,7 @@ func rolloutPairEnv(t *testing.T) *testsuite.TestWorkflowEnvironment {
 	env.RegisterActivity(a)
 	env.RegisterWorkflow(Rollout)
 	env.RegisterWorkflow(NodeRollout)
+	jobsOutlastTheWatch(env)
 	env.RegisterWorkflowWithOptions(bothRollouts, workflow.RegisterOptions{Name: "both"})
 	env.OnActivity(a.PrepareTemplate, mock.Anything, mock.Anything).Return(activities.PreparedTemplate{Hash: "h"}, nil)
 	env.OnActivity(a.ListNodes, mock.Anything, mock.Anything).Return(func(_ context.Context, in activities.ListNodesInput) (activities.ListNodesResult, error) {
@@ -249,6 +251,7 @@ func TestCallerCannotSetInternalStateAndUnknownFieldsAreNamed(t *testing.T) {
 	// was continued as new.
 	env, a := nodeEnv(t)
 	env.RegisterWorkflow(Rollout)
+	jobsOutlastTheWatch(env)
 	env.ExecuteWorkflow(RolloutWorkflow, request("a"), &Progress{TemplateHash: "h", Template: "hidden", Parallelism: 1})
 	requireInvalid(t, env.GetWorkflowError(), "progress")
 	_ = a
@@ -272,6 +275,7 @@ func TestHistoryCostDoesNotGrowWithTemplateOrFailures(t *testing.T) {
 	env.RegisterActivity(a)
 	env.RegisterWorkflow(Rollout)
 	env.RegisterWorkflow(NodeRollout)
+	jobsOutlastTheWatch(env)
 	const fleet = 2 * MaxReportedFailures
 	big := sampleTemplate + "# " + strings.Repeat("x", 256*1024-len(sampleTemplate)-3) + "\n"
 	env.OnActivity(a.PrepareTemplate, mock.Anything, mock.Anything).Return(func(_ context.Context, in activities.PrepareTemplateInput) (activities.PreparedTemplate, error) {
@@ -341,6 +345,7 @@ func TestPauseAtTheMomentOfContinueAsNewIsKept(t *testing.T) {
 func TestHandlersAnswerBeforeTheTemplateIsPrepared(t *testing.T) {
 	env, a := nodeEnv(t)
 	env.RegisterWorkflow(Rollout)
+	jobsOutlastTheWatch(env)
 	env.OnActivity(a.PrepareTemplate, mock.Anything, mock.Anything).After(10*time.Minute).Return(activities.PreparedTemplate{Hash: "h"}, nil)
 	env.OnActivity(a.ListNodes, mock.Anything, mock.Anything).Return(func(_ context.Context, in activities.ListNodesInput) (activities.ListNodesResult, error) {
 		return activities.ListNodesResult{Nodes: in.Names, Total: len(in.Names)}, nil
@@ -378,6 +383,7 @@ func TestListingFailureOnALaterPageDrainsAndReports(t *testing.T) {
 	env.RegisterActivity(a)
 	env.RegisterWorkflow(Rollout)
 	env.RegisterWorkflow(NodeRollout)
+	jobsOutlastTheWatch(env)
 	env.OnActivity(a.PrepareTemplate, mock.Anything, mock.Anything).Return(activities.PreparedTemplate{Hash: "h"}, nil)
 	env.OnActivity(a.ListNodes, mock.Anything, mock.Anything).Return(func(_ context.Context, in activities.ListNodesInput) (activities.ListNodesResult, error) {
 		if in.After == "" {

@@ -142,6 +142,7 @@ func TestCancelDeletesRunningJobsAndStartsNoMore(t *testing.T) {
 	})
 	env.RegisterWorkflow(Rollout)
 	env.RegisterWorkflow(NodeRollout)
+	jobsOutlastTheWatch(env)
 	req := request(nodeNames(10)...)
 	req.Parallelism = 3
 	var before map[string]bool

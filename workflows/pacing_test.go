@@ -339,6 +339,7 @@ func TestMaxPerDomainAndOrderAcrossContinueAsNew(t *testing.T) {
 		a := &activities.Activities{}
 		env.RegisterActivity(a)
 		env.RegisterWorkflow(NodeRollout)
+		jobsOutlastTheWatch(env)
 		fleet := &RolloutSuite{fleet: names, done: map[string]bool{}}
 		fleet.labelledFleet(labels)
 		env.OnActivity(a.ListNodes, mock.Anything, mock.Anything).Return(fleet.listFn)

@@ -495,6 +495,9 @@ func (r *rollout) runNode(ctx workflow.Context, node string) (result NodeResult,
 		Requester:         r.requester,
 		Maintenance:       nodeMaintenance(r.req.Maintenance),
 	}
+	if r.guarantees && in.Maintenance == nil {
+		in.WatchSeconds = nodeWatchSeconds
+	}
 	backoff, recheck := busyNodeBackoff, busyNodeRecheck
 	for {
 		if err := r.slots.acquire(ctx, node, func() { r.showProgress(ctx) }); err != nil {

@@ -66,6 +66,7 @@ func (s *RolloutSuite) SetupTest() {
 	s.env.RegisterActivity(s.a)
 	s.env.RegisterWorkflow(Rollout)
 	s.env.RegisterWorkflow(NodeRollout)
+	jobsOutlastTheWatch(s.env)
 	s.fleet, s.done, s.runs, s.live, s.peak = nil, map[string]bool{}, nil, 0, 0
 	s.jobFn = s.succeedAfter(time.Minute)
 	s.prepareErr = nil
@@ -426,6 +427,7 @@ func TestContinueAsNewCarriesCursorCountersAndFailures(t *testing.T) {
 		a := &activities.Activities{}
 		env.RegisterActivity(a)
 		env.RegisterWorkflow(NodeRollout)
+		jobsOutlastTheWatch(env)
 		fleet := &RolloutSuite{fleet: nodeNames(n), done: map[string]bool{}}
 		env.OnActivity(a.ListNodes, mock.Anything, mock.Anything).Return(fleet.listNodes)
 		env.OnActivity(a.PrepareTemplate, mock.Anything, mock.Anything).Return(activities.PreparedTemplate{Template: sampleTemplate, Hash: "h"}, nil).Maybe()
