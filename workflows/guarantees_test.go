@@ -27,6 +27,7 @@ func nodeEnv(t *testing.T) (*testsuite.TestWorkflowEnvironment, *activities.Acti
 	a := &activities.Activities{}
 	env.RegisterActivity(a)
 	env.RegisterWorkflow(NodeRollout)
+	env.RegisterWorkflow(NodeRolloutV2)
 	return env, a
 }
 
@@ -145,7 +146,7 @@ func TestWaitingNodeDoesNotStartOnceTheBudgetIsSpent(t *testing.T) {
 	env := rolloutPairEnv(t)
 	var mu sync.Mutex
 	starts := map[string][]string{}
-	env.OnWorkflow(NodeRollout, mock.Anything, mock.Anything).Return(func(ctx workflow.Context, in NodeRolloutInput) (NodeResult, error) {
+	env.OnWorkflow(NodeRolloutV2, mock.Anything, mock.Anything).Return(func(ctx workflow.Context, in NodeRolloutInput) (NodeResult, error) {
 		mu.Lock()
 		starts[in.Node] = append(starts[in.Node], in.Rollout)
 		mu.Unlock()
@@ -178,6 +179,7 @@ func rolloutPairEnv(t *testing.T) *testsuite.TestWorkflowEnvironment {
 	env.RegisterActivity(a)
 	env.RegisterWorkflow(Rollout)
 	env.RegisterWorkflow(NodeRollout)
+	env.RegisterWorkflow(NodeRolloutV2)
 	jobsOutlastTheWatch(env)
 	env.RegisterWorkflowWithOptions(bothRollouts, workflow.RegisterOptions{Name: "both"})
 	env.OnActivity(a.PrepareTemplate, mock.Anything, mock.Anything).Return(activities.PreparedTemplate{Hash: "h"}, nil)
@@ -275,6 +277,7 @@ func TestHistoryCostDoesNotGrowWithTemplateOrFailures(t *testing.T) {
 	env.RegisterActivity(a)
 	env.RegisterWorkflow(Rollout)
 	env.RegisterWorkflow(NodeRollout)
+	env.RegisterWorkflow(NodeRolloutV2)
 	jobsOutlastTheWatch(env)
 	const fleet = 2 * MaxReportedFailures
 	big := sampleTemplate + "# " + strings.Repeat("x", 256*1024-len(sampleTemplate)-3) + "\n"
@@ -290,7 +293,7 @@ func TestHistoryCostDoesNotGrowWithTemplateOrFailures(t *testing.T) {
 	})
 	largest := 0
 	var mu sync.Mutex
-	env.OnWorkflow(NodeRollout, mock.Anything, mock.Anything).Return(func(ctx workflow.Context, in NodeRolloutInput) (NodeResult, error) {
+	env.OnWorkflow(NodeRolloutV2, mock.Anything, mock.Anything).Return(func(ctx workflow.Context, in NodeRolloutInput) (NodeResult, error) {
 		b, _ := json.Marshal(in)
 		mu.Lock()
 		largest = max(largest, len(b))
@@ -322,7 +325,7 @@ func TestHistoryCostDoesNotGrowWithTemplateOrFailures(t *testing.T) {
 // carried into the next run, not lost.
 func TestPauseAtTheMomentOfContinueAsNewIsKept(t *testing.T) {
 	env, _ := rolloutEnv(t)
-	env.OnWorkflow(NodeRollout, mock.Anything, mock.Anything).Return(func(ctx workflow.Context, in NodeRolloutInput) (NodeResult, error) {
+	env.OnWorkflow(NodeRolloutV2, mock.Anything, mock.Anything).Return(func(ctx workflow.Context, in NodeRolloutInput) (NodeResult, error) {
 		if err := workflow.Sleep(ctx, time.Minute); err != nil {
 			return NodeResult{}, err
 		}
@@ -350,7 +353,7 @@ func TestHandlersAnswerBeforeTheTemplateIsPrepared(t *testing.T) {
 	env.OnActivity(a.ListNodes, mock.Anything, mock.Anything).Return(func(_ context.Context, in activities.ListNodesInput) (activities.ListNodesResult, error) {
 		return activities.ListNodesResult{Nodes: in.Names, Total: len(in.Names)}, nil
 	})
-	env.OnWorkflow(NodeRollout, mock.Anything, mock.Anything).Return(NodeResult{Outcome: activities.OutcomeSucceeded}, nil)
+	env.OnWorkflow(NodeRolloutV2, mock.Anything, mock.Anything).Return(NodeResult{Outcome: activities.OutcomeSucceeded}, nil)
 	var st RolloutStatus
 	var queryErr, updateErr error
 	env.RegisterDelayedCallback(func() {
@@ -383,6 +386,7 @@ func TestListingFailureOnALaterPageDrainsAndReports(t *testing.T) {
 	env.RegisterActivity(a)
 	env.RegisterWorkflow(Rollout)
 	env.RegisterWorkflow(NodeRollout)
+	env.RegisterWorkflow(NodeRolloutV2)
 	jobsOutlastTheWatch(env)
 	env.OnActivity(a.PrepareTemplate, mock.Anything, mock.Anything).Return(activities.PreparedTemplate{Hash: "h"}, nil)
 	env.OnActivity(a.ListNodes, mock.Anything, mock.Anything).Return(func(_ context.Context, in activities.ListNodesInput) (activities.ListNodesResult, error) {
@@ -392,7 +396,7 @@ func TestListingFailureOnALaterPageDrainsAndReports(t *testing.T) {
 		return activities.ListNodesResult{}, temporal.NewNonRetryableApplicationError("nodes is forbidden", activities.ErrForbidden, nil)
 	})
 	finished := 0
-	env.OnWorkflow(NodeRollout, mock.Anything, mock.Anything).Return(func(ctx workflow.Context, in NodeRolloutInput) (NodeResult, error) {
+	env.OnWorkflow(NodeRolloutV2, mock.Anything, mock.Anything).Return(func(ctx workflow.Context, in NodeRolloutInput) (NodeResult, error) {
 		if err := workflow.Sleep(ctx, time.Hour); err != nil {
 			return NodeResult{}, err
 		}

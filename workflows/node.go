@@ -28,7 +28,7 @@ type NodeRolloutInput struct {
 	// Maintenance is the request's maintenance section, nil when it has none.
 	Maintenance *NodeMaintenance `json:"maintenance,omitempty"`
 	// WatchSeconds, when set, is how long the node first watches its Job from a local activity
-	// in its first workflow task (see nodeWatchSeconds). Parents from before it leave it zero.
+	// in its first workflow task (see nodeWatchSeconds). Only NodeRolloutV2 nodes have it.
 	WatchSeconds int64 `json:"watchSeconds,omitempty"`
 }
 
@@ -38,12 +38,23 @@ type NodeRolloutInput struct {
 // succeed fails this workflow with ErrNodeFailed and the NodeResult as details, so the UI shows
 // it red. Rollouts that found the node busy are told when it ends.
 func NodeRollout(ctx workflow.Context, in NodeRolloutInput) (NodeResult, error) {
-	// An input with WatchSeconds is from after versionFieldGuarantees by itself: no history
-	// recorded before the field existed has it. Such a child records no version marker, which
-	// would cost each node a marker, a search-attribute upsert and a visibility update.
-	if in.WatchSeconds == 0 && workflow.GetVersion(ctx, versionFieldGuarantees, workflow.DefaultVersion, 1) == workflow.DefaultVersion {
+	if workflow.GetVersion(ctx, versionFieldGuarantees, workflow.DefaultVersion, 1) == workflow.DefaultVersion {
 		return nodeRolloutBeforeGuarantees(ctx, in)
 	}
+	return runNode(ctx, in)
+}
+
+// NodeRolloutV2 is NodeRollout as parents from versionNodeV2 on start it. Its own type stands
+// in for the version marker, which would cost every node a marker, a search-attribute upsert
+// and a visibility update; and a worker from before it, which cannot run it, fails its
+// workflow task instead of running old code on a new node, so the task goes to a newer worker
+// during a rolling update.
+func NodeRolloutV2(ctx workflow.Context, in NodeRolloutInput) (NodeResult, error) {
+	return runNode(ctx, in)
+}
+
+// runNode is a node's rollout from versionFieldGuarantees on.
+func runNode(ctx workflow.Context, in NodeRolloutInput) (NodeResult, error) {
 	waiters := workflow.GetSignalChannel(ctx, SignalNotifyWhenFree)
 	n := nodeSteps{in: in}
 	result, err := n.run(ctx)

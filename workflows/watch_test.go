@@ -35,7 +35,7 @@ func TestShortJobEndsWithinTheWatchWithoutWaitJob(t *testing.T) {
 	env.OnActivity(a.FinalizeJob, mock.Anything, mock.MatchedBy(func(in activities.FinalizeInput) bool {
 		return in.Job != nil && in.Job.UID == "u1" && in.End.Outcome == activities.OutcomeSucceeded
 	})).Return(activities.FinalizeResult{}, nil).Once()
-	env.ExecuteWorkflow(NodeRollout, watchedInput())
+	env.ExecuteWorkflow(NodeRolloutV2, watchedInput())
 	require.NoError(t, env.GetWorkflowError())
 	env.AssertExpectations(t)
 }
@@ -49,7 +49,7 @@ func TestJobThatOutlastsTheWatchIsLeftToWaitJob(t *testing.T) {
 	env.OnActivity(a.FinalizeJob, mock.Anything, mock.MatchedBy(func(in activities.FinalizeInput) bool {
 		return in.End.Outcome == activities.OutcomeFailed
 	})).Return(activities.FinalizeResult{}, nil).Once()
-	env.ExecuteWorkflow(NodeRollout, watchedInput())
+	env.ExecuteWorkflow(NodeRolloutV2, watchedInput())
 	var appErr *temporal.ApplicationError
 	require.ErrorAs(t, env.GetWorkflowError(), &appErr)
 	require.Equal(t, ErrNodeFailed, appErr.Type())
@@ -73,7 +73,7 @@ func TestAbortDuringTheWatchDeletesTheJob(t *testing.T) {
 		deleted = append(deleted, j.Name)
 		return nil
 	})
-	env.ExecuteWorkflow(NodeRollout, watchedInput())
+	env.ExecuteWorkflow(NodeRolloutV2, watchedInput())
 	var canceled *temporal.CanceledError
 	require.ErrorAs(t, env.GetWorkflowError(), &canceled)
 	var r NodeResult
@@ -96,7 +96,7 @@ func TestWatchRefusedDeletesTheJob(t *testing.T) {
 		return nil
 	})
 	env.OnActivity(a.FinalizeJob, mock.Anything, mock.Anything).Return(activities.FinalizeResult{}, nil).Once()
-	env.ExecuteWorkflow(NodeRollout, watchedInput())
+	env.ExecuteWorkflow(NodeRolloutV2, watchedInput())
 	require.Error(t, env.GetWorkflowError())
 	require.Equal(t, 1, deleted)
 }
@@ -106,7 +106,7 @@ func TestParentSetsTheWatchOnPlainNodesOnly(t *testing.T) {
 	for _, maintained := range []bool{false, true} {
 		env, _ := rolloutEnv(t)
 		var got []NodeRolloutInput
-		env.OnWorkflow(NodeRollout, mock.Anything, mock.Anything).Return(func(_ workflow.Context, in NodeRolloutInput) (NodeResult, error) {
+		env.OnWorkflow(NodeRolloutV2, mock.Anything, mock.Anything).Return(func(_ workflow.Context, in NodeRolloutInput) (NodeResult, error) {
 			got = append(got, in)
 			return NodeResult{Node: in.Node, Outcome: activities.OutcomeSucceeded}, nil
 		})
