@@ -186,6 +186,29 @@ const (
 // the finalizer patch was refused); retryable errors that outlast the retry policy also leave
 // the Job as it was.
 func (a *Activities) WaitJob(ctx context.Context, in WaitJobInput) (JobEnd, error) {
+	return a.waitJob(ctx, in, nil)
+}
+
+// WatchJob is WaitJob for at most in.ForSeconds: it returns the Job's end when the Job ends
+// within that time, and Running otherwise, leaving the rest of the wait to WaitJob. Run as a
+// local activity in the node's first workflow task it lets a short Job cost its node one
+// workflow task instead of two plus an activity. On its way to an end it may delete the Job
+// (deadline, Node gone, stuck termination) and wait for its Pods, however long that takes.
+func (a *Activities) WatchJob(ctx context.Context, in WatchJobInput) (JobWatch, error) {
+	stop := time.NewTimer(time.Duration(in.ForSeconds) * time.Second)
+	defer stop.Stop()
+	end, err := a.waitJob(ctx, in.WaitJobInput, stop.C)
+	if errors.Is(err, errStillRunning) {
+		return JobWatch{Running: true}, nil
+	}
+	return JobWatch{End: end}, err
+}
+
+// errStillRunning is how waitJob says that stop came before the Job's end.
+var errStillRunning = errors.New("the Job is still running")
+
+// waitJob is WaitJob's loop; a tick on stop before the Job has ended returns errStillRunning.
+func (a *Activities) waitJob(ctx context.Context, in WaitJobInput, stop <-chan time.Time) (JobEnd, error) {
 	if a.Jobs == nil || !a.Jobs.Synced() {
 		// Without a synced cache every Job would look deleted.
 		return JobEnd{}, errors.New("activities: the Job informer is not running; start Activities.Jobs before the worker")
@@ -276,6 +299,8 @@ func (a *Activities) WaitJob(ctx context.Context, in WaitJobInput) (JobEnd, erro
 		select {
 		case <-ctx.Done():
 			return JobEnd{}, ctx.Err()
+		case <-stop:
+			return JobEnd{}, errStillRunning
 		case <-sub.Changed():
 			w.confirmed = false
 		case <-heartbeat.C:

@@ -181,6 +181,18 @@ type WaitJobInput struct {
 	TimeoutSeconds int64 `json:"timeoutSeconds"`
 }
 
+// WatchJobInput asks to wait as WaitJob does, for at most ForSeconds.
+type WatchJobInput struct {
+	WaitJobInput
+	ForSeconds int64 `json:"forSeconds"`
+}
+
+// JobWatch is what WatchJob saw: the Job's end, or Running when it had not ended in time.
+type JobWatch struct {
+	Running bool   `json:"running,omitempty"`
+	End     JobEnd `json:"end"`
+}
+
 // JobEnd is how a Job ended, as WaitJob saw it.
 type JobEnd struct {
 	Outcome    Outcome   `json:"outcome"`

@@ -115,10 +115,11 @@ func parseFlags(args []string) (config, error) {
 	fs.StringVar(&c.temporalMetrics, "temporal-metrics", "127.0.0.1:7244", "the Temporal server's Prometheus endpoint (host:port)")
 	fs.StringVar(&c.stateDir, "state-dir", os.Getenv("NODEROLLOUT_STATE"), "the stack's state directory (pids, logs)")
 	fs.IntVar(&c.gateNodes, "gate-nodes", 1000, "fleet size at which noderollout's makespan is held against the baseline's")
-	// Against the fair baseline (same Kubernetes calls) the median of three ABBA runs at 1,000
-	// nodes measured 1.81x (1.42-1.90x) on a machine with load average 9-14; the gate is a
-	// smoke bound with a fifth of margin over the worst run.
-	fs.Float64Var(&c.gateRatio, "gate-ratio", 2.3, "fail when noderollout's makespan exceeds this multiple of the baseline's at --gate-nodes")
+	// Against the fair baseline (same Kubernetes calls) runs at 1,000 nodes on a quiet 2-core
+	// machine measured 1.11-1.25x, and 1.51x for the slowest (the first run on a new stack,
+	// with the code from before the per-node cost was cut); the gate is a smoke bound with a
+	// fifth of margin over that.
+	fs.Float64Var(&c.gateRatio, "gate-ratio", 1.8, "fail when noderollout's makespan exceeds this multiple of the baseline's at --gate-nodes")
 	fs.StringVar(&c.rewrite, "rewrite", "", "only rewrite the report files in --out from this results.json of an earlier run")
 	fs.IntVar(&c.canAfter, "continue-as-new-after", 0, "the rollout's continueAsNewAfter; 0: its default")
 	fs.IntVar(&c.historyWorkers, "history-workers", 16, "child histories read at once")

@@ -3,7 +3,7 @@
 # stack when it is not up and stops it again at the end; a stack that was up is left running.
 #   dev/bench.sh full    100, 1,000 and 10,000 nodes; results into bench/results/ (committed)
 #   dev/bench.sh quick   100 and 1,000 nodes; results into $STATE_DIR/bench-quick/. Exits 1 if
-#                        noderollout's median makespan at 1,000 nodes exceeds 2.3x the baseline's or
+#                        noderollout's median makespan at 1,000 nodes exceeds 1.8x the baseline's or
 #                        any node is lost.
 # Extra arguments go to the bench program (cd bench && go run . --help), e.g. --sizes 100,500.
 set -euo pipefail

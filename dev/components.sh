@@ -2,6 +2,22 @@
 # Sourced by up.sh, start-component.sh and status.sh after lib.sh.
 # shellcheck shell=bash
 
+# The dev server's dynamic config set back to what a production deployment runs, where the dev
+# server's own defaults differ (each measured in bench/results/NOTES.md):
+# - start-dev forces a search-attribute cache refresh on every read (so that a new attribute is
+#   seen at once in a demo); production caches them.
+# - A task queue with one worker gets one partition: with the default four, the worker's
+#   pollers and the tasks meet on different partitions and tasks wait to be forwarded.
+# - A workflow that starts many children is one hot lock: the history service's own tasks
+#   (start a child, record its end) wait for it up to this long instead of the default 500 ms,
+#   after which they are refused as "busy" and retried with back-off.
+TEMPORAL_PRODUCTION_CONFIG=(
+  --dynamic-config-value system.forceSearchAttributesCacheRefreshOnRead=false
+  --dynamic-config-value matching.numTaskqueueReadPartitions=1
+  --dynamic-config-value matching.numTaskqueueWritePartitions=1
+  --dynamic-config-value 'history.cacheNonUserContextLockTimeout="5s"'
+)
+
 # component_command NAME sets CMD to the command line that runs the component.
 component_command() {
   local stages=$DEV_DIR/kwok
@@ -18,6 +34,7 @@ component_command() {
         --sqlite-pragma journal_mode=wal --sqlite-pragma synchronous=off
         --sqlite-pragma cache_size=-262144 --sqlite-pragma mmap_size=1073741824
         --dynamic-config-value system.enableActivityEagerExecution=true
+        "${TEMPORAL_PRODUCTION_CONFIG[@]}"
         --search-attribute RolloutName=Keyword --search-attribute RolloutRequester=Keyword
         --log-level warn) ;;
     etcd)

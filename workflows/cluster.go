@@ -61,5 +61,6 @@ func (c Cluster) Rollout(ctx workflow.Context, req RolloutRequest, carried *Prog
 func (c Cluster) Register(w worker.Registry) {
 	w.RegisterWorkflowWithOptions(c.Rollout, workflow.RegisterOptions{Name: RolloutWorkflow})
 	w.RegisterWorkflow(NodeRollout)
+	w.RegisterWorkflow(NodeRolloutV2)
 	w.RegisterWorkflowWithOptions(ClusterBudget, workflow.RegisterOptions{Name: ClusterBudgetWorkflow})
 }

@@ -27,6 +27,7 @@ func nodeEnv(t *testing.T) (*testsuite.TestWorkflowEnvironment, *activities.Acti
 	a := &activities.Activities{}
 	env.RegisterActivity(a)
 	env.RegisterWorkflow(NodeRollout)
+	env.RegisterWorkflow(NodeRolloutV2)
 	return env, a
 }
 
@@ -36,6 +37,7 @@ func rolloutEnv(t *testing.T) (*testsuite.TestWorkflowEnvironment, *activities.A
 	t.Helper()
 	env, a := nodeEnv(t)
 	env.RegisterWorkflow(Rollout)
+	jobsOutlastTheWatch(env)
 	env.OnActivity(a.PrepareTemplate, mock.Anything, mock.Anything).Return(activities.PreparedTemplate{Hash: "h"}, nil).Maybe()
 	env.OnActivity(a.ListNodes, mock.Anything, mock.Anything).Return(func(_ context.Context, in activities.ListNodesInput) (activities.ListNodesResult, error) {
 		return activities.ListNodesResult{Nodes: in.Names, Total: len(in.Names)}, nil
@@ -144,7 +146,7 @@ func TestWaitingNodeDoesNotStartOnceTheBudgetIsSpent(t *testing.T) {
 	env := rolloutPairEnv(t)
 	var mu sync.Mutex
 	starts := map[string][]string{}
-	env.OnWorkflow(NodeRollout, mock.Anything, mock.Anything).Return(func(ctx workflow.Context, in NodeRolloutInput) (NodeResult, error) {
+	env.OnWorkflow(NodeRolloutV2, mock.Anything, mock.Anything).Return(func(ctx workflow.Context, in NodeRolloutInput) (NodeResult, error) {
 		mu.Lock()
 		starts[in.Node] = append(starts[in.Node], in.Rollout)
 		mu.Unlock()
@@ -177,6 +179,8 @@ func rolloutPairEnv(t *testing.T) *testsuite.TestWorkflowEnvironment {
 	env.RegisterActivity(a)
 	env.RegisterWorkflow(Rollout)
 	env.RegisterWorkflow(NodeRollout)
+	env.RegisterWorkflow(NodeRolloutV2)
+	jobsOutlastTheWatch(env)
 	env.RegisterWorkflowWithOptions(bothRollouts, workflow.RegisterOptions{Name: "both"})
 	env.OnActivity(a.PrepareTemplate, mock.Anything, mock.Anything).Return(activities.PreparedTemplate{Hash: "h"}, nil)
 	env.OnActivity(a.ListNodes, mock.Anything, mock.Anything).Return(func(_ context.Context, in activities.ListNodesInput) (activities.ListNodesResult, error) {
@@ -249,6 +253,7 @@ func TestCallerCannotSetInternalStateAndUnknownFieldsAreNamed(t *testing.T) {
 	// was continued as new.
 	env, a := nodeEnv(t)
 	env.RegisterWorkflow(Rollout)
+	jobsOutlastTheWatch(env)
 	env.ExecuteWorkflow(RolloutWorkflow, request("a"), &Progress{TemplateHash: "h", Template: "hidden", Parallelism: 1})
 	requireInvalid(t, env.GetWorkflowError(), "progress")
 	_ = a
@@ -272,6 +277,8 @@ func TestHistoryCostDoesNotGrowWithTemplateOrFailures(t *testing.T) {
 	env.RegisterActivity(a)
 	env.RegisterWorkflow(Rollout)
 	env.RegisterWorkflow(NodeRollout)
+	env.RegisterWorkflow(NodeRolloutV2)
+	jobsOutlastTheWatch(env)
 	const fleet = 2 * MaxReportedFailures
 	big := sampleTemplate + "# " + strings.Repeat("x", 256*1024-len(sampleTemplate)-3) + "\n"
 	env.OnActivity(a.PrepareTemplate, mock.Anything, mock.Anything).Return(func(_ context.Context, in activities.PrepareTemplateInput) (activities.PreparedTemplate, error) {
@@ -286,7 +293,7 @@ func TestHistoryCostDoesNotGrowWithTemplateOrFailures(t *testing.T) {
 	})
 	largest := 0
 	var mu sync.Mutex
-	env.OnWorkflow(NodeRollout, mock.Anything, mock.Anything).Return(func(ctx workflow.Context, in NodeRolloutInput) (NodeResult, error) {
+	env.OnWorkflow(NodeRolloutV2, mock.Anything, mock.Anything).Return(func(ctx workflow.Context, in NodeRolloutInput) (NodeResult, error) {
 		b, _ := json.Marshal(in)
 		mu.Lock()
 		largest = max(largest, len(b))
@@ -318,7 +325,7 @@ func TestHistoryCostDoesNotGrowWithTemplateOrFailures(t *testing.T) {
 // carried into the next run, not lost.
 func TestPauseAtTheMomentOfContinueAsNewIsKept(t *testing.T) {
 	env, _ := rolloutEnv(t)
-	env.OnWorkflow(NodeRollout, mock.Anything, mock.Anything).Return(func(ctx workflow.Context, in NodeRolloutInput) (NodeResult, error) {
+	env.OnWorkflow(NodeRolloutV2, mock.Anything, mock.Anything).Return(func(ctx workflow.Context, in NodeRolloutInput) (NodeResult, error) {
 		if err := workflow.Sleep(ctx, time.Minute); err != nil {
 			return NodeResult{}, err
 		}
@@ -341,11 +348,12 @@ func TestPauseAtTheMomentOfContinueAsNewIsKept(t *testing.T) {
 func TestHandlersAnswerBeforeTheTemplateIsPrepared(t *testing.T) {
 	env, a := nodeEnv(t)
 	env.RegisterWorkflow(Rollout)
+	jobsOutlastTheWatch(env)
 	env.OnActivity(a.PrepareTemplate, mock.Anything, mock.Anything).After(10*time.Minute).Return(activities.PreparedTemplate{Hash: "h"}, nil)
 	env.OnActivity(a.ListNodes, mock.Anything, mock.Anything).Return(func(_ context.Context, in activities.ListNodesInput) (activities.ListNodesResult, error) {
 		return activities.ListNodesResult{Nodes: in.Names, Total: len(in.Names)}, nil
 	})
-	env.OnWorkflow(NodeRollout, mock.Anything, mock.Anything).Return(NodeResult{Outcome: activities.OutcomeSucceeded}, nil)
+	env.OnWorkflow(NodeRolloutV2, mock.Anything, mock.Anything).Return(NodeResult{Outcome: activities.OutcomeSucceeded}, nil)
 	var st RolloutStatus
 	var queryErr, updateErr error
 	env.RegisterDelayedCallback(func() {
@@ -378,6 +386,8 @@ func TestListingFailureOnALaterPageDrainsAndReports(t *testing.T) {
 	env.RegisterActivity(a)
 	env.RegisterWorkflow(Rollout)
 	env.RegisterWorkflow(NodeRollout)
+	env.RegisterWorkflow(NodeRolloutV2)
+	jobsOutlastTheWatch(env)
 	env.OnActivity(a.PrepareTemplate, mock.Anything, mock.Anything).Return(activities.PreparedTemplate{Hash: "h"}, nil)
 	env.OnActivity(a.ListNodes, mock.Anything, mock.Anything).Return(func(_ context.Context, in activities.ListNodesInput) (activities.ListNodesResult, error) {
 		if in.After == "" {
@@ -386,7 +396,7 @@ func TestListingFailureOnALaterPageDrainsAndReports(t *testing.T) {
 		return activities.ListNodesResult{}, temporal.NewNonRetryableApplicationError("nodes is forbidden", activities.ErrForbidden, nil)
 	})
 	finished := 0
-	env.OnWorkflow(NodeRollout, mock.Anything, mock.Anything).Return(func(ctx workflow.Context, in NodeRolloutInput) (NodeResult, error) {
+	env.OnWorkflow(NodeRolloutV2, mock.Anything, mock.Anything).Return(func(ctx workflow.Context, in NodeRolloutInput) (NodeResult, error) {
 		if err := workflow.Sleep(ctx, time.Hour); err != nil {
 			return NodeResult{}, err
 		}

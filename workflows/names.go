@@ -10,6 +10,8 @@ const (
 	// (the function's second parameter is internal continue-as-new state).
 	RolloutWorkflow     = "Rollout"
 	NodeRolloutWorkflow = "NodeRollout"
+	// NodeRolloutV2Workflow is the node workflow as parents from versionNodeV2 on start it.
+	NodeRolloutV2Workflow = "NodeRolloutV2"
 
 	SignalPause          = "pause"
 	SignalResume         = "resume"

@@ -27,6 +27,9 @@ type NodeRolloutInput struct {
 	Requester         string               `json:"requester,omitempty"`
 	// Maintenance is the request's maintenance section, nil when it has none.
 	Maintenance *NodeMaintenance `json:"maintenance,omitempty"`
+	// WatchSeconds, when set, is how long the node first watches its Job from a local activity
+	// in its first workflow task (see nodeWatchSeconds). Only NodeRolloutV2 nodes have it.
+	WatchSeconds int64 `json:"watchSeconds,omitempty"`
 }
 
 // NodeRollout creates the node's Job, waits for it to end and finalizes it. Its workflow ID is
@@ -38,6 +41,20 @@ func NodeRollout(ctx workflow.Context, in NodeRolloutInput) (NodeResult, error) 
 	if workflow.GetVersion(ctx, versionFieldGuarantees, workflow.DefaultVersion, 1) == workflow.DefaultVersion {
 		return nodeRolloutBeforeGuarantees(ctx, in)
 	}
+	return runNode(ctx, in)
+}
+
+// NodeRolloutV2 is NodeRollout as parents from versionNodeV2 on start it. Its own type stands
+// in for the version marker, which would cost every node a marker, a search-attribute upsert
+// and a visibility update; and a worker from before it, which cannot run it, fails its
+// workflow task instead of running old code on a new node, so the task goes to a newer worker
+// during a rolling update.
+func NodeRolloutV2(ctx workflow.Context, in NodeRolloutInput) (NodeResult, error) {
+	return runNode(ctx, in)
+}
+
+// runNode is a node's rollout from versionFieldGuarantees on.
+func runNode(ctx workflow.Context, in NodeRolloutInput) (NodeResult, error) {
 	waiters := workflow.GetSignalChannel(ctx, SignalNotifyWhenFree)
 	n := nodeSteps{in: in}
 	result, err := n.run(ctx)
@@ -102,9 +119,7 @@ func (n *nodeSteps) runJob(ctx workflow.Context) (NodeResult, error) {
 	result.Job = job.Name
 	workflow.SetCurrentDetails(ctx, fmt.Sprintf("Job `%s/%s` running on node `%s`", job.Namespace, job.Name, in.Node))
 
-	var end activities.JobEnd
-	waitCtx := withWaitActivity(ctx, time.Duration(in.JobTimeoutSeconds)*time.Second, "wait for Job "+job.Name)
-	err = workflow.ExecuteActivity(waitCtx, a.WaitJob, activities.WaitJobInput{Job: job, TimeoutSeconds: in.JobTimeoutSeconds}).Get(ctx, &end)
+	end, err := n.waitFor(ctx, job)
 	if err != nil {
 		if isCancel(ctx, err) {
 			return abort(ctx, job, result)
@@ -115,6 +130,28 @@ func (n *nodeSteps) runJob(ctx workflow.Context) (NodeResult, error) {
 		release(ctx, job, "waiting for it failed: "+end.Reason)
 	}
 	return n.finalize(ctx, &job, end, result)
+}
+
+// waitFor waits until the Job has ended and its Pods are gone. When the parent asked for a
+// watch, a local activity watches first, within this workflow task: a Job that ends in that
+// time costs the node one workflow task, and an abort still reaches it within a workflow-task
+// heartbeat (80 % of the task timeout, 8 s). A Job that runs on is left to the heartbeating
+// WaitJob activity, so a long Job does not heartbeat the workflow task (three events each).
+func (n *nodeSteps) waitFor(ctx workflow.Context, job activities.JobRef) (activities.JobEnd, error) {
+	var a *activities.Activities
+	wait := activities.WaitJobInput{Job: job, TimeoutSeconds: n.in.JobTimeoutSeconds}
+	if n.in.WatchSeconds > 0 {
+		var w activities.JobWatch
+		watchCtx := withLocalWatchActivity(ctx, time.Duration(n.in.WatchSeconds)*time.Second, n.writeDeadline(), "watch Job "+job.Name)
+		err := workflow.ExecuteLocalActivity(watchCtx, a.WatchJob, activities.WatchJobInput{WaitJobInput: wait, ForSeconds: n.in.WatchSeconds}).Get(ctx, &w)
+		if err != nil || !w.Running {
+			return w.End, err
+		}
+	}
+	var end activities.JobEnd
+	waitCtx := withWaitActivity(ctx, time.Duration(n.in.JobTimeoutSeconds)*time.Second, "wait for Job "+job.Name)
+	err := workflow.ExecuteActivity(waitCtx, a.WaitJob, wait).Get(ctx, &end)
+	return end, err
 }
 
 // writeDeadline is how long the node's writes keep retrying: an API server that refuses

@@ -142,6 +142,8 @@ func TestCancelDeletesRunningJobsAndStartsNoMore(t *testing.T) {
 	})
 	env.RegisterWorkflow(Rollout)
 	env.RegisterWorkflow(NodeRollout)
+	env.RegisterWorkflow(NodeRolloutV2)
+	jobsOutlastTheWatch(env)
 	req := request(nodeNames(10)...)
 	req.Parallelism = 3
 	var before map[string]bool
@@ -179,7 +181,7 @@ func TestBusyNodeWaitsForTheOtherRollout(t *testing.T) {
 	}
 	var mu sync.Mutex
 	spans := map[string][]span{}
-	env.OnWorkflow(NodeRollout, mock.Anything, mock.Anything).Return(func(ctx workflow.Context, in NodeRolloutInput) (NodeResult, error) {
+	env.OnWorkflow(NodeRolloutV2, mock.Anything, mock.Anything).Return(func(ctx workflow.Context, in NodeRolloutInput) (NodeResult, error) {
 		start := workflow.Now(ctx)
 		if err := workflow.Sleep(ctx, 10*time.Minute); err != nil {
 			return NodeResult{}, err

@@ -78,6 +78,24 @@ func withReleaseActivity(ctx workflow.Context, summary string) workflow.Context 
 	})
 }
 
+// nodeWatchSeconds is how long a node watches its Job from a local activity before handing the
+// wait to WaitJob. The node's workflow task heartbeats every 8 s meanwhile (three events each),
+// so a Job that ends within it costs at most as many events as the activity would, and most
+// short Jobs (seconds) cost none.
+const nodeWatchSeconds = 20
+
+// withLocalWatchActivity is for WatchJob: its attempt may also delete a Job past its deadline
+// and wait for the Pods to go, so it gets the watch plus a Pod's longest usual grace; a retry
+// resumes on the same Job, until the node's write deadline.
+func withLocalWatchActivity(ctx workflow.Context, watch, retryFor time.Duration, summary string) workflow.Context {
+	return workflow.WithLocalActivityOptions(ctx, workflow.LocalActivityOptions{
+		StartToCloseTimeout:    watch + 15*time.Minute,
+		ScheduleToCloseTimeout: retryFor,
+		RetryPolicy:            apiRetry,
+		Summary:                summary,
+	})
+}
+
 // waitHeartbeatTimeout bounds how long a crashed worker's WaitJob goes unnoticed before another
 // attempt resumes waiting on the same Job.
 const waitHeartbeatTimeout = 30 * time.Second

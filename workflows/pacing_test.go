@@ -339,11 +339,13 @@ func TestMaxPerDomainAndOrderAcrossContinueAsNew(t *testing.T) {
 		a := &activities.Activities{}
 		env.RegisterActivity(a)
 		env.RegisterWorkflow(NodeRollout)
+		env.RegisterWorkflow(NodeRolloutV2)
+		jobsOutlastTheWatch(env)
 		fleet := &RolloutSuite{fleet: names, done: map[string]bool{}}
 		fleet.labelledFleet(labels)
 		env.OnActivity(a.ListNodes, mock.Anything, mock.Anything).Return(fleet.listFn)
 		env.OnActivity(a.PrepareTemplate, mock.Anything, mock.Anything).Return(activities.PreparedTemplate{Hash: "h"}, nil).Maybe()
-		env.OnWorkflow(NodeRollout, mock.Anything, mock.Anything).Return(fleet.runFor(unevenJobs))
+		env.OnWorkflow(NodeRolloutV2, mock.Anything, mock.Anything).Return(fleet.runFor(unevenJobs))
 		if carried != nil {
 			env.SetContinuedExecutionRunID(fmt.Sprintf("run-%d", run-1))
 		}

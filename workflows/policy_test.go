@@ -19,11 +19,13 @@ func TestSetParallelismStaysWithinThePolicy(t *testing.T) {
 	a := &activities.Activities{}
 	env.RegisterActivity(a)
 	env.RegisterWorkflow(NodeRollout)
+	env.RegisterWorkflow(NodeRolloutV2)
 	env.RegisterWorkflowWithOptions(Rollout, workflow.RegisterOptions{Name: RolloutWorkflow})
+	jobsOutlastTheWatch(env)
 	env.OnActivity(a.PrepareTemplate, mock.Anything, mock.Anything).Return(
 		activities.PreparedTemplate{Template: sampleTemplate, Hash: "h1", MaxParallelism: 5}, nil)
 	env.OnActivity(a.ListNodes, mock.Anything, mock.Anything).Return(activities.ListNodesResult{Nodes: []string{"n1"}, Total: 1}, nil)
-	env.OnWorkflow(NodeRollout, mock.Anything, mock.Anything).Return(
+	env.OnWorkflow(NodeRolloutV2, mock.Anything, mock.Anything).Return(
 		func(ctx workflow.Context, in NodeRolloutInput) (NodeResult, error) {
 			return NodeResult{Node: in.Node, Outcome: activities.OutcomeSucceeded}, nil
 		}).After(time.Hour)

@@ -23,6 +23,7 @@ func TestReplayRecordedHistories(t *testing.T) {
 			replayer := worker.NewWorkflowReplayer()
 			replayer.RegisterWorkflow(Rollout)
 			replayer.RegisterWorkflow(NodeRollout)
+			replayer.RegisterWorkflow(NodeRolloutV2)
 			require.NoError(t, replayer.ReplayWorkflowHistoryFromJSONFile(nil, file))
 		})
 	}

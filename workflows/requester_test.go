@@ -21,7 +21,9 @@ func TestRequesterAndPolicyInputsReachTheActivities(t *testing.T) {
 	a := &activities.Activities{}
 	env.RegisterActivity(a)
 	env.RegisterWorkflow(NodeRollout)
+	env.RegisterWorkflow(NodeRolloutV2)
 	env.RegisterWorkflowWithOptions(Rollout, workflow.RegisterOptions{Name: RolloutWorkflow})
+	jobsOutlastTheWatch(env)
 	env.SetMemoOnStart(map[string]any{MemoRequester: "alice@laptop"})
 
 	var mu sync.Mutex

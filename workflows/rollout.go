@@ -45,6 +45,9 @@ const (
 	// when they free, the failure budget checked while a node waits, and (in NodeRollout)
 	// writes retried as long as the node's deadline allows.
 	versionFieldGuarantees = "field-guarantees"
+	// versionNodeV2 marks runs that start their nodes as NodeRolloutV2 (a short Job watched
+	// within the node's first workflow task, no version marker in the node's history).
+	versionNodeV2 = "node-v2"
 )
 
 // Rollout runs NodeRollout on every selected node, at most a window of them at a time.
@@ -71,6 +74,7 @@ func rolloutIn(ctx workflow.Context, cluster Cluster, req RolloutRequest, carrie
 	}
 	r := &rollout{req: req, s: s, requester: requesterOf(ctx), cluster: cluster}
 	r.guarantees = workflow.GetVersion(ctx, versionFieldGuarantees, workflow.DefaultVersion, 1) == 1
+	r.nodeV2 = r.guarantees && workflow.GetVersion(ctx, versionNodeV2, workflow.DefaultVersion, 1) == 1
 	r.restore(ctx, carried)
 	// Handlers come before the first blocking call, so status and setParallelism work while
 	// the template is being prepared.
@@ -117,6 +121,7 @@ type rollout struct {
 	launchedThisRun int
 	canAtLimits     bool // continue as new near the history limits rather than when suggested
 	guarantees      bool // versionFieldGuarantees applies to this run
+	nodeV2          bool // versionNodeV2 applies to this run
 	draining        bool
 	done            bool
 
@@ -495,13 +500,20 @@ func (r *rollout) runNode(ctx workflow.Context, node string) (result NodeResult,
 		Requester:         r.requester,
 		Maintenance:       nodeMaintenance(r.req.Maintenance),
 	}
+	nodeWorkflow := any(NodeRollout)
+	if r.nodeV2 {
+		nodeWorkflow = NodeRolloutV2
+		if in.Maintenance == nil {
+			in.WatchSeconds = nodeWatchSeconds
+		}
+	}
 	backoff, recheck := busyNodeBackoff, busyNodeRecheck
 	for {
 		if err := r.slots.acquire(ctx, node, func() { r.showProgress(ctx) }); err != nil {
 			return NodeResult{Node: node, Outcome: activities.OutcomeAborted, Reason: activities.ReasonAborted,
 				Message: "aborted while waiting for a slot of the cluster-wide budget"}, true, true
 		}
-		child := workflow.ExecuteChildWorkflow(nodeChildOptions(ctx, r.req.Name, node, r.cluster.NodeWorkflowID(node)), NodeRollout, in)
+		child := workflow.ExecuteChildWorkflow(nodeChildOptions(ctx, r.req.Name, node, r.cluster.NodeWorkflowID(node)), nodeWorkflow, in)
 		err := child.GetChildWorkflowExecution().Get(ctx, nil)
 		if err == nil {
 			var result NodeResult

@@ -66,6 +66,8 @@ func (s *RolloutSuite) SetupTest() {
 	s.env.RegisterActivity(s.a)
 	s.env.RegisterWorkflow(Rollout)
 	s.env.RegisterWorkflow(NodeRollout)
+	s.env.RegisterWorkflow(NodeRolloutV2)
+	jobsOutlastTheWatch(s.env)
 	s.fleet, s.done, s.runs, s.live, s.peak = nil, map[string]bool{}, nil, 0, 0
 	s.jobFn = s.succeedAfter(time.Minute)
 	s.prepareErr = nil
@@ -78,7 +80,7 @@ func (s *RolloutSuite) SetupTest() {
 		func(ctx context.Context, in activities.ListNodesInput) (activities.ListNodesResult, error) {
 			return s.listFn(ctx, in)
 		}).Maybe()
-	s.env.OnWorkflow(NodeRollout, mock.Anything, mock.Anything).Return(
+	s.env.OnWorkflow(NodeRolloutV2, mock.Anything, mock.Anything).Return(
 		func(ctx workflow.Context, in NodeRolloutInput) (NodeResult, error) { return s.jobFn(ctx, in) }).Maybe()
 }
 
@@ -426,10 +428,12 @@ func TestContinueAsNewCarriesCursorCountersAndFailures(t *testing.T) {
 		a := &activities.Activities{}
 		env.RegisterActivity(a)
 		env.RegisterWorkflow(NodeRollout)
+		env.RegisterWorkflow(NodeRolloutV2)
+		jobsOutlastTheWatch(env)
 		fleet := &RolloutSuite{fleet: nodeNames(n), done: map[string]bool{}}
 		env.OnActivity(a.ListNodes, mock.Anything, mock.Anything).Return(fleet.listNodes)
 		env.OnActivity(a.PrepareTemplate, mock.Anything, mock.Anything).Return(activities.PreparedTemplate{Template: sampleTemplate, Hash: "h"}, nil).Maybe()
-		env.OnWorkflow(NodeRollout, mock.Anything, mock.Anything).Return(func(ctx workflow.Context, in NodeRolloutInput) (NodeResult, error) {
+		env.OnWorkflow(NodeRolloutV2, mock.Anything, mock.Anything).Return(func(ctx workflow.Context, in NodeRolloutInput) (NodeResult, error) {
 			started[in.Node]++
 			if err := workflow.Sleep(ctx, time.Second); err != nil {
 				return NodeResult{}, err

@@ -3,8 +3,12 @@ package workflows
 import (
 	"time"
 
+	"github.com/stretchr/testify/mock"
+
 	"go.temporal.io/sdk/testsuite"
 	"go.temporal.io/sdk/worker"
+
+	"github.com/noderollout/noderollout/activities"
 )
 
 // newTestEnv is a test environment whose deadlock detector tolerates a starved CPU: the SDK's
@@ -14,4 +18,11 @@ func newTestEnv(ts *testsuite.WorkflowTestSuite) *testsuite.TestWorkflowEnvironm
 	env := ts.NewTestWorkflowEnvironment()
 	env.SetWorkerOptions(worker.Options{DeadlockDetectionTimeout: 30 * time.Second})
 	return env
+}
+
+// jobsOutlastTheWatch makes every node's local watch see its Job still running, so that the
+// test's WaitJob mock decides how each Job ends (watch_test.go tests the watch itself).
+func jobsOutlastTheWatch(env *testsuite.TestWorkflowEnvironment) {
+	var a *activities.Activities
+	env.OnActivity(a.WatchJob, mock.Anything, mock.Anything).Return(activities.JobWatch{Running: true}, nil).Maybe()
 }

@@ -59,6 +59,7 @@ func TestRecordReplayFixtures(t *testing.T) {
 		replayer := worker.NewWorkflowReplayer()
 		replayer.RegisterWorkflow(workflows.Rollout)
 		replayer.RegisterWorkflow(workflows.NodeRollout)
+		replayer.RegisterWorkflow(workflows.NodeRolloutV2)
 		require.NoError(t, replayer.ReplayWorkflowHistoryFromJSONFile(nil, file), "replaying %s", file)
 	}
 	t.Logf("recorded and replayed %d histories in %s", len(rec.files), rec.dir)

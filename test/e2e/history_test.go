@@ -1,0 +1,52 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	enumspb "go.temporal.io/api/enums/v1"
+
+	"github.com/noderollout/noderollout/workflows"
+)
+
+// A short Job costs its node one workflow task on the real server: the node watches the Job
+// from a local activity, so its history holds no activity, no version marker and no
+// search-attribute upsert. A Job that outlasts the watch is handed to the WaitJob activity.
+func TestShortJobCostsItsNodeOneWorkflowTask(t *testing.T) {
+	short, long := NewFleet(t, 3), NewFleet(t, 1)
+	shortReq := short.Request("one-task", time.Second)
+	longReq := long.Request("outlasts-watch", 30*time.Second)
+	shortRun, longRun := Start(t, shortReq), Start(t, longReq)
+	Succeeded(t, shortRun)
+	Succeeded(t, longRun)
+
+	for _, node := range short.Nodes {
+		counts := nodeHistoryCounts(t, node)
+		require.Equal(t, 1, counts[enumspb.EVENT_TYPE_WORKFLOW_TASK_COMPLETED], "node %s: %v", node, counts)
+		require.Zero(t, counts[enumspb.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED], "node %s: %v", node, counts)
+		require.Zero(t, counts[enumspb.EVENT_TYPE_UPSERT_WORKFLOW_SEARCH_ATTRIBUTES], "node %s: %v", node, counts)
+		// Create, watch and finalize: three local-activity markers and no version marker.
+		require.Equal(t, 3, counts[enumspb.EVENT_TYPE_MARKER_RECORDED], "node %s: %v", node, counts)
+	}
+	counts := nodeHistoryCounts(t, long.Nodes[0])
+	require.Equal(t, 1, counts[enumspb.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED], "the long Job's wait went to WaitJob: %v", counts)
+}
+
+// nodeHistoryCounts counts the events of the node's latest NodeRollout by type.
+func nodeHistoryCounts(t *testing.T, node string) map[enumspb.EventType]int {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	it := stack.Temporal.GetWorkflowHistory(ctx, workflows.NodeWorkflowID(node), "", false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
+	counts := map[enumspb.EventType]int{}
+	for it.HasNext() {
+		e, err := it.Next()
+		require.NoError(t, err)
+		counts[e.GetEventType()]++
+	}
+	return counts
+}
