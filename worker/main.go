@@ -185,7 +185,7 @@ const wftWarnEnv = "TEMPORAL_WORKFLOW_TASK_DURATION_WARN_SECONDS"
 
 // quietLongWorkflowTasks raises that threshold from the SDK's 5 s to 30 s, unless the operator
 // set it. A node watches its Job inside its first workflow task for up to 20 s
-// (workflows.nodeWatchSeconds); the task heartbeats every 8 s meanwhile, but the SDK times the
+// (workflows.nodeWatchSeconds); the task heartbeats every 12 s meanwhile, but the SDK times the
 // whole of it, create and finalize included, so tasks of up to about 22 s are the design and the
 // default warned for most nodes. Past 30 s something is slow (a write retrying, say) and it warns.
 func quietLongWorkflowTasks() {

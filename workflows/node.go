@@ -135,7 +135,7 @@ func (n *nodeSteps) runJob(ctx workflow.Context) (NodeResult, error) {
 // waitFor waits until the Job has ended and its Pods are gone. When the parent asked for a
 // watch, a local activity watches first, within this workflow task: a Job that ends in that
 // time costs the node one workflow task, and an abort still reaches it within a workflow-task
-// heartbeat (80 % of the task timeout, 8 s). A Job that runs on is left to the heartbeating
+// heartbeat (80 % of nodeTaskTimeout, 12 s). A Job that runs on is left to the heartbeating
 // WaitJob activity, so a long Job does not heartbeat the workflow task (three events each).
 func (n *nodeSteps) waitFor(ctx workflow.Context, job activities.JobRef) (activities.JobEnd, error) {
 	var a *activities.Activities

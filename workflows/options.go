@@ -79,7 +79,7 @@ func withReleaseActivity(ctx workflow.Context, summary string) workflow.Context 
 }
 
 // nodeWatchSeconds is how long a node watches its Job from a local activity before handing the
-// wait to WaitJob. The node's workflow task heartbeats every 8 s meanwhile (three events each),
+// wait to WaitJob. The node's workflow task heartbeats every 12 s meanwhile (three events each),
 // so a Job that ends within it costs at most as many events as the activity would, and most
 // short Jobs (seconds) cost none.
 const nodeWatchSeconds = 20
@@ -113,9 +113,17 @@ func withWaitActivity(ctx workflow.Context, jobTimeout time.Duration, summary st
 	})
 }
 
+// nodeTaskTimeout is a node's workflow-task timeout. The SDK heartbeats a task that runs a
+// local activity at 80 % of it, three events and a task round trip each, so it sets how often
+// a watching node heartbeats (12 s) and how soon an abort reaches it; and how long a crashed
+// worker's task waits before another worker takes it. The 10 s default put the heartbeat at
+// 8 s, inside a short Job's usual span under load (bench/results/NOTES.md).
+const nodeTaskTimeout = 15 * time.Second
+
 func nodeChildOptions(ctx workflow.Context, rollout, node, workflowID string) workflow.Context {
 	return workflow.WithChildOptions(ctx, workflow.ChildWorkflowOptions{
 		WorkflowID:            workflowID,
+		WorkflowTaskTimeout:   nodeTaskTimeout,
 		WorkflowIDReusePolicy: enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE,
 		ParentClosePolicy:     enumspb.PARENT_CLOSE_POLICY_REQUEST_CANCEL,
 		// An aborted rollout waits until each child has deleted its running Job.

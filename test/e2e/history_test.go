@@ -34,6 +34,15 @@ func TestShortJobCostsItsNodeOneWorkflowTask(t *testing.T) {
 	}
 	counts := nodeHistoryCounts(t, long.Nodes[0])
 	require.Equal(t, 1, counts[enumspb.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED], "the long Job's wait went to WaitJob: %v", counts)
+
+	// The node's task timeout sets how often a watching task heartbeats (80 % of it): 12 s, past
+	// a short Job's usual span under load, instead of the server default's 8 s.
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	it := stack.Temporal.GetWorkflowHistory(ctx, workflows.NodeWorkflowID(short.Nodes[0]), "", false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
+	first, err := it.Next()
+	require.NoError(t, err)
+	require.Equal(t, 15*time.Second, first.GetWorkflowExecutionStartedEventAttributes().GetWorkflowTaskTimeout().AsDuration())
 }
 
 // nodeHistoryCounts counts the events of the node's latest NodeRollout by type.
