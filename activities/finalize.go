@@ -146,6 +146,9 @@ func (a *Activities) markNode(ctx context.Context, in FinalizeInput) (*corev1.No
 	if in.Requester != "" {
 		annotations[NodeRequesterKey(in.Rollout)] = in.Requester
 	}
+	if run := finalizingRun(in); run != "" {
+		annotations[jobspec.NodeRunKey(in.Rollout)] = run
+	}
 	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": annotations}})
 	if err != nil {
 		return nil, err
@@ -163,6 +166,14 @@ func (a *Activities) markNode(ctx context.Context, in FinalizeInput) (*corev1.No
 		return nil, kubeError(err, "patch", fmt.Sprintf("node %q", in.Node))
 	}
 	return node, nil
+}
+
+// finalizingRun is the NodeRollout run that finalizes the node, if known.
+func finalizingRun(in FinalizeInput) string {
+	if in.RunID == "" && in.Job != nil {
+		return in.Job.RunID
+	}
+	return in.RunID
 }
 
 // eventReasons names each outcome's Event.

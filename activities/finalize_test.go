@@ -36,6 +36,7 @@ func finalizeInput(job *batchv1.Job, outcome Outcome, keep KeepJobs) FinalizeInp
 		Rollout: "kata", Node: "node-a", TemplateHash: testHash, Job: &ref,
 		End:      JobEnd{Outcome: outcome, Reason: "Because", Message: "it did", FinishedAt: t0},
 		KeepJobs: keep,
+		RunID:    "run-1",
 	}
 }
 
@@ -81,8 +82,8 @@ func TestFinalizeJobSucceeded(t *testing.T) {
 	require.Equal(t, FieldManager, patch.PatchOptions.FieldManager)
 	node, err := cs.CoreV1().Nodes().Get(t.Context(), "node-a", metav1.GetOptions{})
 	require.NoError(t, err)
-	require.Equal(t, map[string]string{"keep": "me", jobspec.NodeMarkerKey("kata"): jobspec.NodeMarker(testHash, "succeeded")},
-		node.Annotations)
+	require.Equal(t, map[string]string{"keep": "me", jobspec.NodeMarkerKey("kata"): jobspec.NodeMarker(testHash, "succeeded"),
+		jobspec.NodeRunKey("kata"): "run-1"}, node.Annotations, "the run that finalized is recorded next to the marker")
 
 	events := getEvents(t, cs)
 	require.Len(t, events, 1)

@@ -73,6 +73,7 @@ func testRequest(node string) JobRequest {
 		RunID:        "run-1",
 		Template:     testTemplate,
 		TemplateHash: jobspec.TemplateHash(testTemplate),
+		FirstTask:    true,
 	}
 }
 

@@ -48,6 +48,9 @@ func (a *Activities) CreateJob(ctx context.Context, in JobRequest) (JobRef, erro
 		return JobRef{}, err
 	}
 	stampRequester(job, in.Requester)
+	if !in.FirstTask {
+		return a.createUnlessFinalized(ctx, in, job)
+	}
 
 	// The node check and the create go out together: ListNodes saw the node moments ago, so the
 	// check nearly always passes, and waiting for it first would put a round trip between every
@@ -74,8 +77,7 @@ func (a *Activities) CreateJob(ctx context.Context, in JobRequest) (JobRef, erro
 				return JobRef{}, err // the retry adopts the Job and deletes it again
 			}
 		}
-		return JobRef{}, temporal.NewNonRetryableApplicationError(
-			fmt.Sprintf("node %q does not exist (deleted before its Job was created)", in.Node), ErrNodeGone, nil)
+		return JobRef{}, nodeGone(in.Node)
 	case node.err != nil:
 		return JobRef{}, kubeError(node.err, "get", fmt.Sprintf("node %q", in.Node))
 	case createErr != nil:
@@ -83,6 +85,38 @@ func (a *Activities) CreateJob(ctx context.Context, in JobRequest) (JobRef, erro
 	}
 	ref.NodeUID = node.uid
 	return ref, nil
+}
+
+// createUnlessFinalized is CreateJob when an earlier run of the same create may have gone on to
+// finish the node, its record lost: the Node, read first, says whether this run recorded an
+// outcome there, and then nothing is created. The read goes to etcd, as the API server's watch
+// cache may not have caught up with a finalize moments before.
+func (a *Activities) createUnlessFinalized(ctx context.Context, in JobRequest, job *batchv1.Job) (JobRef, error) {
+	node, err := a.Kube.CoreV1().Nodes().Get(ctx, in.Node, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return JobRef{}, nodeGone(in.Node)
+	}
+	if err != nil {
+		return JobRef{}, kubeError(err, "get", fmt.Sprintf("node %q", in.Node))
+	}
+	if in.RunID != "" && node.Annotations[jobspec.NodeRunKey(in.Rollout)] == in.RunID {
+		outcome := OutcomeFailed // the marker was edited since: what the run found is unknown
+		if _, o, ok := jobspec.ParseNodeMarker(node.Annotations[jobspec.NodeMarkerKey(in.Rollout)]); ok {
+			outcome = Outcome(o)
+		}
+		return JobRef{Namespace: in.Namespace, Name: job.Name, RunID: in.RunID, Node: in.Node, NodeUID: string(node.UID), Finalized: outcome}, nil
+	}
+	ref, err := a.createJob(ctx, in, job)
+	if err != nil {
+		return JobRef{}, err
+	}
+	ref.NodeUID = string(node.UID)
+	return ref, nil
+}
+
+func nodeGone(node string) error {
+	return temporal.NewNonRetryableApplicationError(
+		fmt.Sprintf("node %q does not exist (deleted before its Job was created)", node), ErrNodeGone, nil)
 }
 
 // activeDeadlineMargin puts the Job's own activeDeadlineSeconds (a backstop for when no worker

@@ -91,6 +91,54 @@ func TestCreateJobTrustsAQuorumReadOverTheCache(t *testing.T) {
 	require.Equal(t, 1, countJobs(t, cs))
 }
 
+// A create that may repeat a run which finished the node reads the Node first, from etcd, and
+// creates nothing when the Node records this run's outcome.
+func TestCreateJobAfterALostTaskCreatesNothingForAFinalizedRun(t *testing.T) {
+	in := testRequest("node-a")
+	in.FirstTask = false
+	cs := fake.NewClientset(testNode("node-a", map[string]string{
+		jobspec.NodeMarkerKey("kata"): jobspec.NodeMarker(in.TemplateHash, "failed"),
+		jobspec.NodeRunKey("kata"):    "run-1",
+	}))
+	a := newActivities(cs)
+
+	ref, err := createJob(t, a, in)
+	require.NoError(t, err)
+	require.Equal(t, OutcomeFailed, ref.Finalized)
+	require.Equal(t, jobspec.JobName("kata", "node-a", "run-1"), ref.Name)
+	require.Equal(t, []string{"get nodes"}, actions(cs))
+	require.Equal(t, "", cs.Actions()[0].(k8stesting.GetActionImpl).GetOptions.ResourceVersion, "a quorum read")
+	require.Zero(t, countJobs(t, cs))
+}
+
+func TestCreateJobAfterALostTaskCreatesForAnotherRunsMarker(t *testing.T) {
+	in := testRequest("node-a")
+	in.FirstTask = false
+	cs := fake.NewClientset(testNode("node-a", map[string]string{
+		jobspec.NodeMarkerKey("kata"): jobspec.NodeMarker(in.TemplateHash, "failed"),
+		jobspec.NodeRunKey("kata"):    "run-0", // an earlier rollout's run failed here
+	}))
+	stampCreatedJobs(cs)
+	a := newActivities(cs)
+
+	ref, err := createJob(t, a, in)
+	require.NoError(t, err)
+	require.Empty(t, ref.Finalized)
+	require.Equal(t, "uid-node-node-a", ref.NodeUID)
+	require.Equal(t, []string{"get nodes", "create jobs"}, actions(cs), "the Node first, then the create")
+	require.Equal(t, 1, countJobs(t, cs))
+}
+
+func TestCreateJobAfterALostTaskOnAGoneNodeCreatesNothing(t *testing.T) {
+	in := testRequest("node-a")
+	in.FirstTask = false
+	cs := fake.NewClientset()
+	a := newActivities(cs)
+	_, err := createJob(t, a, in)
+	requireAppError(t, err, ErrNodeGone, true)
+	require.Equal(t, []string{"get nodes"}, actions(cs))
+}
+
 func TestCreateJobAdoptsItsOwnJob(t *testing.T) {
 	in := testRequest("node-a")
 	existing := ourJob(t, in) // an earlier attempt created it; its reply was lost

@@ -156,6 +156,11 @@ type JobRequest struct {
 	TTLSecondsAfterFinished int32 `json:"ttlSecondsAfterFinished"`
 	// Requester is who started the rollout (the starter's claim), recorded on the Job.
 	Requester string `json:"requester,omitempty"`
+	// FirstTask says the create runs in its node's first workflow task, so no earlier run of
+	// it can have finished the node. Otherwise the create reads the Node first: a workflow task
+	// that created, watched and finalized a Job but could not report it (the Temporal server
+	// was down) runs again from the start, and must not create the Job its first run deleted.
+	FirstTask bool `json:"firstTask,omitempty"`
 }
 
 // JobRef identifies a Job the rollout created (or adopted). UID is empty when the Job's name is
@@ -171,6 +176,9 @@ type JobRef struct {
 	// NodeUID is the Node's UID when the Job was created (empty in histories from before it
 	// was recorded); the outcome Event names it.
 	NodeUID string `json:"nodeUID,omitempty"`
+	// Finalized is set instead of a created Job when this run had finalized the node already
+	// (the Node records the run next to its outcome marker): the outcome the marker holds.
+	Finalized Outcome `json:"finalized,omitempty"`
 }
 
 // WaitJobInput asks to wait until the Job finishes, disappears, or runs past its deadline.
@@ -222,6 +230,9 @@ type FinalizeInput struct {
 	End          JobEnd   `json:"end"`
 	KeepJobs     KeepJobs `json:"keepJobs"`
 	Requester    string   `json:"requester,omitempty"` // recorded on the Node next to the marker
+	// RunID is the NodeRollout run finalizing the node, recorded on the Node next to the
+	// marker (see JobRequest.FirstTask); empty in histories from before it, then Job.RunID.
+	RunID string `json:"runID,omitempty"`
 }
 
 // FinalizeResult carries what was learned from a failed or timed-out Job's Pod.

@@ -102,6 +102,7 @@ func (n *nodeSteps) runJob(ctx workflow.Context) (NodeResult, error) {
 		JobTimeoutSeconds:       in.JobTimeoutSeconds,
 		TTLSecondsAfterFinished: in.JobTTLSeconds,
 		Requester:               in.Requester,
+		FirstTask:               workflow.GetInfo(ctx).GetCurrentHistoryLength() <= firstTaskHistoryLength,
 	}).Get(ctx, &job)
 	if err != nil {
 		if isCancel(ctx, err) {
@@ -117,6 +118,12 @@ func (n *nodeSteps) runJob(ctx workflow.Context) (NodeResult, error) {
 		return n.finalize(ctx, &planned, end, result)
 	}
 	result.Job = job.Name
+	if job.Finalized != "" {
+		// This run finished the node in a workflow task whose completion was lost, and now runs
+		// again from the start: the Node's marker holds the outcome; the Job may be gone.
+		end := activities.JobEnd{Outcome: job.Finalized, Message: "outcome read from the Node's marker: this run had finalized the node, but the workflow task that did so could not be recorded"}
+		return nodeOutcome(ctx, in.Node, end, activities.FinalizeResult{}, result)
+	}
 	workflow.SetCurrentDetails(ctx, fmt.Sprintf("Job `%s/%s` running on node `%s`", job.Namespace, job.Name, in.Node))
 
 	end, err := n.waitFor(ctx, job)
@@ -131,6 +138,11 @@ func (n *nodeSteps) runJob(ctx workflow.Context) (NodeResult, error) {
 	}
 	return n.finalize(ctx, &job, end, result)
 }
+
+// firstTaskHistoryLength is a node's history when its first workflow task starts:
+// WorkflowExecutionStarted, WorkflowTaskScheduled, WorkflowTaskStarted. A later task has a
+// longer one, at least by the failed or timed-out task before it.
+const firstTaskHistoryLength = 3
 
 // waitFor waits until the Job has ended and its Pods are gone. When the parent asked for a
 // watch, a local activity watches first, within this workflow task: a Job that ends in that
@@ -174,6 +186,7 @@ func (n *nodeSteps) finalize(ctx workflow.Context, job *activities.JobRef, end a
 		End:          end,
 		KeepJobs:     in.KeepJobs,
 		Requester:    in.Requester,
+		RunID:        workflow.GetInfo(ctx).WorkflowExecution.RunID,
 	}).Get(ctx, &fin)
 	if err != nil && isCancel(ctx, err) && job != nil {
 		return abort(ctx, *job, result)

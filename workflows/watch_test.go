@@ -126,3 +126,37 @@ func TestParentSetsTheWatchOnPlainNodesOnly(t *testing.T) {
 		}
 	}
 }
+
+// A node whose first workflow task created, watched and finalized its Job, but could not be
+// recorded, runs again from the start: CreateJob finds the outcome this run left on the Node,
+// and the node reports it without watching or finalizing a Job that may be gone.
+func TestRepeatedFirstTaskReportsTheOutcomeOnTheNode(t *testing.T) {
+	env, a := nodeEnv(t)
+	finalized := watchedJob
+	finalized.UID = ""
+	finalized.Finalized = activities.OutcomeSucceeded
+	env.OnActivity(a.CreateJob, mock.Anything, mock.Anything).Return(finalized, nil).Once()
+	env.OnActivity(a.WatchJob, mock.Anything, mock.Anything).Return(activities.JobWatch{}, errors.New("WatchJob must not run")).Never()
+	env.OnActivity(a.WaitJob, mock.Anything, mock.Anything).Return(activities.JobEnd{}, errors.New("WaitJob must not run")).Never()
+	env.OnActivity(a.FinalizeJob, mock.Anything, mock.Anything).Return(activities.FinalizeResult{}, errors.New("FinalizeJob must not run")).Never()
+	env.ExecuteWorkflow(NodeRolloutV2, watchedInput())
+	require.NoError(t, env.GetWorkflowError())
+	var r NodeResult
+	require.NoError(t, env.GetWorkflowResult(&r))
+	require.Equal(t, activities.OutcomeSucceeded, r.Outcome)
+	require.Equal(t, watchedJob.Name, r.Job)
+	env.AssertExpectations(t)
+}
+
+// FinalizeJob is told the run, which it records on the Node next to the marker.
+func TestFinalizeIsToldTheRun(t *testing.T) {
+	env, a := nodeEnv(t)
+	env.OnActivity(a.CreateJob, mock.Anything, mock.Anything).Return(watchedJob, nil).Once()
+	env.OnActivity(a.WatchJob, mock.Anything, mock.Anything).Return(activities.JobWatch{End: activities.JobEnd{Outcome: activities.OutcomeSucceeded}}, nil).Once()
+	env.OnActivity(a.FinalizeJob, mock.Anything, mock.MatchedBy(func(in activities.FinalizeInput) bool {
+		return in.RunID == "default-test-run-id" // the test environment's run ID
+	})).Return(activities.FinalizeResult{}, nil).Once()
+	env.ExecuteWorkflow(NodeRolloutV2, watchedInput())
+	require.NoError(t, env.GetWorkflowError())
+	env.AssertExpectations(t)
+}

@@ -27,6 +27,7 @@ const (
 
 const (
 	markerKeyPrefix = "noderollout.io/"
+	runKeyPrefix    = "run.noderollout.io/"
 	// maxLabel is the Kubernetes limit for label values and DNS-1123 labels alike.
 	maxLabel = 63
 	// nodeHashLen gives 40 bits: two node names that truncate alike are practically never
@@ -43,6 +44,13 @@ const (
 // NodeMarkerKey is the Node annotation that records a rollout's outcome: "noderollout.io/<rollout>".
 func NodeMarkerKey(rollout string) string {
 	return markerKeyPrefix + rollout
+}
+
+// NodeRunKey is the Node annotation naming the NodeRollout run that wrote the rollout's marker,
+// so that a run repeated from its start can tell it has finished the node. Its own prefix keeps
+// it from the marker's readers, which take every noderollout.io/ annotation for a marker.
+func NodeRunKey(rollout string) string {
+	return runKeyPrefix + rollout
 }
 
 // NodeMarker is its value "<templateHash>:<outcome>"; ParseNodeMarker splits it (ok=false when malformed).

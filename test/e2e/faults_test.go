@@ -118,6 +118,32 @@ func TestFaultTemporalServerRestarted(t *testing.T) {
 	requireOneJobPerNode(t, f, req.Name)
 }
 
+// TestFaultTemporalDownWhileShortJobsFinish stops the Temporal server while short Jobs end
+// inside their nodes' first workflow task, for longer than that task's timeout: the worker
+// creates, watches and finalizes (deleting each succeeded Job) but cannot report it, so the
+// task runs again from the start once the server is back. The second run must not create the
+// node's Job again. Jobs are deleted once finalized (KeepJobs's default), so a Job watch counts
+// the creations.
+func TestFaultTemporalDownWhileShortJobsFinish(t *testing.T) {
+	queue, _ := ownWorkers(t, 1)
+	f := NewFleet(t, 15)
+	req := f.Request("temporal-down", 3*time.Second)
+	req.KeepJobs = ""
+	req.Parallelism = 5
+	created := watchJobs(t, f.Namespace)
+	run := StartOn(t, req, queue)
+	waitFor(t, 90*time.Second, "six Jobs created", func() bool { return created.total() >= 6 })
+	devScript(t, "stop-component.sh", "temporal")
+	time.Sleep(30 * time.Second) // the outage itself: past the node's 15 s workflow-task timeout
+	devScript(t, "start-component.sh", "temporal")
+	res := Succeeded(t, run)
+	requireEveryNodeOnce(t, f, res)
+	require.Equal(t, 15, res.Counts.Succeeded)
+	for _, n := range f.Nodes {
+		require.Len(t, created.uids(n), 1, "node %s must have had exactly one Job created", n)
+	}
+}
+
 func TestFaultAPIServerDown20Seconds(t *testing.T) {
 	queue, _ := ownWorkers(t, 1)
 	f := NewFleet(t, 15)

@@ -248,6 +248,17 @@ func watchJobs(t *testing.T, namespace string) *jobWatch {
 	return w
 }
 
+// total is how many Jobs the watch has seen, over all nodes.
+func (w *jobWatch) total() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	n := 0
+	for _, uids := range w.byNode {
+		n += len(uids)
+	}
+	return n
+}
+
 func (w *jobWatch) uids(node string) []types.UID {
 	w.mu.Lock()
 	defer w.mu.Unlock()
