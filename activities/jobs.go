@@ -48,7 +48,8 @@ func (a *Activities) CreateJob(ctx context.Context, in JobRequest) (JobRef, erro
 		return JobRef{}, err
 	}
 	stampRequester(job, in.Requester)
-	if !in.FirstTask {
+	if !in.FirstTask || activity.GetInfo(ctx).Attempt > 1 {
+		// A retry too: an attempt of RunJob may have finalized before it failed.
 		return a.createUnlessFinalized(ctx, in, job)
 	}
 

@@ -138,7 +138,7 @@ func budgetEnv(t *testing.T, budget int, took func(string) time.Duration) (*test
 		return activities.ListNodesResult{Nodes: in.Names, Total: len(in.Names)}, nil
 	})
 	tracker := &nodeTracker{started: map[string]time.Time{}, took: took}
-	env.OnWorkflow(NodeRolloutV2, mock.Anything, mock.Anything).Return(tracker.run)
+	env.OnWorkflow(NodeRolloutV3, mock.Anything, mock.Anything).Return(tracker.run)
 	env.OnActivity(co.GoneHolders, mock.Anything, mock.Anything).Return(func(_ context.Context, held []activities.SlotHolder) ([]activities.SlotHolder, error) {
 		tracker.looked = append(tracker.looked, held)
 		var gone []activities.SlotHolder
@@ -322,7 +322,7 @@ func TestAbortedRolloutReturnsEverySlotItAskedFor(t *testing.T) {
 		return activities.ListNodesResult{Nodes: in.Names, Total: len(in.Names)}, nil
 	})
 	tracker := &nodeTracker{started: map[string]time.Time{}, took: func(string) time.Duration { return 10 * time.Hour }}
-	env.OnWorkflow(NodeRolloutV2, mock.Anything, mock.Anything).Return(tracker.run)
+	env.OnWorkflow(NodeRolloutV3, mock.Anything, mock.Anything).Return(tracker.run)
 	// The coordinator is played here: it records requests and returns, and grants the first two.
 	var mu sync.Mutex
 	var asked, returned []string

@@ -62,5 +62,6 @@ func (c Cluster) Register(w worker.Registry) {
 	w.RegisterWorkflowWithOptions(c.Rollout, workflow.RegisterOptions{Name: RolloutWorkflow})
 	w.RegisterWorkflow(NodeRollout)
 	w.RegisterWorkflow(NodeRolloutV2)
+	w.RegisterWorkflow(NodeRolloutV3)
 	w.RegisterWorkflowWithOptions(ClusterBudget, workflow.RegisterOptions{Name: ClusterBudgetWorkflow})
 }

@@ -28,6 +28,7 @@ func nodeEnv(t *testing.T) (*testsuite.TestWorkflowEnvironment, *activities.Acti
 	env.RegisterActivity(a)
 	env.RegisterWorkflow(NodeRollout)
 	env.RegisterWorkflow(NodeRolloutV2)
+	env.RegisterWorkflow(NodeRolloutV3)
 	return env, a
 }
 
@@ -180,8 +181,9 @@ func rolloutPairEnv(t *testing.T) *testsuite.TestWorkflowEnvironment {
 	env.RegisterWorkflow(Rollout)
 	env.RegisterWorkflow(NodeRollout)
 	env.RegisterWorkflow(NodeRolloutV2)
-	jobsOutlastTheWatch(env)
+	env.RegisterWorkflow(NodeRolloutV3)
 	env.RegisterWorkflowWithOptions(bothRollouts, workflow.RegisterOptions{Name: "both"})
+	jobsOutlastTheWatch(env)
 	env.OnActivity(a.PrepareTemplate, mock.Anything, mock.Anything).Return(activities.PreparedTemplate{Hash: "h"}, nil)
 	env.OnActivity(a.ListNodes, mock.Anything, mock.Anything).Return(func(_ context.Context, in activities.ListNodesInput) (activities.ListNodesResult, error) {
 		return activities.ListNodesResult{Nodes: in.Names, Total: len(in.Names)}, nil
@@ -278,6 +280,7 @@ func TestHistoryCostDoesNotGrowWithTemplateOrFailures(t *testing.T) {
 	env.RegisterWorkflow(Rollout)
 	env.RegisterWorkflow(NodeRollout)
 	env.RegisterWorkflow(NodeRolloutV2)
+	env.RegisterWorkflow(NodeRolloutV3)
 	jobsOutlastTheWatch(env)
 	const fleet = 2 * MaxReportedFailures
 	big := sampleTemplate + "# " + strings.Repeat("x", 256*1024-len(sampleTemplate)-3) + "\n"
@@ -387,6 +390,7 @@ func TestListingFailureOnALaterPageDrainsAndReports(t *testing.T) {
 	env.RegisterWorkflow(Rollout)
 	env.RegisterWorkflow(NodeRollout)
 	env.RegisterWorkflow(NodeRolloutV2)
+	env.RegisterWorkflow(NodeRolloutV3)
 	jobsOutlastTheWatch(env)
 	env.OnActivity(a.PrepareTemplate, mock.Anything, mock.Anything).Return(activities.PreparedTemplate{Hash: "h"}, nil)
 	env.OnActivity(a.ListNodes, mock.Anything, mock.Anything).Return(func(_ context.Context, in activities.ListNodesInput) (activities.ListNodesResult, error) {

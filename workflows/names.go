@@ -12,6 +12,9 @@ const (
 	NodeRolloutWorkflow = "NodeRollout"
 	// NodeRolloutV2Workflow is the node workflow as parents from versionNodeV2 on start it.
 	NodeRolloutV2Workflow = "NodeRolloutV2"
+	// NodeRolloutV3Workflow is the node workflow as parents from the second version of
+	// versionNodeV2 on start it.
+	NodeRolloutV3Workflow = "NodeRolloutV3"
 
 	SignalPause          = "pause"
 	SignalResume         = "resume"

@@ -41,7 +41,7 @@ func NodeRollout(ctx workflow.Context, in NodeRolloutInput) (NodeResult, error) 
 	if workflow.GetVersion(ctx, versionFieldGuarantees, workflow.DefaultVersion, 1) == workflow.DefaultVersion {
 		return nodeRolloutBeforeGuarantees(ctx, in)
 	}
-	return runNode(ctx, in)
+	return runNode(ctx, in, false)
 }
 
 // NodeRolloutV2 is NodeRollout as parents from versionNodeV2 on start it. Its own type stands
@@ -50,13 +50,21 @@ func NodeRollout(ctx workflow.Context, in NodeRolloutInput) (NodeResult, error) 
 // workflow task instead of running old code on a new node, so the task goes to a newer worker
 // during a rolling update.
 func NodeRolloutV2(ctx workflow.Context, in NodeRolloutInput) (NodeResult, error) {
-	return runNode(ctx, in)
+	return runNode(ctx, in, false)
 }
 
-// runNode is a node's rollout from versionFieldGuarantees on.
-func runNode(ctx workflow.Context, in NodeRolloutInput) (NodeResult, error) {
+// NodeRolloutV3 is NodeRolloutV2 whose watched Job is created, watched and finalized by one
+// local activity (RunJob): one marker in its history instead of three. Parents from the second
+// version of versionNodeV2 on start it.
+func NodeRolloutV3(ctx workflow.Context, in NodeRolloutInput) (NodeResult, error) {
+	return runNode(ctx, in, true)
+}
+
+// runNode is a node's rollout from versionFieldGuarantees on; oneStep runs a watched Job with
+// RunJob.
+func runNode(ctx workflow.Context, in NodeRolloutInput, oneStep bool) (NodeResult, error) {
 	waiters := workflow.GetSignalChannel(ctx, SignalNotifyWhenFree)
-	n := nodeSteps{in: in}
+	n := nodeSteps{in: in, oneStep: oneStep}
 	result, err := n.run(ctx)
 	tellWaiters(ctx, waiters, in.Node)
 	return result, err
@@ -67,6 +75,8 @@ type nodeSteps struct {
 	in NodeRolloutInput
 	// mayHaveCordoned: our cordon may be on the node, so it is ours to lift.
 	mayHaveCordoned bool
+	// oneStep: a watched Job runs as one RunJob local activity (NodeRolloutV3).
+	oneStep bool
 }
 
 func (n *nodeSteps) run(ctx workflow.Context) (NodeResult, error) {
@@ -89,9 +99,7 @@ func (n *nodeSteps) runJob(ctx workflow.Context) (NodeResult, error) {
 	planned := activities.JobRef{Namespace: in.Namespace, Name: jobspec.JobName(in.Rollout, in.Node, runID), Node: in.Node, RunID: runID}
 	result := NodeResult{Node: in.Node, Job: planned.Name, StartedAt: workflow.Now(ctx)}
 	writes := n.writeDeadline()
-
-	var job activities.JobRef
-	err := workflow.ExecuteLocalActivity(withLocalAPIActivity(ctx, writes, "create Job "+planned.Name), a.CreateJob, activities.JobRequest{
+	req := activities.JobRequest{
 		Rollout:                 in.Rollout,
 		Namespace:               in.Namespace,
 		Node:                    in.Node,
@@ -103,7 +111,22 @@ func (n *nodeSteps) runJob(ctx workflow.Context) (NodeResult, error) {
 		TTLSecondsAfterFinished: in.JobTTLSeconds,
 		Requester:               in.Requester,
 		FirstTask:               workflow.GetInfo(ctx).GetCurrentHistoryLength() <= firstTaskHistoryLength,
-	}).Get(ctx, &job)
+	}
+
+	var job activities.JobRef
+	var run activities.RunJobResult
+	var err error
+	inOneStep := n.oneStep && in.WatchSeconds > 0
+	if inOneStep {
+		workflow.SetCurrentDetails(ctx, fmt.Sprintf("Job `%s/%s` created and watched on node `%s`", planned.Namespace, planned.Name, in.Node))
+		watch := time.Duration(in.WatchSeconds) * time.Second
+		err = workflow.ExecuteLocalActivity(withLocalWatchActivity(ctx, watch, writes, "run Job "+planned.Name), a.RunJob, activities.RunJobInput{
+			Job: req, WatchSeconds: in.WatchSeconds, TimeoutSeconds: in.JobTimeoutSeconds, KeepJobs: in.KeepJobs,
+		}).Get(ctx, &run)
+		job = run.Job
+	} else {
+		err = workflow.ExecuteLocalActivity(withLocalAPIActivity(ctx, writes, "create Job "+planned.Name), a.CreateJob, req).Get(ctx, &job)
+	}
 	if err != nil {
 		if isCancel(ctx, err) {
 			return abort(ctx, planned, result)
@@ -124,9 +147,19 @@ func (n *nodeSteps) runJob(ctx workflow.Context) (NodeResult, error) {
 		end := activities.JobEnd{Outcome: job.Finalized, Message: "outcome read from the Node's marker: this run had finalized the node, but the workflow task that did so could not be recorded"}
 		return nodeOutcome(ctx, in.Node, end, activities.FinalizeResult{}, result)
 	}
-	workflow.SetCurrentDetails(ctx, fmt.Sprintf("Job `%s/%s` running on node `%s`", job.Namespace, job.Name, in.Node))
-
-	end, err := n.waitFor(ctx, job)
+	var end activities.JobEnd
+	switch {
+	case inOneStep && run.Done:
+		return nodeOutcome(ctx, in.Node, run.End, run.Fin, result)
+	case inOneStep && !run.Running:
+		return n.finalize(ctx, &job, run.End, result) // the Job ended; its finalize failed
+	case inOneStep:
+		workflow.SetCurrentDetails(ctx, fmt.Sprintf("Job `%s/%s` running on node `%s`", job.Namespace, job.Name, in.Node))
+		end, err = n.wait(ctx, job)
+	default:
+		workflow.SetCurrentDetails(ctx, fmt.Sprintf("Job `%s/%s` running on node `%s`", job.Namespace, job.Name, in.Node))
+		end, err = n.waitFor(ctx, job)
+	}
 	if err != nil {
 		if isCancel(ctx, err) {
 			return abort(ctx, job, result)
@@ -160,9 +193,15 @@ func (n *nodeSteps) waitFor(ctx workflow.Context, job activities.JobRef) (activi
 			return w.End, err
 		}
 	}
+	return n.wait(ctx, job)
+}
+
+// wait leaves the whole wait to the heartbeating WaitJob activity.
+func (n *nodeSteps) wait(ctx workflow.Context, job activities.JobRef) (activities.JobEnd, error) {
+	var a *activities.Activities
 	var end activities.JobEnd
 	waitCtx := withWaitActivity(ctx, time.Duration(n.in.JobTimeoutSeconds)*time.Second, "wait for Job "+job.Name)
-	err := workflow.ExecuteActivity(waitCtx, a.WaitJob, wait).Get(ctx, &end)
+	err := workflow.ExecuteActivity(waitCtx, a.WaitJob, activities.WaitJobInput{Job: job, TimeoutSeconds: n.in.JobTimeoutSeconds}).Get(ctx, &end)
 	return end, err
 }
 

@@ -143,6 +143,7 @@ func TestCancelDeletesRunningJobsAndStartsNoMore(t *testing.T) {
 	env.RegisterWorkflow(Rollout)
 	env.RegisterWorkflow(NodeRollout)
 	env.RegisterWorkflow(NodeRolloutV2)
+	env.RegisterWorkflow(NodeRolloutV3)
 	jobsOutlastTheWatch(env)
 	req := request(nodeNames(10)...)
 	req.Parallelism = 3

@@ -340,6 +340,7 @@ func TestMaxPerDomainAndOrderAcrossContinueAsNew(t *testing.T) {
 		env.RegisterActivity(a)
 		env.RegisterWorkflow(NodeRollout)
 		env.RegisterWorkflow(NodeRolloutV2)
+		env.RegisterWorkflow(NodeRolloutV3)
 		jobsOutlastTheWatch(env)
 		fleet := &RolloutSuite{fleet: names, done: map[string]bool{}}
 		fleet.labelledFleet(labels)

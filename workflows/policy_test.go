@@ -20,6 +20,7 @@ func TestSetParallelismStaysWithinThePolicy(t *testing.T) {
 	env.RegisterActivity(a)
 	env.RegisterWorkflow(NodeRollout)
 	env.RegisterWorkflow(NodeRolloutV2)
+	env.RegisterWorkflow(NodeRolloutV3)
 	env.RegisterWorkflowWithOptions(Rollout, workflow.RegisterOptions{Name: RolloutWorkflow})
 	jobsOutlastTheWatch(env)
 	env.OnActivity(a.PrepareTemplate, mock.Anything, mock.Anything).Return(

@@ -24,6 +24,7 @@ func TestReplayRecordedHistories(t *testing.T) {
 			replayer.RegisterWorkflow(Rollout)
 			replayer.RegisterWorkflow(NodeRollout)
 			replayer.RegisterWorkflow(NodeRolloutV2)
+			replayer.RegisterWorkflow(NodeRolloutV3)
 			require.NoError(t, replayer.ReplayWorkflowHistoryFromJSONFile(nil, file))
 		})
 	}

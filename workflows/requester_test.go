@@ -22,6 +22,7 @@ func TestRequesterAndPolicyInputsReachTheActivities(t *testing.T) {
 	env.RegisterActivity(a)
 	env.RegisterWorkflow(NodeRollout)
 	env.RegisterWorkflow(NodeRolloutV2)
+	env.RegisterWorkflow(NodeRolloutV3)
 	env.RegisterWorkflowWithOptions(Rollout, workflow.RegisterOptions{Name: RolloutWorkflow})
 	jobsOutlastTheWatch(env)
 	env.SetMemoOnStart(map[string]any{MemoRequester: "alice@laptop"})

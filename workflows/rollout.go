@@ -45,8 +45,10 @@ const (
 	// when they free, the failure budget checked while a node waits, and (in NodeRollout)
 	// writes retried as long as the node's deadline allows.
 	versionFieldGuarantees = "field-guarantees"
-	// versionNodeV2 marks runs that start their nodes as NodeRolloutV2 (a short Job watched
-	// within the node's first workflow task, no version marker in the node's history).
+	// versionNodeV2 marks runs that start their nodes as NodeRolloutV2 (version 1: a short Job
+	// watched within the node's first workflow task, no version marker in the node's history)
+	// or NodeRolloutV3 (version 2: that Job created, watched and finalized by one local
+	// activity). One change ID for both keeps a parent run at one version marker.
 	versionNodeV2 = "node-v2"
 )
 
@@ -74,7 +76,9 @@ func rolloutIn(ctx workflow.Context, cluster Cluster, req RolloutRequest, carrie
 	}
 	r := &rollout{req: req, s: s, requester: requesterOf(ctx), cluster: cluster}
 	r.guarantees = workflow.GetVersion(ctx, versionFieldGuarantees, workflow.DefaultVersion, 1) == 1
-	r.nodeV2 = r.guarantees && workflow.GetVersion(ctx, versionNodeV2, workflow.DefaultVersion, 1) == 1
+	if r.guarantees {
+		r.nodeVersion = workflow.GetVersion(ctx, versionNodeV2, workflow.DefaultVersion, 2)
+	}
 	r.restore(ctx, carried)
 	// Handlers come before the first blocking call, so status and setParallelism work while
 	// the template is being prepared.
@@ -119,9 +123,9 @@ type rollout struct {
 	waiting         map[string]bool
 	recent          []NodeResult
 	launchedThisRun int
-	canAtLimits     bool // continue as new near the history limits rather than when suggested
-	guarantees      bool // versionFieldGuarantees applies to this run
-	nodeV2          bool // versionNodeV2 applies to this run
+	canAtLimits     bool             // continue as new near the history limits rather than when suggested
+	guarantees      bool             // versionFieldGuarantees applies to this run
+	nodeVersion     workflow.Version // of versionNodeV2: 1 starts NodeRolloutV2 children, 2 NodeRolloutV3
 	draining        bool
 	done            bool
 
@@ -501,8 +505,11 @@ func (r *rollout) runNode(ctx workflow.Context, node string) (result NodeResult,
 		Maintenance:       nodeMaintenance(r.req.Maintenance),
 	}
 	nodeWorkflow := any(NodeRollout)
-	if r.nodeV2 {
+	if r.nodeVersion >= 1 {
 		nodeWorkflow = NodeRolloutV2
+		if r.nodeVersion >= 2 {
+			nodeWorkflow = NodeRolloutV3
+		}
 		if in.Maintenance == nil {
 			in.WatchSeconds = nodeWatchSeconds
 		}

@@ -67,6 +67,7 @@ func (s *RolloutSuite) SetupTest() {
 	s.env.RegisterWorkflow(Rollout)
 	s.env.RegisterWorkflow(NodeRollout)
 	s.env.RegisterWorkflow(NodeRolloutV2)
+	s.env.RegisterWorkflow(NodeRolloutV3)
 	jobsOutlastTheWatch(s.env)
 	s.fleet, s.done, s.runs, s.live, s.peak = nil, map[string]bool{}, nil, 0, 0
 	s.jobFn = s.succeedAfter(time.Minute)
@@ -429,6 +430,7 @@ func TestContinueAsNewCarriesCursorCountersAndFailures(t *testing.T) {
 		env.RegisterActivity(a)
 		env.RegisterWorkflow(NodeRollout)
 		env.RegisterWorkflow(NodeRolloutV2)
+		env.RegisterWorkflow(NodeRolloutV3)
 		jobsOutlastTheWatch(env)
 		fleet := &RolloutSuite{fleet: nodeNames(n), done: map[string]bool{}}
 		env.OnActivity(a.ListNodes, mock.Anything, mock.Anything).Return(fleet.listNodes)

@@ -7,6 +7,7 @@ import (
 
 	"go.temporal.io/sdk/testsuite"
 	"go.temporal.io/sdk/worker"
+	"go.temporal.io/sdk/workflow"
 
 	"github.com/noderollout/noderollout/activities"
 )
@@ -21,8 +22,12 @@ func newTestEnv(ts *testsuite.WorkflowTestSuite) *testsuite.TestWorkflowEnvironm
 }
 
 // jobsOutlastTheWatch makes every node's local watch see its Job still running, so that the
-// test's WaitJob mock decides how each Job ends (watch_test.go tests the watch itself).
+// test's WaitJob mock decides how each Job ends (watch_test.go tests the watch itself). It
+// pins parents to NodeRolloutV2 children, whose create, watch and finalize are the separate
+// activities these tests mock one by one; NodeRolloutV3 runs them as one (RunJob), which
+// watch_test.go tests.
 func jobsOutlastTheWatch(env *testsuite.TestWorkflowEnvironment) {
 	var a *activities.Activities
 	env.OnActivity(a.WatchJob, mock.Anything, mock.Anything).Return(activities.JobWatch{Running: true}, nil).Maybe()
+	env.OnGetVersion(versionNodeV2, workflow.DefaultVersion, 2).Return(workflow.Version(1)).Maybe()
 }

@@ -60,6 +60,7 @@ func TestRecordReplayFixtures(t *testing.T) {
 		replayer.RegisterWorkflow(workflows.Rollout)
 		replayer.RegisterWorkflow(workflows.NodeRollout)
 		replayer.RegisterWorkflow(workflows.NodeRolloutV2)
+		replayer.RegisterWorkflow(workflows.NodeRolloutV3)
 		require.NoError(t, replayer.ReplayWorkflowHistoryFromJSONFile(nil, file), "replaying %s", file)
 	}
 	t.Logf("recorded and replayed %d histories in %s", len(rec.files), rec.dir)

@@ -1,0 +1,60 @@
+package activities
+
+import "context"
+
+// RunJobInput asks for a node's whole Job, start to finish, within one local activity.
+type RunJobInput struct {
+	Job JobRequest `json:"job"`
+	// WatchSeconds bounds the watch: a Job still running then is left to WaitJob.
+	WatchSeconds   int64    `json:"watchSeconds"`
+	TimeoutSeconds int64    `json:"timeoutSeconds"` // the Job's deadline, from its creation
+	KeepJobs       KeepJobs `json:"keepJobs"`
+}
+
+// RunJobResult is how far RunJob got. Done: the Job ended and was finalized, End and Fin are
+// the node's outcome. Running: the Job outlasted the watch, or the watch failed, and WaitJob
+// takes over. Neither with an End: the Job ended but finalize failed, and runs again on its own.
+// Job.Finalized: this run had finished the node before, and nothing was created.
+type RunJobResult struct {
+	Job     JobRef         `json:"job"`
+	Running bool           `json:"running,omitempty"`
+	End     JobEnd         `json:"end"`
+	Done    bool           `json:"done,omitempty"`
+	Fin     FinalizeResult `json:"fin"`
+}
+
+// RunJob is CreateJob, WatchJob for at most WatchSeconds, and FinalizeJob, in one local
+// activity: a short Job then costs its node one marker in its history instead of three. Only
+// the create's errors fail it, so a retry (or a repeat of the workflow task) starts over at a
+// create, which adopts the Job or finds the run's outcome on the Node; a later step that fails
+// returns how far it got, and the workflow goes on from there with the step on its own.
+func (a *Activities) RunJob(ctx context.Context, in RunJobInput) (RunJobResult, error) {
+	job, err := a.CreateJob(ctx, in.Job)
+	if err != nil || job.Finalized != "" {
+		return RunJobResult{Job: job}, err
+	}
+	watch, err := a.WatchJob(ctx, WatchJobInput{
+		WaitJobInput: WaitJobInput{Job: job, TimeoutSeconds: in.TimeoutSeconds},
+		ForSeconds:   in.WatchSeconds,
+	})
+	if ctx.Err() != nil {
+		return RunJobResult{}, ctx.Err() // an abort: the workflow deletes the Job
+	}
+	if err != nil || watch.Running {
+		return RunJobResult{Job: job, Running: true}, nil
+	}
+	fin, err := a.FinalizeJob(ctx, FinalizeInput{
+		Rollout:      in.Job.Rollout,
+		Node:         in.Job.Node,
+		TemplateHash: in.Job.TemplateHash,
+		Job:          &job,
+		End:          watch.End,
+		KeepJobs:     in.KeepJobs,
+		Requester:    in.Job.Requester,
+		RunID:        in.Job.RunID,
+	})
+	if ctx.Err() != nil {
+		return RunJobResult{}, ctx.Err()
+	}
+	return RunJobResult{Job: job, End: watch.End, Done: err == nil, Fin: fin}, nil
+}

@@ -1,0 +1,167 @@
+package workflows
+
+import (
+	"context"
+	"testing"
+
+	"github.com/stretchr/testify/mock"
+	"github.com/stretchr/testify/require"
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/testsuite"
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/noderollout/noderollout/activities"
+)
+
+// Tests of NodeRolloutV3: a watched Job runs as one RunJob local activity, and the node goes on
+// with the separate steps from wherever RunJob stopped.
+
+func TestParentStartsNodeRolloutV3WithTheWatch(t *testing.T) {
+	env, a := nodeEnv(t)
+	env.RegisterWorkflow(Rollout)
+	env.OnActivity(a.PrepareTemplate, mock.Anything, mock.Anything).Return(activities.PreparedTemplate{Hash: "h"}, nil)
+	env.OnActivity(a.ListNodes, mock.Anything, mock.Anything).Return(func(_ context.Context, in activities.ListNodesInput) (activities.ListNodesResult, error) {
+		return activities.ListNodesResult{Nodes: in.Names, Total: len(in.Names)}, nil
+	})
+	var got []NodeRolloutInput
+	env.OnWorkflow(NodeRolloutV3, mock.Anything, mock.Anything).Return(func(_ workflow.Context, in NodeRolloutInput) (NodeResult, error) {
+		got = append(got, in)
+		return NodeResult{Node: in.Node, Outcome: activities.OutcomeSucceeded}, nil
+	})
+	env.ExecuteWorkflow(RolloutWorkflow, request("n1", "n2"))
+	require.NoError(t, env.GetWorkflowError())
+	require.Len(t, got, 2)
+	for _, in := range got {
+		require.Equal(t, int64(nodeWatchSeconds), in.WatchSeconds)
+	}
+}
+
+var oneStepJob = activities.JobRef{Namespace: "jobs", Name: "demo-node-a-w", UID: "u1", Node: "node-a"}
+
+// separateStepsNever fails the test if the node runs on its own a step that RunJob has done.
+func separateStepsNever(env *testsuite.TestWorkflowEnvironment, a *activities.Activities, steps ...string) {
+	for _, step := range steps {
+		switch step {
+		case "create":
+			env.OnActivity(a.CreateJob, mock.Anything, mock.Anything).Return(activities.JobRef{}, nil).Never()
+		case "watch":
+			env.OnActivity(a.WatchJob, mock.Anything, mock.Anything).Return(activities.JobWatch{}, nil).Never()
+		case "wait":
+			env.OnActivity(a.WaitJob, mock.Anything, mock.Anything).Return(activities.JobEnd{}, nil).Never()
+		case "finalize":
+			env.OnActivity(a.FinalizeJob, mock.Anything, mock.Anything).Return(activities.FinalizeResult{}, nil).Never()
+		}
+	}
+}
+
+func TestShortJobIsOneRunJob(t *testing.T) {
+	env, a := nodeEnv(t)
+	env.OnActivity(a.RunJob, mock.Anything, mock.MatchedBy(func(in activities.RunJobInput) bool {
+		return in.WatchSeconds == nodeWatchSeconds && in.TimeoutSeconds == 600 && in.KeepJobs == activities.KeepFailed &&
+			in.Job.Node == "node-a" && in.Job.RunID != "" && in.Job.TemplateHash == "h1"
+	})).Return(activities.RunJobResult{Job: oneStepJob, Done: true,
+		End: activities.JobEnd{Outcome: activities.OutcomeSucceeded, Reason: "Completed"}}, nil).Once()
+	separateStepsNever(env, a, "create", "watch", "wait", "finalize")
+	env.ExecuteWorkflow(NodeRolloutV3, watchedInput())
+	require.NoError(t, env.GetWorkflowError())
+	var r NodeResult
+	require.NoError(t, env.GetWorkflowResult(&r))
+	require.Equal(t, activities.OutcomeSucceeded, r.Outcome)
+	require.Equal(t, "Completed", r.Reason)
+	require.Equal(t, oneStepJob.Name, r.Job)
+	env.AssertExpectations(t)
+}
+
+func TestRunJobOutlastedIsLeftToWaitJobThenFinalized(t *testing.T) {
+	env, a := nodeEnv(t)
+	env.OnActivity(a.RunJob, mock.Anything, mock.Anything).Return(activities.RunJobResult{Job: oneStepJob, Running: true}, nil).Once()
+	env.OnActivity(a.WaitJob, mock.Anything, activities.WaitJobInput{Job: oneStepJob, TimeoutSeconds: 600}).
+		Return(activities.JobEnd{Outcome: activities.OutcomeFailed, Reason: "BackoffLimitExceeded"}, nil).Once()
+	env.OnActivity(a.FinalizeJob, mock.Anything, mock.MatchedBy(func(in activities.FinalizeInput) bool {
+		return in.Job != nil && in.Job.UID == "u1" && in.End.Outcome == activities.OutcomeFailed
+	})).Return(activities.FinalizeResult{}, nil).Once()
+	separateStepsNever(env, a, "create", "watch")
+	env.ExecuteWorkflow(NodeRolloutV3, watchedInput())
+	var appErr *temporal.ApplicationError
+	require.ErrorAs(t, env.GetWorkflowError(), &appErr)
+	require.Equal(t, ErrNodeFailed, appErr.Type())
+	env.AssertExpectations(t)
+}
+
+// The Job ended but RunJob's finalize failed: the node finalizes again on its own.
+func TestRunJobWhoseFinalizeFailedFinalizesAgain(t *testing.T) {
+	env, a := nodeEnv(t)
+	end := activities.JobEnd{Outcome: activities.OutcomeSucceeded, Reason: "Completed"}
+	env.OnActivity(a.RunJob, mock.Anything, mock.Anything).Return(activities.RunJobResult{Job: oneStepJob, End: end}, nil).Once()
+	env.OnActivity(a.FinalizeJob, mock.Anything, mock.MatchedBy(func(in activities.FinalizeInput) bool {
+		return in.Job != nil && in.Job.UID == "u1" && in.End == end
+	})).Return(activities.FinalizeResult{}, nil).Once()
+	separateStepsNever(env, a, "create", "watch", "wait")
+	env.ExecuteWorkflow(NodeRolloutV3, watchedInput())
+	require.NoError(t, env.GetWorkflowError())
+	env.AssertExpectations(t)
+}
+
+// A create refused for good (nothing was made) is finalized without a Job.
+func TestRunJobRefusedCreateFinalizesWithoutAJob(t *testing.T) {
+	env, a := nodeEnv(t)
+	env.OnActivity(a.RunJob, mock.Anything, mock.Anything).
+		Return(activities.RunJobResult{}, temporal.NewNonRetryableApplicationError("bad template", activities.ErrInvalidRequest, nil)).Once()
+	env.OnActivity(a.FinalizeJob, mock.Anything, mock.MatchedBy(func(in activities.FinalizeInput) bool {
+		return in.Job == nil && in.End.Outcome == activities.OutcomeFailed
+	})).Return(activities.FinalizeResult{}, nil).Once()
+	separateStepsNever(env, a, "create", "watch", "wait")
+	env.ExecuteWorkflow(NodeRolloutV3, watchedInput())
+	require.Error(t, env.GetWorkflowError())
+	env.AssertExpectations(t)
+}
+
+// An abort while RunJob runs deletes the Job by its planned name (and run) before the node
+// is let go.
+func TestAbortDuringRunJobDeletesTheJob(t *testing.T) {
+	env, a := nodeEnv(t)
+	env.OnActivity(a.RunJob, mock.Anything, mock.Anything).Return(func(ctx context.Context, _ activities.RunJobInput) (activities.RunJobResult, error) {
+		env.CancelWorkflow()
+		<-ctx.Done()
+		return activities.RunJobResult{}, ctx.Err()
+	})
+	var deleted []activities.JobRef
+	env.OnActivity(a.DeleteJob, mock.Anything, mock.Anything).Return(func(_ context.Context, j activities.JobRef) error {
+		deleted = append(deleted, j)
+		return nil
+	})
+	separateStepsNever(env, a, "create", "watch", "wait", "finalize")
+	env.ExecuteWorkflow(NodeRolloutV3, watchedInput())
+	var canceled *temporal.CanceledError
+	require.ErrorAs(t, env.GetWorkflowError(), &canceled)
+	require.Len(t, deleted, 1)
+	require.NotEmpty(t, deleted[0].RunID, "the planned Job is found by its run")
+	require.Equal(t, "node-a", deleted[0].Node)
+}
+
+// A repeated first task whose RunJob finds this run's outcome on the Node reports it.
+func TestRunJobThatFindsTheRunsOutcomeReportsIt(t *testing.T) {
+	env, a := nodeEnv(t)
+	found := oneStepJob
+	found.UID = ""
+	found.Finalized = activities.OutcomeFailed
+	env.OnActivity(a.RunJob, mock.Anything, mock.Anything).Return(activities.RunJobResult{Job: found}, nil).Once()
+	separateStepsNever(env, a, "create", "watch", "wait", "finalize")
+	env.ExecuteWorkflow(NodeRolloutV3, watchedInput())
+	var appErr *temporal.ApplicationError
+	require.ErrorAs(t, env.GetWorkflowError(), &appErr)
+	require.Equal(t, ErrNodeFailed, appErr.Type())
+	env.AssertExpectations(t)
+}
+
+// A maintained node (no watch) keeps its separate steps under NodeRolloutV3 too.
+func TestNodeRolloutV3WithoutAWatchTakesTheSeparateSteps(t *testing.T) {
+	env, a := nodeEnv(t)
+	env.OnActivity(a.CreateJob, mock.Anything, mock.Anything).Return(oneStepJob, nil).Once()
+	env.OnActivity(a.WaitJob, mock.Anything, mock.Anything).Return(activities.JobEnd{Outcome: activities.OutcomeSucceeded}, nil).Once()
+	env.OnActivity(a.FinalizeJob, mock.Anything, mock.Anything).Return(activities.FinalizeResult{}, nil).Once()
+	env.OnActivity(a.RunJob, mock.Anything, mock.Anything).Return(activities.RunJobResult{}, nil).Never()
+	env.ExecuteWorkflow(NodeRolloutV3, nodeInput())
+	require.NoError(t, env.GetWorkflowError())
+	env.AssertExpectations(t)
+}
