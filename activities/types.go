@@ -69,6 +69,9 @@ const (
 	ReasonAPIError = "APIError"
 	// ReasonActivityTimeout: an activity ran past its own timeouts (worker overloaded or gone).
 	ReasonActivityTimeout = "ActivityTimeout"
+	// ReasonRecordedOnNode: the node's workflow task that finalized it was lost and ran again;
+	// the outcome is the one its first run recorded on the Node, the Job's details are gone.
+	ReasonRecordedOnNode = "RecordedOnNode"
 )
 
 // TemplateRef names a Job template kept in a ConfigMap.

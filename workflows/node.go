@@ -144,7 +144,8 @@ func (n *nodeSteps) runJob(ctx workflow.Context) (NodeResult, error) {
 	if job.Finalized != "" {
 		// This run finished the node in a workflow task whose completion was lost, and now runs
 		// again from the start: the Node's marker holds the outcome; the Job may be gone.
-		end := activities.JobEnd{Outcome: job.Finalized, Message: "outcome read from the Node's marker: this run had finalized the node, but the workflow task that did so could not be recorded"}
+		end := activities.JobEnd{Outcome: job.Finalized, Reason: activities.ReasonRecordedOnNode,
+			Message: "outcome read from the Node's marker: this run had finalized the node, but the workflow task that did so could not be recorded"}
 		return nodeOutcome(ctx, in.Node, end, activities.FinalizeResult{}, result)
 	}
 	var end activities.JobEnd

@@ -145,6 +145,7 @@ func TestRepeatedFirstTaskReportsTheOutcomeOnTheNode(t *testing.T) {
 	require.NoError(t, env.GetWorkflowResult(&r))
 	require.Equal(t, activities.OutcomeSucceeded, r.Outcome)
 	require.Equal(t, watchedJob.Name, r.Job)
+	require.Equal(t, activities.ReasonRecordedOnNode, r.Reason)
 	env.AssertExpectations(t)
 }
 
