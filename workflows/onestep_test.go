@@ -2,6 +2,7 @@ package workflows
 
 import (
 	"context"
+	"errors"
 	"testing"
 
 	"github.com/stretchr/testify/mock"
@@ -38,20 +39,37 @@ func TestParentStartsNodeRolloutV3WithTheWatch(t *testing.T) {
 
 var oneStepJob = activities.JobRef{Namespace: "jobs", Name: "demo-node-a-w", UID: "u1", Node: "node-a"}
 
-// separateStepsNever fails the test if the node runs on its own a step that RunJob has done.
-func separateStepsNever(env *testsuite.TestWorkflowEnvironment, a *activities.Activities, steps ...string) {
+// separateSteps records every step the node runs on its own, of those named, for the test to
+// assert there was none: a mock that panics would only fail the local activity, which the
+// workflow may ride out.
+func separateSteps(env *testsuite.TestWorkflowEnvironment, a *activities.Activities, steps ...string) *[]string {
+	ran := &[]string{}
+	record := func(step string) { *ran = append(*ran, step) }
 	for _, step := range steps {
 		switch step {
 		case "create":
-			env.OnActivity(a.CreateJob, mock.Anything, mock.Anything).Return(activities.JobRef{}, nil).Never()
+			env.OnActivity(a.CreateJob, mock.Anything, mock.Anything).Return(func(context.Context, activities.JobRequest) (activities.JobRef, error) {
+				record(step)
+				return activities.JobRef{}, errors.New("create ran on its own")
+			}).Maybe()
 		case "watch":
-			env.OnActivity(a.WatchJob, mock.Anything, mock.Anything).Return(activities.JobWatch{}, nil).Never()
+			env.OnActivity(a.WatchJob, mock.Anything, mock.Anything).Return(func(context.Context, activities.WatchJobInput) (activities.JobWatch, error) {
+				record(step)
+				return activities.JobWatch{}, errors.New("watch ran on its own")
+			}).Maybe()
 		case "wait":
-			env.OnActivity(a.WaitJob, mock.Anything, mock.Anything).Return(activities.JobEnd{}, nil).Never()
+			env.OnActivity(a.WaitJob, mock.Anything, mock.Anything).Return(func(context.Context, activities.WaitJobInput) (activities.JobEnd, error) {
+				record(step)
+				return activities.JobEnd{}, errors.New("wait ran on its own")
+			}).Maybe()
 		case "finalize":
-			env.OnActivity(a.FinalizeJob, mock.Anything, mock.Anything).Return(activities.FinalizeResult{}, nil).Never()
+			env.OnActivity(a.FinalizeJob, mock.Anything, mock.Anything).Return(func(context.Context, activities.FinalizeInput) (activities.FinalizeResult, error) {
+				record(step)
+				return activities.FinalizeResult{}, errors.New("finalize ran on its own")
+			}).Maybe()
 		}
 	}
+	return ran
 }
 
 func TestShortJobIsOneRunJob(t *testing.T) {
@@ -61,8 +79,9 @@ func TestShortJobIsOneRunJob(t *testing.T) {
 			in.Job.Node == "node-a" && in.Job.RunID != "" && in.Job.TemplateHash == "h1"
 	})).Return(activities.RunJobResult{Job: oneStepJob, Done: true,
 		End: activities.JobEnd{Outcome: activities.OutcomeSucceeded, Reason: "Completed"}}, nil).Once()
-	separateStepsNever(env, a, "create", "watch", "wait", "finalize")
+	ran := separateSteps(env, a, "create", "watch", "wait", "finalize")
 	env.ExecuteWorkflow(NodeRolloutV3, watchedInput())
+	require.Empty(t, *ran, "steps RunJob had done ran again on their own")
 	require.NoError(t, env.GetWorkflowError())
 	var r NodeResult
 	require.NoError(t, env.GetWorkflowResult(&r))
@@ -80,8 +99,9 @@ func TestRunJobOutlastedIsLeftToWaitJobThenFinalized(t *testing.T) {
 	env.OnActivity(a.FinalizeJob, mock.Anything, mock.MatchedBy(func(in activities.FinalizeInput) bool {
 		return in.Job != nil && in.Job.UID == "u1" && in.End.Outcome == activities.OutcomeFailed
 	})).Return(activities.FinalizeResult{}, nil).Once()
-	separateStepsNever(env, a, "create", "watch")
+	ran := separateSteps(env, a, "create", "watch")
 	env.ExecuteWorkflow(NodeRolloutV3, watchedInput())
+	require.Empty(t, *ran, "steps RunJob had done ran again on their own")
 	var appErr *temporal.ApplicationError
 	require.ErrorAs(t, env.GetWorkflowError(), &appErr)
 	require.Equal(t, ErrNodeFailed, appErr.Type())
@@ -96,8 +116,9 @@ func TestRunJobWhoseFinalizeFailedFinalizesAgain(t *testing.T) {
 	env.OnActivity(a.FinalizeJob, mock.Anything, mock.MatchedBy(func(in activities.FinalizeInput) bool {
 		return in.Job != nil && in.Job.UID == "u1" && in.End == end
 	})).Return(activities.FinalizeResult{}, nil).Once()
-	separateStepsNever(env, a, "create", "watch", "wait")
+	ran := separateSteps(env, a, "create", "watch", "wait")
 	env.ExecuteWorkflow(NodeRolloutV3, watchedInput())
+	require.Empty(t, *ran, "steps RunJob had done ran again on their own")
 	require.NoError(t, env.GetWorkflowError())
 	env.AssertExpectations(t)
 }
@@ -110,8 +131,9 @@ func TestRunJobRefusedCreateFinalizesWithoutAJob(t *testing.T) {
 	env.OnActivity(a.FinalizeJob, mock.Anything, mock.MatchedBy(func(in activities.FinalizeInput) bool {
 		return in.Job == nil && in.End.Outcome == activities.OutcomeFailed
 	})).Return(activities.FinalizeResult{}, nil).Once()
-	separateStepsNever(env, a, "create", "watch", "wait")
+	ran := separateSteps(env, a, "create", "watch", "wait")
 	env.ExecuteWorkflow(NodeRolloutV3, watchedInput())
+	require.Empty(t, *ran, "steps RunJob had done ran again on their own")
 	require.Error(t, env.GetWorkflowError())
 	env.AssertExpectations(t)
 }
@@ -130,8 +152,9 @@ func TestAbortDuringRunJobDeletesTheJob(t *testing.T) {
 		deleted = append(deleted, j)
 		return nil
 	})
-	separateStepsNever(env, a, "create", "watch", "wait", "finalize")
+	ran := separateSteps(env, a, "create", "watch", "wait", "finalize")
 	env.ExecuteWorkflow(NodeRolloutV3, watchedInput())
+	require.Empty(t, *ran, "steps RunJob had done ran again on their own")
 	var canceled *temporal.CanceledError
 	require.ErrorAs(t, env.GetWorkflowError(), &canceled)
 	require.Len(t, deleted, 1)
@@ -146,8 +169,9 @@ func TestRunJobThatFindsTheRunsOutcomeReportsIt(t *testing.T) {
 	found.UID = ""
 	found.Finalized = activities.OutcomeFailed
 	env.OnActivity(a.RunJob, mock.Anything, mock.Anything).Return(activities.RunJobResult{Job: found}, nil).Once()
-	separateStepsNever(env, a, "create", "watch", "wait", "finalize")
+	ran := separateSteps(env, a, "create", "watch", "wait", "finalize")
 	env.ExecuteWorkflow(NodeRolloutV3, watchedInput())
+	require.Empty(t, *ran, "steps RunJob had done ran again on their own")
 	var appErr *temporal.ApplicationError
 	require.ErrorAs(t, env.GetWorkflowError(), &appErr)
 	require.Equal(t, ErrNodeFailed, appErr.Type())
