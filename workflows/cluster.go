@@ -57,8 +57,9 @@ func (c Cluster) Rollout(ctx workflow.Context, req RolloutRequest, carried *Prog
 	return rolloutIn(ctx, c, req, carried)
 }
 
-// Register registers every workflow the cluster's worker runs on its task queue.
-func (c Cluster) Register(w worker.Registry) {
+// Register registers every workflow the cluster's worker runs on its task queue (on a worker,
+// or on a replayer of the cluster's histories).
+func (c Cluster) Register(w worker.WorkflowRegistry) {
 	w.RegisterWorkflowWithOptions(c.Rollout, workflow.RegisterOptions{Name: RolloutWorkflow})
 	w.RegisterWorkflow(NodeRollout)
 	w.RegisterWorkflow(NodeRolloutV2)

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -18,7 +19,6 @@ import (
 	historypb "go.temporal.io/api/history/v1"
 	"go.temporal.io/api/temporalproto"
 	"go.temporal.io/sdk/client"
-	"go.temporal.io/sdk/worker"
 
 	"github.com/noderollout/noderollout/workflows"
 )
@@ -53,15 +53,12 @@ func TestRecordReplayFixtures(t *testing.T) {
 		t.Run("abort", func(t *testing.T) { t.Parallel(); recordAbort(t, rec) })
 		t.Run("busy-node", func(t *testing.T) { t.Parallel(); recordBusyNode(t, rec) })
 		t.Run("paced-maintained", func(t *testing.T) { t.Parallel(); recordPacedMaintained(t, rec) })
+		t.Run("budgeted", func(t *testing.T) { t.Parallel(); recordBudgeted(t, rec) })
+		t.Run("fleet", func(t *testing.T) { t.Parallel(); recordFleet(t, rec) })
 	})
 	require.NotEmpty(t, rec.files)
 	for _, file := range rec.files {
-		replayer := worker.NewWorkflowReplayer()
-		replayer.RegisterWorkflow(workflows.Rollout)
-		replayer.RegisterWorkflow(workflows.NodeRollout)
-		replayer.RegisterWorkflow(workflows.NodeRolloutV2)
-		replayer.RegisterWorkflow(workflows.NodeRolloutV3)
-		require.NoError(t, replayer.ReplayWorkflowHistoryFromJSONFile(nil, file), "replaying %s", file)
+		require.NoError(t, workflows.ReplayerFor(file).ReplayWorkflowHistoryFromJSONFile(nil, file), "replaying %s", file)
 	}
 	t.Logf("recorded and replayed %d histories in %s", len(rec.files), rec.dir)
 }
@@ -193,6 +190,48 @@ func recordPacedMaintained(t *testing.T, rec *recorder) {
 	rec.write(t, "node-maintained.json", rec.closed(t, child.GetWorkflowId(), child.GetRunId(), enums.WORKFLOW_EXECUTION_STATUS_COMPLETED))
 }
 
+// recordBudgeted: a rollout of parallelism 3 on a cluster whose disruption budget is 2, so its
+// nodes wait for the coordinator's grants; the rollout's history and the coordinator's, which
+// runs on (its history is read once every slot is back).
+func recordBudgeted(t *testing.T, rec *recorder) {
+	c := workflows.BudgetFixtureCluster
+	w, err := StartWorker(c.Name, "--cluster", c.Name, "--cluster-budget", strconv.Itoa(c.Budget))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = w.Stop() })
+	f := NewFleet(t, 4)
+	req := f.Request("fixture-budgeted", time.Second)
+	req.Parallelism = 3
+	run := StartOn(t, req, workflows.ClusterTaskQueue(workflows.TaskQueue, c.Name))
+	require.Equal(t, 4, Succeeded(t, run).Counts.Succeeded)
+	rec.write(t, "rollout-budgeted.json", rec.closed(t, run.GetID(), run.GetRunID(), enums.WORKFLOW_EXECUTION_STATUS_COMPLETED))
+	waitFor(t, 60*time.Second, "every slot back at the coordinator", func() bool {
+		v, err := stack.Temporal.QueryWorkflow(context.Background(), c.BudgetWorkflowID(), "", workflows.QueryBudget)
+		var st workflows.BudgetStatus
+		return err == nil && v.Get(&st) == nil && st.InUse == 0
+	})
+	rec.write(t, "budget-coordinator.json", rec.current(t, c.BudgetWorkflowID()))
+}
+
+// recordFleet: a fleet rollout in two waves, one cluster's worker each. Both workers talk to
+// the one API server here, so the second wave finds the nodes done for the template and skips
+// them; the fleet's own history is the same either way.
+func recordFleet(t *testing.T, rec *recorder) {
+	staging, _ := clusterWorker(t, "fixture-staging", 0)
+	prod, _ := clusterWorker(t, "fixture-prod", 0)
+	f := NewFleet(t, 2)
+	req := workflows.FleetRequest{Name: "fixture-fleet-" + f.suffix, Waves: [][]string{{staging.Name}, {prod.Name}}, Rollout: f.Request("fixture-fleet", time.Second)}
+	ctx := context.Background()
+	run, err := stack.Temporal.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
+		ID: workflows.FleetID(req.Name), TaskQueue: workflows.FleetTaskQueue, WorkflowExecutionTimeout: 5 * time.Minute,
+	}, workflows.FleetRolloutWorkflow, req)
+	require.NoError(t, err)
+	var res workflows.FleetResult
+	require.NoError(t, run.Get(ctx, &res))
+	require.Equal(t, "done", res.Phase)
+	require.Len(t, res.Clusters, 2)
+	rec.write(t, "fleet-two-waves.json", rec.closed(t, run.GetID(), run.GetRunID(), enums.WORKFLOW_EXECUTION_STATUS_COMPLETED))
+}
+
 // recorder fetches closed workflows' histories and writes them as the JSON the replayer reads.
 type recorder struct {
 	dir    string
@@ -219,6 +258,19 @@ func (r *recorder) closed(t *testing.T, id, runID string, want ...enums.Workflow
 	it := stack.Temporal.GetWorkflowHistory(ctx, id, runID, false, enums.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
 	for it.HasNext() {
 		e, err := it.Next()
+		require.NoError(t, err)
+		h.Events = append(h.Events, e)
+	}
+	return h
+}
+
+// current returns the history of the workflow's latest run, open or closed, as it stands.
+func (r *recorder) current(t *testing.T, id string) *historypb.History {
+	t.Helper()
+	h := &historypb.History{}
+	iter := stack.Temporal.GetWorkflowHistory(context.Background(), id, "", false, enums.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
+	for iter.HasNext() {
+		e, err := iter.Next()
 		require.NoError(t, err)
 		h.Events = append(h.Events, e)
 	}
