@@ -50,6 +50,9 @@ const (
 	// or NodeRolloutV3 (version 2: that Job created, watched and finalized by one local
 	// activity). One change ID for both keeps a parent run at one version marker.
 	versionNodeV2 = "node-v2"
+	// versionChildCollector marks runs whose children that start at once are all waited on by
+	// one coroutine (childCollector) rather than one coroutine per node.
+	versionChildCollector = "one-child-collector"
 )
 
 // Rollout runs NodeRollout on every selected node, at most a window of them at a time.
@@ -78,6 +81,7 @@ func rolloutIn(ctx workflow.Context, cluster Cluster, req RolloutRequest, carrie
 	r.guarantees = workflow.GetVersion(ctx, versionFieldGuarantees, workflow.DefaultVersion, 1) == 1
 	if r.guarantees {
 		r.nodeVersion = workflow.GetVersion(ctx, versionNodeV2, workflow.DefaultVersion, 2)
+		r.collect = workflow.GetVersion(ctx, versionChildCollector, workflow.DefaultVersion, 1) == 1
 	}
 	r.restore(ctx, carried)
 	// Handlers come before the first blocking call, so status and setParallelism work while
@@ -89,6 +93,9 @@ func rolloutIn(ctx workflow.Context, cluster Cluster, req RolloutRequest, carrie
 		r.slots = newClusterSlots(ctx, cluster)
 		if r.slots != nil {
 			r.signals = append(r.signals, r.slots.grants)
+		}
+		if r.collect && r.slots == nil {
+			r.children = r.collectChildren(ctx)
 		}
 	}
 	if carried == nil {
@@ -126,6 +133,7 @@ type rollout struct {
 	canAtLimits     bool             // continue as new near the history limits rather than when suggested
 	guarantees      bool             // versionFieldGuarantees applies to this run
 	nodeVersion     workflow.Version // of versionNodeV2: 1 starts NodeRolloutV2 children, 2 NodeRolloutV3
+	collect         bool             // versionChildCollector applies to this run
 	draining        bool
 	done            bool
 
@@ -138,6 +146,10 @@ type rollout struct {
 
 	cluster Cluster
 	slots   *clusterSlots // the cluster-wide budget; nil without one
+
+	// children waits on the children that started without waiting; nil in runs before
+	// versionChildCollector and where a cluster-wide budget makes every node wait for a slot.
+	children *childCollector
 }
 
 // restore takes over carried progress, or starts it afresh on the first run.
@@ -464,33 +476,62 @@ func mergeListed(page activities.ListNodesResult) []queuedNode {
 	return q
 }
 
-// launch starts the node's child in its own coroutine; the child's result frees the slot.
+// launch starts the node's child. A node that may start at once is started here and waited on
+// by the one childCollector; a node that first waits (for a slot of the cluster-wide budget)
+// runs in a coroutine of its own, as every node did before versionChildCollector.
 func (r *rollout) launch(ctx workflow.Context, node string) {
 	r.inFlight++
 	r.p.Counts.Running++
 	r.pace.take(node)
 	r.launchedThisRun++
+	if r.children != nil {
+		r.children.add(node, r.startChild(ctx, node))
+		return
+	}
 	workflow.Go(ctx, func(ctx workflow.Context) {
-		result, holdsSlot, started := r.runNode(ctx, node)
-		if holdsSlot {
-			r.inFlight--
-			r.p.Counts.Running--
-			r.pace.release(node)
-		}
-		r.pace.forget(node)
-		if started {
-			r.record(ctx, result)
-		} else {
-			r.showProgress(ctx) // back to pending: a later rollout or rerun covers it
-		}
+		r.settle(ctx, node, r.runNode(ctx, node, false))
 	})
 }
 
-// runNode runs the child, waiting while another rollout holds the node. While it waits it
-// gives its window slot back, so a busy node never holds up the others. It reports whether it
-// still holds a slot when it returns, and whether the node was started at all (a waiting node
-// is not started once the failure budget is spent).
-func (r *rollout) runNode(ctx workflow.Context, node string) (result NodeResult, holdsSlot, started bool) {
+// nodeEnd is how a node's turn in this run ended.
+type nodeEnd struct {
+	result NodeResult
+	// holdsSlot says the node still holds its window slot; started, that it ran at all (a
+	// waiting node is not started once the failure budget is spent).
+	holdsSlot, started bool
+}
+
+// settle frees the node's slot and counts its outcome.
+func (r *rollout) settle(ctx workflow.Context, node string, end nodeEnd) {
+	if end.holdsSlot {
+		r.inFlight--
+		r.p.Counts.Running--
+		r.pace.release(node)
+	}
+	r.pace.forget(node)
+	if end.started {
+		r.record(ctx, end.result)
+	} else {
+		r.showProgress(ctx) // back to pending: a later rollout or rerun covers it
+	}
+}
+
+// childEnded settles a child that the collector saw end. A child refused because another
+// rollout holds the node goes on in a coroutine of its own, which waits for the node.
+func (r *rollout) childEnded(ctx workflow.Context, node string, child workflow.ChildWorkflowFuture) {
+	var result NodeResult
+	err := child.Get(ctx, &result)
+	if temporal.IsWorkflowExecutionAlreadyStartedError(err) {
+		workflow.Go(ctx, func(ctx workflow.Context) {
+			r.settle(ctx, node, r.runNode(ctx, node, true))
+		})
+		return
+	}
+	r.settle(ctx, node, nodeEnd{result: nodeResult(node, err, result), holdsSlot: true, started: true})
+}
+
+// startChild starts the node's child workflow.
+func (r *rollout) startChild(ctx workflow.Context, node string) workflow.ChildWorkflowFuture {
 	in := NodeRolloutInput{
 		Rollout:           r.req.Name,
 		Namespace:         r.namespace(),
@@ -514,55 +555,65 @@ func (r *rollout) runNode(ctx workflow.Context, node string) (result NodeResult,
 			in.WatchSeconds = nodeWatchSeconds
 		}
 	}
+	return workflow.ExecuteChildWorkflow(nodeChildOptions(ctx, r.req.Name, node, r.cluster.NodeWorkflowID(node)), nodeWorkflow, in)
+}
+
+// runNode runs the child, waiting while another rollout holds the node; busy says the node
+// was already refused as busy, so the wait comes first. While it waits it gives its window
+// slot back, so a busy node never holds up the others.
+func (r *rollout) runNode(ctx workflow.Context, node string, busy bool) nodeEnd {
 	backoff, recheck := busyNodeBackoff, busyNodeRecheck
 	for {
-		if err := r.slots.acquire(ctx, node, func() { r.showProgress(ctx) }); err != nil {
-			return NodeResult{Node: node, Outcome: activities.OutcomeAborted, Reason: activities.ReasonAborted,
-				Message: "aborted while waiting for a slot of the cluster-wide budget"}, true, true
+		if busy {
+			// Another rollout holds the node: give the slot back and wait.
+			r.inFlight--
+			r.p.Counts.Running--
+			r.pace.release(node)
+			r.waiting[node] = true
+			r.p.Counts.Waiting++
+			r.showProgress(ctx)
+			var waitErr error
+			if r.guarantees {
+				waitErr = r.waitUntilFreed(ctx, node, recheck)
+				recheck = min(2*recheck, busyNodeMaxRecheck)
+			} else {
+				waitErr = workflow.Sleep(ctx, backoff)
+				backoff = min(2*backoff, busyNodeMaxBackoff)
+			}
+			if waitErr == nil {
+				waitErr = r.awaitSlotFor(ctx, node)
+			}
+			delete(r.waiting, node)
+			delete(r.freed, node)
+			r.p.Counts.Waiting--
+			if waitErr != nil {
+				return nodeEnd{result: NodeResult{Node: node, Outcome: activities.OutcomeAborted, Reason: activities.ReasonAborted,
+					Message: "aborted while waiting for another rollout to finish on the node"}, started: true}
+			}
+			if r.guarantees && r.budgetExceeded() {
+				return nodeEnd{}
+			}
+			r.inFlight++
+			r.p.Counts.Running++
+			r.pace.take(node)
 		}
-		child := workflow.ExecuteChildWorkflow(nodeChildOptions(ctx, r.req.Name, node, r.cluster.NodeWorkflowID(node)), nodeWorkflow, in)
+		if err := r.slots.acquire(ctx, node, func() { r.showProgress(ctx) }); err != nil {
+			return nodeEnd{result: NodeResult{Node: node, Outcome: activities.OutcomeAborted, Reason: activities.ReasonAborted,
+				Message: "aborted while waiting for a slot of the cluster-wide budget"}, holdsSlot: true, started: true}
+		}
+		child := r.startChild(ctx, node)
 		err := child.GetChildWorkflowExecution().Get(ctx, nil)
 		if err == nil {
 			var result NodeResult
 			err = child.Get(ctx, &result)
 			r.slots.release(ctx, node)
-			return nodeResult(node, err, result), true, true
+			return nodeEnd{result: nodeResult(node, err, result), holdsSlot: true, started: true}
 		}
 		r.slots.release(ctx, node)
 		if !temporal.IsWorkflowExecutionAlreadyStartedError(err) {
-			return nodeResult(node, err, NodeResult{}), true, true
+			return nodeEnd{result: nodeResult(node, err, NodeResult{}), holdsSlot: true, started: true}
 		}
-		// Another rollout holds the node: give the slot back and wait.
-		r.inFlight--
-		r.p.Counts.Running--
-		r.pace.release(node)
-		r.waiting[node] = true
-		r.p.Counts.Waiting++
-		r.showProgress(ctx)
-		var waitErr error
-		if r.guarantees {
-			waitErr = r.waitUntilFreed(ctx, node, recheck)
-			recheck = min(2*recheck, busyNodeMaxRecheck)
-		} else {
-			waitErr = workflow.Sleep(ctx, backoff)
-			backoff = min(2*backoff, busyNodeMaxBackoff)
-		}
-		if waitErr == nil {
-			waitErr = r.awaitSlotFor(ctx, node)
-		}
-		delete(r.waiting, node)
-		delete(r.freed, node)
-		r.p.Counts.Waiting--
-		if waitErr != nil {
-			return NodeResult{Node: node, Outcome: activities.OutcomeAborted, Reason: activities.ReasonAborted,
-				Message: "aborted while waiting for another rollout to finish on the node"}, false, true
-		}
-		if r.guarantees && r.budgetExceeded() {
-			return NodeResult{}, false, false
-		}
-		r.inFlight++
-		r.p.Counts.Running++
-		r.pace.take(node)
+		busy = true
 	}
 }
 
