@@ -13,7 +13,7 @@ type childCollector struct {
 
 type pendingChild struct {
 	node  string
-	child workflow.ChildWorkflowFuture
+	child workflow.Future // the child's result
 }
 
 // collectChildren starts the collector's coroutine. Each child that ends is settled in the
@@ -36,7 +36,7 @@ func (r *rollout) collectChildren(ctx workflow.Context) *childCollector {
 	return c
 }
 
-func (c *childCollector) add(node string, child workflow.ChildWorkflowFuture) {
+func (c *childCollector) add(node string, child workflow.Future) {
 	c.pending = append(c.pending, pendingChild{node: node, child: child})
 }
 

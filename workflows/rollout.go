@@ -518,7 +518,7 @@ func (r *rollout) settle(ctx workflow.Context, node string, end nodeEnd) {
 
 // childEnded settles a child that the collector saw end. A child refused because another
 // rollout holds the node goes on in a coroutine of its own, which waits for the node.
-func (r *rollout) childEnded(ctx workflow.Context, node string, child workflow.ChildWorkflowFuture) {
+func (r *rollout) childEnded(ctx workflow.Context, node string, child workflow.Future) {
 	var result NodeResult
 	err := child.Get(ctx, &result)
 	if temporal.IsWorkflowExecutionAlreadyStartedError(err) {
