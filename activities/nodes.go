@@ -7,13 +7,10 @@ import (
 	"strings"
 	"sync"
 
-	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/client-go/tools/pager"
 
 	"github.com/noderollout/noderollout/activities/jobspec"
 )
@@ -73,7 +70,7 @@ func (a *Activities) ListNodes(ctx context.Context, in ListNodesInput) (ListNode
 	if _, err := fields.ParseSelector(in.FieldSelector); err != nil {
 		return ListNodesResult{}, invalidRequest("fieldSelector", "%q is not a field selector: %v", in.FieldSelector, err)
 	}
-	entries, total, err := a.listSelectedNodes(ctx, in)
+	entries, total, err := a.listSelectedNodes(ctx, in, limit)
 	if err != nil {
 		return ListNodesResult{}, err
 	}
@@ -92,32 +89,30 @@ func (a *Activities) ListNodes(ctx context.Context, in ListNodesInput) (ListNode
 	return res, nil
 }
 
-// listSelectedNodes pages through the selected Nodes, keeping those after in.After. An expired
-// continue token (the listing outlived etcd compaction) restarts the listing from the first
-// page: a full unpaginated list, as the pager's own fallback does, is what paging is for avoiding.
-func (a *Activities) listSelectedNodes(ctx context.Context, in ListNodesInput) ([]nodeEntry, int, error) {
-	nodes := a.Kube.CoreV1().Nodes()
-	p := pager.New(func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
-		return nodes.List(ctx, opts)
-	})
-	p.PageSize = NodePageSize
-	markerKey := jobspec.NodeMarkerKey(in.Rollout)
-	opts := metav1.ListOptions{LabelSelector: in.Selector, FieldSelector: in.FieldSelector}
+// listSelectedNodes pages through the selected Nodes, keeping those after in.After. The first
+// slice of a listing (no After) walks every page, since it counts the whole selection (the
+// rollout's denominator, for its progress and its failure budget). A later slice stops as soon
+// as it holds more than limit nodes: on a fleet of 10,000 that is a page or two past the cursor
+// instead of every Node each time. The count of a slice that stopped early is 0 (not counted).
+//
+// Stopping early is sound because a paginated list resumes after the last key it returned, and
+// a cluster-scoped object's key ends in its name: every later page sorts after the names held.
+// It is taken only when the page's last item is also the largest name seen so far, so a server
+// that answered out of order is simply walked to the end.
+//
+// An expired continue token (the listing outlived etcd compaction) restarts the listing from
+// the first page: a full unpaginated list, as client-go's pager falls back to, is what paging is
+// for avoiding.
+func (a *Activities) listSelectedNodes(ctx context.Context, in ListNodesInput, limit int) ([]nodeEntry, int, error) {
+	stopAfter := 0 // entries held before a walk may stop; 0: never stop, count everything
+	if in.After != "" {
+		stopAfter = limit
+	}
 	var err error
 	for range listRestarts {
 		var entries []nodeEntry
-		total := 0
-		err = p.EachListItem(ctx, opts, func(obj runtime.Object) error {
-			node, ok := obj.(*corev1.Node)
-			if !ok {
-				return fmt.Errorf("listing nodes: unexpected %T", obj)
-			}
-			total++
-			if node.Name > in.After {
-				entries = append(entries, nodeEntry{name: node.Name, marker: node.Annotations[markerKey], labels: wantedLabels(in.Labels, node.Labels)})
-			}
-			return nil
-		})
+		var total int
+		entries, total, err = a.walkNodes(ctx, in, stopAfter)
 		if err == nil {
 			return entries, total, nil
 		}
@@ -132,6 +127,39 @@ func (a *Activities) listSelectedNodes(ctx context.Context, in ListNodesInput) (
 			in.Selector, in.FieldSelector, err)
 	}
 	return nil, 0, kubeError(err, "list", "nodes")
+}
+
+// walkNodes reads the selected Nodes page by page from the first, keeping those after in.After,
+// until the last page or (stopAfter > 0) until more than stopAfter are held at a page's end.
+// total counts every Node read when the walk reached the last page, and is 0 when it stopped.
+func (a *Activities) walkNodes(ctx context.Context, in ListNodesInput, stopAfter int) ([]nodeEntry, int, error) {
+	nodes := a.Kube.CoreV1().Nodes()
+	markerKey := jobspec.NodeMarkerKey(in.Rollout)
+	opts := metav1.ListOptions{LabelSelector: in.Selector, FieldSelector: in.FieldSelector, Limit: NodePageSize}
+	var entries []nodeEntry
+	var total int
+	var largest string
+	for {
+		page, err := nodes.List(ctx, opts)
+		if err != nil {
+			return nil, 0, err
+		}
+		for i := range page.Items {
+			node := &page.Items[i]
+			total++
+			largest = max(largest, node.Name)
+			if node.Name > in.After {
+				entries = append(entries, nodeEntry{name: node.Name, marker: node.Annotations[markerKey], labels: wantedLabels(in.Labels, node.Labels)})
+			}
+		}
+		if page.Continue == "" {
+			return entries, total, nil
+		}
+		if stopAfter > 0 && len(entries) > stopAfter && len(page.Items) > 0 && page.Items[len(page.Items)-1].Name == largest {
+			return entries, 0, nil
+		}
+		opts.Continue = page.Continue
+	}
 }
 
 // listNamedNodes resolves the slice of an explicit node list after in.After.

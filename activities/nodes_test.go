@@ -2,6 +2,7 @@ package activities
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
 	"sync"
 	"testing"
@@ -178,6 +179,61 @@ func TestListNodesPaginatesWithSelector(t *testing.T) {
 	require.Equal(t, 400, len(res.Nodes)+len(res.Done))
 	require.Equal(t, "node-0700", res.Nodes[0])
 	require.Equal(t, "node-1099", res.Nodes[len(res.Nodes)-1])
+	require.Equal(t, []string{"", "500", "1000", "", "500", "1000"}, pages.continues(),
+		"pages out of name order give no ground to stop early: the later slice reads every page")
+}
+
+// The API server pages in key order, and a Node's key ends in its name: a slice after the
+// first stops reading once it holds a full slice, and only the first counts the selection.
+func TestListNodesLaterSlicesStopOnceFull(t *testing.T) {
+	cs := fake.NewClientset()
+	inKeyOrder := fleet(2600)
+	slices.Reverse(inKeyOrder)
+	pages := &pagedNodes{nodes: inKeyOrder}
+	cs.PrependReactor("list", "nodes", pages.react)
+	a := newActivities(cs)
+	in := ListNodesInput{Rollout: "kata", TemplateHash: testHash, Selector: "kata=true", Limit: 700}
+
+	res, err := listNodes(t, a, in)
+	require.NoError(t, err)
+	require.Equal(t, []string{"", "500", "1000", "1500", "2000", "2500"}, pages.continues(), "the first slice counts every node")
+	require.Equal(t, 2600, res.Total)
+	require.Equal(t, "node-0699", res.Next)
+
+	pages.requests = nil
+	in.After = res.Next
+	res, err = listNodes(t, a, in)
+	require.NoError(t, err)
+	require.Equal(t, []string{"", "500", "1000"}, pages.continues(), "stops at the first page end past a full slice")
+	require.Zero(t, res.Total, "a slice that stopped early has not counted the selection")
+	require.True(t, res.More)
+	require.Equal(t, "node-1399", res.Next)
+	require.Equal(t, 700, len(res.Nodes)+len(res.Done))
+	require.Equal(t, "node-0700", min(res.Nodes[0], res.Done[0]))
+
+	pages.requests = nil
+	in.After = "node-2199"
+	res, err = listNodes(t, a, in)
+	require.NoError(t, err)
+	require.Len(t, pages.continues(), 6, "the last slice reads to the end")
+	require.Equal(t, 2600, res.Total)
+	require.False(t, res.More)
+	require.Equal(t, 400, len(res.Nodes)+len(res.Done))
+}
+
+// A server that pages out of name order gives no ground to stop early: stopping after the
+// first page here would hand out node-0600.. and lose node-0001..node-0599.
+func TestListNodesOutOfOrderPagesAreReadToTheEnd(t *testing.T) {
+	cs := fake.NewClientset()
+	pages := &pagedNodes{nodes: fleet(1100)}
+	cs.PrependReactor("list", "nodes", pages.react)
+	a := newActivities(cs)
+	res, err := listNodes(t, a, ListNodesInput{Rollout: "kata", TemplateHash: testHash, Selector: "kata=true", After: "node-0000", Limit: 300})
+	require.NoError(t, err)
+	require.Equal(t, []string{"", "500", "1000"}, pages.continues())
+	require.Equal(t, 1100, res.Total)
+	require.Equal(t, "node-0300", res.Next)
+	require.Equal(t, "node-0001", res.Nodes[0])
 }
 
 func TestListNodesRestartsOnExpiredContinue(t *testing.T) {

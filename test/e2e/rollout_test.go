@@ -213,4 +213,21 @@ func TestSelectorPagesThroughTheWholeFleet(t *testing.T) {
 		list, err := stack.Kube.BatchV1().Jobs(f.Namespace).List(context.Background(), metav1.ListOptions{})
 		return err == nil && len(list.Items) == 0
 	})
+
+	// A later slice stops reading once it is full. That is only right if the real API server
+	// pages Nodes in name order; check the slice it returns against the names sorted here.
+	names := make([]string, 0, len(markers))
+	for node := range markers {
+		names = append(names, node)
+	}
+	sort.Strings(names)
+	a := &activities.Activities{Kube: stack.Kube}
+	slice, err := a.ListNodes(context.Background(), activities.ListNodesInput{
+		Rollout: "paged-again", Selector: f.Selector(), TemplateHash: res.TemplateHash, After: names[299], Limit: 300,
+	})
+	require.NoError(t, err)
+	require.Zero(t, slice.Total, "the slice stopped before the last page")
+	require.True(t, slice.More)
+	require.Equal(t, names[599], slice.Next)
+	require.Equal(t, names[300:600], slice.Nodes, "exactly the next 300 names, none skipped")
 }
