@@ -114,7 +114,10 @@ wait_until() {
   shift 2
   deadline=$((SECONDS + timeout))
   until "$@" >/dev/null 2>&1; do
-    if [ -f "$PID_DIR/$name.pid" ] && ! is_running "$name"; then
+    # Whether the recorded process is alive, not pid_of: for its first milliseconds a process
+    # just started is still setsid or nohup on its way to exec the component's binary, which
+    # pid_of does not count as ours (that wrongly failed a start as "exited").
+    if [ -f "$PID_DIR/$name.pid" ] && ! proc_alive "$(<"$PID_DIR/$name.pid")"; then
       log "$name exited while waiting for: $*"
       show_log_tail "$name"
       return 1
