@@ -4,7 +4,7 @@
 # The image runs as UID/GID 65532 with no shell; deploy/base runs it with a read-only root
 # file system.
 
-FROM golang:1.26 AS build
+FROM golang:1.27 AS build
 WORKDIR /src
 # Modules first, so source edits reuse the download layer.
 COPY go.mod go.sum ./

@@ -1,6 +1,9 @@
 # noderollout: the two commands a newcomer needs are `make demo` and `make test`.
 SHELL := /bin/bash
 GO ?= go
+# Build with the Go that go.mod's toolchain line names, fetched through the module proxy when
+# the machine's own is older: a Go installation defaults to GOTOOLCHAIN=local, which ignores it.
+export GOTOOLCHAIN := auto
 
 .PHONY: all build vet unit up down status demo test e2e soak bench bench-quick clean
 

@@ -2,6 +2,8 @@ module github.com/noderollout/noderollout
 
 go 1.26.0
 
+toolchain go1.27.3
+
 require (
 	github.com/distribution/reference v0.5.0
 	github.com/go-viper/mapstructure/v2 v2.4.0

@@ -2,6 +2,8 @@ module github.com/noderollout/noderollout/bench
 
 go 1.26.0
 
+toolchain go1.27.3
+
 require (
 	github.com/spf13/pflag v1.0.10
 	github.com/stretchr/testify v1.12.1

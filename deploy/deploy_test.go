@@ -583,7 +583,7 @@ func TestDockerfile(t *testing.T) {
 			froms = append(froms, i.args)
 		}
 	}
-	require.Equal(t, []string{"golang:1.26 AS build", "scratch"}, froms)
+	require.Equal(t, []string{"golang:1.27 AS build", "scratch"}, froms)
 	require.Contains(t, ins, instruction{"RUN", "sh " + imageBuildScript + " /out"},
 		"the build stage runs the script TestImageBinaries runs")
 	require.Contains(t, ins, instruction{"COPY", "--from=build /out/worker /out/starter /usr/local/bin/"})

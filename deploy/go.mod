@@ -2,6 +2,8 @@ module github.com/noderollout/noderollout/deploy
 
 go 1.26.0
 
+toolchain go1.27.3
+
 require (
 	github.com/compose-spec/compose-go/v2 v2.16.2
 	github.com/distribution/reference v0.5.0

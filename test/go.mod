@@ -2,6 +2,8 @@ module github.com/noderollout/noderollout/test
 
 go 1.26.0
 
+toolchain go1.27.3
+
 require (
 	github.com/stretchr/testify v1.12.1
 	go.temporal.io/api v1.64.3

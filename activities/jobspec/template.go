@@ -300,7 +300,7 @@ func decodeError(data []byte, err error) error {
 	}
 	field := templateField
 	if typeErr.Field != "" {
-		field += "." + typeErr.Field
+		field += "." + bracketIndexes(typeErr.Field)
 	}
 	got, want := jsonValueName(typeErr.Value), kindName(typeErr.Type)
 	fix := "write " + want + " there"
@@ -317,6 +317,23 @@ func decodeError(data []byte, err error) error {
 		fix = "quote it: YAML reads unquoted numbers and words like yes, no, on and null as other types"
 	}
 	return &FieldError{Field: field, Problem: fmt.Sprintf("is %s where %s is expected", got, want), Fix: fix}
+}
+
+// bracketIndexes writes the list indexes in encoding/json's dotted path ("containers.0.env")
+// the way the strict decoder's paths have them ("containers[0].env").
+func bracketIndexes(path string) string {
+	var b strings.Builder
+	for i, part := range strings.Split(path, ".") {
+		switch {
+		case part != "" && strings.Trim(part, "0123456789") == "":
+			b.WriteString("[" + part + "]")
+		case i > 0:
+			b.WriteString("." + part)
+		default:
+			b.WriteString(part)
+		}
+	}
+	return b.String()
 }
 
 func strictError(err error) error {

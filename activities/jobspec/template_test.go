@@ -103,7 +103,7 @@ func TestTemplateErrors(t *testing.T) {
 		{
 			name:     "number where text is needed",
 			template: edit(t, `value: "{{node}}"`, "value: 123"),
-			field:    pod + ".containers.env.value", problem: "number",
+			field:    pod + ".containers[0].env[0].value", problem: "number",
 		},
 		{
 			name:     "text where a number is needed",

@@ -3,6 +3,8 @@ module github.com/noderollout/noderollout/dev/lint
 
 go 1.26.0
 
+toolchain go1.27.3
+
 tool (
 	golang.org/x/vuln/cmd/govulncheck
 	honnef.co/go/tools/cmd/staticcheck
