@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/client"
 	"k8s.io/apimachinery/pkg/util/rand"
 	"k8s.io/client-go/kubernetes"
@@ -164,4 +165,49 @@ func peakOf(spans []interval) int {
 		peak = max(peak, live)
 	}
 	return peak
+}
+
+// TestClusterBudgetReclaimsTheSlotOfATerminatedRollout: a rollout holding the cluster's only
+// budget slot is terminated, so it can never give the slot back. Its node workflow is
+// cancelled with it and deletes its Job; the coordinator then finds the holder gone (the
+// rollout run closed, no node workflow of it still running) and grants the slot to the
+// rollout waiting for it: that rollout finishes, and its Job is made only after the
+// terminated rollout's node workflow closed.
+func TestClusterBudgetReclaimsTheSlotOfATerminatedRollout(t *testing.T) {
+	ctx := context.Background()
+	cluster, queue := clusterWorker(t, "reclaim", 1)
+	f := NewFleet(t, 2)
+	held, heldNode := f.Request("held", 10*time.Minute), f.Nodes[0]
+	held.NodeSelector, held.Nodes = "", []string{heldNode}
+	waiting, waitingNode := f.Request("waiting", time.Second), f.Nodes[1]
+	waiting.NodeSelector, waiting.Nodes = "", []string{waitingNode}
+
+	first := StartOn(t, held, queue)
+	waitFor(t, time.Minute, "the first rollout's Job, made under the only slot", func() bool {
+		return len(f.Jobs(t, held.Name)[heldNode]) == 1
+	})
+	require.NoError(t, stack.Temporal.TerminateWorkflow(ctx, first.GetID(), first.GetRunID(), "e2e: terminated while holding a budget slot"))
+	second := StartOn(t, waiting, queue)
+	res := Succeeded(t, second)
+	require.Equal(t, 1, res.Counts.Succeeded)
+
+	d, err := stack.Temporal.DescribeWorkflow(ctx, cluster.NodeWorkflowID(heldNode), "")
+	require.NoError(t, err)
+	info := d.RawResponse.GetWorkflowExecutionInfo()
+	require.Equal(t, enumspb.WORKFLOW_EXECUTION_STATUS_CANCELED, info.GetStatus(), "the terminated rollout's node workflow was cancelled with it")
+	require.Empty(t, f.Jobs(t, held.Name), "and deleted its Job")
+	jobs := f.Jobs(t, waiting.Name)[waitingNode]
+	require.Len(t, jobs, 1)
+	// Creation times have whole seconds: compare at that resolution.
+	closed := info.GetCloseTime().AsTime().Truncate(time.Second)
+	require.False(t, jobs[0].CreationTimestamp.Time.Before(closed),
+		"the waiting rollout's Job (%s) was made before the slot's holder closed (%s)", jobs[0].CreationTimestamp.Time, info.GetCloseTime().AsTime())
+
+	v, err := stack.Temporal.QueryWorkflow(ctx, cluster.BudgetWorkflowID(), "", workflows.QueryBudget)
+	require.NoError(t, err)
+	var st workflows.BudgetStatus
+	require.NoError(t, v.Get(&st))
+	t.Logf("coordinator %s: %+v", cluster.BudgetWorkflowID(), st)
+	require.Equal(t, 1, st.Reclaimed, "the terminated rollout's slot was reclaimed")
+	require.Zero(t, st.InUse)
 }

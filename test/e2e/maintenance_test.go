@@ -6,11 +6,13 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+	enumspb "go.temporal.io/api/enums/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -218,4 +220,56 @@ func TestMaintenanceNodeUnhealthyDuringSoakIsUnhealthy(t *testing.T) {
 	require.Equal(t, activities.OutcomeUnhealthy, res.Failures[0].Outcome)
 	require.Contains(t, res.Failures[0].Message, cond+"=False")
 	require.True(t, nodeNow(t, node).Spec.Unschedulable, "kept cordoned after failing")
+}
+
+// TestMaintenanceAbortDuringABlockedDrain: the node's tenant is under a budget that never
+// allows an eviction, the drain may take 10 minutes, and the rollout is aborted while the drain
+// waits. The abort reaches the drain within a heartbeat (seconds), no Job is made, the tenant is never
+// evicted, and the node is left as onFailure says (uncordon: schedulable, our mark gone).
+func TestMaintenanceAbortDuringABlockedDrain(t *testing.T) {
+	f := NewFleet(t, 1)
+	node := f.Nodes[0]
+	pods := tenants(t, f.Namespace, "db", node, 1)
+	budget(t, f.Namespace, "db", 1)
+	req := maintenanceRequest(f, "abort-drain", node)
+	req.Maintenance.Drain.Timeout = "10m"
+	req.Maintenance.OnFailure = workflows.OnFailureUncordon
+	run := Start(t, req)
+
+	waitFor(t, time.Minute, "the drain to be under way on a node we cordoned", func() bool {
+		d, err := stack.Temporal.DescribeWorkflow(context.Background(), workflows.NodeWorkflowID(node), "")
+		if err != nil {
+			return false
+		}
+		for _, a := range d.RawResponse.GetPendingActivities() {
+			if a.GetActivityType().GetName() == "DrainNode" && a.GetState() == enumspb.PENDING_ACTIVITY_STATE_STARTED {
+				n := nodeNow(t, node)
+				return n.Spec.Unschedulable && n.Annotations[activities.CordonedByKey] == req.Name
+			}
+		}
+		return false
+	})
+	abortedAt := time.Now()
+	out, code := runStarter(t, "abort", req.Name, "--reason", "e2e abort during drain")
+	require.Equal(t, 0, code, out)
+	_, err := Result(t, run)
+	took := time.Since(abortedAt)
+	require.Error(t, err)
+	require.Contains(t, strings.ToLower(err.Error()), "cancel")
+	t.Logf("the rollout ended %v after the abort", took.Round(100*time.Millisecond))
+	// The drain heartbeats every round (1-10 s) and the worker sends a heartbeat within 5 s:
+	// about 10 s, with the hops around it. 24 s when the SDK held heartbeats back for 80 % of
+	// the 30 s heartbeat timeout.
+	require.Less(t, took, 20*time.Second, "the abort reached the drain within a heartbeat")
+
+	d, err := stack.Temporal.DescribeWorkflow(context.Background(), workflows.NodeWorkflowID(node), "")
+	require.NoError(t, err)
+	require.Equal(t, enumspb.WORKFLOW_EXECUTION_STATUS_CANCELED, d.RawResponse.GetWorkflowExecutionInfo().GetStatus())
+	require.Empty(t, f.Jobs(t, req.Name), "no Job on a node whose drain was aborted")
+	n := nodeNow(t, node)
+	require.False(t, n.Spec.Unschedulable, "onFailure uncordon lifts our cordon after an abort")
+	require.NotContains(t, n.Annotations, activities.CordonedByKey)
+	pod, err := stack.Kube.CoreV1().Pods(f.Namespace).Get(context.Background(), pods[0], metav1.GetOptions{})
+	require.NoError(t, err, "the tenant under the budget was never evicted")
+	require.Nil(t, pod.DeletionTimestamp)
 }
