@@ -225,7 +225,8 @@ func TestMaintenanceNodeUnhealthyDuringSoakIsUnhealthy(t *testing.T) {
 // TestMaintenanceAbortDuringABlockedDrain: the node's tenant is under a budget that never
 // allows an eviction, the drain may take 10 minutes, and the rollout is aborted while the drain
 // waits. The abort reaches the drain within a heartbeat (seconds), no Job is made, the tenant is never
-// evicted, and the node is left as onFailure says (uncordon: schedulable, our mark gone).
+// evicted, and only once the drain has stopped is the node left as onFailure says (uncordon:
+// schedulable, our mark gone).
 func TestMaintenanceAbortDuringABlockedDrain(t *testing.T) {
 	f := NewFleet(t, 1)
 	node := f.Nodes[0]
@@ -265,6 +266,10 @@ func TestMaintenanceAbortDuringABlockedDrain(t *testing.T) {
 	d, err := stack.Temporal.DescribeWorkflow(context.Background(), workflows.NodeWorkflowID(node), "")
 	require.NoError(t, err)
 	require.Equal(t, enumspb.WORKFLOW_EXECUTION_STATUS_CANCELED, d.RawResponse.GetWorkflowExecutionInfo().GetStatus())
+	drainEnd, uncordon := drainEndAndUncordon(t, node)
+	require.Positive(t, drainEnd, "the drain activity ended (cancelled), in the node's history")
+	require.Positive(t, uncordon, "the node was uncordoned, in the node's history")
+	require.Less(t, drainEnd, uncordon, "the abort waited for the drain to stop before lifting the cordon")
 	require.Empty(t, f.Jobs(t, req.Name), "no Job on a node whose drain was aborted")
 	n := nodeNow(t, node)
 	require.False(t, n.Spec.Unschedulable, "onFailure uncordon lifts our cordon after an abort")
@@ -272,4 +277,43 @@ func TestMaintenanceAbortDuringABlockedDrain(t *testing.T) {
 	pod, err := stack.Kube.CoreV1().Pods(f.Namespace).Get(context.Background(), pods[0], metav1.GetOptions{})
 	require.NoError(t, err, "the tenant under the budget was never evicted")
 	require.Nil(t, pod.DeletionTimestamp)
+}
+
+// drainEndAndUncordon reads the node's latest NodeRollout history for the event that ended its
+// DrainNode activity and the marker of its UncordonNode local activity; 0 where there is none.
+func drainEndAndUncordon(t *testing.T, node string) (drainEnd, uncordon int64) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	it := stack.Temporal.GetWorkflowHistory(ctx, workflows.NodeWorkflowID(node), "", false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
+	var drainScheduled int64
+	for it.HasNext() {
+		e, err := it.Next()
+		require.NoError(t, err)
+		var scheduled int64
+		switch e.GetEventType() {
+		case enumspb.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
+			if e.GetActivityTaskScheduledEventAttributes().GetActivityType().GetName() == "DrainNode" {
+				drainScheduled = e.GetEventId()
+			}
+		case enumspb.EVENT_TYPE_ACTIVITY_TASK_CANCELED:
+			scheduled = e.GetActivityTaskCanceledEventAttributes().GetScheduledEventId()
+		case enumspb.EVENT_TYPE_ACTIVITY_TASK_COMPLETED:
+			scheduled = e.GetActivityTaskCompletedEventAttributes().GetScheduledEventId()
+		case enumspb.EVENT_TYPE_ACTIVITY_TASK_FAILED:
+			scheduled = e.GetActivityTaskFailedEventAttributes().GetScheduledEventId()
+		case enumspb.EVENT_TYPE_ACTIVITY_TASK_TIMED_OUT:
+			scheduled = e.GetActivityTaskTimedOutEventAttributes().GetScheduledEventId()
+		case enumspb.EVENT_TYPE_MARKER_RECORDED:
+			for _, p := range e.GetMarkerRecordedEventAttributes().GetDetails()["data"].GetPayloads() {
+				if strings.Contains(string(p.GetData()), `"UncordonNode"`) && uncordon == 0 {
+					uncordon = e.GetEventId()
+				}
+			}
+		}
+		if scheduled != 0 && scheduled == drainScheduled {
+			drainEnd = e.GetEventId()
+		}
+	}
+	return drainEnd, uncordon
 }
