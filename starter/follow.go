@@ -118,6 +118,9 @@ type rolloutView struct {
 	// Requester and Reason come from the memo the starter wrote; empty when started otherwise.
 	Requester string `json:"requester,omitempty"`
 	Reason    string `json:"reason,omitempty"`
+	// InFlight is each running node's step (status only); InFlightError why it is missing.
+	InFlight      []nodeStep `json:"inFlight,omitempty"`
+	InFlightError string     `json:"inFlightError,omitempty"`
 }
 
 func runningView(id string, st workflows.RolloutStatus) rolloutView {

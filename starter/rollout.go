@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"text/tabwriter"
+	"time"
 
 	"github.com/spf13/cobra"
 	commonpb "go.temporal.io/api/common/v1"
@@ -358,9 +359,17 @@ func (a *app) showStatus() error {
 		return err
 	}
 	view := withRequester(runningView(id, st), desc.Memo)
+	// Status still answers when the node workflows cannot be listed (a server whose visibility
+	// lacks ParentWorkflowId); it says why that part is missing.
+	steps, stepsErr := a.inFlight(id)
+	view.InFlight = steps
+	if stepsErr != nil {
+		view.InFlightError = stepsErr.Error()
+	}
 	return a.print(view, func(w io.Writer) error {
 		printRequester(w, view)
 		printStatus(w, st)
+		printInFlight(w, steps, stepsErr, time.Now())
 		return nil
 	})
 }

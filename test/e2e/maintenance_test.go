@@ -5,6 +5,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -250,6 +251,14 @@ func TestMaintenanceAbortDuringABlockedDrain(t *testing.T) {
 		}
 		return false
 	})
+	// starter status names the node and its step, read from the node workflow.
+	var shown string
+	waitFor(t, 30*time.Second, "starter status to show the node draining", func() bool {
+		out, code := runStarter(t, "status", req.Name)
+		shown = out
+		return code == 0 && strings.Contains(out, "IN FLIGHT (1)") && regexp.MustCompile(`(?m)^`+node+`\s+draining\s`).MatchString(out)
+	})
+	t.Logf("starter status mid-drain:\n%s", shown)
 	abortedAt := time.Now()
 	out, code := runStarter(t, "abort", req.Name, "--reason", "e2e abort during drain")
 	require.Equal(t, 0, code, out)

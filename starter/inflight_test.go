@@ -1,0 +1,72 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	commonpb "go.temporal.io/api/common/v1"
+	failurepb "go.temporal.io/api/failure/v1"
+	workflowpb "go.temporal.io/api/workflow/v1"
+	"go.temporal.io/api/workflowservice/v1"
+	"go.temporal.io/sdk/converter"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/noderollout/noderollout/workflows"
+)
+
+func describedNode(id string, started time.Time, pending ...*workflowpb.PendingActivityInfo) *workflowservice.DescribeWorkflowExecutionResponse {
+	return &workflowservice.DescribeWorkflowExecutionResponse{
+		WorkflowExecutionInfo: &workflowpb.WorkflowExecutionInfo{
+			Execution: &commonpb.WorkflowExecution{WorkflowId: id}, StartTime: timestamppb.New(started),
+		},
+		PendingActivities: pending,
+	}
+}
+
+func TestStepOfANodeWorkflow(t *testing.T) {
+	started := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
+	drainStarted := started.Add(3 * time.Second)
+	evicted, err := converter.GetDefaultDataConverter().ToPayloads(2)
+	require.NoError(t, err)
+
+	// No regular activity pending: the Job is made, watched or finalized in a workflow task.
+	s := stepOf(describedNode(workflows.NodeWorkflowID("web-1"), started))
+	require.Equal(t, nodeStep{Node: "web-1", Step: "job", Since: started}, s)
+
+	// A drain on its third attempt, in a cluster-scoped node workflow.
+	s = stepOf(describedNode(workflows.Cluster{Name: "prod"}.NodeWorkflowID("web-2"), started,
+		&workflowpb.PendingActivityInfo{ActivityType: &commonpb.ActivityType{Name: "DrainNode"}, Attempt: 3,
+			LastStartedTime: timestamppb.New(drainStarted), HeartbeatDetails: evicted,
+			LastFailure: &failurepb.Failure{Message: "eviction of pod db/db-0: connection refused"}}))
+	require.Equal(t, nodeStep{Node: "web-2", Step: "draining", Since: drainStarted, Attempt: 3,
+		Progress: "2 Pod(s) evicted", LastFailure: "eviction of pod db/db-0: connection refused"}, s)
+
+	// A long Job's wait on its first attempt: no attempt shown.
+	s = stepOf(describedNode(workflows.NodeWorkflowID("web-3"), started,
+		&workflowpb.PendingActivityInfo{ActivityType: &commonpb.ActivityType{Name: "WaitJob"}, Attempt: 1, LastStartedTime: timestamppb.New(drainStarted)}))
+	require.Equal(t, nodeStep{Node: "web-3", Step: "job running", Since: drainStarted}, s)
+}
+
+func TestPrintInFlight(t *testing.T) {
+	now := time.Date(2026, 12, 1, 10, 5, 0, 0, time.UTC)
+	var b bytes.Buffer
+	printInFlight(&b, []nodeStep{
+		{Node: "web-2", Step: "draining", Since: now.Add(-4 * time.Minute), Attempt: 3, Progress: "2 Pod(s) evicted", LastFailure: "refused"},
+		{Node: "web-1", Step: "job", Since: now.Add(-12 * time.Second)},
+	}, nil, now)
+	require.Equal(t, "\nIN FLIGHT (2)\n"+
+		"NODE   STEP      FOR   DETAIL\n"+
+		"web-2  draining  4m0s  2 Pod(s) evicted; attempt 3; last failure: refused\n"+
+		"web-1  job       12s   \n", b.String())
+
+	b.Reset()
+	printInFlight(&b, nil, errors.New("listing the rollout's node workflows: unknown search attribute"), now)
+	require.Equal(t, "\nIN FLIGHT: not shown (listing the rollout's node workflows: unknown search attribute)\n", b.String())
+
+	b.Reset()
+	printInFlight(&b, nil, nil, now)
+	require.Empty(t, b.String(), "nothing in flight, nothing printed")
+}
