@@ -51,14 +51,14 @@ func (a *app) inFlight(id string) ([]nodeStep, error) {
 	}
 	var steps []nodeStep
 	for _, e := range list.GetExecutions() {
-		d, err := a.tc.DescribeWorkflowExecution(a.ctx, e.GetExecution().GetWorkflowId(), e.GetExecution().GetRunId())
+		d, err := a.tc.DescribeWorkflow(a.ctx, e.GetExecution().GetWorkflowId(), e.GetExecution().GetRunId())
 		if err != nil {
 			if a.ctx.Err() != nil {
 				return nil, err
 			}
 			continue // closed meanwhile
 		}
-		steps = append(steps, stepOf(d))
+		steps = append(steps, stepOf(d.RawResponse))
 	}
 	// The longest at their step first: those are the ones to look at.
 	slices.SortStableFunc(steps, func(x, y nodeStep) int { return x.Since.Compare(y.Since) })
