@@ -131,6 +131,10 @@ func StartWorker(name string, extraArgs ...string) (*Worker, error) {
 		"--metrics-listen", addr, "--stop-timeout", "5s", "--kube-qps", "500", "--kube-burst", "1000"}, extraArgs...)
 	w.cmd = exec.Command(filepath.Join(stack.BinDir, "worker"), args...)
 	w.cmd.Stdout, w.cmd.Stderr = logFile, logFile
+	// A test binary that dies (go test's -timeout panics) runs no cleanup: without this its
+	// workers lived on, polling the shared task queue with old code, and took the next run's
+	// nodes (TestWorkerMetricsCountNodes counted 2 of its 6).
+	w.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := w.cmd.Start(); err != nil {
 		return nil, err
 	}

@@ -122,6 +122,17 @@ func maintenanceRequest(f *Fleet, name string, nodes ...string) workflows.Rollou
 	return req
 }
 
+// blockedDrain makes one node whose one tenant is under a budget that never allows an
+// eviction, and a maintenance request that drains it.
+func blockedDrain(t *testing.T, name string) (f *Fleet, node, tenant string, req workflows.RolloutRequest) {
+	t.Helper()
+	f = NewFleet(t, 1)
+	node = f.Nodes[0]
+	tenant = tenants(t, f.Namespace, "db", node, 1)[0]
+	budget(t, f.Namespace, "db", 1)
+	return f, node, tenant, maintenanceRequest(f, name, node)
+}
+
 // TestMaintenanceDrainsHonouringTheBudgetAndLeavesNodesAsFound: node 0's three tenants, under
 // a budget allowing one disruption at a time, are evicted one by one (each once its
 // replacement runs elsewhere) before the Job is created; node 0 is uncordoned after; node 1,
@@ -164,22 +175,18 @@ func TestMaintenanceDrainsHonouringTheBudgetAndLeavesNodesAsFound(t *testing.T) 
 // TestMaintenanceBudgetThatNeverAllowsIsDrainTimedOut: no Job is ever made, the node stays
 // cordoned (onFailure keepCordoned, the default), and its tenant still runs.
 func TestMaintenanceBudgetThatNeverAllowsIsDrainTimedOut(t *testing.T) {
-	f := NewFleet(t, 1)
-	node := f.Nodes[0]
-	pods := tenants(t, f.Namespace, "db", node, 1)
-	budget(t, f.Namespace, "db", 1)
-	req := maintenanceRequest(f, "blocked", node)
+	f, node, tenant, req := blockedDrain(t, "blocked")
 	req.MaxFailures = "1"
 	res := Succeeded(t, Start(t, req))
 	require.Equal(t, 1, res.Counts.Failed)
 	require.Len(t, res.Failures, 1)
 	require.Equal(t, activities.OutcomeDrainTimedOut, res.Failures[0].Outcome)
-	require.Contains(t, res.Failures[0].Message, pods[0])
+	require.Contains(t, res.Failures[0].Message, tenant)
 	require.Empty(t, f.Jobs(t, req.Name), "no Job is created on a node that did not drain")
 	n := nodeNow(t, node)
 	require.True(t, n.Spec.Unschedulable)
 	require.Equal(t, req.Name, n.Annotations[activities.CordonedByKey])
-	_, err := stack.Kube.CoreV1().Pods(f.Namespace).Get(context.Background(), pods[0], metav1.GetOptions{})
+	_, err := stack.Kube.CoreV1().Pods(f.Namespace).Get(context.Background(), tenant, metav1.GetOptions{})
 	require.NoError(t, err)
 }
 
@@ -229,11 +236,7 @@ func TestMaintenanceNodeUnhealthyDuringSoakIsUnhealthy(t *testing.T) {
 // evicted, and only once the drain has stopped is the node left as onFailure says (uncordon:
 // schedulable, our mark gone).
 func TestMaintenanceAbortDuringABlockedDrain(t *testing.T) {
-	f := NewFleet(t, 1)
-	node := f.Nodes[0]
-	pods := tenants(t, f.Namespace, "db", node, 1)
-	budget(t, f.Namespace, "db", 1)
-	req := maintenanceRequest(f, "abort-drain", node)
+	f, node, tenant, req := blockedDrain(t, "abort-drain")
 	req.Maintenance.Drain.Timeout = "10m"
 	req.Maintenance.OnFailure = workflows.OnFailureUncordon
 	run := Start(t, req)
@@ -283,7 +286,7 @@ func TestMaintenanceAbortDuringABlockedDrain(t *testing.T) {
 	n := nodeNow(t, node)
 	require.False(t, n.Spec.Unschedulable, "onFailure uncordon lifts our cordon after an abort")
 	require.NotContains(t, n.Annotations, activities.CordonedByKey)
-	pod, err := stack.Kube.CoreV1().Pods(f.Namespace).Get(context.Background(), pods[0], metav1.GetOptions{})
+	pod, err := stack.Kube.CoreV1().Pods(f.Namespace).Get(context.Background(), tenant, metav1.GetOptions{})
 	require.NoError(t, err, "the tenant under the budget was never evicted")
 	require.Nil(t, pod.DeletionTimestamp)
 }
