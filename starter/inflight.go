@@ -75,12 +75,12 @@ func stepOf(d *workflowservice.DescribeWorkflowExecutionResponse) nodeStep {
 		if !ok {
 			continue
 		}
-		s.Step, s.Attempt, s.LastFailure = word, p.GetAttempt(), p.GetLastFailure().GetMessage()
+		s.Step, s.LastFailure = word, p.GetLastFailure().GetMessage()
+		if p.GetAttempt() > 1 {
+			s.Attempt = p.GetAttempt()
+		}
 		if t := p.GetLastStartedTime(); t != nil {
 			s.Since = t.AsTime()
-		}
-		if s.Attempt == 1 {
-			s.Attempt = 0
 		}
 		if p.GetActivityType().GetName() == "DrainNode" {
 			var evicted int
@@ -106,7 +106,8 @@ func printInFlight(w io.Writer, steps []nodeStep, err error, now time.Time) {
 	}
 	title := fmt.Sprintf("IN FLIGHT (%d)", len(steps))
 	if len(steps) == maxInFlightShown {
-		title = fmt.Sprintf("IN FLIGHT (first %d)", maxInFlightShown)
+		// A page of the running node workflows, not the longest at their step: say so.
+		title = fmt.Sprintf("IN FLIGHT (%d shown; more may be running)", maxInFlightShown)
 	}
 	fmt.Fprintf(w, "\n%s\n", title)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
@@ -116,7 +117,7 @@ func printInFlight(w io.Writer, steps []nodeStep, err error, now time.Time) {
 		if s.Progress != "" {
 			detail = append(detail, s.Progress)
 		}
-		if s.Attempt > 1 {
+		if s.Attempt > 0 {
 			detail = append(detail, fmt.Sprintf("attempt %d", s.Attempt))
 		}
 		if s.LastFailure != "" {

@@ -3,6 +3,8 @@ package main
 import (
 	"bytes"
 	"errors"
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -65,6 +67,14 @@ func TestPrintInFlight(t *testing.T) {
 	b.Reset()
 	printInFlight(&b, nil, errors.New("listing the rollout's node workflows: unknown search attribute"), now)
 	require.Equal(t, "\nIN FLIGHT: not shown (listing the rollout's node workflows: unknown search attribute)\n", b.String())
+
+	b.Reset()
+	page := make([]nodeStep, maxInFlightShown)
+	for i := range page {
+		page[i] = nodeStep{Node: fmt.Sprintf("web-%d", i), Step: "job", Since: now}
+	}
+	printInFlight(&b, page, nil, now)
+	require.True(t, strings.HasPrefix(b.String(), "\nIN FLIGHT (50 shown; more may be running)\n"), b.String())
 
 	b.Reset()
 	printInFlight(&b, nil, nil, now)

@@ -231,10 +231,10 @@ func TestMaintenanceNodeUnhealthyDuringSoakIsUnhealthy(t *testing.T) {
 }
 
 // TestMaintenanceAbortDuringABlockedDrain: the node's tenant is under a budget that never
-// allows an eviction, the drain may take 10 minutes, and the rollout is aborted while the drain
-// waits. The abort reaches the drain within a heartbeat (seconds), no Job is made, the tenant is never
-// evicted, and only once the drain has stopped is the node left as onFailure says (uncordon:
-// schedulable, our mark gone).
+// allows an eviction, the drain may take 10 minutes, and the rollout is aborted while the
+// drain waits. The abort reaches the drain within a heartbeat (seconds), no Job is made, the
+// tenant is never evicted, and only once the drain has stopped is the node left as onFailure
+// says (uncordon: schedulable, our mark gone).
 func TestMaintenanceAbortDuringABlockedDrain(t *testing.T) {
 	f, node, tenant, req := blockedDrain(t, "abort-drain")
 	req.Maintenance.Drain.Timeout = "10m"
