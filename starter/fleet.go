@@ -146,8 +146,12 @@ func (a *app) fleetStatus() error {
 		return err
 	}
 	return a.print(st, func(w io.Writer) error {
+		phase := st.Phase
+		if phase == "draining" {
+			phase = "draining (starting no more clusters)"
+		}
 		fmt.Fprintf(w, "fleet %s: %s, wave %d of %d, %d clusters failed (budget %d)\n",
-			st.Name, st.Phase, st.Wave, st.Waves, st.FailedClusters, st.MaxFailedClusters)
+			st.Name, phase, st.Wave, st.Waves, st.FailedClusters, st.MaxFailedClusters)
 		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 		fmt.Fprintln(tw, "WAVE\tCLUSTER\tSTATE\tSUCCEEDED\tFAILED\tROLLOUT\tMESSAGE")
 		for _, c := range st.Clusters {

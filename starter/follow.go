@@ -99,7 +99,7 @@ type rolloutView struct {
 	WorkflowID string `json:"workflowId"`
 	// Status is the workflow's: Running, Completed, Failed, Canceled, Terminated, TimedOut.
 	Status string `json:"status"`
-	// Phase is running, paused or draining while it runs, and done once it ended.
+	// Phase is running, paused, a pacing wait or draining while it runs, and done once it ended.
 	Phase          string                 `json:"phase"`
 	Name           string                 `json:"name"`
 	TemplateHash   string                 `json:"templateHash"`
@@ -218,11 +218,21 @@ func truncate(s string, width int) string {
 	return s[:width-1] + "…"
 }
 
+// phaseText spells out the rollout's phase where its word alone misleads: a rollout's
+// "draining" starts no more nodes (all started, the failure budget spent, or an abort) and
+// waits for those in flight; it has nothing to do with draining a node of its Pods.
+func phaseText(st workflows.RolloutStatus) string {
+	if st.Phase != "draining" {
+		return st.Phase
+	}
+	return fmt.Sprintf("draining (starting no more nodes; waiting for %d in flight)", st.Counts.Running+st.Counts.Waiting)
+}
+
 func printStatus(w io.Writer, st workflows.RolloutStatus) {
 	c := st.Counts
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintf(tw, "ROLLOUT\t%s\n", st.Name)
-	fmt.Fprintf(tw, "PHASE\t%s\n", st.Phase)
+	fmt.Fprintf(tw, "PHASE\t%s\n", phaseText(st))
 	fmt.Fprintf(tw, "TEMPLATE\t%s\n", st.TemplateHash)
 	fmt.Fprintf(tw, "PARALLELISM\t%d (window %d)\n", st.Parallelism, st.Window)
 	fmt.Fprintf(tw, "SELECTED\t%d%s\n", st.Selected, map[bool]string{false: " so far (still listing)", true: ""}[st.ListingDone])

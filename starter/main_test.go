@@ -184,6 +184,22 @@ func TestProgressLineFitsTheTerminal(t *testing.T) {
 	require.Contains(t, progressLine(st, 90*time.Second, 0), "[")
 }
 
+func TestStatusSaysADrainingRolloutStartsNoMoreNodes(t *testing.T) {
+	phaseLine := func(st workflows.RolloutStatus) string {
+		var b bytes.Buffer
+		printStatus(&b, st)
+		for _, l := range strings.Split(b.String(), "\n") {
+			if strings.HasPrefix(l, "PHASE") {
+				return strings.Join(strings.Fields(l), " ")
+			}
+		}
+		return ""
+	}
+	draining := workflows.RolloutStatus{Phase: "draining", Counts: workflows.Counts{Running: 3, Waiting: 1, Failed: 9}}
+	require.Equal(t, "PHASE draining (starting no more nodes; waiting for 4 in flight)", phaseLine(draining))
+	require.Equal(t, "PHASE paused", phaseLine(workflows.RolloutStatus{Phase: "paused", Counts: draining.Counts}))
+}
+
 func TestHumanErrorDropsTheSDKsTypeSuffix(t *testing.T) {
 	err := errors.New("invalid rollout request: name: is required (type: InvalidRequest, retryable: false)")
 	require.Equal(t, "invalid rollout request: name: is required", humanError(err))
