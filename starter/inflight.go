@@ -8,6 +8,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	commonpb "go.temporal.io/api/common/v1"
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/converter"
 
@@ -82,16 +83,32 @@ func stepOf(d *workflowservice.DescribeWorkflowExecutionResponse) nodeStep {
 		if t := p.GetLastStartedTime(); t != nil {
 			s.Since = t.AsTime()
 		}
-		if p.GetActivityType().GetName() == "DrainNode" {
-			var evicted int
-			if len(p.GetHeartbeatDetails().GetPayloads()) > 0 &&
-				converter.GetDefaultDataConverter().FromPayload(p.GetHeartbeatDetails().GetPayloads()[0], &evicted) == nil {
-				s.Progress = fmt.Sprintf("%d Pod(s) evicted", evicted)
-			}
-		}
+		s.Progress = progressOf(p.GetActivityType().GetName(), p.GetHeartbeatDetails().GetPayloads())
 		break
 	}
 	return s
+}
+
+// progressOf reads a step's last heartbeat: the drain's count of evictions, or the name of the
+// Job that WaitJob and DeleteJob heartbeat (WaitJob only once its Job ran past 10 s).
+func progressOf(activityType string, details []*commonpb.Payload) string {
+	if len(details) == 0 {
+		return ""
+	}
+	dc := converter.GetDefaultDataConverter()
+	switch activityType {
+	case "DrainNode":
+		var evicted int
+		if dc.FromPayload(details[0], &evicted) == nil {
+			return fmt.Sprintf("%d Pod(s) evicted", evicted)
+		}
+	case "WaitJob", "DeleteJob":
+		var job string
+		if dc.FromPayload(details[0], &job) == nil && job != "" {
+			return "Job " + job
+		}
+	}
+	return ""
 }
 
 // printInFlight draws the nodes in flight under the status, with how long each has been at

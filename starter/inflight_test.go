@@ -46,10 +46,20 @@ func TestStepOfANodeWorkflow(t *testing.T) {
 	require.Equal(t, nodeStep{Node: "web-2", Step: "draining", Since: drainStarted, Attempt: 3,
 		Progress: "2 Pod(s) evicted", LastFailure: "eviction of pod db/db-0: connection refused"}, s)
 
-	// A long Job's wait on its first attempt: no attempt shown.
+	// A long Job's wait on its first attempt, before its first heartbeat: no attempt, no Job.
 	s = stepOf(describedNode(workflows.NodeWorkflowID("web-3"), started,
 		&workflowpb.PendingActivityInfo{ActivityType: &commonpb.ActivityType{Name: "WaitJob"}, Attempt: 1, LastStartedTime: timestamppb.New(drainStarted)}))
 	require.Equal(t, nodeStep{Node: "web-3", Step: "job running", Since: drainStarted}, s)
+
+	// Once it heartbeats, the Job it waits for; likewise the Job being deleted.
+	jobName, err := converter.GetDefaultDataConverter().ToPayloads("patch-web-3-x7k2")
+	require.NoError(t, err)
+	for activityType, step := range map[string]string{"WaitJob": "job running", "DeleteJob": "deleting job"} {
+		s = stepOf(describedNode(workflows.NodeWorkflowID("web-3"), started,
+			&workflowpb.PendingActivityInfo{ActivityType: &commonpb.ActivityType{Name: activityType}, Attempt: 1,
+				LastStartedTime: timestamppb.New(drainStarted), HeartbeatDetails: jobName}))
+		require.Equal(t, nodeStep{Node: "web-3", Step: step, Since: drainStarted, Progress: "Job patch-web-3-x7k2"}, s)
+	}
 }
 
 func TestPrintInFlight(t *testing.T) {
