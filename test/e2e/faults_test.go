@@ -6,6 +6,7 @@ import (
 	"context"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -257,6 +258,23 @@ func TestFaultAbortDeletesRunningJobs(t *testing.T) {
 	req.Parallelism = 4
 	run := Start(t, req)
 	midRollout(t, f, req.Name, 4)
+	// Past the 20 s watch, starter status shows each node's wait and, from its heartbeat, the
+	// very Job it waits for.
+	var shown string
+	waitFor(t, 50*time.Second, "starter status to name a running Job", func() bool {
+		out, code := runStarter(t, "status", req.Name)
+		shown = out
+		if code != 0 {
+			return false
+		}
+		for node, jobs := range f.Jobs(t, req.Name) {
+			if len(jobs) == 1 && regexp.MustCompile(`(?m)^`+regexp.QuoteMeta(node)+`\s+job running\s+\S+\s+Job `+regexp.QuoteMeta(jobs[0].Name)+`$`).MatchString(out) {
+				return true
+			}
+		}
+		return false
+	})
+	t.Logf("starter status mid-rollout:\n%s", shown)
 	out, code := runStarter(t, "abort", req.Name, "--reason", "e2e abort")
 	require.Equal(t, 0, code, out)
 	_, err := Result(t, run)
