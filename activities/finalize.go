@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"slices"
 	"strings"
 	"sync"
@@ -403,17 +404,43 @@ func failedContainer(pod *corev1.Pod) (name string, state *corev1.ContainerState
 
 // logTail fetches the end of the container's log. Logs come from the kubelet, which may be
 // unreachable or have rotated them away; their absence never fails the finalization.
+//
+// The request asks for the last LogTailLines lines only: LimitBytes would keep the FIRST bytes
+// of those lines (the kubelet stops writing once it has sent that many), losing the last lines,
+// where the error is. The lines are read as a stream of which only the last LogTailBytes are
+// kept, so a log of very long lines costs no more memory.
 func (a *Activities) logTail(ctx context.Context, pod *corev1.Pod, container string, previous bool) string {
-	lines, limit := int64(LogTailLines), int64(LogTailBytes)
-	raw, err := a.Kube.CoreV1().Pods(pod.Namespace).GetLogs(pod.Name, &corev1.PodLogOptions{
-		Container: container, Previous: previous, TailLines: &lines, LimitBytes: &limit,
-	}).DoRaw(ctx)
+	lines := int64(LogTailLines)
+	stream, err := a.Kube.CoreV1().Pods(pod.Namespace).GetLogs(pod.Name, &corev1.PodLogOptions{
+		Container: container, Previous: previous, TailLines: &lines,
+	}).Stream(ctx)
 	if err != nil {
 		activity.GetLogger(ctx).Info("no log tail for the failed Pod", "pod", pod.Namespace+"/"+pod.Name, "error", err)
 		return ""
 	}
-	if len(raw) > LogTailBytes {
-		raw = raw[len(raw)-LogTailBytes:]
+	defer stream.Close()
+	raw, err := lastBytes(stream, LogTailBytes)
+	if err != nil {
+		activity.GetLogger(ctx).Info("log tail of the failed Pod cut short", "pod", pod.Namespace+"/"+pod.Name, "error", err)
 	}
 	return strings.ToValidUTF8(string(raw), "")
+}
+
+// lastBytes reads r to its end and returns its last n bytes (what it read before an error).
+func lastBytes(r io.Reader, n int) ([]byte, error) {
+	buf := make([]byte, 0, 2*n)
+	chunk := make([]byte, 32*1024)
+	for {
+		k, err := r.Read(chunk)
+		buf = append(buf, chunk[:k]...)
+		if len(buf) > n {
+			buf = append(buf[:0], buf[len(buf)-n:]...)
+		}
+		if err == io.EOF {
+			return buf, nil
+		}
+		if err != nil {
+			return buf, err
+		}
+	}
 }

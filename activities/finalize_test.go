@@ -2,7 +2,9 @@ package activities
 
 import (
 	"errors"
+	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -169,7 +171,7 @@ func TestFinalizeJobFailedCollectsPodDiagnosis(t *testing.T) {
 	opts := logs.Value.(*corev1.PodLogOptions)
 	require.Equal(t, "install", opts.Container)
 	require.EqualValues(t, 100, *opts.TailLines)
-	require.EqualValues(t, 4096, *opts.LimitBytes)
+	require.Nil(t, opts.LimitBytes, "LimitBytes would keep the start of the tail, not its end")
 
 	events := getEvents(t, cs)
 	require.Len(t, events, 1)
@@ -384,4 +386,46 @@ func TestFinalizeJobSaysWhyThePodNeverRan(t *testing.T) {
 			require.Contains(t, getEvents(t, cs)[0].Message, "Pod: "+tc.want)
 		})
 	}
+}
+
+// kubeletLogs makes the fake serve a container log the way the kubelet does: TailLines picks
+// the last lines, then LimitBytes stops the output after that many bytes of them.
+func kubeletLogs(cs *fake.Clientset, log string) {
+	cs.PrependReactor("get", "pods", func(action k8stesting.Action) (bool, runtime.Object, error) {
+		if action.GetSubresource() != "log" {
+			return false, nil, nil
+		}
+		opts := action.(k8stesting.GenericActionImpl).Value.(*corev1.PodLogOptions)
+		lines := strings.SplitAfter(log, "\n")
+		if lines[len(lines)-1] == "" {
+			lines = lines[:len(lines)-1]
+		}
+		if opts.TailLines != nil && int(*opts.TailLines) < len(lines) {
+			lines = lines[len(lines)-int(*opts.TailLines):]
+		}
+		out := strings.Join(lines, "")
+		if opts.LimitBytes != nil && int(*opts.LimitBytes) < len(out) {
+			out = out[:*opts.LimitBytes]
+		}
+		return true, &runtime.Unknown{Raw: []byte(out)}, nil
+	})
+}
+
+// TestFinalizeJobLogTailEndsWithTheLastLine: the log tail is the END of the log, where the
+// error is, also when the last LogTailLines lines hold more than LogTailBytes.
+func TestFinalizeJobLogTailEndsWithTheLastLine(t *testing.T) {
+	job := ourJob(t, testRequest("node-a"))
+	cs := fake.NewClientset(testNode("node-a", nil), job, jobPod(job, "p", t0, corev1.PodFailed, 1, ""))
+	var log strings.Builder
+	for i := range 300 {
+		fmt.Fprintf(&log, "step %03d: installing payload ............................................ ok\n", i)
+	}
+	log.WriteString("FATAL: checksum mismatch for kata-runtime.tar.zst\n")
+	kubeletLogs(cs, log.String())
+	a := newActivities(cs)
+	res, err := finalize(t, a, finalizeInput(job, OutcomeFailed, KeepFailed))
+	require.NoError(t, err)
+	require.LessOrEqual(t, len(res.LogTail), LogTailBytes)
+	require.True(t, strings.HasSuffix(res.LogTail, "FATAL: checksum mismatch for kata-runtime.tar.zst\n"),
+		"the tail ends with the log's last line; got ...%q", res.LogTail[max(0, len(res.LogTail)-120):])
 }
