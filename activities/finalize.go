@@ -249,6 +249,10 @@ func eventName(in FinalizeInput) string {
 	job := ""
 	if in.Job != nil {
 		job = in.Job.Namespace + "/" + in.Job.Name + "/" + in.Job.UID
+	} else if run := finalizingRun(in); run != "" {
+		// No Job tells the runs apart (a drain that timed out, a node found unhealthy, a skip):
+		// the run does, or a later run's Event would be taken for an earlier one's.
+		job = "run/" + run
 	}
 	sum := sha256.Sum256([]byte(strings.Join(
 		[]string{in.Rollout, in.Node, in.TemplateHash, job, string(in.End.Outcome)}, "\x00")))

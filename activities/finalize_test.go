@@ -429,3 +429,23 @@ func TestFinalizeJobLogTailEndsWithTheLastLine(t *testing.T) {
 	require.True(t, strings.HasSuffix(res.LogTail, "FATAL: checksum mismatch for kata-runtime.tar.zst\n"),
 		"the tail ends with the log's last line; got ...%q", res.LogTail[max(0, len(res.LogTail)-120):])
 }
+
+// TestFinalizeJobEventPerRunWithoutJob: two runs that end the node the same way without a Job
+// (a drain timed out both times) each leave their Event; only a retry of one run is deduplicated.
+func TestFinalizeJobEventPerRunWithoutJob(t *testing.T) {
+	cs := fake.NewClientset(testNode("node-a", nil))
+	a := newActivities(cs)
+	in := FinalizeInput{Rollout: "kata", Node: "node-a", TemplateHash: testHash, RunID: "run-1",
+		End: JobEnd{Outcome: OutcomeDrainTimedOut, Reason: ErrDrainTimedOut, Message: "tenant/web-1 left"}}
+	_, err := finalize(t, a, in)
+	require.NoError(t, err)
+	_, err = finalize(t, a, in)
+	require.NoError(t, err)
+	require.Len(t, getEvents(t, cs), 1, "a retry of the same run records one Event")
+
+	in.RunID, in.End.Message = "run-2", "tenant/db-0 left" // the rollout run again later
+	_, err = finalize(t, a, in)
+	require.NoError(t, err)
+	events := getEvents(t, cs)
+	require.Len(t, events, 2, "the second run's Event is recorded, not taken for the first one's")
+}
