@@ -308,3 +308,29 @@ func TestPlanDrainNamesPodsAndBlockingBudgets(t *testing.T) {
 	require.NoError(t, val.Get(&plans))
 	require.Equal(t, []DrainPlan{{Node: "n1", Evict: []string{"tenant/web-1"}, Blocking: []string{"tenant/web"}}, {Node: "n3"}}, plans)
 }
+
+// TestDrainWaitsForATerminatingPodWithLocalStorage: a Pod with an emptyDir that is already
+// being deleted (by its Deployment's rollout, say) loses its data whatever the drain does, so
+// it does not refuse the drain: the drain waits for it to go like any Pod terminating.
+func TestDrainWaitsForATerminatingPodWithLocalStorage(t *testing.T) {
+	now := metav1.Now()
+	leaving := tenantPod("cache-1", "n1", func(p *corev1.Pod) {
+		p.Spec.Volumes = []corev1.Volume{{Name: "cache", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}}
+		p.DeletionTimestamp, p.Finalizers = &now, []string{"x"}
+	})
+	e := &evictions{}
+	a := drainEnv(t, e, leaving)
+	lists := 0
+	e.cs.PrependReactor("list", "pods", func(k8stesting.Action) (bool, runtime.Object, error) {
+		lists++
+		if lists == 2 { // its grace period ends
+			gvr := schema.GroupVersionResource{Version: "v1", Resource: "pods"}
+			require.NoError(t, e.cs.Tracker().Delete(gvr, "tenant", "cache-1"))
+		}
+		return false, nil, nil
+	})
+	_, err := drain(t, a, DrainInput{Node: "n1"})
+	require.NoError(t, err)
+	require.Empty(t, e.asked, "a Pod already terminating is not evicted")
+	require.Equal(t, 2, lists)
+}

@@ -46,7 +46,9 @@ func Judge(pod *corev1.Pod, r Rules) (Verdict, string) {
 	case r.Selector != nil && !r.Selector.Matches(labels.Set(pod.Labels)):
 		return Pass, "not selected by maintenance.drain.podSelector"
 	}
-	if !r.DeleteEmptyDirData {
+	// A Pod already being deleted loses its emptyDir whatever the drain does: the drain only
+	// waits for it to go, so it is no reason to refuse.
+	if !r.DeleteEmptyDirData && pod.DeletionTimestamp == nil {
 		for _, v := range pod.Spec.Volumes {
 			if v.EmptyDir != nil {
 				return Refuse, fmt.Sprintf("has local storage (emptyDir volume %q) that eviction deletes", v.Name)

@@ -42,6 +42,10 @@ func TestJudge(t *testing.T) {
 		{"an unselected Pod is passed by", pod(func(*corev1.Pod) {}), Rules{Selector: db}, Pass},
 		{"local storage is refused", pod(emptyDir), Rules{}, Refuse},
 		{"local storage is evicted when allowed", pod(emptyDir), Rules{DeleteEmptyDirData: true}, Evict},
+		{"local storage of a Pod already terminating is waited for, not refused", pod(func(p *corev1.Pod) {
+			emptyDir(p)
+			p.DeletionTimestamp = &metav1.Time{}
+		}), Rules{}, Evict},
 		{"an unselected Pod with local storage is passed by", pod(emptyDir), Rules{Selector: db}, Pass},
 		{"a DaemonSet's Pod with local storage is passed by", pod(func(p *corev1.Pod) {
 			emptyDir(p)
