@@ -242,6 +242,10 @@ func (a *Activities) DrainNode(ctx context.Context, in DrainInput) (DrainResult,
 			case apierrors.IsTooManyRequests(err):
 				// A PodDisruptionBudget allows no disruption now (or the API server is busy).
 				blocked[podName(pod)] = err.Error()
+			case apierrors.IsForbidden(err) && apierrors.HasStatusCause(err, corev1.NamespaceTerminatingCause):
+				// The Pod's namespace is being deleted, which refuses evictions; the namespace
+				// controller deletes the Pod, and the next round sees it terminating or gone.
+				blocked[podName(pod)] = err.Error()
 			default:
 				return res, kubeError(err, "create", "eviction of pod "+podName(pod))
 			}

@@ -1,6 +1,7 @@
 package activities
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -333,4 +334,39 @@ func TestDrainWaitsForATerminatingPodWithLocalStorage(t *testing.T) {
 	require.NoError(t, err)
 	require.Empty(t, e.asked, "a Pod already terminating is not evicted")
 	require.Equal(t, 2, lists)
+}
+
+// namespaceTerminating is the API server's answer (the NamespaceLifecycle admission plugin's)
+// to an eviction in a namespace being deleted.
+func namespaceTerminating(ns string) error {
+	err := apierrors.NewForbidden(schema.GroupResource{Resource: "pods"}, "",
+		fmt.Errorf("unable to create new content in namespace %s because it is being terminated", ns))
+	err.ErrStatus.Details.Causes = append(err.ErrStatus.Details.Causes, metav1.StatusCause{
+		Type: corev1.NamespaceTerminatingCause, Message: "namespace " + ns + " is being terminated", Field: "metadata.namespace",
+	})
+	return err
+}
+
+// TestDrainWaitsOutATerminatingNamespace: an eviction refused because the Pod's namespace is
+// being deleted is no missing permission: the namespace controller deletes the Pod, and the
+// drain waits for it instead of failing the node with Forbidden.
+func TestDrainWaitsOutATerminatingNamespace(t *testing.T) {
+	e := &evictions{}
+	a := drainEnv(t, e, tenantPod("web-1", "n1", nil))
+	tries := 0
+	e.cs.PrependReactor("create", "pods", func(action k8stesting.Action) (bool, runtime.Object, error) {
+		if action.GetSubresource() != "eviction" {
+			return false, nil, nil
+		}
+		tries++
+		if tries == 2 { // meanwhile the namespace controller deleted the Pod
+			gvr := schema.GroupVersionResource{Version: "v1", Resource: "pods"}
+			require.NoError(t, e.cs.Tracker().Delete(gvr, "tenant", "web-1"))
+		}
+		return true, nil, namespaceTerminating("tenant")
+	})
+	_, err := drain(t, a, DrainInput{Node: "n1"})
+	require.NoError(t, err)
+	require.Equal(t, 2, tries)
+	require.Empty(t, remainingPods(t, a))
 }
