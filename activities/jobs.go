@@ -95,6 +95,16 @@ func (a *Activities) CreateJob(ctx context.Context, in JobRequest) (JobRef, erro
 func (a *Activities) createUnlessFinalized(ctx context.Context, in JobRequest, job *batchv1.Job) (JobRef, error) {
 	node, err := a.Kube.CoreV1().Nodes().Get(ctx, in.Node, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
+		// An earlier attempt may have made the Job before its reply was lost. NodeGone tells
+		// the workflow that no Job exists, so one of this run's is deleted here: no Pod of it
+		// can run on a Node that does not exist, and our finalizer would keep it forever.
+		ref := JobRef{Namespace: in.Namespace, Name: job.Name, RunID: in.RunID, Node: in.Node}
+		sub := a.Jobs.Subscribe(ref.Namespace, ref.Name)
+		_, err := a.removeJob(ctx, &ref, sub, metav1.DeletePropagationBackground)
+		sub.Close()
+		if err != nil {
+			return JobRef{}, err // the retry looks again
+		}
 		return JobRef{}, nodeGone(in.Node)
 	}
 	if err != nil {

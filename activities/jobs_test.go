@@ -136,7 +136,7 @@ func TestCreateJobAfterALostTaskOnAGoneNodeCreatesNothing(t *testing.T) {
 	a := newActivities(cs)
 	_, err := createJob(t, a, in)
 	requireAppError(t, err, ErrNodeGone, true)
-	require.Equal(t, []string{"get nodes"}, actions(cs))
+	require.Equal(t, []string{"get nodes", "get jobs"}, actions(cs), "only a look for a Job an earlier attempt made")
 }
 
 func TestCreateJobAdoptsItsOwnJob(t *testing.T) {
@@ -219,4 +219,29 @@ func countJobs(t *testing.T, cs *fake.Clientset) int {
 	jobs, err := cs.BatchV1().Jobs(testNamespace).List(t.Context(), metav1.ListOptions{})
 	require.NoError(t, err)
 	return len(jobs.Items)
+}
+
+// TestCreateJobRetryOnAGoneNodeRemovesTheJobItMade: an attempt created the Job and its reply
+// was lost; the Node was deleted before the retry. The retry reports the node gone, which tells
+// the workflow that no Job was made, so it must not leave the earlier attempt's Job (held by
+// our finalizer) behind.
+func TestCreateJobRetryOnAGoneNodeRemovesTheJobItMade(t *testing.T) {
+	in := testRequest("node-a")
+	in.FirstTask = false
+	made := ourJob(t, in) // by the attempt whose reply was lost
+	require.Contains(t, made.Finalizers, jobspec.FinalizerOutcome)
+	cs := fake.NewClientset(made)
+	a := newActivities(cs)
+	_, err := createJob(t, a, in)
+	requireAppError(t, err, ErrNodeGone, true)
+	require.Zero(t, countJobs(t, cs), "the Job the earlier attempt made is deleted")
+
+	// Someone else's Job under the name is left alone.
+	foreign := ourJob(t, in)
+	foreign.Annotations[jobspec.AnnotationRunID] = "run-other"
+	cs = fake.NewClientset(foreign)
+	a = newActivities(cs)
+	_, err = createJob(t, a, in)
+	requireAppError(t, err, ErrNodeGone, true)
+	require.Equal(t, 1, countJobs(t, cs))
 }
