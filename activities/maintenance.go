@@ -426,8 +426,10 @@ func (a *Activities) PlanDrain(ctx context.Context, in DrainPlanInput) ([]DrainP
 					if pdb.Namespace != pod.Namespace || pdb.Status.DisruptionsAllowed > 0 {
 						continue
 					}
+					// As the Eviction API matches: an empty selector ({}) covers the whole
+					// namespace in policy/v1, a missing one nothing.
 					sel, err := metav1.LabelSelectorAsSelector(pdb.Spec.Selector)
-					if err == nil && !sel.Empty() && sel.Matches(labels.Set(pod.Labels)) {
+					if err == nil && sel.Matches(labels.Set(pod.Labels)) {
 						blocking[pdb.Namespace+"/"+pdb.Name] = true
 					}
 				}

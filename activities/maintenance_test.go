@@ -370,3 +370,19 @@ func TestDrainWaitsOutATerminatingNamespace(t *testing.T) {
 	require.Equal(t, 2, tries)
 	require.Empty(t, remainingPods(t, a))
 }
+
+// TestPlanDrainNamesABudgetOverTheWholeNamespace: in policy/v1 an empty selector ({}) covers
+// every Pod of its namespace, and the Eviction API refuses by it; the dry run names it too. A
+// budget without a selector covers nothing.
+func TestPlanDrainNamesABudgetOverTheWholeNamespace(t *testing.T) {
+	budget := func(name string, sel *metav1.LabelSelector) *policyv1.PodDisruptionBudget {
+		return &policyv1.PodDisruptionBudget{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "tenant"},
+			Spec: policyv1.PodDisruptionBudgetSpec{Selector: sel}}
+	}
+	a := New(fake.NewClientset(budget("all", &metav1.LabelSelector{}), budget("none", nil), tenantPod("web-1", "n1", nil)))
+	val, err := newEnv(a).ExecuteActivity(a.PlanDrain, DrainPlanInput{Nodes: []string{"n1"}})
+	require.NoError(t, err)
+	var plans []DrainPlan
+	require.NoError(t, val.Get(&plans))
+	require.Equal(t, []DrainPlan{{Node: "n1", Evict: []string{"tenant/web-1"}, Blocking: []string{"tenant/all"}}}, plans)
+}
