@@ -585,12 +585,16 @@ func (r *rollout) windowOpenNow(ctx workflow.Context) bool {
 }
 
 // awaitWindow returns once the maintenance window is open, sleeping on a durable timer until
-// its next opening while it is closed.
-func (r *rollout) awaitWindow(ctx workflow.Context) error {
+// its next opening while it is closed. From versionStopWaits on it also returns as soon as
+// stop says no node may start any more; the caller checks stop again.
+func (r *rollout) awaitWindow(ctx workflow.Context, stop func() bool) error {
 	if r.s.pace.window == nil {
 		return nil
 	}
 	for !r.windowOpenNow(ctx) {
+		if r.stopWaits && stop() {
+			return nil
+		}
 		now := workflow.Now(ctx)
 		if !now.Before(r.pace.windowUntil) {
 			if err := r.refreshWindow(ctx); err != nil {
@@ -600,7 +604,12 @@ func (r *rollout) awaitWindow(ctx workflow.Context) error {
 		}
 		r.pace.waitWindow = true
 		r.showProgress(ctx)
-		err := workflow.Sleep(ctx, r.pace.windowUntil.Sub(now))
+		var err error
+		if r.stopWaits {
+			_, err = workflow.AwaitWithTimeout(ctx, r.pace.windowUntil.Sub(now), stop)
+		} else {
+			err = workflow.Sleep(ctx, r.pace.windowUntil.Sub(now))
+		}
 		r.pace.waitWindow = false
 		if err != nil {
 			return err
@@ -618,7 +627,7 @@ func (r *rollout) awaitSlotFor(ctx workflow.Context, node string) error {
 		return workflow.Await(ctx, func() bool { return (r.guarantees && r.budgetExceeded()) || free() })
 	}
 	for {
-		if err := r.awaitWindow(ctx); err != nil {
+		if err := r.awaitWindow(ctx, r.budgetExceeded); err != nil {
 			return err
 		}
 		domain := r.pace.domainOf[node]

@@ -53,6 +53,11 @@ const (
 	// versionChildCollector marks runs whose children that start at once are all waited on by
 	// one coroutine (childCollector) rather than one coroutine per node.
 	versionChildCollector = "one-child-collector"
+	// versionStopWaits marks runs whose waits for a closed maintenance window or for a node
+	// another rollout holds end as soon as no node may start any more (the failure budget is
+	// spent, a canary failed), instead of running on to the window's next opening or the
+	// next look at the busy node.
+	versionStopWaits = "stop-waits-when-no-node-may-start"
 )
 
 // Rollout runs NodeRollout on every selected node, at most a window of them at a time.
@@ -134,6 +139,7 @@ type rollout struct {
 	guarantees      bool             // versionFieldGuarantees applies to this run
 	nodeVersion     workflow.Version // of versionNodeV2: 1 starts NodeRolloutV2 children, 2 NodeRolloutV3
 	collect         bool             // versionChildCollector applies to this run
+	stopWaits       bool             // versionStopWaits applies to this run
 	draining        bool
 	done            bool
 
@@ -268,6 +274,7 @@ func (r *rollout) registerHandlers(ctx workflow.Context) error {
 // launched its share (continue-as-new), or the rollout is cancelled.
 func (r *rollout) run(ctx workflow.Context) (RolloutResult, error) {
 	r.canAtLimits = workflow.GetVersion(ctx, versionHistoryLimits, workflow.DefaultVersion, 1) == 1
+	r.stopWaits = workflow.GetVersion(ctx, versionStopWaits, workflow.DefaultVersion, 1) == 1
 	if err := r.checkWindow(ctx); err != nil {
 		return RolloutResult{}, err
 	}
@@ -323,7 +330,7 @@ func (r *rollout) run(ctx workflow.Context) (RolloutResult, error) {
 func (r *rollout) startNext(ctx workflow.Context, stop func() bool) (bool, error) {
 	next, at := r.queue[0], 0
 	if next.skip == "" {
-		if err := r.awaitWindow(ctx); err != nil {
+		if err := r.awaitWindow(ctx, stop); err != nil {
 			return false, err
 		}
 		err := workflow.Await(ctx, func() bool {
@@ -620,7 +627,12 @@ func (r *rollout) runNode(ctx workflow.Context, node string, busy bool) nodeEnd 
 // waitUntilFreed asks the node's current holder to say when it finishes, and waits for that
 // or, should the word never come (a holder that was terminated, or runs older code), for
 // recheck: a handful of events per waiting node however long the other rollout's Job runs.
+// From versionStopWaits on the wait ends as soon as the failure budget is spent: the node
+// will not start, and the rollout's drain waits for it.
 func (r *rollout) waitUntilFreed(ctx workflow.Context, node string, recheck time.Duration) error {
+	if r.stopWaits && r.budgetExceeded() {
+		return nil
+	}
 	self := workflow.GetInfo(ctx).WorkflowExecution.ID
 	err := workflow.SignalExternalWorkflow(ctx, r.cluster.NodeWorkflowID(node), "", SignalNotifyWhenFree, NodeWaiter{WorkflowID: self}).Get(ctx, nil)
 	if ctx.Err() != nil {
@@ -629,7 +641,9 @@ func (r *rollout) waitUntilFreed(ctx workflow.Context, node string, recheck time
 	if err != nil {
 		return nil // the holder has already finished: try again at once
 	}
-	_, err = workflow.AwaitWithTimeout(ctx, recheck, func() bool { return r.freed[node] })
+	_, err = workflow.AwaitWithTimeout(ctx, recheck, func() bool {
+		return r.freed[node] || (r.stopWaits && r.budgetExceeded())
+	})
 	return err
 }
 

@@ -1,0 +1,121 @@
+package workflows
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/mock"
+	"github.com/stretchr/testify/require"
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/testsuite"
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/noderollout/noderollout/activities"
+)
+
+// Tests from a review of the Rollout workflow: each names the failure it guards.
+
+// A rollout over its failure budget whose next node is held back by a closed maintenance
+// window ends once its nodes in flight have, not at the window's next opening (a week later
+// for a weekly window): no node may start any more, so there is nothing to wait for.
+func (s *RolloutSuite) TestOverBudgetRolloutDoesNotWaitForTheNextWindow() {
+	// Monday 2 March 2026, 09:50 UTC; the window is 10:00-10:30 every day.
+	s.env.SetStartTime(time.Date(2026, 3, 2, 9, 50, 0, 0, time.UTC))
+	s.jobFn = s.runFor(func(node string) (time.Duration, bool) {
+		if node == "node-00000" {
+			return time.Hour, false // runs past the close, fails at 11:00
+		}
+		return 10 * time.Minute, true
+	})
+	req := request(nodeNames(6)...)
+	req.Parallelism = 2
+	req.MaintenanceWindow = &MaintenanceWindow{Start: "10:00", Duration: "30m", TimeZone: "UTC"}
+	s.env.ExecuteWorkflow(RolloutWorkflow, req)
+	err := s.env.GetWorkflowError()
+	var appErr *temporal.ApplicationError
+	s.Require().True(errors.As(err, &appErr), "%v", err)
+	s.Equal(ErrFailureBudgetExceeded, appErr.Type())
+	var r RolloutResult
+	s.Require().NoError(appErr.Details(&r))
+	s.Equal(1, r.Counts.Failed)
+	s.Equal(3, r.Counts.Succeeded, "node-00001..3 ran before the window closed")
+	s.Len(s.runs, 4, "no node starts once the budget is spent")
+	s.Equal(time.Date(2026, 3, 2, 11, 0, 0, 0, time.UTC), r.FinishedAt.UTC(),
+		"the rollout fails when its last node in flight fails, not when the window reopens")
+}
+
+// secondOfBoth runs rollout first over a and shared, then a minute later rollout second over
+// shared and z, and returns second's result (from its error's details when it failed).
+func secondOfBoth(ctx workflow.Context) (RolloutResult, error) {
+	first := workflow.ExecuteChildWorkflow(workflow.WithChildOptions(ctx, workflow.ChildWorkflowOptions{WorkflowID: RolloutID("first")}),
+		RolloutWorkflow, RolloutRequest{Name: "first", Nodes: []string{"a", "shared"}, JobTemplate: sampleTemplate})
+	if err := workflow.Sleep(ctx, time.Minute); err != nil {
+		return RolloutResult{}, err
+	}
+	second := workflow.ExecuteChildWorkflow(workflow.WithChildOptions(ctx, workflow.ChildWorkflowOptions{WorkflowID: RolloutID("second")}),
+		RolloutWorkflow, RolloutRequest{Name: "second", Nodes: []string{"shared", "z"}, JobTemplate: sampleTemplate})
+	var r RolloutResult
+	err := second.Get(ctx, &r)
+	var appErr *temporal.ApplicationError
+	if errors.As(err, &appErr) && appErr.HasDetails() {
+		_ = appErr.Details(&r)
+	} else if err != nil {
+		return r, err
+	}
+	_ = first.Get(ctx, nil)
+	return r, nil
+}
+
+// A rollout over its failure budget ends once its nodes in flight have: a node that waits
+// for another rollout's long Job will not start, so the rollout does not wait for that Job
+// to end or for its next look at the node (10 minutes, doubling up to 2 hours).
+func TestOverBudgetRolloutDoesNotWaitForABusyNode(t *testing.T) {
+	ts := &testsuite.WorkflowTestSuite{}
+	env := newTestEnv(ts)
+	a := &activities.Activities{}
+	env.RegisterActivity(a)
+	env.RegisterWorkflow(Rollout)
+	env.RegisterWorkflow(NodeRolloutV2)
+	env.RegisterWorkflowWithOptions(secondOfBoth, workflow.RegisterOptions{Name: "second-of-both"})
+	jobsOutlastTheWatch(env)
+	env.OnActivity(a.PrepareTemplate, mock.Anything, mock.Anything).Return(activities.PreparedTemplate{Hash: "h"}, nil)
+	env.OnActivity(a.ListNodes, mock.Anything, mock.Anything).Return(func(_ context.Context, in activities.ListNodesInput) (activities.ListNodesResult, error) {
+		return activities.ListNodesResult{Nodes: in.Names, Total: len(in.Names)}, nil
+	})
+	var mu sync.Mutex
+	var zFailed time.Time
+	starts := map[string][]string{}
+	env.OnWorkflow(NodeRolloutV2, mock.Anything, mock.Anything).Return(func(ctx workflow.Context, in NodeRolloutInput) (NodeResult, error) {
+		mu.Lock()
+		starts[in.Node] = append(starts[in.Node], in.Rollout)
+		mu.Unlock()
+		d := 48 * time.Hour
+		if in.Node == "z" {
+			d = time.Minute
+		}
+		if err := workflow.Sleep(ctx, d); err != nil {
+			return NodeResult{}, err
+		}
+		if in.Node == "z" {
+			mu.Lock()
+			zFailed = workflow.Now(ctx)
+			mu.Unlock()
+			res := NodeResult{Node: in.Node, Outcome: activities.OutcomeFailed, Reason: "BackoffLimitExceeded"}
+			return res, temporal.NewNonRetryableApplicationError("failed", ErrNodeFailed, nil, res)
+		}
+		return NodeResult{Node: in.Node, Outcome: activities.OutcomeSucceeded}, nil
+	})
+	env.ExecuteWorkflow("second-of-both")
+	require.True(t, env.IsWorkflowCompleted())
+	require.NoError(t, env.GetWorkflowError())
+	var r RolloutResult
+	require.NoError(t, env.GetWorkflowResult(&r))
+	require.Equal(t, 1, r.Counts.Failed)
+	require.Equal(t, []string{"first"}, starts["shared"])
+	require.False(t, zFailed.IsZero())
+	require.Less(t, r.FinishedAt.Sub(zFailed), time.Minute,
+		"the rollout over budget ends when its last node in flight does (z failed at %v, it ended at %v)", zFailed, r.FinishedAt)
+}
