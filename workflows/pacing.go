@@ -755,17 +755,47 @@ func (r *rollout) listCanaries(ctx workflow.Context) error {
 	if err != nil {
 		return asWorkflowError(err)
 	}
-	if page.More {
-		return temporal.NewNonRetryableApplicationError(fmt.Sprintf(
-			"invalid rollout request: canary.selector: selects more than %d nodes; narrow it", MaxCanaries), activities.ErrInvalidRequest, nil)
+	// A rollout that names its nodes takes as canaries those of them the selector matches,
+	// which the cluster-wide listing finds among every node it matches.
+	ownNodes := len(c.Nodes) == 0 && len(r.req.Nodes) > 0
+	var inRequest map[string]bool
+	keepOwn := func(p *activities.ListNodesResult) {
+		p.Nodes = slices.DeleteFunc(p.Nodes, func(n string) bool { return !inRequest[n] })
+		p.Done = slices.DeleteFunc(p.Done, func(n string) bool { return !inRequest[n] })
 	}
-	if len(c.Nodes) == 0 && len(r.req.Nodes) > 0 {
-		inRequest := map[string]bool{}
+	if ownNodes {
+		inRequest = map[string]bool{}
 		for _, n := range r.req.Nodes {
 			inRequest[n] = true
 		}
-		page.Nodes = slices.DeleteFunc(page.Nodes, func(n string) bool { return !inRequest[n] })
-		page.Done = slices.DeleteFunc(page.Done, func(n string) bool { return !inRequest[n] })
+		keepOwn(&page)
+		// From versionCanaryOwnNodes on, the 100 canaries are counted among the rollout's own
+		// nodes: the listing pages on through the selector's other matches.
+		if page.More && workflow.GetVersion(ctx, versionCanaryOwnNodes, workflow.DefaultVersion, 1) == 1 {
+			for page.More && len(page.Nodes)+len(page.Done) <= MaxCanaries {
+				in.After, in.Limit = page.Next, listPageSize
+				var next activities.ListNodesResult
+				err := workflow.ExecuteActivity(withAPIActivity(ctx, "list canary nodes after "+in.After), a.ListNodes, in).Get(ctx, &next)
+				if err != nil {
+					return asWorkflowError(err)
+				}
+				keepOwn(&next)
+				page.Nodes = append(page.Nodes, next.Nodes...)
+				page.Done = append(page.Done, next.Done...)
+				for n, l := range next.Labels {
+					if page.Labels == nil {
+						page.Labels = map[string]map[string]string{}
+					}
+					page.Labels[n] = l
+				}
+				page.More, page.Next = next.More, next.Next
+			}
+			page.More = len(page.Nodes)+len(page.Done) > MaxCanaries
+		}
+	}
+	if page.More {
+		return temporal.NewNonRetryableApplicationError(fmt.Sprintf(
+			"invalid rollout request: canary.selector: selects more than %d nodes; narrow it", MaxCanaries), activities.ErrInvalidRequest, nil)
 	}
 	r.queue = r.queuePage(page)
 	r.pace.canaries = nil

@@ -58,6 +58,10 @@ const (
 	// spent, a canary failed), instead of running on to the window's next opening or the
 	// next look at the busy node.
 	versionStopWaits = "stop-waits-when-no-node-may-start"
+	// versionCanaryOwnNodes marks runs that page through a canary selector's matches to find
+	// the canaries among a rollout's named nodes, instead of failing when the selector matches
+	// more than MaxCanaries nodes of the whole cluster.
+	versionCanaryOwnNodes = "canary-selector-own-nodes"
 )
 
 // Rollout runs NodeRollout on every selected node, at most a window of them at a time.
