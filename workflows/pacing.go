@@ -624,15 +624,15 @@ func (r *rollout) awaitWindow(ctx workflow.Context, stop func() bool) error {
 func (r *rollout) awaitSlotFor(ctx workflow.Context, node string) error {
 	free := func() bool { return !r.p.Paused && r.inFlight < r.win.size }
 	if !r.s.pace.active() {
-		return workflow.Await(ctx, func() bool { return (r.guarantees && r.budgetExceeded()) || free() })
+		return workflow.Await(ctx, func() bool { return (r.guarantees && r.noneMayStart()) || free() })
 	}
 	for {
-		if err := r.awaitWindow(ctx, r.budgetExceeded); err != nil {
+		if err := r.awaitWindow(ctx, r.noneMayStart); err != nil {
 			return err
 		}
 		domain := r.pace.domainOf[node]
-		err := workflow.Await(ctx, func() bool { return r.budgetExceeded() || (free() && r.pace.admits(domain)) })
-		if err != nil || r.budgetExceeded() || r.windowOpenNow(ctx) {
+		err := workflow.Await(ctx, func() bool { return r.noneMayStart() || (free() && r.pace.admits(domain)) })
+		if err != nil || r.noneMayStart() || r.windowOpenNow(ctx) {
 			return err
 		}
 	}

@@ -47,21 +47,26 @@ func (s *RolloutSuite) TestOverBudgetRolloutDoesNotWaitForTheNextWindow() {
 		"the rollout fails when its last node in flight fails, not when the window reopens")
 }
 
-// secondOfBoth runs rollout first over a and shared, then a minute later rollout second over
-// shared and z, and returns second's result (from its error's details when it failed).
-func secondOfBoth(ctx workflow.Context) (RolloutResult, error) {
+// secondOfBoth runs rollout first over a and shared, then a minute later rollout second (over
+// shared and z unless given), and returns second's result and error type (the result from the
+// error's details when it failed).
+func secondOfBoth(ctx workflow.Context, req *RolloutRequest) (secondResult, error) {
 	first := workflow.ExecuteChildWorkflow(workflow.WithChildOptions(ctx, workflow.ChildWorkflowOptions{WorkflowID: RolloutID("first")}),
 		RolloutWorkflow, RolloutRequest{Name: "first", Nodes: []string{"a", "shared"}, JobTemplate: sampleTemplate})
 	if err := workflow.Sleep(ctx, time.Minute); err != nil {
-		return RolloutResult{}, err
+		return secondResult{}, err
+	}
+	if req == nil {
+		req = &RolloutRequest{Name: "second", Nodes: []string{"shared", "z"}, JobTemplate: sampleTemplate}
 	}
 	second := workflow.ExecuteChildWorkflow(workflow.WithChildOptions(ctx, workflow.ChildWorkflowOptions{WorkflowID: RolloutID("second")}),
-		RolloutWorkflow, RolloutRequest{Name: "second", Nodes: []string{"shared", "z"}, JobTemplate: sampleTemplate})
-	var r RolloutResult
-	err := second.Get(ctx, &r)
+		RolloutWorkflow, *req)
+	var r secondResult
+	err := second.Get(ctx, &r.Result)
 	var appErr *temporal.ApplicationError
 	if errors.As(err, &appErr) && appErr.HasDetails() {
-		_ = appErr.Details(&r)
+		r.ErrType = appErr.Type()
+		_ = appErr.Details(&r.Result)
 	} else if err != nil {
 		return r, err
 	}
@@ -69,12 +74,17 @@ func secondOfBoth(ctx workflow.Context) (RolloutResult, error) {
 	return r, nil
 }
 
-// A rollout over its failure budget ends once its nodes in flight have: a node that waits
-// for another rollout's long Job will not start, so the rollout does not wait for that Job
-// to end or for its next look at the node (10 minutes, doubling up to 2 hours).
-func TestOverBudgetRolloutDoesNotWaitForABusyNode(t *testing.T) {
+type secondResult struct {
+	Result  RolloutResult `json:"result"`
+	ErrType string        `json:"errType,omitempty"`
+}
+
+// pairEnv is a test environment for secondOfBoth: shared is held by rollout first for two
+// days, z fails after a minute, every other node succeeds after two days. zFailed reports
+// when z failed; starts, which rollouts started each node.
+func pairEnv(t *testing.T) (env *testsuite.TestWorkflowEnvironment, zFailed func() time.Time, starts func(node string) []string) {
 	ts := &testsuite.WorkflowTestSuite{}
-	env := newTestEnv(ts)
+	env = newTestEnv(ts)
 	a := &activities.Activities{}
 	env.RegisterActivity(a)
 	env.RegisterWorkflow(Rollout)
@@ -86,11 +96,11 @@ func TestOverBudgetRolloutDoesNotWaitForABusyNode(t *testing.T) {
 		return activities.ListNodesResult{Nodes: in.Names, Total: len(in.Names)}, nil
 	})
 	var mu sync.Mutex
-	var zFailed time.Time
-	starts := map[string][]string{}
+	var failedAt time.Time
+	started := map[string][]string{}
 	env.OnWorkflow(NodeRolloutV2, mock.Anything, mock.Anything).Return(func(ctx workflow.Context, in NodeRolloutInput) (NodeResult, error) {
 		mu.Lock()
-		starts[in.Node] = append(starts[in.Node], in.Rollout)
+		started[in.Node] = append(started[in.Node], in.Rollout)
 		mu.Unlock()
 		d := 48 * time.Hour
 		if in.Node == "z" {
@@ -101,23 +111,52 @@ func TestOverBudgetRolloutDoesNotWaitForABusyNode(t *testing.T) {
 		}
 		if in.Node == "z" {
 			mu.Lock()
-			zFailed = workflow.Now(ctx)
+			failedAt = workflow.Now(ctx)
 			mu.Unlock()
 			res := NodeResult{Node: in.Node, Outcome: activities.OutcomeFailed, Reason: "BackoffLimitExceeded"}
 			return res, temporal.NewNonRetryableApplicationError("failed", ErrNodeFailed, nil, res)
 		}
 		return NodeResult{Node: in.Node, Outcome: activities.OutcomeSucceeded}, nil
 	})
-	env.ExecuteWorkflow("second-of-both")
+	zFailed = func() time.Time { mu.Lock(); defer mu.Unlock(); return failedAt }
+	starts = func(node string) []string { mu.Lock(); defer mu.Unlock(); return started[node] }
+	return env, zFailed, starts
+}
+
+// A rollout over its failure budget ends once its nodes in flight have: a node that waits
+// for another rollout's long Job will not start, so the rollout does not wait for that Job
+// to end or for its next look at the node (10 minutes, doubling up to 2 hours).
+func TestOverBudgetRolloutDoesNotWaitForABusyNode(t *testing.T) {
+	env, zFailed, starts := pairEnv(t)
+	env.ExecuteWorkflow("second-of-both", nil)
 	require.True(t, env.IsWorkflowCompleted())
 	require.NoError(t, env.GetWorkflowError())
-	var r RolloutResult
+	var r secondResult
 	require.NoError(t, env.GetWorkflowResult(&r))
-	require.Equal(t, 1, r.Counts.Failed)
-	require.Equal(t, []string{"first"}, starts["shared"])
-	require.False(t, zFailed.IsZero())
-	require.Less(t, r.FinishedAt.Sub(zFailed), time.Minute,
-		"the rollout over budget ends when its last node in flight does (z failed at %v, it ended at %v)", zFailed, r.FinishedAt)
+	require.Equal(t, ErrFailureBudgetExceeded, r.ErrType)
+	require.Equal(t, 1, r.Result.Counts.Failed)
+	require.Equal(t, []string{"first"}, starts("shared"))
+	require.False(t, zFailed().IsZero())
+	require.Less(t, r.Result.FinishedAt.Sub(zFailed()), time.Minute,
+		"the rollout over budget ends when its last node in flight does (z failed at %v, it ended at %v)", zFailed(), r.Result.FinishedAt)
+}
+
+// A failed canary stops the rollout: a canary that waits for another rollout to free its
+// node does not start afterwards (the budget allows a failure, the canaries none), and the
+// rollout does not wait for that node.
+func TestFailedCanaryDoesNotWaitForOrStartABusyCanary(t *testing.T) {
+	env, zFailed, starts := pairEnv(t)
+	env.ExecuteWorkflow("second-of-both", &RolloutRequest{Name: "second", Nodes: []string{"shared", "z", "other"}, JobTemplate: sampleTemplate,
+		MaxFailures: "1", Canary: &Canary{Nodes: []string{"shared", "z"}}})
+	require.True(t, env.IsWorkflowCompleted())
+	require.NoError(t, env.GetWorkflowError())
+	var r secondResult
+	require.NoError(t, env.GetWorkflowResult(&r))
+	require.Equal(t, ErrCanaryFailed, r.ErrType)
+	require.Equal(t, []string{"first"}, starts("shared"), "no node starts after a canary failed")
+	require.Empty(t, starts("other"))
+	require.Less(t, r.Result.FinishedAt.Sub(zFailed()), time.Minute,
+		"the rollout ends when its last canary in flight does (z failed at %v, it ended at %v)", zFailed(), r.Result.FinishedAt)
 }
 
 // canary.selector on a rollout that names its nodes picks the named nodes that match it: a

@@ -601,7 +601,7 @@ func (r *rollout) runNode(ctx workflow.Context, node string, busy bool) nodeEnd 
 				return nodeEnd{result: NodeResult{Node: node, Outcome: activities.OutcomeAborted, Reason: activities.ReasonAborted,
 					Message: "aborted while waiting for another rollout to finish on the node"}, started: true}
 			}
-			if r.guarantees && r.budgetExceeded() {
+			if r.guarantees && r.noneMayStart() {
 				return nodeEnd{}
 			}
 			r.inFlight++
@@ -631,10 +631,10 @@ func (r *rollout) runNode(ctx workflow.Context, node string, busy bool) nodeEnd 
 // waitUntilFreed asks the node's current holder to say when it finishes, and waits for that
 // or, should the word never come (a holder that was terminated, or runs older code), for
 // recheck: a handful of events per waiting node however long the other rollout's Job runs.
-// From versionStopWaits on the wait ends as soon as the failure budget is spent: the node
+// From versionStopWaits on the wait ends as soon as no node may start (noneMayStart): the node
 // will not start, and the rollout's drain waits for it.
 func (r *rollout) waitUntilFreed(ctx workflow.Context, node string, recheck time.Duration) error {
-	if r.stopWaits && r.budgetExceeded() {
+	if r.stopWaits && r.noneMayStart() {
 		return nil
 	}
 	self := workflow.GetInfo(ctx).WorkflowExecution.ID
@@ -646,7 +646,7 @@ func (r *rollout) waitUntilFreed(ctx workflow.Context, node string, recheck time
 		return nil // the holder has already finished: try again at once
 	}
 	_, err = workflow.AwaitWithTimeout(ctx, recheck, func() bool {
-		return r.freed[node] || (r.stopWaits && r.budgetExceeded())
+		return r.freed[node] || (r.stopWaits && r.noneMayStart())
 	})
 	return err
 }
@@ -691,6 +691,15 @@ func (r *rollout) record(ctx workflow.Context, result NodeResult) {
 
 func (r *rollout) budgetExceeded() bool {
 	return !r.s.failureBudget.allows(r.p.Counts.Failures(), r.p.Selected)
+}
+
+// noneMayStart says that no node may start any more, not even one that waited for another
+// rollout: the failure budget is spent or (from versionStopWaits on) a canary failed.
+func (r *rollout) noneMayStart() bool {
+	if r.budgetExceeded() {
+		return true
+	}
+	return r.stopWaits && r.pace.canaryStage == canaryStageRunning && r.p.Counts.Failures() > 0
 }
 
 // cancelled waits for every child to delete its Job, then ends the workflow as cancelled.
