@@ -215,9 +215,13 @@ func (n *nodeSteps) runMaintained(ctx workflow.Context) (NodeResult, error) {
 func (n *nodeSteps) maintenanceFailed(ctx workflow.Context, err error, result NodeResult) (NodeResult, error) {
 	n.leave(ctx)
 	if isCancel(ctx, err) {
+		jobRecorded := result.Outcome == activities.OutcomeSucceeded
 		result.Outcome = activities.OutcomeAborted
 		result.Reason = activities.ReasonAborted
 		result.FinishedAt = workflow.Now(ctx)
+		if jobRecorded && workflow.GetVersion(ctx, versionRecordAbortAfterJob, workflow.DefaultVersion, 1) == 1 {
+			n.recordAbort(ctx)
+		}
 		return result, temporal.NewCanceledError(result)
 	}
 	end := endFromError(err)
@@ -231,6 +235,34 @@ func (n *nodeSteps) maintenanceFailed(ctx workflow.Context, err error, result No
 		}
 	}
 	return n.finalize(ctx, nil, end, result)
+}
+
+// versionRecordAbortAfterJob marks nodes that, aborted in their health gate or soak after the
+// Job's success was recorded on the Node, record the abort over it. It is asked only on that
+// path, so no other node's history carries its marker.
+const versionRecordAbortAfterJob = "record-abort-after-job"
+
+// recordAbort replaces the succeeded marker the Job left on the Node with aborted, so a re-run
+// covers the node again (it skips only nodes marked succeeded). It runs on a context the abort
+// cannot cancel; should it fail for good, the node's result still says aborted.
+func (n *nodeSteps) recordAbort(ctx workflow.Context) {
+	var a *activities.Activities
+	in := n.in
+	cleanup, _ := workflow.NewDisconnectedContext(ctx)
+	end := activities.JobEnd{Outcome: activities.OutcomeAborted, Reason: activities.ReasonAborted,
+		Message: "aborted after the Job succeeded, before the node was found healthy"}
+	err := workflow.ExecuteLocalActivity(withLocalAPIActivity(cleanup, n.writeDeadline(), "record aborted"), a.FinalizeJob, activities.FinalizeInput{
+		Rollout:      in.Rollout,
+		Node:         in.Node,
+		TemplateHash: in.TemplateHash,
+		End:          end,
+		KeepJobs:     in.KeepJobs,
+		Requester:    in.Requester,
+		RunID:        workflow.GetInfo(ctx).WorkflowExecution.RunID,
+	}).Get(cleanup, nil)
+	if err != nil {
+		workflow.SetCurrentDetails(ctx, fmt.Sprintf("node `%s`: the abort could not be recorded on the Node: %v", in.Node, err))
+	}
 }
 
 // leave undoes our cordon of a node that did not succeed, when onFailure says so. It runs on a
