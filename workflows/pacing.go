@@ -782,11 +782,11 @@ func (r *rollout) listCanaries(ctx workflow.Context) error {
 				keepOwn(&next)
 				page.Nodes = append(page.Nodes, next.Nodes...)
 				page.Done = append(page.Done, next.Done...)
-				for n, l := range next.Labels {
+				for _, n := range workflow.DeterministicKeys(next.Labels) {
 					if page.Labels == nil {
 						page.Labels = map[string]map[string]string{}
 					}
-					page.Labels[n] = l
+					page.Labels[n] = next.Labels[n]
 				}
 				page.More, page.Next = next.More, next.Next
 			}
