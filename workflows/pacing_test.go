@@ -433,3 +433,27 @@ func TestPacingFieldsAreValidated(t *testing.T) {
 	_, err = Validate(decoded)
 	require.ErrorContains(t, err, "topology.maxPerDomian")
 }
+
+// canary.selector on a rollout that names its nodes picks the named nodes that match it: a
+// selector that also matches more than 100 other nodes of the cluster (a fleet-wide
+// canary=true label) must not fail the rollout when only a few of its own nodes match.
+func (s *RolloutSuite) TestCanarySelectorCountsOnlyTheRolloutsOwnNodes() {
+	labelled := nodeNames(250) // the cluster's nodes labelled canary=true
+	s.listFn = func(ctx context.Context, in activities.ListNodesInput) (activities.ListNodesResult, error) {
+		if in.Selector == "canary=true" {
+			saved := s.fleet
+			s.fleet = labelled
+			defer func() { s.fleet = saved }()
+		}
+		return s.listNodes(ctx, in)
+	}
+	req := request("node-00120", "node-00240", "web-1", "web-2")
+	req.Parallelism = 4
+	req.Canary = &Canary{Selector: "canary=true"}
+	s.env.ExecuteWorkflow(RolloutWorkflow, req)
+	r := s.result()
+	s.Equal(4, r.Counts.Succeeded)
+	s.Equal(4, r.Selected)
+	s.Require().Len(s.runs, 4)
+	s.ElementsMatch([]string{"node-00120", "node-00240"}, []string{s.runs[0].node, s.runs[1].node}, "the canaries run first")
+}
