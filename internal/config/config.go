@@ -212,7 +212,7 @@ func FromFlags(fs *pflag.FlagSet, env []string) (Config, error) {
 	}
 
 	var c Config
-	hook := mapstructure.ComposeDecodeHookFunc(mapstructure.StringToTimeDurationHookFunc(), trimSpace)
+	hook := mapstructure.ComposeDecodeHookFunc(bareNumberDuration, mapstructure.StringToTimeDurationHookFunc(), trimSpace)
 	if err := v.UnmarshalExact(&c, viper.DecodeHook(hook)); err != nil {
 		return c, fmt.Errorf("bad configuration:\n  %s", strings.Join(decodeProblems(err), "\n  "))
 	}
@@ -241,6 +241,22 @@ func FromFlags(fs *pflag.FlagSet, env []string) (Config, error) {
 func trimSpace(from, to reflect.Type, data any) (any, error) {
 	if s, ok := data.(string); ok && from.Kind() == reflect.String && to.Kind() != reflect.String {
 		return strings.TrimSpace(s), nil
+	}
+	return data, nil
+}
+
+// bareNumberDuration refuses a duration written as a number in a file (stop-timeout: 30),
+// which would otherwise decode as that many nanoseconds; --stop-timeout 30 and
+// NODEROLLOUT_STOP_TIMEOUT=30 are refused for their missing unit too.
+func bareNumberDuration(from, to reflect.Type, data any) (any, error) {
+	if to != reflect.TypeOf(time.Duration(0)) || from == to {
+		return data, nil
+	}
+	switch from.Kind() {
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64,
+		reflect.Float32, reflect.Float64:
+		return nil, fmt.Errorf("%v has no unit", data)
 	}
 	return data, nil
 }
@@ -285,9 +301,14 @@ func decodeProblems(err error) []string {
 			}
 			return
 		}
-		var de *mapstructure.DecodeError
-		if errors.As(err, &de) {
+		if de, ok := err.(*mapstructure.DecodeError); ok {
 			lines = append(lines, describe(de.Name(), fmt.Sprintf("not a %s", typeName(de.Name()))))
+			return
+		}
+		// mapstructure wraps the joined problems in one message ("decoding failed due to the
+		// following error(s)"): look inside, so that every key is named, not just the first.
+		if inner := errors.Unwrap(err); inner != nil {
+			walk(inner)
 			return
 		}
 		lines = append(lines, err.Error())

@@ -192,3 +192,40 @@ func TestClusterQualifiesTheTaskQueueAndIsChecked(t *testing.T) {
 	require.ErrorContains(t, err, "cluster")
 	require.ErrorContains(t, err, "NODEROLLOUT_CLUSTER_BUDGET")
 }
+
+// A duration written as a bare number in a config file (YAML, JSON or TOML all decode it as an
+// integer) must not become that many nanoseconds: stop-timeout: 30 is an error naming the key,
+// as NODEROLLOUT_STOP_TIMEOUT=30 and --stop-timeout 30 are.
+func TestBareNumberDurationInAFileIsAnError(t *testing.T) {
+	dir := t.TempDir()
+	for name, text := range map[string]string{
+		"worker.yaml": "stop-timeout: 30\nnode-check-interval: 60\n",
+		"worker.json": `{"stop-timeout": 30, "node-check-interval": 60}`,
+		"worker.toml": "stop-timeout = 30\nnode-check-interval = 60\n",
+	} {
+		t.Run(name, func(t *testing.T) {
+			file := filepath.Join(dir, name)
+			require.NoError(t, os.WriteFile(file, []byte(text), 0o600))
+			c, err := Load(NewFlagSet("worker", true), []string{"--config", file}, nil)
+			require.Error(t, err, "stop-timeout %v, node-check-interval %v", c.StopTimeout, c.NodeCheckInterval)
+			require.ErrorContains(t, err, "stop-timeout (NODEROLLOUT_STOP_TIMEOUT): not a duration; write it like 30s")
+			require.ErrorContains(t, err, "node-check-interval (NODEROLLOUT_NODE_CHECK_INTERVAL): not a duration; write it like 60s")
+		})
+	}
+	// Written with a unit, the same keys are fine.
+	file := filepath.Join(dir, "good.yaml")
+	require.NoError(t, os.WriteFile(file, []byte("stop-timeout: 30s\nnode-check-interval: 1m\n"), 0o600))
+	c, err := Load(NewFlagSet("worker", true), []string{"--config", file}, nil)
+	require.NoError(t, err)
+	require.Equal(t, 30*time.Second, c.StopTimeout)
+	require.Equal(t, time.Minute, c.NodeCheckInterval)
+}
+
+// Every bad key is named at once, not only the first: README promises one line per key.
+func TestEveryBadKeyIsNamed(t *testing.T) {
+	_, err := Load(NewFlagSet("worker", true), nil, []string{
+		"NODEROLLOUT_STOP_TIMEOUT=soon", "NODEROLLOUT_NODE_CHECK_INTERVAL=often", "NODEROLLOUT_KUBE_BURST=lots"})
+	require.ErrorContains(t, err, "stop-timeout (NODEROLLOUT_STOP_TIMEOUT): not a duration")
+	require.ErrorContains(t, err, "node-check-interval (NODEROLLOUT_NODE_CHECK_INTERVAL): not a duration")
+	require.ErrorContains(t, err, "kube-burst (NODEROLLOUT_KUBE_BURST): not a whole number")
+}
