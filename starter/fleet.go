@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"reflect"
 	"strings"
 	"text/tabwriter"
 
@@ -99,8 +100,23 @@ func loadFleetRequest(path string) (workflows.FleetRequest, error) {
 	if err := json.Unmarshal(asJSON, &req); err != nil {
 		return req, usageError{fmt.Sprintf("%s: %s", path, err)}
 	}
+	// Unknown fields at any depth, with a suggestion: encoding/json would drop a misspelt
+	// maxFailedClusters and leave the budget at 0.
+	var fields map[string]json.RawMessage
+	_ = json.Unmarshal(asJSON, &fields)
+	problems := unknownFields(fields, reflect.TypeOf(req), "")
 	if err := workflows.ValidateFleet(req); err != nil {
-		return req, usageError{fmt.Sprintf("%s: %s", path, humanError(err))}
+		if len(problems) == 0 {
+			return req, usageError{fmt.Sprintf("%s: %s", path, humanError(err))}
+		}
+		for _, p := range validationProblems(err) {
+			if !strings.Contains(p, "unknown field") {
+				problems = append(problems, p)
+			}
+		}
+	}
+	if len(problems) > 0 {
+		return req, usageError{fmt.Sprintf("%s is not a valid fleet rollout request:\n  %s", path, strings.Join(problems, "\n  "))}
 	}
 	return req, nil
 }

@@ -25,3 +25,14 @@ func TestFleetExampleIsValidAndBadFleetFilesNameTheField(t *testing.T) {
 	_, err = loadFleetRequest(bad2)
 	require.ErrorContains(t, err, "parallelism", "the rollout each cluster runs is checked too")
 }
+
+// A misspelt fleet field must not be dropped silently (maxFailedCluster would leave the budget
+// at 0): start refuses the file before dialling, naming the field with a suggestion.
+func TestFleetUnknownFieldIsRefusedWithAHint(t *testing.T) {
+	file := writeFile(t, "fleet.yaml", "name: demo\nwaves: [[a], [b]]\nmaxFailedCluster: 1\n"+
+		"rollout: {nodes: [n1], jobTemplateRef: {name: t}}\n")
+	code, _, errOut := starter(t, "fleet", "start", "-f", file)
+	require.Equal(t, 2, code, errOut)
+	require.NotContains(t, errOut, "temporal at", "a bad fleet file must not dial")
+	require.Contains(t, errOut, `maxFailedCluster: unknown field; did you mean "maxFailedClusters"?`)
+}
