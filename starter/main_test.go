@@ -204,3 +204,12 @@ func TestHumanErrorDropsTheSDKsTypeSuffix(t *testing.T) {
 	err := errors.New("invalid rollout request: name: is required (type: InvalidRequest, retryable: false)")
 	require.Equal(t, "invalid rollout request: name: is required", humanError(err))
 }
+
+// A negative --every is the command line's fault: exit 2 naming the flag, before dialling.
+func TestScheduleCreateRefusesANegativeEvery(t *testing.T) {
+	good := writeFile(t, "good.yaml", "name: kata\nnodeSelector: kata=true\n"+goodTemplate)
+	code, _, errOut := starter(t, "schedule", "create", "nightly", "-f", good, "--every", "-24h")
+	require.Equal(t, 2, code, errOut)
+	require.NotContains(t, errOut, "temporal at", "a bad --every must not dial")
+	require.Contains(t, errOut, "--every")
+}

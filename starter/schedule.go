@@ -78,6 +78,9 @@ func (a *app) createSchedule() error {
 	if (cron == "") == (every == 0) {
 		return usageError{"give exactly one of --cron or --every"}
 	}
+	if every < 0 {
+		return usageError{fmt.Sprintf("--every %s is negative; give the interval between runs, e.g. --every 24h", every)}
+	}
 	tc, err := a.client()
 	if err != nil {
 		return err
