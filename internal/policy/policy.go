@@ -5,13 +5,17 @@
 package policy
 
 import (
+	"encoding/json"
 	"fmt"
 	"os"
+	"reflect"
 	"slices"
 	"strings"
 
 	"k8s.io/apimachinery/pkg/util/validation"
 	"sigs.k8s.io/yaml"
+
+	"github.com/noderollout/noderollout/internal/didyoumean"
 )
 
 // Rule names: they appear in every denial and in README, so their spelling is stable.
@@ -95,6 +99,9 @@ func Load(path string) (*Policy, error) {
 // Parse decodes and checks a policy.
 func Parse(data []byte) (*Policy, error) {
 	var p Policy
+	if unknown := unknownRules(data); len(unknown) > 0 {
+		return nil, fmt.Errorf("%s (rules: see README, Security model)", strings.Join(unknown, "; "))
+	}
 	if err := yaml.UnmarshalStrict(data, &p); err != nil {
 		return nil, err
 	}
@@ -192,4 +199,44 @@ func (p *Policy) WithinNamespaces(watched []string) error {
 		}
 	}
 	return nil
+}
+
+// unknownRules names every key the policy does not have, at the top and within each
+// namespace's rules, with the rule it was probably meant to be. Data that is not a mapping is
+// left to the decoder to describe.
+func unknownRules(data []byte) []string {
+	var top map[string]json.RawMessage
+	if asJSON, err := yaml.YAMLToJSON(data); err != nil || json.Unmarshal(asJSON, &top) != nil {
+		return nil
+	}
+	problems := unknownKeys(top, reflect.TypeOf(Policy{}), "")
+	var namespaces map[string]map[string]json.RawMessage
+	if json.Unmarshal(top["namespaces"], &namespaces) == nil {
+		names := make([]string, 0, len(namespaces))
+		for ns := range namespaces {
+			names = append(names, ns)
+		}
+		slices.Sort(names)
+		for _, ns := range names {
+			problems = append(problems, unknownKeys(namespaces[ns], reflect.TypeOf(NamespaceRules{}), "namespaces."+ns+": ")...)
+		}
+	}
+	return problems
+}
+
+func unknownKeys(fields map[string]json.RawMessage, t reflect.Type, prefix string) []string {
+	var known []string
+	for i := 0; i < t.NumField(); i++ {
+		if name, _, _ := strings.Cut(t.Field(i).Tag.Get("json"), ","); name != "" && name != "-" {
+			known = append(known, name)
+		}
+	}
+	var problems []string
+	for k := range fields {
+		if !slices.Contains(known, k) {
+			problems = append(problems, fmt.Sprintf("%sunknown field %q%s", prefix, k, didyoumean.Hint(k, known)))
+		}
+	}
+	slices.Sort(problems)
+	return problems
 }

@@ -242,3 +242,12 @@ func BenchmarkCheckJob(b *testing.B) {
 		}
 	}
 }
+
+// A misspelt rule is refused (it must never silently allow), naming every unknown key with
+// the rule it was probably meant to be, at the top and within a namespace's rules.
+func TestMisspeltRulesAreNamedWithAHint(t *testing.T) {
+	_, err := Parse([]byte("namespaces:\n  maint: {privilegd: true}\nmaxParalelism: 5\n"))
+	require.Error(t, err)
+	require.ErrorContains(t, err, `unknown field "maxParalelism"; did you mean "maxParallelism"?`)
+	require.ErrorContains(t, err, `namespaces.maint: unknown field "privilegd"; did you mean "privileged"?`)
+}
