@@ -100,21 +100,24 @@ type rolloutView struct {
 	// Status is the workflow's: Running, Completed, Failed, Canceled, Terminated, TimedOut.
 	Status string `json:"status"`
 	// Phase is running, paused, a pacing wait or draining while it runs, and done once it ended.
-	Phase          string                 `json:"phase"`
-	Name           string                 `json:"name"`
-	TemplateHash   string                 `json:"templateHash"`
-	Parallelism    int                    `json:"parallelism,omitempty"`
-	Window         int                    `json:"window,omitempty"`
-	Selected       int                    `json:"selected"`
-	ListingDone    bool                   `json:"listingDone"`
-	Counts         workflows.Counts       `json:"counts"`
-	Waiting        []string               `json:"waiting,omitempty"`
-	Recent         []workflows.NodeResult `json:"recent,omitempty"`
-	Failures       []workflows.NodeResult `json:"failures,omitempty"`
-	ContinuedAsNew int                    `json:"continuedAsNew"`
-	StartedAt      time.Time              `json:"startedAt"`
-	FinishedAt     *time.Time             `json:"finishedAt,omitempty"`
-	Error          string                 `json:"error,omitempty"`
+	Phase        string           `json:"phase"`
+	Name         string           `json:"name"`
+	TemplateHash string           `json:"templateHash"`
+	Parallelism  int              `json:"parallelism,omitempty"`
+	Window       int              `json:"window,omitempty"`
+	Selected     int              `json:"selected"`
+	ListingDone  bool             `json:"listingDone"`
+	Counts       workflows.Counts `json:"counts"`
+	Waiting      []string         `json:"waiting,omitempty"`
+	// WaitingForClusterSlot and Pacing are what the table shows of a running rollout.
+	WaitingForClusterSlot []string                `json:"waitingForClusterSlot,omitempty"`
+	Pacing                *workflows.PacingStatus `json:"pacing,omitempty"`
+	Recent                []workflows.NodeResult  `json:"recent,omitempty"`
+	Failures              []workflows.NodeResult  `json:"failures,omitempty"`
+	ContinuedAsNew        int                     `json:"continuedAsNew"`
+	StartedAt             time.Time               `json:"startedAt"`
+	FinishedAt            *time.Time              `json:"finishedAt,omitempty"`
+	Error                 string                  `json:"error,omitempty"`
 	// Requester and Reason come from the memo the starter wrote; empty when started otherwise.
 	Requester string `json:"requester,omitempty"`
 	Reason    string `json:"reason,omitempty"`
@@ -127,7 +130,8 @@ func runningView(id string, st workflows.RolloutStatus) rolloutView {
 	return rolloutView{
 		WorkflowID: id, Status: "Running", Phase: st.Phase, Name: st.Name, TemplateHash: st.TemplateHash,
 		Parallelism: st.Parallelism, Window: st.Window, Selected: st.Selected, ListingDone: st.ListingDone,
-		Counts: st.Counts, Waiting: st.Waiting, Recent: st.Recent, Failures: st.Failures,
+		Counts: st.Counts, Waiting: st.Waiting, WaitingForClusterSlot: st.WaitingForClusterSlot, Pacing: st.Pacing,
+		Recent: st.Recent, Failures: st.Failures,
 		ContinuedAsNew: st.ContinuedAsNew, StartedAt: st.StartedAt,
 	}
 }

@@ -213,3 +213,18 @@ func TestScheduleCreateRefusesANegativeEvery(t *testing.T) {
 	require.NotContains(t, errOut, "temporal at", "a bad --every must not dial")
 	require.Contains(t, errOut, "--every")
 }
+
+// What the status table shows of a running rollout, status -o json shows too: the nodes held
+// back by the cluster budget (README: "listed under waitingForClusterSlot in starter status")
+// and the pacing (window, canaries, per-domain counts).
+func TestRunningStatusJSONKeepsClusterSlotsAndPacing(t *testing.T) {
+	opens := time.Date(2026, 3, 7, 21, 0, 0, 0, time.UTC)
+	st := workflows.RolloutStatus{Name: "a", Phase: "running", WaitingForClusterSlot: []string{"n1"},
+		Pacing: &workflows.PacingStatus{WaitingFor: "window", WindowOpensAt: &opens}}
+	b, err := json.Marshal(runningView("rollout-a", st))
+	require.NoError(t, err)
+	var m map[string]any
+	require.NoError(t, json.Unmarshal(b, &m))
+	require.Equal(t, []any{"n1"}, m["waitingForClusterSlot"], string(b))
+	require.Equal(t, map[string]any{"waitingFor": "window", "windowOpensAt": "2026-03-07T21:00:00Z"}, m["pacing"], string(b))
+}
