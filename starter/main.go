@@ -114,7 +114,9 @@ the --config file; NODEROLLOUT_<FLAG> variables; flags.`,
 	}
 	config.AddFlags(root.PersistentFlags(), false)
 	wrapUsage(root, a.out)
-	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err.Error()} })
+	root.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error {
+		return usageError{config.WithFlagHint(err, cmd.Flags()).Error()}
+	})
 	root.AddGroup(&cobra.Group{ID: "rollout", Title: "Rollouts:"}, &cobra.Group{ID: "steer", Title: "Steering a running rollout:"})
 	root.AddCommand(startCommand(a), dryRunCommand(a), validateCommand(a), statusCommand(a),
 		signalCommand(a, "pause"), signalCommand(a, "resume"), setParallelismCommand(a), approveCommand(a), abortCommand(a),

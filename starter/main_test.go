@@ -228,3 +228,14 @@ func TestRunningStatusJSONKeepsClusterSlotsAndPacing(t *testing.T) {
 	require.Equal(t, []any{"n1"}, m["waitingForClusterSlot"], string(b))
 	require.Equal(t, map[string]any{"waitingFor": "window", "windowOpensAt": "2026-03-07T21:00:00Z"}, m["pacing"], string(b))
 }
+
+// A mistyped flag gets a did-you-mean, as a mistyped command does.
+func TestMistypedFlagGetsAHint(t *testing.T) {
+	good := writeFile(t, "good.yaml", "name: kata\nnodeSelector: kata=true\n"+goodTemplate)
+	code, _, errOut := starter(t, "start", "-f", good, "--wiat")
+	require.Equal(t, 2, code)
+	require.Contains(t, errOut, `unknown flag: --wiat; did you mean "--wait"?`)
+	code, _, errOut = starter(t, "status", "x", "--temporal-adress", "h:1")
+	require.Equal(t, 2, code)
+	require.Contains(t, errOut, `unknown flag: --temporal-adress; did you mean "--temporal-address"?`, "inherited flags count too")
+}

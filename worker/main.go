@@ -29,27 +29,15 @@ import (
 )
 
 func main() {
-	fs := config.NewFlagSet("worker", true)
-	showVersion := fs.Bool("version", false, "print the version, commit, Go and Temporal SDK versions and exit")
-	fs.Usage = func() {
-		fmt.Fprintf(os.Stderr, `Usage: worker [flags]
-
-Runs the noderollout worker. Every flag can also be set as %s_<FLAG>
-(upper case, '-' as '_') or as a key in --config. Temporal's own settings
-(TEMPORAL_ADDRESS, TEMPORAL_NAMESPACE, TEMPORAL_API_KEY, TEMPORAL_TLS_*,
-temporal.toml profiles) are read first; the file, %s_* variables and
-flags win over them.
-
-%s`, config.EnvPrefix, config.EnvPrefix, fs.FlagUsagesWrapped(80))
-	}
-	if err := fs.Parse(os.Args[1:]); err != nil {
+	fs, showVersion, err := parseFlags(os.Args[1:])
+	if err != nil {
 		if errors.Is(err, pflag.ErrHelp) {
 			os.Exit(0)
 		}
 		fmt.Fprintln(os.Stderr, "worker:", err)
 		os.Exit(2)
 	}
-	if *showVersion {
+	if showVersion {
 		fmt.Println("worker", version.Get())
 		os.Exit(0)
 	}
@@ -69,6 +57,27 @@ flags win over them.
 		fmt.Fprintln(os.Stderr, "worker:", err)
 		os.Exit(1)
 	}
+}
+
+// parseFlags parses the worker's command line into its flag set; showVersion is --version.
+func parseFlags(args []string) (fs *pflag.FlagSet, showVersion bool, err error) {
+	fs = config.NewFlagSet("worker", true)
+	versionFlag := fs.Bool("version", false, "print the version, commit, Go and Temporal SDK versions and exit")
+	fs.Usage = func() {
+		fmt.Fprintf(os.Stderr, `Usage: worker [flags]
+
+Runs the noderollout worker. Every flag can also be set as %s_<FLAG>
+(upper case, '-' as '_') or as a key in --config. Temporal's own settings
+(TEMPORAL_ADDRESS, TEMPORAL_NAMESPACE, TEMPORAL_API_KEY, TEMPORAL_TLS_*,
+temporal.toml profiles) are read first; the file, %s_* variables and
+flags win over them.
+
+%s`, config.EnvPrefix, config.EnvPrefix, fs.FlagUsagesWrapped(80))
+	}
+	if err = fs.Parse(args); err != nil {
+		err = config.WithFlagHint(err, fs)
+	}
+	return fs, *versionFlag, err
 }
 
 func run(ctx context.Context, cfg config.Config, pol *policy.Policy) error {

@@ -148,6 +148,20 @@ func NewFlagSet(name string, worker bool) *pflag.FlagSet {
 	return fs
 }
 
+// WithFlagHint adds a did-you-mean to pflag's "unknown flag: --name", from the flags of fs.
+func WithFlagHint(err error, fs *pflag.FlagSet) error {
+	name, ok := strings.CutPrefix(err.Error(), "unknown flag: --")
+	if !ok {
+		return err
+	}
+	var names []string
+	fs.VisitAll(func(f *pflag.Flag) { names = append(names, f.Name) })
+	if c, ok := didyoumean.Closest(name, names); ok {
+		return fmt.Errorf("%w; did you mean %q?", err, "--"+c)
+	}
+	return err
+}
+
 // EnvName is the environment variable of a key.
 func EnvName(key string) string {
 	return EnvPrefix + "_" + envReplacer.Replace(strings.ToUpper(key))
