@@ -290,7 +290,13 @@ func readFile(v *viper.Viper, file string) error {
 	if err != nil {
 		return fmt.Errorf("config: %w", err)
 	}
-	v.SetConfigType(strings.TrimPrefix(filepath.Ext(file), "."))
+	ext := strings.ToLower(strings.TrimPrefix(filepath.Ext(file), "."))
+	switch ext {
+	case "yaml", "yml", "json", "toml":
+	default:
+		return fmt.Errorf("config: %s: the file's extension says its format: name it .yaml, .yml, .json or .toml", file)
+	}
+	v.SetConfigType(ext)
 	if err := v.ReadConfig(bytes.NewReader(data)); err != nil {
 		return fmt.Errorf("config: %s: %w", file, err)
 	}

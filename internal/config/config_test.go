@@ -229,3 +229,13 @@ func TestEveryBadKeyIsNamed(t *testing.T) {
 	require.ErrorContains(t, err, "node-check-interval (NODEROLLOUT_NODE_CHECK_INTERVAL): not a duration")
 	require.ErrorContains(t, err, "kube-burst (NODEROLLOUT_KUBE_BURST): not a whole number")
 }
+
+// A config file whose name does not say its format is refused with the fix, not with viper's
+// "unable to determine config type".
+func TestConfigFileWithoutAKnownExtensionNamesTheFix(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "worker.conf")
+	require.NoError(t, os.WriteFile(file, []byte("log-level: debug\n"), 0o600))
+	_, err := Load(NewFlagSet("worker", true), []string{"--config", file}, nil)
+	require.ErrorContains(t, err, "worker.conf")
+	require.ErrorContains(t, err, "name it .yaml, .yml, .json or .toml")
+}
