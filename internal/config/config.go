@@ -9,6 +9,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -110,7 +111,7 @@ var keys = []key{
 	{"kube-qps", 50.0, "Kubernetes client queries per second", "use a positive number, e.g. 50", true},
 	{"kube-burst", 100, "Kubernetes client burst", "use a positive integer, e.g. 100", true},
 	{"max-concurrent-activities", 1000, "activities (mostly Job waits) one worker runs at once", "use a positive integer, e.g. 1000", true},
-	{"metrics-listen", "127.0.0.1:9090", "address of /metrics, /healthz and /readyz; empty: off", "", true},
+	{"metrics-listen", "127.0.0.1:9090", "address of /metrics, /healthz and /readyz; empty: off", "use host:port, e.g. 0.0.0.0:9090, or empty for off", true},
 	{"pprof", false, "also serve Go profiles at /debug/pprof/ on metrics-listen (keep that address private)", "use true or false", true},
 	{"log-level", "info", "debug, info, warn or error", "use debug, info, warn or error", true},
 	{"stop-timeout", 30 * time.Second, "how long a stopping worker lets running activities finish", "write it like 30s", true},
@@ -409,6 +410,11 @@ func (c Config) validate() error {
 	}
 	if c.TemporalAddress == "" || !strings.Contains(c.TemporalAddress, ":") {
 		bad("temporal-address", fmt.Sprintf("%q is not host:port", c.TemporalAddress))
+	}
+	if c.MetricsListen != "" {
+		if _, _, err := net.SplitHostPort(c.MetricsListen); err != nil {
+			bad("metrics-listen", fmt.Sprintf("%q is not host:port", c.MetricsListen))
+		}
 	}
 	if c.TaskQueue == "" {
 		bad("task-queue", "is empty")

@@ -239,3 +239,14 @@ func TestConfigFileWithoutAKnownExtensionNamesTheFix(t *testing.T) {
 	require.ErrorContains(t, err, "worker.conf")
 	require.ErrorContains(t, err, "name it .yaml, .yml, .json or .toml")
 }
+
+// metrics-listen without a port would only be logged once the worker runs, leaving it without
+// /healthz and /readyz: it is refused at start, naming the key.
+func TestMetricsListenMustBeHostPort(t *testing.T) {
+	_, err := Load(NewFlagSet("worker", true), []string{"--metrics-listen", "9090"}, nil)
+	require.ErrorContains(t, err, `metrics-listen (NODEROLLOUT_METRICS_LISTEN): "9090" is not host:port`)
+	for _, ok := range []string{"", ":9090", "0.0.0.0:9090", "[::1]:9090"} {
+		_, err := Load(NewFlagSet("worker", true), []string{"--metrics-listen", ok}, nil)
+		require.NoError(t, err, ok)
+	}
+}
