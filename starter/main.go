@@ -148,6 +148,9 @@ func (a *app) client() (client.Client, error) {
 	}
 	logger := slog.New(slog.NewTextHandler(a.errOut, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	tc, err := connect.Temporal(a.ctx, a.cfg, logger, nil)
+	if bad := new(config.BadValueError); errors.As(err, &bad) {
+		return nil, usageError{bad.Error()}
+	}
 	if err != nil {
 		return nil, runError{err}
 	}

@@ -239,3 +239,15 @@ func TestMistypedFlagGetsAHint(t *testing.T) {
 	require.Equal(t, 2, code)
 	require.Contains(t, errOut, `unknown flag: --temporal-adress; did you mean "--temporal-address"?`, "inherited flags count too")
 }
+
+// A TLS file that cannot be read is a bad command line (exit 2, naming the key and its
+// variable), like an unreadable --api-key-file, not a refusal by Temporal (exit 1).
+func TestUnreadableTLSFileExits2NamingTheKey(t *testing.T) {
+	missing := t.TempDir() + "/missing.pem"
+	code, _, errOut := starter(t, "status", "x", "--tls-cert", missing, "--tls-key", missing)
+	require.Equal(t, 2, code, errOut)
+	require.Contains(t, errOut, "tls-cert (NODEROLLOUT_TLS_CERT)")
+	code, _, errOut = starter(t, "status", "x", "--tls-ca", missing)
+	require.Equal(t, 2, code, errOut)
+	require.Contains(t, errOut, "tls-ca (NODEROLLOUT_TLS_CA)")
+}

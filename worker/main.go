@@ -55,6 +55,9 @@ func main() {
 	defer stop()
 	if err := run(ctx, cfg, pol); err != nil {
 		fmt.Fprintln(os.Stderr, "worker:", err)
+		if errors.As(err, new(*config.BadValueError)) {
+			os.Exit(2) // a setting that could not be used, as for one found bad at load
+		}
 		os.Exit(1)
 	}
 }

@@ -357,6 +357,17 @@ func typeName(name string) string {
 	return "valid value"
 }
 
+// BadValueError is a setting found wrong only when used (a TLS file that cannot be read): the
+// configuration, not the system, is at fault, and the binaries exit 2 for it.
+type BadValueError struct{ msg string }
+
+func (e *BadValueError) Error() string { return e.msg }
+
+// BadValue is the error for a key whose value cannot be used, naming the key and its variable.
+func BadValue(key, problem string) error {
+	return &BadValueError{"bad configuration:\n  " + describe(key, problem)}
+}
+
 // describe is one problem line: the key, its variable, what is wrong and how to fix it.
 func describe(name, problem string) string {
 	line := fmt.Sprintf("%s (%s): %s", name, EnvName(name), problem)

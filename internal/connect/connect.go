@@ -50,19 +50,19 @@ func temporalTLS(c config.Config) (*tls.Config, error) {
 	if c.TLSCert != "" {
 		var err error
 		if certPEM, err = os.ReadFile(c.TLSCert); err != nil {
-			return nil, fmt.Errorf("tls-cert: %w", err)
+			return nil, config.BadValue("tls-cert", err.Error())
 		}
 	}
 	if c.TLSKey != "" {
 		var err error
 		if keyPEM, err = os.ReadFile(c.TLSKey); err != nil {
-			return nil, fmt.Errorf("tls-key: %w", err)
+			return nil, config.BadValue("tls-key", err.Error())
 		}
 	}
 	if len(certPEM) > 0 {
 		pair, err := tls.X509KeyPair(certPEM, keyPEM)
 		if err != nil {
-			return nil, fmt.Errorf("tls-cert/tls-key: %w", err)
+			return nil, config.BadValue("tls-cert", "with tls-key: "+err.Error())
 		}
 		t.Certificates = []tls.Certificate{pair}
 	}
@@ -70,13 +70,13 @@ func temporalTLS(c config.Config) (*tls.Config, error) {
 	if c.TLSCA != "" {
 		var err error
 		if caPEM, err = os.ReadFile(c.TLSCA); err != nil {
-			return nil, fmt.Errorf("tls-ca: %w", err)
+			return nil, config.BadValue("tls-ca", err.Error())
 		}
 	}
 	if len(caPEM) > 0 {
 		pool := x509.NewCertPool()
 		if !pool.AppendCertsFromPEM(caPEM) {
-			return nil, fmt.Errorf("tls-ca: %s holds no PEM certificate", c.TLSCA)
+			return nil, config.BadValue("tls-ca", fmt.Sprintf("%s holds no PEM certificate", c.TLSCA))
 		}
 		t.RootCAs = pool
 	}
