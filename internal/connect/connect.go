@@ -103,7 +103,9 @@ func KubeConfig(c config.Config) (*rest.Config, error) {
 	var err error
 	switch {
 	case c.Kubeconfig != "":
-		rc, err = clientcmd.BuildConfigFromFlags("", c.Kubeconfig)
+		if rc, err = clientcmd.BuildConfigFromFlags("", c.Kubeconfig); err != nil {
+			return nil, config.BadValue("kubeconfig", err.Error())
+		}
 	default:
 		rc, err = rest.InClusterConfig()
 		if err != nil {

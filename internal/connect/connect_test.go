@@ -36,3 +36,12 @@ func TestTemporalCompressionCanBeTurnedOff(t *testing.T) {
 	require.NoError(t, err)
 	require.Nil(t, opts.ConnectionOptions.GrpcCompression, "nil is the SDK's gzip default")
 }
+
+// A kubeconfig named in the settings that cannot be read is a bad setting (the worker exits 2
+// for it), naming the key and its variable.
+func TestUnreadableKubeconfigIsABadValue(t *testing.T) {
+	_, err := KubeConfig(config.Config{Kubeconfig: filepath.Join(t.TempDir(), "missing"), KubeQPS: 1, KubeBurst: 1})
+	var bad *config.BadValueError
+	require.ErrorAs(t, err, &bad)
+	require.ErrorContains(t, err, "kubeconfig (NODEROLLOUT_KUBECONFIG)")
+}
