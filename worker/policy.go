@@ -18,7 +18,7 @@ func loadPolicy(cfg config.Config) (*policy.Policy, error) {
 	}
 	p, err := policy.Load(cfg.PolicyFile)
 	if err != nil {
-		return nil, err
+		return nil, config.BadValue("policy-file", err.Error())
 	}
 	if err := p.WithinNamespaces(cfg.JobNamespaces); err != nil {
 		return nil, fmt.Errorf("policy-file %s and job-namespaces disagree: %w", cfg.PolicyFile, err)

@@ -117,7 +117,7 @@ var keys = []key{
 	{"stop-timeout", 30 * time.Second, "how long a stopping worker lets running activities finish", "write it like 30s", true},
 	{"node-check-interval", 60 * time.Second, "how often a Job wait checks that its node still exists (one GET per running Job)", "write it like 60s", true},
 	{"policy-file", "", "policy (YAML/JSON) of namespaces, images, ServiceAccounts, host access, parallelism and nodes rollouts may use; empty: no limits (README: Security model)", "", true},
-	{"job-namespaces", "", "comma-separated namespaces the worker watches Jobs in (namespaced RBAC); empty: all", "", true},
+	{"job-namespaces", "", "comma-separated namespaces the worker watches Jobs in (namespaced RBAC); empty: all", "write the namespaces comma-separated, e.g. maint,apps (or as a list in a file)", true},
 }
 
 // AddFlags declares the flags of the worker (worker=true) or the starter's connection flags,
@@ -224,6 +224,15 @@ func FromFlags(fs *pflag.FlagSet, env []string) (Config, error) {
 				return Config{}, err
 			}
 		}
+	}
+
+	// A YAML or JSON file may list job-namespaces rather than write them comma-separated.
+	if list, ok := v.Get("job-namespaces").([]any); ok {
+		names := make([]string, len(list))
+		for i, ns := range list {
+			names[i] = fmt.Sprint(ns)
+		}
+		v.Set("job-namespaces", strings.Join(names, ","))
 	}
 
 	var c Config
