@@ -251,3 +251,14 @@ func TestUnreadableTLSFileExits2NamingTheKey(t *testing.T) {
 	require.Equal(t, 2, code, errOut)
 	require.Contains(t, errOut, "tls-ca (NODEROLLOUT_TLS_CA)")
 }
+
+// N outside 1-1000 is a bad command line whatever the rollout: exit 2 before dialling, naming
+// the range, as for N that is not a number.
+func TestSetParallelismOutOfRangeExits2(t *testing.T) {
+	for _, n := range []string{"0", "1001"} {
+		code, _, errOut := starter(t, "set-parallelism", "x", n)
+		require.Equal(t, 2, code, errOut)
+		require.NotContains(t, errOut, "temporal at", "must not dial")
+		require.Contains(t, errOut, "between 1 and 1000", n)
+	}
+}

@@ -392,7 +392,11 @@ func (a *app) setParallelism() error {
 	if err != nil {
 		return usageError{fmt.Sprintf("parallelism N: %q is not a whole number", a.args[1])}
 	}
-	// The range is the update validator's to check: it answers with the rollout's own limit.
+	if n < 1 || n > workflows.MaxParallelism {
+		return usageError{fmt.Sprintf("parallelism N: %d is not between 1 and %d", n, workflows.MaxParallelism)}
+	}
+	// Within it, a lower cap (the worker's policy) is the update validator's to check: it
+	// answers with the rollout's own limit.
 	tc, err := a.client()
 	if err != nil {
 		return err
