@@ -246,6 +246,8 @@ func FromFlags(fs *pflag.FlagSet, env []string) (Config, error) {
 	c.UIAddress = strings.TrimSuffix(c.UIAddress, "/")
 	c.TemporalCompression = strings.ToLower(c.TemporalCompression)
 	c.LogLevel = strings.ToLower(c.LogLevel)
+	// A key from a Secret often ends in a newline, which gRPC refuses in a header value.
+	c.APIKey = strings.TrimSpace(c.APIKey)
 	for _, ns := range strings.Split(c.JobNamespacesList, ",") {
 		if ns = strings.TrimSpace(ns); ns != "" {
 			c.JobNamespaces = append(c.JobNamespaces, ns)

@@ -158,6 +158,12 @@ api_key = "profile-key"
 			require.Equal(t, "env-key", c.APIKey)
 			require.True(t, c.UsesTLS())
 		}},
+		{"an API key from a Secret with a trailing newline", nil, []string{"NODEROLLOUT_API_KEY=env-key\n"}, func(c Config) {
+			require.Equal(t, "env-key", c.APIKey, "a newline in a gRPC header value fails every call")
+		}},
+		{"TEMPORAL_API_KEY with a trailing newline", nil, []string{"TEMPORAL_API_KEY= env-key\r\n"}, func(c Config) {
+			require.Equal(t, "env-key", c.APIKey)
+		}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
