@@ -223,11 +223,8 @@ func (a *Activities) livePods(ctx context.Context, ref JobRef) (int, error) {
 
 // podsStopped says, without a request, whether the Job controller reports that none of the
 // Job's Pods is active or terminating. It can say so only where it counts terminating Pods
-// (Kubernetes 1.29 and later, which also add Complete and Failed only once the Pods stopped);
-// elsewhere the Pods must be listed.
-func podsStopped(job *batchv1.Job) (stopped, known bool) {
-	if job.Status.Terminating == nil {
-		return false, false
-	}
-	return job.Status.Active == 0 && *job.Status.Terminating == 0, true
+// (Kubernetes 1.29 and later); elsewhere, or when it still counts some, the Pods must be listed:
+// before 1.31 a finished Job's count is not updated as its Pods go.
+func podsStopped(job *batchv1.Job) bool {
+	return job.Status.Terminating != nil && job.Status.Active == 0 && *job.Status.Terminating == 0
 }

@@ -297,14 +297,16 @@ func (a *Activities) waitJob(ctx context.Context, in WaitJobInput, stop <-chan t
 		}
 		switch st.kind {
 		case jobEnded:
-			stopped, known := podsStopped(st.job)
-			if !known && listPods {
+			stopped := podsStopped(st.job)
+			if !stopped && listPods {
+				// Before Kubernetes 1.31 Complete and Failed come while Pods may still stop, and
+				// the Job controller no longer updates a finished Job: a terminating count it
+				// reported with Failed stays after the Pods are gone, so only a list tells.
 				n, err := a.livePods(ctx, w.ref)
 				if err != nil {
 					return JobEnd{}, err
 				}
 				stopped, listPods = n == 0, false
-				// Before Kubernetes 1.31 Complete and Failed come while Pods may still stop.
 				podPoll = time.After(a.PodPollInterval)
 			}
 			if stopped {

@@ -567,3 +567,29 @@ func TestWaitJobDoesNotHeartbeatBeforeTheFirstInterval(t *testing.T) {
 	require.Equal(t, OutcomeSucceeded, end.Outcome)
 	require.Zero(t, heartbeats.Load())
 }
+
+// TestWaitJobListsThePodsWhenAFinishedJobStillCountsThemTerminating: before Kubernetes 1.31 the
+// Job controller adds Failed in the same sync that deletes the active Pods, counts them in
+// status.terminating, and never updates a finished Job again (kubernetes/kubernetes#123775):
+// the count stays above zero after the Pods are gone. No event will come for the Job, so the
+// Pods are listed.
+func TestWaitJobListsThePodsWhenAFinishedJobStillCountsThemTerminating(t *testing.T) {
+	job := withCondition(ourJob(t, testRequest("node-a")), batchv1.JobFailed, batchv1.JobReasonDeadlineExceeded, "Job was active longer than specified deadline")
+	job.Status.Terminating = new(int32(1)) // frozen: the Job is finished
+	pod := jobPod(job, "p", t0, corev1.PodRunning, 0, "")
+	pod.DeletionTimestamp = &metav1.Time{Time: t0.Add(time.Minute)} // deleted by the Job controller, in its grace period
+	cs := fake.NewClientset(testNode("node-a", nil), job, pod)
+	a := fastWaits(startedActivities(t, cs))
+
+	result, waiting := waitJob(t, newEnv(a), a, WaitJobInput{Job: refOf(job, "node-a")})
+	receive(t, waiting, "WaitJob to start")
+	require.Eventually(t, func() bool { return countActions(cs, "list", "pods") >= 2 }, waitTimeout, time.Millisecond,
+		"the Pods are listed, as the Job's count will not change")
+	requireStillWaiting(t, result, "a Pod of the Job is still terminating")
+
+	require.NoError(t, cs.CoreV1().Pods(testNamespace).Delete(t.Context(), pod.Name, metav1.DeleteOptions{}))
+	r := receive(t, result, "WaitJob to return once the Pod is gone")
+	require.NoError(t, r.err)
+	require.Equal(t, OutcomeTimedOut, r.end.Outcome)
+	require.Zero(t, countActions(cs, "delete", "jobs"), "a finished Job is left to FinalizeJob")
+}
