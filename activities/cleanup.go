@@ -222,9 +222,20 @@ func (a *Activities) livePods(ctx context.Context, ref JobRef) (int, error) {
 }
 
 // podsStopped says, without a request, whether the Job controller reports that none of the
-// Job's Pods is active or terminating. It can say so only where it counts terminating Pods
-// (Kubernetes 1.29 and later); elsewhere, or when it still counts some, the Pods must be listed:
-// before 1.31 a finished Job's count is not updated as its Pods go.
+// finished Job's Pods is active or terminating. Its count can be trusted only from Kubernetes
+// 1.31 on, where Complete and Failed come once the Pods stopped, always after SuccessCriteriaMet
+// or FailureTarget. Before, they come at once: in the sync that deletes the Job's active Pods,
+// which 1.29 and 1.30 do not count as terminating (kubernetes/kubernetes#125089), and a
+// finished Job's count is never updated again; without terminating counts (before 1.29) there
+// is nothing to go by. Elsewhere the Pods must be listed.
 func podsStopped(job *batchv1.Job) bool {
-	return job.Status.Terminating != nil && job.Status.Active == 0 && *job.Status.Terminating == 0
+	if job.Status.Terminating == nil || *job.Status.Terminating != 0 || job.Status.Active != 0 {
+		return false
+	}
+	for _, c := range job.Status.Conditions {
+		if (c.Type == batchv1.JobSuccessCriteriaMet || c.Type == batchv1.JobFailureTarget) && c.Status == corev1.ConditionTrue {
+			return true
+		}
+	}
+	return false
 }

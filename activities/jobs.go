@@ -300,8 +300,8 @@ func (a *Activities) waitJob(ctx context.Context, in WaitJobInput, stop <-chan t
 			stopped := podsStopped(st.job)
 			if !stopped && listPods {
 				// Before Kubernetes 1.31 Complete and Failed come while Pods may still stop, and
-				// the Job controller no longer updates a finished Job: a terminating count it
-				// reported with Failed stays after the Pods are gone, so only a list tells.
+				// the Job controller's counts of a finished Job are not to be trusted: only a
+				// list tells.
 				n, err := a.livePods(ctx, w.ref)
 				if err != nil {
 					return JobEnd{}, err

@@ -370,10 +370,12 @@ func TestWaitJobAwaitsThePodsOfAFinishedJob(t *testing.T) {
 	require.Zero(t, countActions(cs, "delete", "jobs"), "a finished Job is left to FinalizeJob")
 }
 
-// TestWaitJobTrustsTheJobControllersPodCount: where the Job controller counts terminating Pods,
-// its Complete condition with nothing active or terminating needs no request to confirm.
+// TestWaitJobTrustsTheJobControllersPodCount: where the Job controller adds Complete only once
+// the Pods stopped (Kubernetes 1.31 on: after SuccessCriteriaMet), its Complete condition with
+// nothing active or terminating needs no request to confirm.
 func TestWaitJobTrustsTheJobControllersPodCount(t *testing.T) {
-	job := withCondition(ourJob(t, testRequest("node-a")), batchv1.JobComplete, "CompletionsReached", "")
+	job := withCondition(ourJob(t, testRequest("node-a")), batchv1.JobSuccessCriteriaMet, "CompletionsReached", "")
+	job = withCondition(job, batchv1.JobComplete, "CompletionsReached", "")
 	job.Status.Terminating = new(int32(0))
 	cs := fake.NewClientset(testNode("node-a", nil), job)
 	a := startedActivities(t, cs)
@@ -592,4 +594,37 @@ func TestWaitJobListsThePodsWhenAFinishedJobStillCountsThemTerminating(t *testin
 	require.NoError(t, r.err)
 	require.Equal(t, OutcomeTimedOut, r.end.Outcome)
 	require.Zero(t, countActions(cs, "delete", "jobs"), "a finished Job is left to FinalizeJob")
+}
+
+// TestWaitJobListsThePodsWhenAFinishedJobCountsNoneTerminating: before Kubernetes 1.31 the Job
+// controller adds Failed in the same sync that deletes the Job's active Pods and does not count
+// those in status.terminating (kubernetes/kubernetes#125089): a Failed Job with active 0 and
+// terminating 0 may still have a Pod in its grace period on the node. Only where the terminal
+// condition follows its interim one (1.31 on, every Job) does it come after the Pods stopped.
+func TestWaitJobListsThePodsWhenAFinishedJobCountsNoneTerminating(t *testing.T) {
+	job := withCondition(ourJob(t, testRequest("node-a")), batchv1.JobFailed, batchv1.JobReasonBackoffLimitExceeded, "Job has reached the specified backoff limit")
+	job.Status.Terminating = new(int32(0))
+	pod := jobPod(job, "p", t0, corev1.PodRunning, 0, "")
+	pod.DeletionTimestamp = &metav1.Time{Time: t0.Add(time.Minute)} // deleted with the Failed, in its grace period
+	cs := fake.NewClientset(testNode("node-a", nil), job, pod)
+	a := fastWaits(startedActivities(t, cs))
+
+	result, _ := waitJob(t, newEnv(a), a, WaitJobInput{Job: refOf(job, "node-a")})
+	var early *waitResult
+	require.Eventually(t, func() bool {
+		select {
+		case r := <-result:
+			early = &r
+			return true
+		default:
+			return countActions(cs, "list", "pods") >= 2
+		}
+	}, waitTimeout, time.Millisecond)
+	require.Nil(t, early, "WaitJob returned while a Pod of the Job was terminating")
+	requireStillWaiting(t, result, "a Pod of the Job is still terminating")
+
+	require.NoError(t, cs.CoreV1().Pods(testNamespace).Delete(t.Context(), pod.Name, metav1.DeleteOptions{}))
+	r := receive(t, result, "WaitJob to return once the Pod is gone")
+	require.NoError(t, r.err)
+	require.Equal(t, OutcomeFailed, r.end.Outcome)
 }
