@@ -331,9 +331,10 @@ func (a *Activities) waitJob(ctx context.Context, in WaitJobInput, stop <-chan t
 				return w.teardown(ctx, end, 0, false)
 			}
 		}
-		// A Job that ended is past its deadline only for the Pods it leaves, which the Job
-		// controller is already stopping.
-		if st.kind != jobEnded && !deadline.IsZero() && !a.Now().Before(deadline) {
+		// A Job that ended, or whose outcome is decided (its terminal condition waits for its
+		// Pods to stop, and interimGrace bounds that), is past its deadline only for the Pods
+		// it leaves, which the Job controller is already stopping.
+		if st.kind == jobRunning && !deadline.IsZero() && !a.Now().Before(deadline) {
 			if !w.podRead {
 				w.podReason = a.podSnapshot(ctx, w.ref) // before the deletion takes the Pod
 			}

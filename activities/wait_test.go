@@ -628,3 +628,33 @@ func TestWaitJobListsThePodsWhenAFinishedJobCountsNoneTerminating(t *testing.T) 
 	require.NoError(t, r.err)
 	require.Equal(t, OutcomeFailed, r.end.Outcome)
 }
+
+// TestWaitJobDecidedBeforeItsDeadline: a Job whose outcome was decided before its deadline
+// (SuccessCriteriaMet, Kubernetes 1.31 on) while a Pod of it still stops past the deadline
+// ended in time, as it would have where Complete comes at once: its Pods are awaited and its
+// outcome kept, not turned into a timeout.
+func TestWaitJobDecidedBeforeItsDeadline(t *testing.T) {
+	job := withCondition(ourJob(t, testRequest("node-a")), batchv1.JobSuccessCriteriaMet, "CompletionsReached", "")
+	job.Status.Conditions[0].LastTransitionTime = metav1.NewTime(t0.Add(29*time.Minute + 30*time.Second))
+	job.Status.Terminating = new(int32(1)) // an extra Pod, deleted as the Job succeeded
+	cs := fake.NewClientset(testNode("node-a", nil), job)
+	a := fastWaits(startedActivities(t, cs))
+	a.Now = func() time.Time { return t0.Add(30*time.Minute + 30*time.Second) } // past the 30 min deadline
+
+	result, waiting := waitJob(t, newEnv(a), a, WaitJobInput{Job: refOf(job, "node-a"), TimeoutSeconds: 1800})
+	select {
+	case r := <-result:
+		t.Fatalf("WaitJob returned %+v while the Job's outcome was decided and a Pod of it stopping", r)
+	case <-waiting:
+	case <-time.After(waitTimeout):
+		t.Fatal("timed out waiting for WaitJob to start")
+	}
+	complete := withCondition(job, batchv1.JobComplete, "CompletionsReached", "")
+	complete.Status.Terminating = new(int32(0))
+	_, err := cs.BatchV1().Jobs(testNamespace).UpdateStatus(t.Context(), complete, metav1.UpdateOptions{})
+	require.NoError(t, err)
+	r := receive(t, result, "WaitJob to return")
+	require.NoError(t, r.err)
+	require.Equal(t, OutcomeSucceeded, r.end.Outcome, "%+v", r.end)
+	require.Zero(t, countActions(cs, "delete", "jobs"))
+}
