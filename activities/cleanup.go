@@ -21,7 +21,8 @@ import (
 
 // DeleteJob deletes the node's Job (Foreground propagation, so the Job goes only after its
 // Pods), lets go of our finalizer, and returns once the Job is gone and no Pod of it is
-// running or terminating: only then may the node run something else. It heartbeats while it
+// running or terminating (a Job that others' finalizers keep counts as gone once the garbage
+// collector has let go of it): only then may the node run something else. It heartbeats while it
 // waits, and waits as long as it takes; call it as a regular activity with a heartbeat timeout.
 // Idempotent: a Job already gone is success. A ref without a UID (CreateJob's reply was lost)
 // deletes only a Job whose rollout label and run-id annotation show that it is ours.
@@ -131,8 +132,8 @@ func (a *Activities) dropFinalizer(ctx context.Context, ref JobRef, sub *JobSubs
 	}
 }
 
-// awaitJobGone waits until the Job is gone and none of its Pods is running or terminating,
-// heartbeating meanwhile. The Job's deletion is watched on the informer (a Foreground deletion
+// awaitJobGone waits until the Job is gone (or released) and none of its Pods is running or
+// terminating, heartbeating meanwhile. The Job's deletion is watched on the informer (a Foreground deletion
 // ends only after the Pods are gone); the Pods are then listed once to make sure, and again
 // every PodPollInterval while some remain (after a Background deletion by someone else, or a
 // Job that was never in the cache). With bound > 0 it gives up after that long and returns how
@@ -178,12 +179,13 @@ func (a *Activities) awaitJobGone(ctx context.Context, ref JobRef, sub *JobSubsc
 	}
 }
 
-// jobGone says whether the Job is no longer stored. The informer's cache answers while it
-// holds the Job; otherwise one GET does.
+// jobGone says whether the Job is no longer stored, or is kept only by finalizers that do not
+// wait for its Pods (released). The informer's cache answers while it holds the Job; otherwise
+// one GET does.
 func (a *Activities) jobGone(ctx context.Context, ref JobRef, sub *JobSubscription) (bool, error) {
 	job, gone := sub.Last()
 	if job != nil && (ref.UID == "" || string(job.UID) == ref.UID) {
-		return gone, nil
+		return gone || released(job), nil
 	}
 	if job != nil {
 		return true, nil // another Job has the name now
@@ -195,7 +197,16 @@ func (a *Activities) jobGone(ctx context.Context, ref JobRef, sub *JobSubscripti
 	case err != nil:
 		return false, kubeError(err, "get", fmt.Sprintf("job %s/%s", ref.Namespace, ref.Name))
 	}
-	return ref.UID != "" && string(fresh.UID) != ref.UID, nil
+	return ref.UID != "" && string(fresh.UID) != ref.UID || released(fresh), nil
+}
+
+// released says whether a Job being deleted is kept only by others' finalizers (one from the
+// template, a policy engine's), which may stay for good: the garbage collector no longer holds
+// it for its Pods (it drops foregroundDeletion once they are gone, and a Background deletion
+// has none), and the Job controller creates no Pod for a Job being deleted. What is left to
+// wait for is its Pods, which are listed.
+func released(job *batchv1.Job) bool {
+	return job.DeletionTimestamp != nil && !slices.Contains(job.Finalizers, metav1.FinalizerDeleteDependents)
 }
 
 // livePods counts the Job's Pods that have not ended (pending, running, or terminating). It

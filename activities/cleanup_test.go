@@ -162,3 +162,53 @@ func TestDropFinalizerRereadsWhenTheListChanged(t *testing.T) {
 	require.NoError(t, err)
 	require.Empty(t, stored.Finalizers)
 }
+
+// TestDeleteJobHeldByAnotherFinalizer: a Job that someone else's finalizer keeps (one from the
+// template, a policy engine's) stays stored after its deletion for as long as that finalizer
+// does; once the garbage collector has let go of it (its foregroundDeletion finalizer removed,
+// which it does when the Job's Pods are gone) and no Pod of it is left, the node is free.
+func TestDeleteJobHeldByAnotherFinalizer(t *testing.T) {
+	job := ourJob(t, testRequest("node-a"))
+	job.Finalizers = []string{"example.com/keep", jobspec.FinalizerOutcome}
+	pod := jobPod(job, "p", t0, corev1.PodRunning, 0, "")
+	cs := fake.NewClientset(job, pod)
+	jobs := batchv1.SchemeGroupVersion.WithResource("jobs")
+	// The API server keeps a deleted object while it has finalizers: it sets its deletion
+	// timestamp, and a Foreground deletion adds foregroundDeletion for the garbage collector.
+	cs.PrependReactor("delete", "jobs", func(action k8stesting.Action) (bool, runtime.Object, error) {
+		del := action.(k8stesting.DeleteActionImpl)
+		obj, err := cs.Tracker().Get(jobs, del.Namespace, del.Name)
+		if err != nil {
+			return true, nil, err
+		}
+		deleting := obj.(*batchv1.Job).DeepCopy()
+		deleting.DeletionTimestamp = &metav1.Time{Time: t0}
+		if p := del.DeleteOptions.PropagationPolicy; p != nil && *p == metav1.DeletePropagationForeground {
+			deleting.Finalizers = append(deleting.Finalizers, metav1.FinalizerDeleteDependents)
+		}
+		return true, nil, cs.Tracker().Update(jobs, deleting, del.Namespace)
+	})
+	a := fastWaits(startedActivities(t, cs))
+	ref := refOf(job, "node-a")
+
+	done, heartbeats := deleteJobAsync(t, a, ref)
+	require.Eventually(t, func() bool {
+		obj, err := cs.Tracker().Get(jobs, testNamespace, job.Name)
+		return err == nil && obj.(*batchv1.Job).DeletionTimestamp != nil && heartbeats.Load() >= 1
+	}, waitTimeout, time.Millisecond, "DeleteJob deletes the Job and waits")
+	select {
+	case err := <-done:
+		t.Fatalf("DeleteJob returned while a Pod of the Job was running: %v", err)
+	default:
+	}
+
+	// The Pod goes; the garbage collector then drops foregroundDeletion. example.com/keep stays.
+	require.NoError(t, cs.CoreV1().Pods(testNamespace).Delete(t.Context(), pod.Name, metav1.DeleteOptions{}))
+	obj, err := cs.Tracker().Get(jobs, testNamespace, job.Name)
+	require.NoError(t, err)
+	released := obj.(*batchv1.Job).DeepCopy()
+	released.Finalizers = []string{"example.com/keep"}
+	require.NoError(t, cs.Tracker().Update(jobs, released, testNamespace))
+
+	require.NoError(t, receive(t, done, "DeleteJob to return once no Pod of the Job is left"))
+}
