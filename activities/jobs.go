@@ -216,7 +216,7 @@ const (
 // WaitJob waits on the shared informer until the Job has ended AND none of its Pods is running
 // or terminating, so that the node is free when it returns. A Job ends by its terminal condition
 // (Complete, Failed), by deletion (by someone else: the wait deletes it and awaits its Pods, then
-// reports JobDeleted), by its deadline or its Node's deletion (the Job is deleted with Foreground
+// reports JobDeleted, or NodeGone if its Node is gone), by its deadline or its Node's deletion (the Job is deleted with Foreground
 // propagation and its Pods awaited; a deleted Node's Pods for at most NodeGonePodWait), or by a
 // FailureTarget or SuccessCriteriaMet that stays without its terminal condition for interimGrace
 // (the Job is deleted and its Pods awaited; reason TerminationStuck). A Job kept by our
@@ -316,6 +316,14 @@ func (a *Activities) waitJob(ctx context.Context, in WaitJobInput, stop <-chan t
 				return st.end, nil
 			}
 		case jobDeleted:
+			// Whoever deleted it (an earlier attempt of this wait may have, for its Node's
+			// deletion, and failed while awaiting the Pods), no Pod can run on a Node that is
+			// gone: that is the node's outcome, and the Pods are awaited as for it.
+			if gone, err := a.nodeGone(ctx, ref); err != nil {
+				return JobEnd{}, err
+			} else if gone {
+				return w.teardown(ctx, w.nodeGone(), a.NodeGonePodWait, st.gone)
+			}
 			return w.teardown(ctx, w.deleted(st.what), 0, st.gone)
 		case jobInterim:
 			if st.end.Outcome == OutcomeTimedOut && !w.podRead {
@@ -360,11 +368,7 @@ func (a *Activities) waitJob(ctx context.Context, in WaitJobInput, stop <-chan t
 			if gone, err := a.nodeGone(ctx, ref); err != nil {
 				return JobEnd{}, err
 			} else if gone {
-				return w.teardown(ctx, JobEnd{
-					Outcome: OutcomeNodeGone,
-					Reason:  ReasonNodeDeleted,
-					Message: fmt.Sprintf("node %q was deleted while Job %s/%s ran; deleted the Job", ref.Node, ref.Namespace, ref.Name),
-				}, a.NodeGonePodWait, false)
+				return w.teardown(ctx, w.nodeGone(), a.NodeGonePodWait, false)
 			}
 			// The once-per-interval node check also bounds how long an informer that lost
 			// sight of the Job can go unverified.
@@ -500,6 +504,14 @@ func (w *jobWait) teardown(ctx context.Context, end JobEnd, bound time.Duration,
 		end.PodReason = w.podReason
 	}
 	return end, nil
+}
+
+func (w *jobWait) nodeGone() JobEnd {
+	return JobEnd{
+		Outcome: OutcomeNodeGone,
+		Reason:  ReasonNodeDeleted,
+		Message: fmt.Sprintf("node %q was deleted while Job %s/%s ran; deleted the Job", w.ref.Node, w.ref.Namespace, w.ref.Name),
+	}
 }
 
 func (w *jobWait) deleted(what string) JobEnd {

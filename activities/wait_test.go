@@ -658,3 +658,22 @@ func TestWaitJobDecidedBeforeItsDeadline(t *testing.T) {
 	require.Equal(t, OutcomeSucceeded, r.end.Outcome, "%+v", r.end)
 	require.Zero(t, countActions(cs, "delete", "jobs"))
 }
+
+// TestWaitJobRetriedAfterItsNodeWentStillSaysNodeGone: an attempt that deleted the Job because
+// its Node was deleted and then failed while awaiting the Pods (a worker restart, an API error)
+// leaves the Job being deleted; the next attempt reports the node gone, which does not count
+// against the rollout's failure budget, not a Job someone deleted (a failure).
+func TestWaitJobRetriedAfterItsNodeWentStillSaysNodeGone(t *testing.T) {
+	job := ourJob(t, testRequest("node-a"))
+	job.DeletionTimestamp = &metav1.Time{Time: t0.Add(time.Minute)} // by the earlier attempt, Foreground
+	job.Finalizers = []string{metav1.FinalizerDeleteDependents}
+	cs := fake.NewClientset(job) // no Node
+	a := fastWaits(startedActivities(t, cs))
+	a.NodeGonePodWait = waitTimeout / 2
+
+	result, _ := waitJob(t, newEnv(a), a, WaitJobInput{Job: refOf(job, "node-a")})
+	r := receive(t, result, "WaitJob to return")
+	require.NoError(t, r.err)
+	require.Equal(t, OutcomeNodeGone, r.end.Outcome, "%+v", r.end)
+	require.Equal(t, ReasonNodeDeleted, r.end.Reason)
+}
