@@ -216,8 +216,9 @@ const (
 // WaitJob waits on the shared informer until the Job has ended AND none of its Pods is running
 // or terminating, so that the node is free when it returns. A Job ends by its terminal condition
 // (Complete, Failed), by deletion (by someone else: the wait deletes it and awaits its Pods, then
-// reports JobDeleted, or NodeGone if its Node is gone), by its deadline or its Node's deletion (the Job is deleted with Foreground
-// propagation and its Pods awaited; a deleted Node's Pods for at most NodeGonePodWait), or by a
+// reports JobDeleted, or NodeGone if its Node is gone), by its deadline or its Node's deletion
+// (the Job is deleted with Foreground propagation and its Pods awaited; a deleted Node's Pods
+// for at most NodeGonePodWait), or by a
 // FailureTarget or SuccessCriteriaMet that stays without its terminal condition for interimGrace
 // (the Job is deleted and its Pods awaited; reason TerminationStuck). A Job kept by our
 // finalizer after a deletion (its TTL ran while no one watched) reports how it really ended.
