@@ -571,15 +571,15 @@ func TestWaitJobDoesNotHeartbeatBeforeTheFirstInterval(t *testing.T) {
 }
 
 // TestWaitJobListsThePodsWhenAFinishedJobStillCountsThemTerminating: before Kubernetes 1.31 the
-// Job controller adds Failed in the same sync that deletes the active Pods, counts them in
-// status.terminating, and never updates a finished Job again (kubernetes/kubernetes#123775):
-// the count stays above zero after the Pods are gone. No event will come for the Job, so the
-// Pods are listed.
+// Job controller adds Failed at once, with status.terminating counting the Pods that were then
+// terminating (one deleted earlier: an eviction, a person), and never updates a finished Job
+// again (kubernetes/kubernetes#123775): the count stays above zero after the Pods are gone. No
+// event will come for the Job, so the Pods are listed.
 func TestWaitJobListsThePodsWhenAFinishedJobStillCountsThemTerminating(t *testing.T) {
 	job := withCondition(ourJob(t, testRequest("node-a")), batchv1.JobFailed, batchv1.JobReasonDeadlineExceeded, "Job was active longer than specified deadline")
 	job.Status.Terminating = new(int32(1)) // frozen: the Job is finished
 	pod := jobPod(job, "p", t0, corev1.PodRunning, 0, "")
-	pod.DeletionTimestamp = &metav1.Time{Time: t0.Add(time.Minute)} // deleted by the Job controller, in its grace period
+	pod.DeletionTimestamp = &metav1.Time{Time: t0.Add(time.Minute)} // in its grace period
 	cs := fake.NewClientset(testNode("node-a", nil), job, pod)
 	a := fastWaits(startedActivities(t, cs))
 
