@@ -302,22 +302,3 @@ func decodeRequest(t *testing.T, fields string) RolloutRequest {
 	require.NoError(t, req.UnmarshalJSON([]byte(base+strings.TrimPrefix(fields, "{"))))
 	return req
 }
-
-// A node aborted during its health gate or soak, after its Job succeeded and was recorded as
-// succeeded on the Node, is recorded as aborted: otherwise a re-run of the rollout skips it as
-// already done (the marker says succeeded), and with keepCordoned it stays cordoned for good,
-// its health never checked.
-func TestAbortDuringSoakIsRecordedOnTheNode(t *testing.T) {
-	for _, step := range []string{"health", "soak"} {
-		t.Run(step, func(t *testing.T) {
-			r := newMaintenanceRun(t)
-			r.block = step
-			r.env.RegisterDelayedCallback(r.env.CancelWorkflow, time.Second)
-			res, err := r.run(maintainedInput(OnFailureKeepCordoned))
-			require.True(t, temporal.IsCanceledError(err), "%v", err)
-			require.Equal(t, activities.OutcomeAborted, res.Outcome)
-			require.Equal(t, "finalize:aborted", r.calls[len(r.calls)-1],
-				"the Node's marker must not stay 'succeeded' (calls: %v)", r.calls)
-		})
-	}
-}
