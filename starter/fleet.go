@@ -104,7 +104,7 @@ func loadFleetRequest(path string) (workflows.FleetRequest, error) {
 	// maxFailedClusters and leave the budget at 0.
 	var fields map[string]json.RawMessage
 	_ = json.Unmarshal(asJSON, &fields)
-	problems := unknownFields(fields, reflect.TypeOf(req), "")
+	problems := unknownFields(fields, reflect.TypeOf(req))
 	if err := workflows.ValidateFleet(req); err != nil {
 		if len(problems) == 0 {
 			return req, usageError{fmt.Sprintf("%s: %s", path, humanError(err))}

@@ -7,7 +7,6 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
-	"sort"
 	"strings"
 
 	"go.temporal.io/sdk/temporal"
@@ -54,7 +53,7 @@ func loadRequest(path string) (workflows.RolloutRequest, error) {
 	if err := json.Unmarshal(asJSON, &fields); err != nil {
 		return bad(fmt.Sprintf("the file must hold one %s object with the request's fields (name, nodeSelector, jobTemplate, ...); correct the %s", lang, lang))
 	}
-	problems := unknownFields(fields, reflect.TypeOf(req), "")
+	problems := unknownFields(fields, reflect.TypeOf(req))
 	if tpl, ok := fields["jobTemplate"]; ok && len(tpl) > 0 && tpl[0] == '{' {
 		text, err := yaml.JSONToYAML(tpl)
 		if err != nil {
@@ -122,43 +121,12 @@ func validationProblems(err error) []string {
 }
 
 // unknownFields names each field of the file the request type does not have, at any depth,
-// with the known field it was probably meant to be.
-func unknownFields(fields map[string]json.RawMessage, t reflect.Type, prefix string) []string {
-	for t.Kind() == reflect.Pointer {
-		t = t.Elem()
-	}
-	known := map[string]reflect.Type{}
-	var names []string
-	for i := 0; i < t.NumField(); i++ {
-		f := t.Field(i)
-		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
-		if name == "" || name == "-" || !f.IsExported() || name == "progress" {
-			continue // progress is the workflow's own, set when it continues as new
-		}
-		known[name] = f.Type
-		names = append(names, name)
-	}
-	keys := make([]string, 0, len(fields))
-	for k := range fields {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
+// with the known field it was probably meant to be. progress is the workflow's own, set when
+// it continues as new.
+func unknownFields(fields map[string]json.RawMessage, t reflect.Type) []string {
 	var problems []string
-	for _, k := range keys {
-		ft, ok := known[k]
-		if !ok {
-			problems = append(problems, fmt.Sprintf("%s%s: unknown field%s (names are case-sensitive; see README)", prefix, k, didyoumean.Hint(k, names)))
-			continue
-		}
-		for ft.Kind() == reflect.Pointer {
-			ft = ft.Elem()
-		}
-		if ft.Kind() == reflect.Struct {
-			var nested map[string]json.RawMessage
-			if json.Unmarshal(fields[k], &nested) == nil {
-				problems = append(problems, unknownFields(nested, ft, prefix+k+".")...)
-			}
-		}
+	for _, f := range didyoumean.UnknownFields(fields, t, "progress") {
+		problems = append(problems, fmt.Sprintf("%s: unknown field%s (names are case-sensitive; see README)", f.Path, f.Hint))
 	}
 	return problems
 }

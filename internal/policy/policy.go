@@ -224,19 +224,11 @@ func unknownRules(data []byte) []string {
 	return problems
 }
 
+// unknownKeys is one problem line per key t has no field for, each after prefix.
 func unknownKeys(fields map[string]json.RawMessage, t reflect.Type, prefix string) []string {
-	var known []string
-	for i := 0; i < t.NumField(); i++ {
-		if name, _, _ := strings.Cut(t.Field(i).Tag.Get("json"), ","); name != "" && name != "-" {
-			known = append(known, name)
-		}
-	}
 	var problems []string
-	for k := range fields {
-		if !slices.Contains(known, k) {
-			problems = append(problems, fmt.Sprintf("%sunknown field %q%s", prefix, k, didyoumean.Hint(k, known)))
-		}
+	for _, f := range didyoumean.UnknownFields(fields, t) {
+		problems = append(problems, fmt.Sprintf("%sunknown field %q%s", prefix, f.Path, f.Hint))
 	}
-	slices.Sort(problems)
 	return problems
 }
