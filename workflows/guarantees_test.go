@@ -171,8 +171,9 @@ func TestWaitingNodeDoesNotStartOnceTheBudgetIsSpent(t *testing.T) {
 }
 
 // rolloutPairEnv runs "both": rollout first over a and shared, then a minute later rollout
-// second over shared and z.
-func rolloutPairEnv(t *testing.T) *testsuite.TestWorkflowEnvironment {
+// second over shared and z. more registers further workflows (before any mock, as the test
+// environment requires).
+func rolloutPairEnv(t *testing.T, more ...func(*testsuite.TestWorkflowEnvironment)) *testsuite.TestWorkflowEnvironment {
 	t.Helper()
 	ts := &testsuite.WorkflowTestSuite{}
 	env := newTestEnv(ts)
@@ -183,6 +184,9 @@ func rolloutPairEnv(t *testing.T) *testsuite.TestWorkflowEnvironment {
 	env.RegisterWorkflow(NodeRolloutV2)
 	env.RegisterWorkflow(NodeRolloutV3)
 	env.RegisterWorkflowWithOptions(bothRollouts, workflow.RegisterOptions{Name: "both"})
+	for _, register := range more {
+		register(env)
+	}
 	jobsOutlastTheWatch(env)
 	env.OnActivity(a.PrepareTemplate, mock.Anything, mock.Anything).Return(activities.PreparedTemplate{Hash: "h"}, nil)
 	env.OnActivity(a.ListNodes, mock.Anything, mock.Anything).Return(func(_ context.Context, in activities.ListNodesInput) (activities.ListNodesResult, error) {

@@ -87,6 +87,9 @@ type Progress struct {
 	MaxParallelism int `json:"maxParallelism,omitempty"`
 	// Pacing is the pacing state of a request that paces (windows, domains, canaries, order).
 	Pacing *PacingProgress `json:"pacing,omitempty"`
+	// WaitingNodes are the nodes another rollout held when the previous run handed them over
+	// (versionHandOverWaiting); this run waits for them first.
+	WaitingNodes []PacedNode `json:"waitingNodes,omitempty"`
 }
 
 // MaxReportedFailures caps the failed nodes carried in results, status and continue-as-new.

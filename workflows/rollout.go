@@ -3,6 +3,7 @@ package workflows
 import (
 	"errors"
 	"fmt"
+	"math"
 	"sort"
 	"strings"
 	"time"
@@ -62,6 +63,11 @@ const (
 	// the canaries among a rollout's named nodes, instead of failing when the selector matches
 	// more than MaxCanaries nodes of the whole cluster.
 	versionCanaryOwnNodes = "canary-selector-own-nodes"
+	// versionHandOverWaiting marks runs that hand the nodes still waiting for another rollout
+	// to the next run (Progress.WaitingNodes) instead of waiting for them to the end: asked
+	// only once nothing else is in flight and the run continues as new or nears its history
+	// limits.
+	versionHandOverWaiting = "hand-over-waiting-nodes"
 )
 
 // Rollout runs NodeRollout on every selected node, at most a window of them at a time.
@@ -146,6 +152,9 @@ type rollout struct {
 	stopWaits       bool             // versionStopWaits applies to this run
 	draining        bool
 	done            bool
+	// handedOver holds the waiting nodes this run hands to the next one; once set, none of
+	// them starts here.
+	handedOver []PacedNode
 
 	// freed marks busy nodes whose holder said it finished; signals holds the channels whose
 	// pending signals must be read before the run may continue as new.
@@ -285,6 +294,7 @@ func (r *rollout) run(ctx workflow.Context) (RolloutResult, error) {
 	if stop, res, err := r.runCanaries(ctx); stop {
 		return res, err
 	}
+	r.resumeWaiting(ctx)
 	continueAsNew := false
 	var listErr error
 	for !r.budgetExceeded() {
@@ -317,16 +327,68 @@ func (r *rollout) run(ctx workflow.Context) (RolloutResult, error) {
 
 	r.draining = true
 	r.showProgress(ctx)
-	if err := workflow.Await(ctx, func() bool { return r.inFlight == 0 && len(r.waiting) == 0 }); err != nil {
+	handOver, err := r.drain(ctx, continueAsNew, listErr == nil)
+	if err != nil {
 		return r.cancelled(ctx)
 	}
 	if listErr != nil {
 		return r.listingFailed(ctx, listErr)
 	}
-	if continueAsNew {
+	if continueAsNew || handOver {
 		return r.continueAsNew(ctx)
 	}
 	return r.finish(ctx)
+}
+
+// drain waits for the nodes in flight and for those waiting for another rollout. From
+// versionHandOverWaiting on, once nothing is in flight, it hands the waiting nodes to the next
+// run (handOver) when this run continues as new anyway or its history nears the limits: each
+// waiting node adds a recheck's events every two hours, so hundreds of nodes held for days
+// would otherwise fill one run's history, and a run that continues as new would wait for them
+// all before it did.
+func (r *rollout) drain(ctx workflow.Context, continuing, mayHandOver bool) (handOver bool, err error) {
+	settled := func() bool { return r.inFlight == 0 && len(r.waiting) == 0 }
+	if !r.guarantees || !mayHandOver {
+		return false, workflow.Await(ctx, settled)
+	}
+	err = workflow.Await(ctx, func() bool {
+		return settled() || (r.inFlight == 0 && (continuing || r.historyNearLimits(ctx)))
+	})
+	if err != nil || settled() {
+		return false, err
+	}
+	if workflow.GetVersion(ctx, versionHandOverWaiting, workflow.DefaultVersion, 1) == workflow.DefaultVersion {
+		return false, workflow.Await(ctx, settled)
+	}
+	for _, node := range workflow.DeterministicKeys(r.waiting) {
+		r.handedOver = append(r.handedOver, PacedNode{Name: node, Domain: r.pace.domainOf[node]})
+	}
+	return true, nil
+}
+
+// historyNearLimits says whether this run's history, with room for what each waiting node
+// may still add, has grown as far as is safe.
+func (r *rollout) historyNearLimits(ctx workflow.Context) bool {
+	info := workflow.GetInfo(ctx)
+	return continueAsNewDue(historyState{events: info.GetCurrentHistoryLength(), bytes: info.GetCurrentHistorySize()},
+		math.MaxInt, len(r.waiting), true)
+}
+
+// resumeWaiting goes on waiting for the nodes the previous run handed over, each in a
+// coroutine of its own as a node refused as busy does. runNode gives the slot taken here
+// back before it waits.
+func (r *rollout) resumeWaiting(ctx workflow.Context) {
+	for _, n := range r.p.WaitingNodes {
+		node := n.Name
+		r.pace.assign(queuedNode{name: node, domain: n.Domain})
+		r.inFlight++
+		r.p.Counts.Running++
+		r.pace.take(node)
+		workflow.Go(ctx, func(ctx workflow.Context) {
+			r.settle(ctx, node, r.runNode(ctx, node, true))
+		})
+	}
+	r.p.WaitingNodes = nil
 }
 
 // startNext waits until a queued node may start and starts it, or records why it is skipped.
@@ -601,6 +663,9 @@ func (r *rollout) runNode(ctx workflow.Context, node string, busy bool) nodeEnd 
 				return nodeEnd{result: NodeResult{Node: node, Outcome: activities.OutcomeAborted, Reason: activities.ReasonAborted,
 					Message: "aborted while waiting for another rollout to finish on the node"}, started: true}
 			}
+			if r.handedOver != nil {
+				return nodeEnd{} // the next run waits for it: this one must start no child it would not see end
+			}
 			if r.guarantees && r.noneMayStart() {
 				return nodeEnd{}
 			}
@@ -735,6 +800,10 @@ func (r *rollout) continueAsNew(ctx workflow.Context) (RolloutResult, error) {
 	if r.s.pace.active() {
 		progress.ListingDone = r.p.ListingDone
 		progress.Pacing = r.pace.carried(r.queue)
+	}
+	if r.handedOver != nil {
+		progress.WaitingNodes = r.handedOver
+		progress.Counts.Waiting = 0 // nothing else is in flight: every waiting node is handed over
 	}
 	progress.Failures = make([]NodeResult, len(r.p.Failures))
 	for i, f := range r.p.Failures {
