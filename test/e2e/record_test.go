@@ -19,6 +19,7 @@ import (
 	historypb "go.temporal.io/api/history/v1"
 	"go.temporal.io/api/temporalproto"
 	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/converter"
 
 	"github.com/noderollout/noderollout/workflows"
 )
@@ -29,7 +30,8 @@ const RecordFixturesEnv = "NODEROLLOUT_RECORD_FIXTURES"
 
 // TestRecordReplayFixtures runs the rollouts whose histories workflows/testdata keeps as replay
 // fixtures (continue-as-new, pause/resume with a setParallelism update, an abort with Jobs
-// running, a node busy with another rollout) and replays every history it recorded with
+// running, a node busy with another rollout, that node handed over across continue-as-new)
+// and replays every history it recorded with
 // today's workflow code. Re-record the fixtures with
 //
 //	NODEROLLOUT_RECORD_FIXTURES=1 dev/e2e.sh -run TestRecordReplayFixtures
@@ -52,6 +54,7 @@ func TestRecordReplayFixtures(t *testing.T) {
 		t.Run("pause-resume-set-parallelism", func(t *testing.T) { t.Parallel(); recordSteered(t, rec) })
 		t.Run("abort", func(t *testing.T) { t.Parallel(); recordAbort(t, rec) })
 		t.Run("busy-node", func(t *testing.T) { t.Parallel(); recordBusyNode(t, rec) })
+		t.Run("hand-over", func(t *testing.T) { t.Parallel(); recordHandOver(t, rec) })
 		t.Run("paced-maintained", func(t *testing.T) { t.Parallel(); recordPacedMaintained(t, rec) })
 		t.Run("budgeted", func(t *testing.T) { t.Parallel(); recordBudgeted(t, rec) })
 		t.Run("fleet", func(t *testing.T) { t.Parallel(); recordFleet(t, rec) })
@@ -153,6 +156,37 @@ func recordBusyNode(t *testing.T, rec *recorder) {
 	require.Equal(t, 3, res.Counts.Succeeded)
 	rec.write(t, "rollout-busy-node-holder.json", rec.closed(t, runFirst.GetID(), runFirst.GetRunID(), enums.WORKFLOW_EXECUTION_STATUS_COMPLETED))
 	rec.write(t, "rollout-busy-node-waits.json", rec.closed(t, runSecond.GetID(), runSecond.GetRunID(), enums.WORKFLOW_EXECUTION_STATUS_COMPLETED))
+}
+
+// recordHandOver: a rollout that continues as new while its first node is held by another
+// rollout hands that node to its next run, which waits for it and runs it.
+func recordHandOver(t *testing.T, rec *recorder) {
+	f := NewFleet(t, 3)
+	shared := f.Nodes[0]
+	first := f.Request("fixture-hold", 20*time.Second)
+	first.NodeSelector, first.Nodes = "", []string{shared}
+	second := f.Request("fixture-hand-over", time.Second)
+	second.Parallelism = 2
+	second.ContinueAsNewAfter = 2
+	runFirst := Start(t, first)
+	waitFor(t, 60*time.Second, "the first rollout's Job on the shared node", func() bool { return len(f.Jobs(t, first.Name)[shared]) == 1 })
+	runSecond := Start(t, second)
+	Succeeded(t, runFirst)
+	res := Succeeded(t, runSecond)
+	require.Equal(t, 3, res.Counts.Succeeded)
+	runs := rec.chain(t, runSecond.GetID(), runSecond.GetRunID())
+	require.GreaterOrEqual(t, len(runs), 2)
+	for _, child := range childrenOf(runs[0]) {
+		require.NotContains(t, child.GetWorkflowId(), shared, "the first run started no node workflow on the held node")
+	}
+	var carried workflows.Progress
+	in := runs[1].Events[0].GetWorkflowExecutionStartedEventAttributes().GetInput().GetPayloads()
+	require.Len(t, in, 2)
+	require.NoError(t, converter.GetDefaultDataConverter().FromPayload(in[1], &carried))
+	require.Equal(t, []workflows.PacedNode{{Name: shared}}, carried.WaitingNodes, "the held node is handed to the next run")
+	for i, h := range runs[:2] {
+		rec.write(t, fmt.Sprintf("rollout-hand-over-run%d.json", i+1), h)
+	}
 }
 
 // recordPacedMaintained: a canary approved by the update, one node per zone at a time in spread
