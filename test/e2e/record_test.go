@@ -31,8 +31,7 @@ const RecordFixturesEnv = "NODEROLLOUT_RECORD_FIXTURES"
 // TestRecordReplayFixtures runs the rollouts whose histories workflows/testdata keeps as replay
 // fixtures (continue-as-new, pause/resume with a setParallelism update, an abort with Jobs
 // running, a node busy with another rollout, that node handed over across continue-as-new)
-// and replays every history it recorded with
-// today's workflow code. Re-record the fixtures with
+// and replays every history it recorded with today's workflow code. Re-record the fixtures with
 //
 //	NODEROLLOUT_RECORD_FIXTURES=1 dev/e2e.sh -run TestRecordReplayFixtures
 //
