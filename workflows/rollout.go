@@ -68,6 +68,9 @@ const (
 	// only once nothing else is in flight and the run continues as new or nears its history
 	// limits.
 	versionHandOverWaiting = "hand-over-waiting-nodes"
+	// versionCutDelay marks runs whose delay between nodes ended early because no node may
+	// start any more (see delayNext).
+	versionCutDelay = "cut-delay-when-no-node-may-start"
 )
 
 // Rollout runs NodeRollout on every selected node, at most a window of them at a time.
@@ -432,12 +435,31 @@ func (r *rollout) startNext(ctx workflow.Context, stop func() bool) (bool, error
 		r.pace.assign(next)
 		r.launch(ctx, next.name)
 		if r.s.delayBetweenNodes > 0 {
-			if err := workflow.Sleep(ctx, r.s.delayBetweenNodes); err != nil {
+			if err := r.delayNext(ctx, stop); err != nil {
 				return false, err
 			}
 		}
 	}
 	return true, nil
+}
+
+// delayNext waits delayBetweenNodes before the next node may start. From versionStopWaits on
+// the wait ends as soon as stop says no node may start any more; the rollout's drain comes
+// next. versionCutDelay is asked only then, so a delay that runs its course adds no marker.
+func (r *rollout) delayNext(ctx workflow.Context, stop func() bool) error {
+	if !r.stopWaits {
+		return workflow.Sleep(ctx, r.s.delayBetweenNodes)
+	}
+	timerCtx, cancelTimer := workflow.WithCancel(ctx)
+	timer := workflow.NewTimer(timerCtx, r.s.delayBetweenNodes)
+	if err := workflow.Await(ctx, func() bool { return timer.IsReady() || stop() }); err != nil {
+		return err
+	}
+	if timer.IsReady() || workflow.GetVersion(ctx, versionCutDelay, workflow.DefaultVersion, 1) == workflow.DefaultVersion {
+		return timer.Get(ctx, nil)
+	}
+	cancelTimer()
+	return nil
 }
 
 // listingFailed ends a rollout whose node listing failed for good, after every node in flight

@@ -48,6 +48,37 @@ func (s *RolloutSuite) TestOverBudgetRolloutDoesNotWaitForTheNextWindow() {
 		"the rollout fails when its last node in flight fails, not when the window reopens")
 }
 
+// A rollout over its failure budget does not sit out the delay between nodes it is in: no
+// node may start after it, so it ends once its nodes in flight have.
+func (s *RolloutSuite) TestOverBudgetRolloutCutsTheDelayBetweenNodes() {
+	s.jobFn = s.runFor(func(node string) (time.Duration, bool) { return time.Minute, node != "node-00000" })
+	req := request(nodeNames(3)...)
+	req.DelayBetweenNodes = "1h"
+	s.env.ExecuteWorkflow(RolloutWorkflow, req)
+	var appErr *temporal.ApplicationError
+	s.Require().True(errors.As(s.env.GetWorkflowError(), &appErr), "%v", s.env.GetWorkflowError())
+	s.Equal(ErrFailureBudgetExceeded, appErr.Type())
+	var r RolloutResult
+	s.Require().NoError(appErr.Details(&r))
+	s.Len(s.runs, 1, "no node starts once the budget is spent")
+	s.Less(r.FinishedAt.Sub(r.StartedAt), 10*time.Minute, "the rollout ends when node-00000 fails, not an hour later")
+}
+
+// An old run (before versionCutDelay) sits the delay out, as its history says it did.
+func (s *RolloutSuite) TestOverBudgetRolloutOfAnOldRunSitsTheDelayOut() {
+	s.env.OnGetVersion(versionCutDelay, workflow.DefaultVersion, 1).Return(workflow.DefaultVersion)
+	s.jobFn = s.runFor(func(node string) (time.Duration, bool) { return time.Minute, node != "node-00000" })
+	req := request(nodeNames(3)...)
+	req.DelayBetweenNodes = "1h"
+	s.env.ExecuteWorkflow(RolloutWorkflow, req)
+	var appErr *temporal.ApplicationError
+	s.Require().True(errors.As(s.env.GetWorkflowError(), &appErr), "%v", s.env.GetWorkflowError())
+	var r RolloutResult
+	s.Require().NoError(appErr.Details(&r))
+	s.Len(s.runs, 1)
+	s.GreaterOrEqual(r.FinishedAt.Sub(r.StartedAt), time.Hour)
+}
+
 // secondOfBoth runs rollout first over a and shared, then a minute later rollout second (over
 // shared and z unless given), and returns second's result and error type (the result from the
 // error's details when it failed).
