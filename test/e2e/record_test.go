@@ -30,8 +30,9 @@ const RecordFixturesEnv = "NODEROLLOUT_RECORD_FIXTURES"
 
 // TestRecordReplayFixtures runs the rollouts whose histories workflows/testdata keeps as replay
 // fixtures (continue-as-new, pause/resume with a setParallelism update, an abort with Jobs
-// running, a node busy with another rollout, that node handed over across continue-as-new)
-// and replays every history it recorded with today's workflow code. Re-record the fixtures with
+// running, a node busy with another rollout, that node handed over across continue-as-new, a
+// delay between nodes cut short by a spent budget) and replays every history it recorded with
+// today's workflow code. Re-record the fixtures with
 //
 //	NODEROLLOUT_RECORD_FIXTURES=1 dev/e2e.sh -run TestRecordReplayFixtures
 //
@@ -54,6 +55,7 @@ func TestRecordReplayFixtures(t *testing.T) {
 		t.Run("abort", func(t *testing.T) { t.Parallel(); recordAbort(t, rec) })
 		t.Run("busy-node", func(t *testing.T) { t.Parallel(); recordBusyNode(t, rec) })
 		t.Run("hand-over", func(t *testing.T) { t.Parallel(); recordHandOver(t, rec) })
+		t.Run("cut-delay", func(t *testing.T) { t.Parallel(); recordCutDelay(t, rec) })
 		t.Run("paced-maintained", func(t *testing.T) { t.Parallel(); recordPacedMaintained(t, rec) })
 		t.Run("budgeted", func(t *testing.T) { t.Parallel(); recordBudgeted(t, rec) })
 		t.Run("fleet", func(t *testing.T) { t.Parallel(); recordFleet(t, rec) })
@@ -186,6 +188,22 @@ func recordHandOver(t *testing.T, rec *recorder) {
 	for i, h := range runs[:2] {
 		rec.write(t, fmt.Sprintf("rollout-hand-over-run%d.json", i+1), h)
 	}
+}
+
+// recordCutDelay: the first node's Job fails during the delay before the second node, which
+// spends the budget, so the delay ends early and the rollout fails without starting it.
+func recordCutDelay(t *testing.T, rec *recorder) {
+	f := NewFleet(t, 2)
+	req := f.Request("fixture-cut-delay", time.Second)
+	req.JobTemplate = JobTemplate(time.Second, map[string]string{"noderollout.dev/exit-code": "7"})
+	req.DelayBetweenNodes = "10m"
+	run := Start(t, req)
+	res, err := Result(t, run)
+	require.ErrorContains(t, err, workflows.ErrFailureBudgetExceeded)
+	require.Equal(t, 1, res.Counts.Failed)
+	require.Less(t, res.FinishedAt.Sub(res.StartedAt), 5*time.Minute, "the ten-minute delay was cut short")
+	require.Len(t, f.Jobs(t, req.Name), 1, "the second node never started")
+	rec.write(t, "rollout-cut-delay.json", rec.closed(t, run.GetID(), run.GetRunID(), enums.WORKFLOW_EXECUTION_STATUS_FAILED))
 }
 
 // recordPacedMaintained: a canary approved by the update, one node per zone at a time in spread
