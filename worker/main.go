@@ -119,6 +119,12 @@ func run(ctx context.Context, cfg config.Config, pol *policy.Policy) error {
 	if err := acts.Jobs.Start(informerCtx); err != nil {
 		return fmt.Errorf("starting the Job informer: %w", err)
 	}
+	// Checked once the informer synced, so the API server is known to answer: a version that
+	// cannot be read then is not just a server still starting. Too old exits 1, not 2: the
+	// cluster is wrong, not a setting.
+	if err := connect.CheckKubernetesVersion(ctx, kube.Discovery(), logger); err != nil {
+		return err
+	}
 
 	fatal := make(chan error, 1)
 	tc, err := connect.Temporal(ctx, cfg, logger, collector.Handler())

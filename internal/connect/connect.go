@@ -12,6 +12,9 @@ import (
 	"go.temporal.io/sdk/client"
 	sdklog "go.temporal.io/sdk/log"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/version"
+	apiversion "k8s.io/apimachinery/pkg/version"
+	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -133,4 +136,41 @@ func Kubernetes(c config.Config) (kubernetes.Interface, error) {
 		return nil, err
 	}
 	return kubernetes.NewForConfig(rc)
+}
+
+// minKubernetes is the oldest Kubernetes the worker runs against: it finds a Job's Pods by their
+// batch.kubernetes.io/ labels, which Kubernetes sets from 1.27 on. Older, it would find none and
+// take a Job's Pods for stopped while they still run.
+var minKubernetes = version.MajorMinor(1, 27)
+
+// CheckKubernetesVersion refuses an API server older than minKubernetes. A version it cannot
+// read or parse is logged and let through: that says nothing about the cluster being too old,
+// and refusing would stop a worker that runs today.
+func CheckKubernetesVersion(ctx context.Context, d discovery.ServerVersionInterface, logger *slog.Logger) error {
+	info, err := discovery.ToServerVersionInterfaceWithContext(d).ServerVersionWithContext(ctx)
+	if err != nil {
+		logger.Warn("could not read the Kubernetes version; not checked", "minimum", minKubernetes.String(), "error", err)
+		return nil
+	}
+	v, found := kubernetesVersion(info)
+	if v == nil {
+		logger.Warn("could not parse the Kubernetes version; not checked", "gitVersion", info.GitVersion, "major", info.Major, "minor", info.Minor, "minimum", minKubernetes.String())
+		return nil
+	}
+	if v.LessThan(minKubernetes) {
+		return fmt.Errorf("the cluster runs Kubernetes %s; the worker needs %s or newer (it finds a Job's Pods by their batch.kubernetes.io/controller-uid label)\n  upgrade the cluster to Kubernetes %s or newer", found, minKubernetes, minKubernetes)
+	}
+	return nil
+}
+
+// kubernetesVersion is the server's version, and the string it was read from: its GitVersion
+// ("v1.26.15-eks-abcdef", "v1.31.2+k3s1"), else Major and Minor (Minor is "27+" on GKE and EKS);
+// nil if neither parses. A build without version stamps says v0.0.0: unknown too.
+func kubernetesVersion(info *apiversion.Info) (*version.Version, string) {
+	for _, s := range []string{info.GitVersion, info.Major + "." + info.Minor} {
+		if v, err := version.ParseGeneric(s); err == nil && v.Major() > 0 {
+			return v, s
+		}
+	}
+	return nil, ""
 }

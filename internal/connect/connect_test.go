@@ -1,11 +1,19 @@
 package connect
 
 import (
+	"bytes"
+	"context"
+	"errors"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"testing"
 
 	"github.com/stretchr/testify/require"
+	"k8s.io/apimachinery/pkg/runtime"
+	apiversion "k8s.io/apimachinery/pkg/version"
+	fakediscovery "k8s.io/client-go/discovery/fake"
+	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/noderollout/noderollout/internal/config"
 )
@@ -44,4 +52,57 @@ func TestUnreadableKubeconfigIsABadValue(t *testing.T) {
 	var bad *config.BadValueError
 	require.ErrorAs(t, err, &bad)
 	require.ErrorContains(t, err, "kubeconfig (NODEROLLOUT_KUBECONFIG)")
+}
+
+// The worker refuses a cluster older than 1.27, naming the version it found, the minimum and the
+// fix, whichever way the server spells its version; one it cannot read or parse is let through
+// with a warning.
+func TestKubernetesVersionCheck(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		info apiversion.Info
+		err  string // "" for let through
+		warn string // in the log when let through
+	}{
+		{name: "EKS 1.26", info: apiversion.Info{GitVersion: "v1.26.15-eks-abcdef", Major: "1", Minor: "26+"},
+			err: "the cluster runs Kubernetes v1.26.15-eks-abcdef; the worker needs 1.27 or newer"},
+		{name: "1.27.0", info: apiversion.Info{GitVersion: "v1.27.0", Major: "1", Minor: "27"}},
+		{name: "k3s 1.31", info: apiversion.Info{GitVersion: "v1.31.2+k3s1", Major: "1", Minor: "31"}},
+		{name: "only Major and Minor, GKE's +", info: apiversion.Info{Major: "1", Minor: "27+"}},
+		{name: "only Major and Minor, too old", info: apiversion.Info{Major: "1", Minor: "26+"},
+			err: "the cluster runs Kubernetes 1.26+; the worker needs 1.27 or newer"},
+		{name: "unstamped build", info: apiversion.Info{GitVersion: "v0.0.0-master+$Format:%H$", Major: "1", Minor: "25"},
+			err: "the cluster runs Kubernetes 1.25;"},
+		{name: "unparseable", info: apiversion.Info{GitVersion: "custom", Minor: "x"},
+			warn: "could not parse the Kubernetes version"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			d := &fakediscovery.FakeDiscovery{Fake: &k8stesting.Fake{}, FakedServerVersion: &tc.info}
+			var log bytes.Buffer
+			err := CheckKubernetesVersion(context.Background(), d, slog.New(slog.NewTextHandler(&log, nil)))
+			if tc.err != "" {
+				require.ErrorContains(t, err, tc.err)
+				require.ErrorContains(t, err, "upgrade the cluster to Kubernetes 1.27 or newer")
+				return
+			}
+			require.NoError(t, err)
+			if tc.warn == "" {
+				require.Empty(t, log.String())
+			}
+			require.Contains(t, log.String(), tc.warn)
+		})
+	}
+}
+
+// A version that cannot be read (RBAC without /version, say) is not a cluster too old.
+func TestKubernetesVersionUnreadableIsAWarning(t *testing.T) {
+	fake := &k8stesting.Fake{}
+	fake.AddReactor("get", "version", func(k8stesting.Action) (bool, runtime.Object, error) {
+		return true, nil, errors.New("forbidden")
+	})
+	var log bytes.Buffer
+	err := CheckKubernetesVersion(context.Background(), &fakediscovery.FakeDiscovery{Fake: fake}, slog.New(slog.NewTextHandler(&log, nil)))
+	require.NoError(t, err)
+	require.Contains(t, log.String(), "could not read the Kubernetes version; not checked")
+	require.Contains(t, log.String(), "forbidden")
 }
