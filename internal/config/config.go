@@ -9,6 +9,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"math"
 	"net"
 	"os"
 	"path/filepath"
@@ -236,7 +237,7 @@ func FromFlags(fs *pflag.FlagSet, env []string) (Config, error) {
 	}
 
 	var c Config
-	hook := mapstructure.ComposeDecodeHookFunc(bareNumberDuration, mapstructure.StringToTimeDurationHookFunc(), trimSpace)
+	hook := mapstructure.ComposeDecodeHookFunc(bareNumberDuration, fractionalInteger, mapstructure.StringToTimeDurationHookFunc(), trimSpace)
 	if err := v.UnmarshalExact(&c, viper.DecodeHook(hook)); err != nil {
 		return c, fmt.Errorf("bad configuration:\n  %s", strings.Join(decodeProblems(err), "\n  "))
 	}
@@ -283,6 +284,16 @@ func bareNumberDuration(from, to reflect.Type, data any) (any, error) {
 		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64,
 		reflect.Float32, reflect.Float64:
 		return nil, fmt.Errorf("%v has no unit", data)
+	}
+	return data, nil
+}
+
+// fractionalInteger refuses a number with a fraction in a file (YAML, JSON and TOML decode it as
+// a float64) for an integer key: kube-burst: 1.5 would otherwise become 1.
+// NODEROLLOUT_KUBE_BURST=1.5 and --kube-burst 1.5 are refused as not whole too.
+func fractionalInteger(_, to reflect.Type, data any) (any, error) {
+	if f, ok := data.(float64); ok && to.Kind() == reflect.Int && f != math.Trunc(f) {
+		return nil, fmt.Errorf("%v is not a whole number", f)
 	}
 	return data, nil
 }

@@ -227,6 +227,39 @@ func TestBareNumberDurationInAFileIsAnError(t *testing.T) {
 	require.Equal(t, time.Minute, c.NodeCheckInterval)
 }
 
+// An integer setting written with a fraction in a config file must not be truncated
+// (kube-burst: 1.5 became 1): it is an error naming the key, as NODEROLLOUT_KUBE_BURST=1.5 is.
+func TestFractionalIntegerInAFileIsAnError(t *testing.T) {
+	dir := t.TempDir()
+	for name, text := range map[string]string{
+		"worker.yaml": "kube-burst: 1.5\nmax-concurrent-activities: 2.5\ncluster-budget: 0.5\n",
+		"worker.json": `{"kube-burst": 1.5, "max-concurrent-activities": 2.5, "cluster-budget": 0.5}`,
+		"worker.toml": "kube-burst = 1.5\nmax-concurrent-activities = 2.5\ncluster-budget = 0.5\n",
+	} {
+		t.Run(name, func(t *testing.T) {
+			file := filepath.Join(dir, name)
+			require.NoError(t, os.WriteFile(file, []byte(text), 0o600))
+			c, err := Load(NewFlagSet("worker", true), []string{"--config", file}, nil)
+			require.Error(t, err, "kube-burst %v", c.KubeBurst)
+			require.ErrorContains(t, err, "kube-burst (NODEROLLOUT_KUBE_BURST): not a whole number; use a positive integer, e.g. 100")
+			require.ErrorContains(t, err, "max-concurrent-activities (NODEROLLOUT_MAX_CONCURRENT_ACTIVITIES): not a whole number")
+			require.ErrorContains(t, err, "cluster-budget (NODEROLLOUT_CLUSTER_BUDGET): not a whole number")
+		})
+	}
+	// A whole number is fine, also as JSON's float or with a YAML ".0"; kube-qps may have a fraction.
+	for name, text := range map[string]string{
+		"whole.json": `{"kube-burst": 150, "kube-qps": 2.5}`,
+		"whole.yaml": "kube-burst: 150.0\nkube-qps: 2.5\n",
+	} {
+		file := filepath.Join(dir, name)
+		require.NoError(t, os.WriteFile(file, []byte(text), 0o600))
+		c, err := Load(NewFlagSet("worker", true), []string{"--config", file}, nil)
+		require.NoError(t, err, name)
+		require.Equal(t, 150, c.KubeBurst, name)
+		require.Equal(t, 2.5, c.KubeQPS, name)
+	}
+}
+
 // Every bad key is named at once, not only the first: README promises one line per key.
 func TestEveryBadKeyIsNamed(t *testing.T) {
 	_, err := Load(NewFlagSet("worker", true), nil, []string{
