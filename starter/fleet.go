@@ -39,18 +39,17 @@ func fleetCommand(a *app) *cobra.Command {
 		RunE:  run(a.fleetStatus),
 	}
 	outputFlag(status)
-	fleet.AddCommand(start, status)
+	steer := []*cobra.Command{status}
 	for _, s := range []string{workflows.SignalPause, workflows.SignalResume} {
-		fleet.AddCommand(&cobra.Command{
+		steer = append(steer, &cobra.Command{
 			Use:   s + " ID",
 			Short: s + " the fleet: the next wave and every running cluster's rollout",
 			Args:  exactArgs(1, "ID"),
 			RunE: run(func() error {
-				tc, err := a.client()
+				tc, id, err := a.fleet()
 				if err != nil {
 					return err
 				}
-				id := fleetID(a.args[0])
 				if err := tc.SignalWorkflow(a.ctx, id, "", s, nil); err != nil {
 					return err
 				}
@@ -59,16 +58,15 @@ func fleetCommand(a *app) *cobra.Command {
 			}),
 		})
 	}
-	fleet.AddCommand(&cobra.Command{
+	steer = append(steer, &cobra.Command{
 		Use:   "abort ID",
 		Short: "Cancel the fleet rollout: every cluster's rollout is cancelled, running Jobs deleted",
 		Args:  exactArgs(1, "ID"),
 		RunE: run(func() error {
-			tc, err := a.client()
+			tc, id, err := a.fleet()
 			if err != nil {
 				return err
 			}
-			id := fleetID(a.args[0])
 			if err := tc.CancelWorkflow(a.ctx, id, ""); err != nil {
 				return err
 			}
@@ -76,14 +74,18 @@ func fleetCommand(a *app) *cobra.Command {
 			return nil
 		}),
 	})
+	for _, cmd := range steer {
+		cmd.Long = cmd.Short + ".\n" + idHelp(workflows.FleetIDPrefix)
+		idFlag(cmd)
+	}
+	fleet.AddCommand(start)
+	fleet.AddCommand(steer...)
 	return fleet
 }
 
-func fleetID(arg string) string {
-	if strings.HasPrefix(arg, workflows.FleetIDPrefix) {
-		return arg
-	}
-	return workflows.FleetID(arg)
+// fleet is the Temporal client and the workflow ID of the fleet rollout the command names.
+func (a *app) fleet() (client.Client, string, error) {
+	return a.target(workflows.FleetIDPrefix, workflows.FleetID)
 }
 
 // loadFleetRequest reads a fleet request (YAML or JSON) and checks it offline.
@@ -148,11 +150,10 @@ func (a *app) startFleet() error {
 }
 
 func (a *app) fleetStatus() error {
-	tc, err := a.client()
+	tc, id, err := a.fleet()
 	if err != nil {
 		return err
 	}
-	id := fleetID(a.args[0])
 	var st workflows.FleetStatus
 	v, err := tc.QueryWorkflow(a.ctx, id, "", workflows.QueryStatus)
 	if err != nil {

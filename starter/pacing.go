@@ -21,20 +21,21 @@ func approveCommand(a *app) *cobra.Command {
 		Short:   "Let a rollout go on after its canaries (canary.approval)",
 		Long: `Let a rollout waiting for approval after its canaries go on to the rest
 of its nodes. Refused while the canaries still run or soak, and for a
-rollout without canary.approval.`,
+rollout without canary.approval.
+` + idHelp(workflows.RolloutIDPrefix),
 		Args: exactArgs(1, "ID"),
 		RunE: run(a.approve),
 	}
 	cmd.Flags().String("note", "", "why, recorded in the workflow history")
+	idFlag(cmd)
 	return cmd
 }
 
 func (a *app) approve() error {
-	tc, err := a.client()
+	tc, id, err := a.rollout()
 	if err != nil {
 		return err
 	}
-	id := a.workflowID(a.args[0])
 	handle, err := tc.UpdateWorkflow(a.ctx, client.UpdateWorkflowOptions{
 		WorkflowID:   id,
 		UpdateName:   workflows.UpdateApprove,

@@ -75,11 +75,12 @@ func statusCommand(a *app) *cobra.Command {
 		Use:     "status ID",
 		GroupID: "rollout",
 		Short:   "Show a rollout's progress, or its result once ended",
-		Long:    "Show a rollout's progress, or its result once ended.\nID is the workflow ID (rollout-<name>) or the rollout name.",
+		Long:    "Show a rollout's progress, or its result once ended.\n" + idHelp(workflows.RolloutIDPrefix),
 		Args:    exactArgs(1, "ID"),
 		RunE:    run(a.showStatus),
 	}
 	outputFlag(cmd)
+	idFlag(cmd)
 	return cmd
 }
 
@@ -88,23 +89,29 @@ func signalCommand(a *app, name string) *cobra.Command {
 		workflows.SignalPause:  "Stop starting new nodes; nodes in flight finish",
 		workflows.SignalResume: "Start new nodes again after a pause",
 	}
-	return &cobra.Command{
+	cmd := &cobra.Command{
 		Use:     name + " ID",
 		GroupID: "steer",
 		Short:   short[name],
+		Long:    short[name] + ".\n" + idHelp(workflows.RolloutIDPrefix),
 		Args:    exactArgs(1, "ID"),
 		RunE:    run(func() error { return a.sendSignal(name) }),
 	}
+	idFlag(cmd)
+	return cmd
 }
 
 func setParallelismCommand(a *app) *cobra.Command {
-	return &cobra.Command{
+	cmd := &cobra.Command{
 		Use:     "set-parallelism ID N",
 		GroupID: "steer",
 		Short:   fmt.Sprintf("Change how many nodes run at once (1-%d)", workflows.MaxParallelism),
+		Long:    fmt.Sprintf("Change how many nodes run at once (1-%d).\n", workflows.MaxParallelism) + idHelp(workflows.RolloutIDPrefix),
 		Args:    exactArgs(2, "ID and N"),
 		RunE:    run(a.setParallelism),
 	}
+	idFlag(cmd)
+	return cmd
 }
 
 func abortCommand(a *app) *cobra.Command {
@@ -112,10 +119,12 @@ func abortCommand(a *app) *cobra.Command {
 		Use:     "abort ID [--reason TEXT]",
 		GroupID: "steer",
 		Short:   "Cancel a rollout: running Jobs are deleted",
+		Long:    "Cancel a rollout: running Jobs are deleted.\n" + idHelp(workflows.RolloutIDPrefix),
 		Args:    exactArgs(1, "ID"),
 		RunE:    run(a.abort),
 	}
 	cmd.Flags().String("reason", "aborted with starter", "why, recorded in the workflow history")
+	idFlag(cmd)
 	return cmd
 }
 
@@ -129,12 +138,10 @@ func exactArgs(n int, what string) cobra.PositionalArgs {
 	}
 }
 
-// workflowID accepts a workflow ID or a rollout name (of the configured cluster, if any).
-func (a *app) workflowID(arg string) string {
-	if strings.HasPrefix(arg, workflows.RolloutIDPrefix) {
-		return arg
-	}
-	return a.rolloutID(arg)
+// rollout is the Temporal client and the workflow ID of the rollout the command names (of the
+// configured cluster, if any).
+func (a *app) rollout() (client.Client, string, error) {
+	return a.target(workflows.RolloutIDPrefix, a.rolloutID)
 }
 
 // rolloutID is the workflow ID of a rollout: qualified by the configured cluster, so two
@@ -331,11 +338,10 @@ func (a *app) queryStatus(id string) (workflows.RolloutStatus, error) {
 }
 
 func (a *app) showStatus() error {
-	tc, err := a.client()
+	tc, id, err := a.rollout()
 	if err != nil {
 		return err
 	}
-	id := a.workflowID(a.args[0])
 	desc, err := tc.DescribeWorkflow(a.ctx, id, "")
 	if err != nil {
 		return err
@@ -375,11 +381,10 @@ func (a *app) showStatus() error {
 }
 
 func (a *app) sendSignal(name string) error {
-	tc, err := a.client()
+	tc, id, err := a.rollout()
 	if err != nil {
 		return err
 	}
-	id := a.workflowID(a.args[0])
 	if err := tc.SignalWorkflow(a.ctx, id, "", name, nil); err != nil {
 		return err
 	}
@@ -397,11 +402,10 @@ func (a *app) setParallelism() error {
 	}
 	// Within it, a lower cap (the worker's policy) is the update validator's to check: it
 	// answers with the rollout's own limit.
-	tc, err := a.client()
+	tc, id, err := a.rollout()
 	if err != nil {
 		return err
 	}
-	id := a.workflowID(a.args[0])
 	handle, err := tc.UpdateWorkflow(a.ctx, client.UpdateWorkflowOptions{
 		WorkflowID:   id,
 		UpdateName:   workflows.UpdateSetParallelism,
@@ -420,11 +424,10 @@ func (a *app) setParallelism() error {
 }
 
 func (a *app) abort() error {
-	tc, err := a.client()
+	tc, id, err := a.rollout()
 	if err != nil {
 		return err
 	}
-	id := a.workflowID(a.args[0])
 	reason := a.flagString("reason")
 	_, err = tc.WorkflowService().RequestCancelWorkflowExecution(a.ctx, &workflowservice.RequestCancelWorkflowExecutionRequest{
 		Namespace:         a.cfg.TemporalNamespace,

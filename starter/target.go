@@ -1,0 +1,80 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/spf13/cobra"
+	"go.temporal.io/api/serviceerror"
+	"go.temporal.io/sdk/client"
+)
+
+// idHelp is the help text of a command's ID argument, for workflow IDs prefix+<name>.
+func idHelp(prefix string) string {
+	return fmt.Sprintf(`ID is the name or the workflow ID (%[1]s<name>). An ID that reads both ways
+("%[1]sx": the one named x, or the one named %[1]sx) is refused if both
+exist; --id then says it is the workflow ID.`, prefix)
+}
+
+// idFlag adds --id: the ID argument is a workflow ID, taken as is.
+func idFlag(cmd *cobra.Command) {
+	cmd.Flags().Bool("id", false, "ID is a workflow ID, taken as is (for one that is also a name)")
+}
+
+// describer is the Temporal client's call resolveID needs.
+type describer interface {
+	DescribeWorkflow(ctx context.Context, workflowID, runID string) (*client.WorkflowExecutionDescription, error)
+}
+
+// resolveID is the workflow ID a command's ID argument means: a name (nameToID gives its
+// workflow ID), or a workflow ID if it starts with prefix. Such an argument reads both ways
+// ("rollout-x" is the ID of the rollout named x, and the name of the one with ID
+// rollout-rollout-x), so the server is asked which exist: steering the wrong rollout (abort)
+// costs more than a lookup. If both exist, the operator says which; if neither, the argument
+// is taken as the ID, and the command's own call says it is not found.
+func resolveID(ctx context.Context, d describer, arg, prefix string, nameToID func(string) string) (string, error) {
+	if !strings.HasPrefix(arg, prefix) {
+		return nameToID(arg), nil
+	}
+	asName := nameToID(arg)
+	idExists, err := workflowExists(ctx, d, arg)
+	if err != nil {
+		return "", err
+	}
+	nameExists, err := workflowExists(ctx, d, asName)
+	if err != nil {
+		return "", err
+	}
+	switch {
+	case idExists && nameExists:
+		return "", usageError{fmt.Sprintf("%s is both a workflow ID and a name: workflow %s exists, and so does workflow %s, named %s\n  say which with --id: --id %s, or --id %s",
+			arg, arg, asName, arg, arg, asName)}
+	case nameExists:
+		return asName, nil
+	}
+	return arg, nil
+}
+
+func workflowExists(ctx context.Context, d describer, id string) (bool, error) {
+	_, err := d.DescribeWorkflow(ctx, id, "")
+	if errors.As(err, new(*serviceerror.NotFound)) {
+		return false, nil
+	}
+	return err == nil, err
+}
+
+// target dials Temporal and resolves the command's ID argument with resolveID, or takes it
+// as is with --id.
+func (a *app) target(prefix string, nameToID func(string) string) (client.Client, string, error) {
+	tc, err := a.client()
+	if err != nil {
+		return nil, "", err
+	}
+	if a.flagBool("id") {
+		return tc, a.args[0], nil
+	}
+	id, err := resolveID(a.ctx, tc, a.args[0], prefix, nameToID)
+	return tc, id, err
+}
