@@ -46,6 +46,11 @@ type Activities struct {
 	HealthPollInterval time.Duration
 	// Policy is the platform team's rules (--policy-file); nil allows every request.
 	Policy *policy.Policy
+	// TrustJobPodCounts says the Job controller counts a finished Job's Pods until they
+	// stopped (Kubernetes 1.31 on, see podsStopped), so a Job's end needs no Pod list. The
+	// worker sets it from the API server's version (TrustsJobPodCounts); off, the Pods of every
+	// ended Job are listed, which is right on any version.
+	TrustJobPodCounts bool
 
 	waiting   atomic.Int64 // WaitJob calls in progress, for the running-Jobs gauge
 	templates templateCache

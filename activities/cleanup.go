@@ -13,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/version"
 
 	"go.temporal.io/sdk/activity"
 
@@ -232,15 +233,23 @@ func (a *Activities) livePods(ctx context.Context, ref JobRef) (int, error) {
 	return n, nil
 }
 
+// TrustsJobPodCounts says whether a cluster of Kubernetes version v counts a finished Job's
+// Pods until they stopped (1.31 on); an unknown version (nil) does not.
+func TrustsJobPodCounts(v *version.Version) bool {
+	return v != nil && v.AtLeast(version.MajorMinor(1, 31))
+}
+
 // podsStopped says, without a request, whether the Job controller reports that none of the
 // finished Job's Pods is active or terminating. Its count can be trusted only from Kubernetes
 // 1.31 on, where Complete and Failed come once the Pods stopped, always after SuccessCriteriaMet
 // or FailureTarget. Before, they come at once: in the sync that deletes the Job's active Pods,
 // which 1.29 and 1.30 do not count as terminating (kubernetes/kubernetes#125089), and a
 // finished Job's count is never updated again; without terminating counts (before 1.29) there
-// is nothing to go by. Elsewhere the Pods must be listed.
-func podsStopped(job *batchv1.Job) bool {
-	if job.Status.Terminating == nil || *job.Status.Terminating != 0 || job.Status.Active != 0 {
+// is nothing to go by; and on 1.30 a podFailurePolicy's FailJob adds FailureTarget and Failed
+// with the same stale count. Elsewhere the Pods must be listed. trusted says the cluster is
+// 1.31 or later (Activities.TrustJobPodCounts).
+func podsStopped(job *batchv1.Job, trusted bool) bool {
+	if !trusted || job.Status.Terminating == nil || *job.Status.Terminating != 0 || job.Status.Active != 0 {
 		return false
 	}
 	for _, c := range job.Status.Conditions {

@@ -298,7 +298,7 @@ func (a *Activities) waitJob(ctx context.Context, in WaitJobInput, stop <-chan t
 		}
 		switch st.kind {
 		case jobEnded:
-			stopped := podsStopped(st.job)
+			stopped := podsStopped(st.job, a.TrustJobPodCounts)
 			if !stopped && listPods {
 				// Before Kubernetes 1.31 Complete and Failed come while Pods may still stop, and
 				// the Job controller's counts of a finished Job are not to be trusted: only a

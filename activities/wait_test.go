@@ -15,6 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/version"
 	"k8s.io/client-go/kubernetes/fake"
 
 	"go.temporal.io/sdk/activity"
@@ -379,12 +380,46 @@ func TestWaitJobTrustsTheJobControllersPodCount(t *testing.T) {
 	job.Status.Terminating = new(int32(0))
 	cs := fake.NewClientset(testNode("node-a", nil), job)
 	a := startedActivities(t, cs)
+	a.TrustJobPodCounts = true // the API server says 1.31 or later
 	cs.ClearActions()
 	result, _ := waitJob(t, newEnv(a), a, WaitJobInput{Job: refOf(job, "node-a")})
 	r := receive(t, result, "WaitJob to return")
 	require.NoError(t, r.err)
 	require.Equal(t, OutcomeSucceeded, r.end.Outcome)
 	require.Empty(t, actions(cs), "no Pod list, no Job GET")
+}
+
+// TestWaitJobOnA130ClusterListsThePodsAfterFailJob: on Kubernetes 1.30 a podFailurePolicy's
+// FailJob adds FailureTarget and Failed in the sync that deletes the active Pods, which it
+// does not count as terminating: the pattern the count is trusted by on 1.31, with a Pod still
+// in its grace period. Below 1.31 (or with the version unknown) the Pods are listed.
+func TestWaitJobOnA130ClusterListsThePodsAfterFailJob(t *testing.T) {
+	job := withCondition(ourJob(t, testRequest("node-a")), batchv1.JobFailureTarget, batchv1.JobReasonPodFailurePolicy, "container exited 3")
+	job = withCondition(job, batchv1.JobFailed, batchv1.JobReasonPodFailurePolicy, "container exited 3")
+	job.Status.Terminating = new(int32(0))
+	pod := jobPod(job, "p", t0, corev1.PodRunning, 0, "")
+	pod.DeletionTimestamp = &metav1.Time{Time: t0.Add(time.Minute)} // deleted with the Failed, in its grace period
+	cs := fake.NewClientset(testNode("node-a", nil), job, pod)
+	a := fastWaits(startedActivities(t, cs))
+	a.TrustJobPodCounts = TrustsJobPodCounts(version.MustParseGeneric("v1.30.4"))
+
+	result, _ := waitJob(t, newEnv(a), a, WaitJobInput{Job: refOf(job, "node-a")})
+	require.Eventually(t, func() bool { return countActions(cs, "list", "pods") >= 2 }, waitTimeout, time.Millisecond,
+		"the Pods are listed: a 1.30 Job's count is not to be trusted")
+	requireStillWaiting(t, result, "a Pod of the Job is still terminating")
+
+	require.NoError(t, cs.CoreV1().Pods(testNamespace).Delete(t.Context(), pod.Name, metav1.DeleteOptions{}))
+	r := receive(t, result, "WaitJob to return once the Pod is gone")
+	require.NoError(t, r.err)
+	require.Equal(t, OutcomeFailed, r.end.Outcome)
+}
+
+// Only 1.31 and later are trusted; so is not a version the worker could not read.
+func TestTrustsJobPodCounts(t *testing.T) {
+	for v, want := range map[string]bool{"v1.30.14": false, "v1.31.0": true, "v1.37.2": true, "v1.31.2+k3s1": true, "v2.0.0": true} {
+		require.Equal(t, want, TrustsJobPodCounts(version.MustParseGeneric(v)), v)
+	}
+	require.False(t, TrustsJobPodCounts(nil))
 }
 
 // TestWaitJobWaitsForFailedAfterFailureTarget: FailureTarget decides the outcome while the

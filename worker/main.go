@@ -122,8 +122,14 @@ func run(ctx context.Context, cfg config.Config, pol *policy.Policy) error {
 	// Checked once the informer synced, so the API server is known to answer: a version that
 	// cannot be read then is not just a server still starting. Too old exits 1, not 2: the
 	// cluster is wrong, not a setting.
-	if err := connect.CheckKubernetesVersion(ctx, kube.Discovery(), logger); err != nil {
+	kubeVersion, err := connect.CheckKubernetesVersion(ctx, kube.Discovery(), logger)
+	if err != nil {
 		return err
+	}
+	// From 1.31 a finished Job's Pod counts are final, so its end needs no Pod list.
+	acts.TrustJobPodCounts = activities.TrustsJobPodCounts(kubeVersion)
+	if kubeVersion != nil {
+		logger.Info("kubernetes", "version", kubeVersion.String(), "jobPodCountsTrusted", acts.TrustJobPodCounts)
 	}
 
 	fatal := make(chan error, 1)

@@ -143,24 +143,24 @@ func Kubernetes(c config.Config) (kubernetes.Interface, error) {
 // take a Job's Pods for stopped while they still run.
 var minKubernetes = version.MajorMinor(1, 27)
 
-// CheckKubernetesVersion refuses an API server older than minKubernetes. A version it cannot
-// read or parse is logged and let through: that says nothing about the cluster being too old,
-// and refusing would stop a worker that runs today.
-func CheckKubernetesVersion(ctx context.Context, d discovery.ServerVersionInterface, logger *slog.Logger) error {
+// CheckKubernetesVersion reads the API server's version and refuses one older than
+// minKubernetes. A version it cannot read or parse is logged and let through, as nil: that says
+// nothing about the cluster being too old, and refusing would stop a worker that runs today.
+func CheckKubernetesVersion(ctx context.Context, d discovery.ServerVersionInterface, logger *slog.Logger) (*version.Version, error) {
 	info, err := discovery.ToServerVersionInterfaceWithContext(d).ServerVersionWithContext(ctx)
 	if err != nil {
 		logger.Warn("could not read the Kubernetes version; not checked", "minimum", minKubernetes.String(), "error", err)
-		return nil
+		return nil, nil
 	}
 	v, found := kubernetesVersion(info)
 	if v == nil {
 		logger.Warn("could not parse the Kubernetes version; not checked", "gitVersion", info.GitVersion, "major", info.Major, "minor", info.Minor, "minimum", minKubernetes.String())
-		return nil
+		return nil, nil
 	}
 	if v.LessThan(minKubernetes) {
-		return fmt.Errorf("the cluster runs Kubernetes %s; the worker needs %s or newer (it finds a Job's Pods by their batch.kubernetes.io/controller-uid label)\n  upgrade the cluster to Kubernetes %s or newer", found, minKubernetes, minKubernetes)
+		return v, fmt.Errorf("the cluster runs Kubernetes %s; the worker needs %s or newer (it finds a Job's Pods by their batch.kubernetes.io/controller-uid label)\n  upgrade the cluster to Kubernetes %s or newer", found, minKubernetes, minKubernetes)
 	}
-	return nil
+	return v, nil
 }
 
 // kubernetesVersion is the server's version, and the string it was read from: its GitVersion

@@ -63,12 +63,13 @@ func TestKubernetesVersionCheck(t *testing.T) {
 		info apiversion.Info
 		err  string // "" for let through
 		warn string // in the log when let through
+		want string // the version returned when let through; "" for none
 	}{
 		{name: "EKS 1.26", info: apiversion.Info{GitVersion: "v1.26.15-eks-abcdef", Major: "1", Minor: "26+"},
 			err: "the cluster runs Kubernetes v1.26.15-eks-abcdef; the worker needs 1.27 or newer"},
-		{name: "1.27.0", info: apiversion.Info{GitVersion: "v1.27.0", Major: "1", Minor: "27"}},
-		{name: "k3s 1.31", info: apiversion.Info{GitVersion: "v1.31.2+k3s1", Major: "1", Minor: "31"}},
-		{name: "only Major and Minor, GKE's +", info: apiversion.Info{Major: "1", Minor: "27+"}},
+		{name: "1.27.0", info: apiversion.Info{GitVersion: "v1.27.0", Major: "1", Minor: "27"}, want: "1.27.0"},
+		{name: "k3s 1.31", info: apiversion.Info{GitVersion: "v1.31.2+k3s1", Major: "1", Minor: "31"}, want: "1.31.2+k3s1"},
+		{name: "only Major and Minor, GKE's +", info: apiversion.Info{Major: "1", Minor: "27+"}, want: "1.27"},
 		{name: "only Major and Minor, too old", info: apiversion.Info{Major: "1", Minor: "26+"},
 			err: "the cluster runs Kubernetes 1.26+; the worker needs 1.27 or newer"},
 		{name: "unstamped build", info: apiversion.Info{GitVersion: "v0.0.0-master+$Format:%H$", Major: "1", Minor: "25"},
@@ -79,13 +80,18 @@ func TestKubernetesVersionCheck(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			d := &fakediscovery.FakeDiscovery{Fake: &k8stesting.Fake{}, FakedServerVersion: &tc.info}
 			var log bytes.Buffer
-			err := CheckKubernetesVersion(context.Background(), d, slog.New(slog.NewTextHandler(&log, nil)))
+			v, err := CheckKubernetesVersion(context.Background(), d, slog.New(slog.NewTextHandler(&log, nil)))
 			if tc.err != "" {
 				require.ErrorContains(t, err, tc.err)
 				require.ErrorContains(t, err, "upgrade the cluster to Kubernetes 1.27 or newer")
 				return
 			}
 			require.NoError(t, err)
+			if tc.want == "" {
+				require.Nil(t, v)
+			} else {
+				require.Equal(t, tc.want, v.String())
+			}
 			if tc.warn == "" {
 				require.Empty(t, log.String())
 			}
@@ -101,8 +107,9 @@ func TestKubernetesVersionUnreadableIsAWarning(t *testing.T) {
 		return true, nil, errors.New("forbidden")
 	})
 	var log bytes.Buffer
-	err := CheckKubernetesVersion(context.Background(), &fakediscovery.FakeDiscovery{Fake: fake}, slog.New(slog.NewTextHandler(&log, nil)))
+	v, err := CheckKubernetesVersion(context.Background(), &fakediscovery.FakeDiscovery{Fake: fake}, slog.New(slog.NewTextHandler(&log, nil)))
 	require.NoError(t, err)
+	require.Nil(t, v)
 	require.Contains(t, log.String(), "could not read the Kubernetes version; not checked")
 	require.Contains(t, log.String(), "forbidden")
 }
