@@ -112,13 +112,18 @@ type rolloutRequestFields RolloutRequest
 // type mismatches, and unknown fields at any depth (a misspelt batch.inital would otherwise
 // silently fall back to a default).
 func (r *RolloutRequest) UnmarshalJSON(b []byte) error {
-	var raw map[string]json.RawMessage
-	var problems []string
-	if err := json.Unmarshal(b, &raw); err != nil {
-		problems = append(problems, "request is not a JSON object: "+err.Error())
-	}
+	*r = decodeRolloutRequest(b, "")
+	return nil
+}
+
+// decodeRolloutRequest is UnmarshalJSON for a request at path prefix: "" on its own,
+// "rollout." inside a fleet's request, so that each problem names its field's full path.
+func decodeRolloutRequest(b []byte, prefix string) RolloutRequest {
+	raw, problems := jsonObject(b, prefix)
 	var legacy *Progress
-	if p, ok := raw["progress"]; ok {
+	// Only the Rollout workflow's own continued runs carry progress: inside another request
+	// it is an unknown field like any other.
+	if p, ok := raw["progress"]; ok && prefix == "" {
 		if err := json.Unmarshal(p, &legacy); err != nil || legacy == nil {
 			problems = append(problems, "progress: is internal state that only the workflow itself sets; remove it")
 		}
@@ -135,18 +140,44 @@ func (r *RolloutRequest) UnmarshalJSON(b []byte) error {
 		explicitZeroParallelism = true
 	}
 	var fields rolloutRequestFields
-	if raw != nil {
-		cleaned, _ := json.Marshal(raw)
-		if err := json.Unmarshal(cleaned, &fields); err != nil {
-			problems = append(problems, describeDecodeError(err))
-		}
-		problems = append(problems, unknownFieldProblems(raw, reflect.TypeOf(fields), "")...)
-	}
+	problems = append(problems, decodeFields(raw, &fields, prefix)...)
 	fields.parallelismSetToZero = explicitZeroParallelism
 	fields.decodeProblems = problems
 	fields.legacyProgress = legacy
-	*r = RolloutRequest(fields)
-	return nil
+	return RolloutRequest(fields)
+}
+
+// jsonObject is the JSON object b by key, or a problem naming it (by prefix) if b is not one.
+// JSON null is an empty object, as encoding/json treats it.
+func jsonObject(b []byte, prefix string) (map[string]json.RawMessage, []string) {
+	var raw map[string]json.RawMessage
+	if err := json.Unmarshal(b, &raw); err != nil {
+		return nil, []string{objectName(prefix) + " is not a JSON object: " + err.Error()}
+	}
+	return raw, nil
+}
+
+// decodeFields decodes raw into fields (a pointer to a struct without an UnmarshalJSON of its
+// own) and names, by their path from prefix, the keys that did not fit: type mismatches and
+// unknown fields at any depth.
+func decodeFields(raw map[string]json.RawMessage, fields any, prefix string) []string {
+	if raw == nil {
+		return nil
+	}
+	var problems []string
+	cleaned, _ := json.Marshal(raw)
+	if err := json.Unmarshal(cleaned, fields); err != nil {
+		problems = append(problems, describeDecodeError(err, prefix))
+	}
+	return append(problems, unknownFieldProblems(raw, reflect.TypeOf(fields).Elem(), prefix)...)
+}
+
+// objectName is how problems name the object at prefix: "request" at the top.
+func objectName(prefix string) string {
+	if prefix == "" {
+		return "request"
+	}
+	return strings.TrimSuffix(prefix, ".")
 }
 
 func isJSONObject(b json.RawMessage) bool {
@@ -154,12 +185,12 @@ func isJSONObject(b json.RawMessage) bool {
 	return strings.HasPrefix(t, "{")
 }
 
-func describeDecodeError(err error) string {
+func describeDecodeError(err error, prefix string) string {
 	var typeErr *json.UnmarshalTypeError
 	if errors.As(err, &typeErr) {
-		return typeErr.Field + ": must be a JSON " + jsonKind(typeErr.Type) + ", got " + typeErr.Value
+		return prefix + typeErr.Field + ": must be a JSON " + jsonKind(typeErr.Type) + ", got " + typeErr.Value
 	}
-	return "request is not valid JSON: " + err.Error()
+	return objectName(prefix) + " is not valid JSON: " + err.Error()
 }
 
 func jsonKind(t reflect.Type) string {

@@ -75,13 +75,20 @@ func problem(field, what, fix string) *jobspec.FieldError {
 	return &jobspec.FieldError{Field: field, Problem: what, Fix: fix}
 }
 
-func check(req RolloutRequest, continued bool) (settings, []*jobspec.FieldError) {
+// decodeFieldErrors are the problems a request's decoding recorded ("field: what"), each
+// naming its field.
+func decodeFieldErrors(problems []string) []*jobspec.FieldError {
 	var ps []*jobspec.FieldError
-	add := func(field, what, fix string) { ps = append(ps, problem(field, what, fix)) }
-	for _, d := range req.decodeProblems {
+	for _, d := range problems {
 		field, what, _ := strings.Cut(d, ": ")
-		add(field, what, "correct the JSON")
+		ps = append(ps, problem(field, what, "correct the JSON"))
 	}
+	return ps
+}
+
+func check(req RolloutRequest, continued bool) (settings, []*jobspec.FieldError) {
+	ps := decodeFieldErrors(req.decodeProblems)
+	add := func(field, what, fix string) { ps = append(ps, problem(field, what, fix)) }
 	if req.legacyProgress != nil && !continued {
 		add("progress", "is internal state that only the workflow itself sets when it continues as new", "remove it")
 	}
