@@ -3,6 +3,7 @@ package main
 import (
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -27,12 +28,16 @@ func TestFleetExampleIsValidAndBadFleetFilesNameTheField(t *testing.T) {
 }
 
 // A misspelt fleet field must not be dropped silently (maxFailedCluster would leave the budget
-// at 0): start refuses the file before dialling, naming the field with a suggestion.
+// at 0): start refuses the file before dialling, naming the field with a suggestion. A
+// misspelt field of the rollout is named once, by its path in the file.
 func TestFleetUnknownFieldIsRefusedWithAHint(t *testing.T) {
 	file := writeFile(t, "fleet.yaml", "name: demo\nwaves: [[a], [b]]\nmaxFailedCluster: 1\n"+
-		"rollout: {nodes: [n1], jobTemplateRef: {name: t}}\n")
+		"rollout: {nodes: [n1], jobTemplateRef: {name: t}, batch: {inital: 1}, progress: {}}\n")
 	code, _, errOut := starter(t, "fleet", "start", "-f", file)
 	require.Equal(t, 2, code, errOut)
 	require.NotContains(t, errOut, "temporal at", "a bad fleet file must not dial")
 	require.Contains(t, errOut, `maxFailedCluster: unknown field; did you mean "maxFailedClusters"?`)
+	require.Contains(t, errOut, `rollout.batch.inital: unknown field; did you mean "initial"?`)
+	require.Equal(t, 1, strings.Count(errOut, "inital"), errOut)
+	require.Equal(t, 1, strings.Count(errOut, "progress"), errOut)
 }

@@ -1,6 +1,7 @@
 package workflows
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -11,7 +12,6 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/noderollout/noderollout/activities"
-	"github.com/noderollout/noderollout/activities/jobspec"
 )
 
 // Names of the fleet rollout: one Rollout per cluster, wave after wave.
@@ -24,6 +24,11 @@ const (
 	FleetIDPrefix = "fleet-"
 
 	ErrFleetFailureBudgetExceeded = "FleetFailureBudgetExceeded"
+
+	// versionFleetUnknownFields marks fleet runs that fail with InvalidRequest when their
+	// request has unknown fields (at any depth) or a rollout field of the wrong type, which
+	// earlier runs dropped silently (a misspelt maxFailedClusters left the budget at 0).
+	versionFleetUnknownFields = "fleet-refuses-unknown-fields"
 )
 
 // FleetID is the workflow ID of the fleet rollout with this name.
@@ -42,6 +47,35 @@ type FleetRequest struct {
 	TaskQueue string `json:"taskQueue,omitempty"`
 	// Rollout is what every cluster runs; its name defaults to the fleet's.
 	Rollout RolloutRequest `json:"rollout"`
+
+	// decodeProblems are what UnmarshalJSON found wrong, for validation to report as
+	// RolloutRequest's are; decodeFailed says the fleet's own fields did not decode.
+	decodeProblems []string
+	decodeFailed   bool
+}
+
+type fleetRequestFields FleetRequest
+
+// UnmarshalJSON decodes leniently like RolloutRequest's, naming unknown fields at any depth
+// and the nested rollout's fields by their full path (rollout.batch.inital).
+func (r *FleetRequest) UnmarshalJSON(b []byte) error {
+	raw, problems := jsonObject(b, "")
+	rollout, hasRollout := raw["rollout"]
+	// Decoded on its own below, so that its problems are named once, under rollout.
+	delete(raw, "rollout")
+	var fields fleetRequestFields
+	problems = append(problems, decodeFields(raw, &fields, "")...)
+	if hasRollout {
+		fields.Rollout = decodeRolloutRequest(rollout, "rollout.")
+		problems = append(problems, fields.Rollout.decodeProblems...)
+		fields.Rollout.decodeProblems = nil
+	}
+	fields.decodeProblems = problems
+	// Before this decoder, encoding/json alone failed the run at once on a request that is no
+	// object or has a fleet field of the wrong type; FleetRollout needs no version for those.
+	fields.decodeFailed = json.Unmarshal(b, &fleetRequestFields{}) != nil
+	*r = FleetRequest(fields)
+	return nil
 }
 
 // Cluster states in a fleet rollout.
@@ -83,6 +117,12 @@ type FleetResult = FleetStatus
 // queue. Pause holds the next wave and pauses the clusters' rollouts; resume undoes both;
 // cancelling it (abort) cancels every cluster's rollout, whose nodes delete their Jobs.
 func FleetRollout(ctx workflow.Context, req FleetRequest) (FleetResult, error) {
+	// Runs from before the check went on without the fields that did not decode. Only a
+	// request with such fields asks which run this is, so no other history gets a marker.
+	if len(req.decodeProblems) > 0 && !req.decodeFailed &&
+		workflow.GetVersion(ctx, versionFleetUnknownFields, workflow.DefaultVersion, 1) == workflow.DefaultVersion {
+		req.decodeProblems = nil
+	}
 	if err := validateFleet(&req); err != nil {
 		return FleetResult{}, err
 	}
@@ -282,7 +322,7 @@ func (f *fleet) showProgress(ctx workflow.Context) {
 // validateFleet checks the fleet's own fields and fills defaults; each cluster's Rollout
 // validates the rollout itself, before it starts any node.
 func validateFleet(req *FleetRequest) error {
-	var ps []*jobspec.FieldError
+	ps := decodeFieldErrors(req.decodeProblems)
 	add := func(field, what, fix string) { ps = append(ps, problem(field, what, fix)) }
 	if errs := validation.IsDNS1123Label(req.Name); len(errs) > 0 {
 		add("name", fmt.Sprintf("%q is not a DNS-1123 label", req.Name), "name the fleet rollout like \"kata-deploy\"")

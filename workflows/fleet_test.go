@@ -1,12 +1,14 @@
 package workflows
 
 import (
+	"encoding/json"
 	"errors"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/mock"
 	"github.com/stretchr/testify/require"
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/testsuite"
@@ -16,10 +18,11 @@ import (
 // fakeClusters stands in for each cluster's Rollout: it runs for an hour, fails on the
 // clusters named in fail, and records when it ran and the signals it was sent.
 type fakeClusters struct {
-	mu      sync.Mutex
-	fail    map[string]bool
-	started map[string]time.Time
-	signals map[string][]string
+	mu       sync.Mutex
+	fail     map[string]bool
+	started  map[string]time.Time
+	signals  map[string][]string
+	requests map[string]RolloutRequest
 }
 
 func (f *fakeClusters) rollout(ctx workflow.Context, req RolloutRequest) (RolloutResult, error) {
@@ -27,6 +30,7 @@ func (f *fakeClusters) rollout(ctx workflow.Context, req RolloutRequest) (Rollou
 	cluster, _, _ := strings.Cut(strings.TrimPrefix(id, RolloutIDPrefix), ":")
 	f.mu.Lock()
 	f.started[cluster] = workflow.Now(ctx)
+	f.requests[cluster] = req
 	f.mu.Unlock()
 	for _, name := range []string{SignalPause, SignalResume} {
 		ch := workflow.GetSignalChannel(ctx, name)
@@ -53,7 +57,7 @@ func fleetEnv(t *testing.T, fail ...string) (*testsuite.TestWorkflowEnvironment,
 	t.Helper()
 	ts := &testsuite.WorkflowTestSuite{}
 	env := newTestEnv(ts)
-	f := &fakeClusters{fail: map[string]bool{}, started: map[string]time.Time{}, signals: map[string][]string{}}
+	f := &fakeClusters{fail: map[string]bool{}, started: map[string]time.Time{}, signals: map[string][]string{}, requests: map[string]RolloutRequest{}}
 	for _, c := range fail {
 		f.fail[c] = true
 	}
@@ -145,4 +149,69 @@ func TestFleetRequestErrorsNameTheField(t *testing.T) {
 	for _, want := range []string{"waves[1]: is empty", `waves[2][0]: cluster "a" is listed twice`, `waves[2][1]: "B" is not a cluster name`, "maxFailedClusters: is negative"} {
 		require.Contains(t, err.Error(), want)
 	}
+}
+
+// A fleet started with JSON (the Temporal UI, `temporal workflow start`) is refused when a
+// field is misspelt, at any depth: maxFailedCluster would leave the failure budget at 0. Each
+// unknown field is named once, by its full path; the fleet asks for its version only then.
+func TestFleetUnknownFieldsAreRefusedByPath(t *testing.T) {
+	const misspelt = `{"name":"demo","waves":[["a"],["b"]],"maxFailedCluster":1,
+		"rollout":{"nodes":["n1"],"jobTemplate":"t","batch":{"inital":1},"parallelism":"five"}}`
+	env, f := fleetEnv(t)
+	asked := false
+	env.OnGetVersion(versionFleetUnknownFields, workflow.DefaultVersion, 1).
+		Run(func(mock.Arguments) { asked = true }).Return(workflow.Version(1))
+	env.ExecuteWorkflow(FleetRolloutWorkflow, json.RawMessage(misspelt))
+	err := env.GetWorkflowError()
+	for _, field := range []string{"maxFailedCluster: unknown field", "rollout.batch.inital: unknown field", "rollout.parallelism: must be a JSON integer"} {
+		requireInvalid(t, err, field)
+	}
+	require.Contains(t, err.Error(), "remove them", "the error says how to fix it")
+	require.Equal(t, 1, strings.Count(err.Error(), "inital"), "a nested field is reported once: %v", err)
+	require.True(t, asked)
+	require.Empty(t, f.started, "no cluster starts")
+
+	// A fleet field of the wrong type failed the run at once before the check too, so it
+	// needs no version; it is named now instead of the decoder's error.
+	env, _ = fleetEnv(t)
+	env.ExecuteWorkflow(FleetRolloutWorkflow, json.RawMessage(`{"name":"demo","waves":[["a"]],"maxFailedClusters":"1","rollout":{}}`))
+	requireInvalid(t, env.GetWorkflowError(), "maxFailedClusters: must be a JSON integer")
+
+	// Spelt right, the same request runs with its budget, and asks for no version.
+	env, f = fleetEnv(t, "a")
+	asked = false
+	env.OnGetVersion(versionFleetUnknownFields, workflow.DefaultVersion, 1).
+		Run(func(mock.Arguments) { asked = true }).Return(workflow.Version(1)).Maybe()
+	env.ExecuteWorkflow(FleetRolloutWorkflow, json.RawMessage(`{"name":"demo","waves":[["a"],["b"]],"maxFailedClusters":1,
+		"rollout":{"nodes":["n1"],"jobTemplate":"t","batch":{"initial":1},"parallelism":5}}`))
+	require.NoError(t, env.GetWorkflowError())
+	var result FleetResult
+	require.NoError(t, env.GetWorkflowResult(&result))
+	require.Equal(t, 1, result.MaxFailedClusters)
+	require.Equal(t, map[string]string{"a": ClusterFailed, "b": ClusterSucceeded}, clusterStates(result))
+	require.Equal(t, 5, f.requests["b"].Parallelism, "the cluster runs the rollout as given")
+	require.False(t, asked, "a request without unknown fields records no version marker")
+}
+
+// Histories from before the check (DefaultVersion) replay as they ran: the misspelt fields
+// were dropped, and the fleet stopped at its first failed cluster.
+func TestFleetUnknownFieldsAreDroppedOnTheOldVersion(t *testing.T) {
+	env, f := fleetEnv(t, "a")
+	env.OnGetVersion(versionFleetUnknownFields, workflow.DefaultVersion, 1).Return(workflow.DefaultVersion)
+	env.ExecuteWorkflow(FleetRolloutWorkflow, json.RawMessage(`{"name":"demo","waves":[["a"],["b"]],"maxFailedCluster":1,
+		"rollout":{"nodes":["n1"],"jobTemplate":"t","batch":{"inital":1}}}`))
+	var appErr *temporal.ApplicationError
+	require.True(t, errors.As(env.GetWorkflowError(), &appErr), "%v", env.GetWorkflowError())
+	require.Equal(t, ErrFleetFailureBudgetExceeded, appErr.Type())
+	var st FleetStatus
+	require.NoError(t, appErr.Details(&st))
+	require.Equal(t, 0, st.MaxFailedClusters)
+	require.Equal(t, map[string]string{"a": ClusterFailed, "b": ClusterNotRun}, clusterStates(st))
+	require.Equal(t, &Batch{}, f.requests["a"].Batch, "the cluster got the rollout without batch.inital")
+
+	// A fleet field of the wrong type failed those runs at once, and still does.
+	env, _ = fleetEnv(t)
+	env.OnGetVersion(versionFleetUnknownFields, workflow.DefaultVersion, 1).Return(workflow.DefaultVersion).Maybe()
+	env.ExecuteWorkflow(FleetRolloutWorkflow, json.RawMessage(`{"name":"demo","waves":[["a"]],"maxFailedClusters":"1","rollout":{}}`))
+	requireInvalid(t, env.GetWorkflowError(), "maxFailedClusters: must be a JSON integer")
 }
