@@ -68,7 +68,7 @@ func TestKubernetesVersionCheck(t *testing.T) {
 		{name: "EKS 1.26", info: apiversion.Info{GitVersion: "v1.26.15-eks-abcdef", Major: "1", Minor: "26+"},
 			err: "the cluster runs Kubernetes v1.26.15-eks-abcdef; the worker needs 1.27 or newer"},
 		{name: "1.27.0", info: apiversion.Info{GitVersion: "v1.27.0", Major: "1", Minor: "27"}, want: "1.27.0"},
-		{name: "k3s 1.31", info: apiversion.Info{GitVersion: "v1.31.2+k3s1", Major: "1", Minor: "31"}, want: "1.31.2+k3s1"},
+		{name: "k3s 1.31", info: apiversion.Info{GitVersion: "v1.31.2+k3s1", Major: "1", Minor: "31"}, want: "1.31.2"},
 		{name: "only Major and Minor, GKE's +", info: apiversion.Info{Major: "1", Minor: "27+"}, want: "1.27"},
 		{name: "only Major and Minor, too old", info: apiversion.Info{Major: "1", Minor: "26+"},
 			err: "the cluster runs Kubernetes 1.26+; the worker needs 1.27 or newer"},
