@@ -32,17 +32,18 @@ func holdThenRollout(ctx workflow.Context, req RolloutRequest, carried *Progress
 // handOverEnv runs holdThenRollout (as "hold-then-rollout") with the first rollout's Job on
 // "shared" lasting two days and every other Job a minute; ranOn records which rollouts
 // finished a Job on each node, in order, and ended says when holdThenRollout returned (the
-// environment runs on after it, to the end of the first rollout).
-func handOverEnv(t *testing.T) (env *testsuite.TestWorkflowEnvironment, ranOn func() map[string][]string, ended func() time.Time) {
+// environment runs on after it, to the end of the first rollout). more registers further
+// workflows.
+func handOverEnv(t *testing.T, more ...func(*testsuite.TestWorkflowEnvironment)) (env *testsuite.TestWorkflowEnvironment, ranOn func() map[string][]string, ended func() time.Time) {
 	t.Helper()
 	var endedAt time.Time
-	env = rolloutPairEnv(t, func(env *testsuite.TestWorkflowEnvironment) {
+	env = rolloutPairEnv(t, append(more, func(env *testsuite.TestWorkflowEnvironment) {
 		env.RegisterWorkflowWithOptions(func(ctx workflow.Context, req RolloutRequest, carried *Progress) (RolloutResult, error) {
 			res, err := holdThenRollout(ctx, req, carried)
 			endedAt = workflow.Now(ctx)
 			return res, err
 		}, workflow.RegisterOptions{Name: "hold-then-rollout"})
-	})
+	})...)
 	a := &activities.Activities{}
 	var mu sync.Mutex
 	ran := map[string][]string{}
@@ -124,3 +125,4 @@ func TestHandedOverNodeRunsOnceItsHolderIsDone(t *testing.T) {
 	require.Equal(t, Counts{Succeeded: 2}, res.Counts)
 	require.Equal(t, []string{"first", "second"}, ranOn()["shared"], "the handed-over node ran once, after the rollout that held it")
 }
+
