@@ -125,4 +125,3 @@ func TestHandedOverNodeRunsOnceItsHolderIsDone(t *testing.T) {
 	require.Equal(t, Counts{Succeeded: 2}, res.Counts)
 	require.Equal(t, []string{"first", "second"}, ranOn()["shared"], "the handed-over node ran once, after the rollout that held it")
 }
-
