@@ -32,18 +32,17 @@ func holdThenRollout(ctx workflow.Context, req RolloutRequest, carried *Progress
 // handOverEnv runs holdThenRollout (as "hold-then-rollout") with the first rollout's Job on
 // "shared" lasting two days and every other Job a minute; ranOn records which rollouts
 // finished a Job on each node, in order, and ended says when holdThenRollout returned (the
-// environment runs on after it, to the end of the first rollout). more registers further
-// workflows.
-func handOverEnv(t *testing.T, more ...func(*testsuite.TestWorkflowEnvironment)) (env *testsuite.TestWorkflowEnvironment, ranOn func() map[string][]string, ended func() time.Time) {
+// environment runs on after it, to the end of the first rollout).
+func handOverEnv(t *testing.T) (env *testsuite.TestWorkflowEnvironment, ranOn func() map[string][]string, ended func() time.Time) {
 	t.Helper()
 	var endedAt time.Time
-	env = rolloutPairEnv(t, append(more, func(env *testsuite.TestWorkflowEnvironment) {
+	env = rolloutPairEnv(t, func(env *testsuite.TestWorkflowEnvironment) {
 		env.RegisterWorkflowWithOptions(func(ctx workflow.Context, req RolloutRequest, carried *Progress) (RolloutResult, error) {
 			res, err := holdThenRollout(ctx, req, carried)
 			endedAt = workflow.Now(ctx)
 			return res, err
 		}, workflow.RegisterOptions{Name: "hold-then-rollout"})
-	})...)
+	})
 	a := &activities.Activities{}
 	var mu sync.Mutex
 	ran := map[string][]string{}
