@@ -195,18 +195,18 @@ func rolloutPairEnv(t *testing.T, more ...func(*testsuite.TestWorkflowEnvironmen
 	return env
 }
 
-// A node busy with another rollout's two-day Job costs the waiting rollout a bounded number
-// of events: it is told when the node frees instead of polling (which scheduled a timer a
-// minute, thousands in all).
-func TestBusyNodeIsToldWhenFreeInsteadOfPolling(t *testing.T) {
-	env := rolloutPairEnv(t)
+// jobEnd is one Job's end as FinalizeJob saw it.
+type jobEnd struct {
+	rollout string
+	at      time.Time
+}
+
+// firstHoldsSharedTwoDays mocks the Job activities: rollout first's Job on node shared runs two
+// days, every other Job a minute. ended lists each node's Job ends in order.
+func firstHoldsSharedTwoDays(env *testsuite.TestWorkflowEnvironment) (ended func() map[string][]jobEnd) {
 	a := &activities.Activities{}
 	var mu sync.Mutex
-	type run struct {
-		rollout string
-		end     time.Time
-	}
-	var shared []run
+	ends := map[string][]jobEnd{}
 	env.OnActivity(a.CreateJob, mock.Anything, mock.Anything).Return(func(_ context.Context, in activities.JobRequest) (activities.JobRef, error) {
 		return activities.JobRef{Namespace: in.Namespace, Name: in.Rollout + "-" + in.Node, UID: in.Rollout + in.Node, Node: in.Node}, nil
 	})
@@ -214,13 +214,24 @@ func TestBusyNodeIsToldWhenFreeInsteadOfPolling(t *testing.T) {
 		After(48*time.Hour).Return(activities.JobEnd{Outcome: activities.OutcomeSucceeded}, nil)
 	env.OnActivity(a.WaitJob, mock.Anything, mock.Anything).After(time.Minute).Return(activities.JobEnd{Outcome: activities.OutcomeSucceeded}, nil)
 	env.OnActivity(a.FinalizeJob, mock.Anything, mock.Anything).Return(func(_ context.Context, in activities.FinalizeInput) (activities.FinalizeResult, error) {
-		if in.Node == "shared" {
-			mu.Lock()
-			shared = append(shared, run{rollout: in.Rollout, end: env.Now()})
-			mu.Unlock()
-		}
+		mu.Lock()
+		ends[in.Node] = append(ends[in.Node], jobEnd{rollout: in.Rollout, at: env.Now()})
+		mu.Unlock()
 		return activities.FinalizeResult{}, nil
 	})
+	return func() map[string][]jobEnd {
+		mu.Lock()
+		defer mu.Unlock()
+		return ends
+	}
+}
+
+// A node busy with another rollout's two-day Job costs the waiting rollout a bounded number
+// of events: it is told when the node frees instead of polling (which scheduled a timer a
+// minute, thousands in all).
+func TestBusyNodeIsToldWhenFreeInsteadOfPolling(t *testing.T) {
+	env := rolloutPairEnv(t)
+	ended := firstHoldsSharedTwoDays(env)
 	timers := 0
 	env.SetOnTimerScheduledListener(func(string, time.Duration) { timers++ })
 	env.SetTestTimeout(time.Minute)
@@ -231,9 +242,10 @@ func TestBusyNodeIsToldWhenFreeInsteadOfPolling(t *testing.T) {
 	require.NoError(t, env.GetWorkflowResult(&results))
 	require.Equal(t, 2, results[0].Counts.Succeeded)
 	require.Equal(t, 2, results[1].Counts.Succeeded)
+	shared := ended()["shared"]
 	require.Len(t, shared, 2)
 	require.Equal(t, "second", shared[1].rollout)
-	require.Less(t, shared[1].end.Sub(shared[0].end), 2*time.Minute, "the waiting rollout starts as soon as the node frees")
+	require.Less(t, shared[1].at.Sub(shared[0].at), 2*time.Minute, "the waiting rollout starts as soon as the node frees")
 	// Looks every 10, 20, 40, 80 minutes, then every 2 hours: 27 in 48 hours, where polling
 	// took 2,883.
 	require.Less(t, timers, 40, "waiting two days must cost a bounded handful of looks")

@@ -1,18 +1,13 @@
 package workflows
 
 import (
-	"context"
 	"errors"
-	"sync"
 	"testing"
 	"time"
 
-	"github.com/stretchr/testify/mock"
 	"github.com/stretchr/testify/require"
 	"go.temporal.io/sdk/testsuite"
 	"go.temporal.io/sdk/workflow"
-
-	"github.com/noderollout/noderollout/activities"
 )
 
 // Nodes that another rollout holds are handed to the next run rather than waited for by a run
@@ -43,25 +38,15 @@ func handOverEnv(t *testing.T) (env *testsuite.TestWorkflowEnvironment, ranOn fu
 			return res, err
 		}, workflow.RegisterOptions{Name: "hold-then-rollout"})
 	})
-	a := &activities.Activities{}
-	var mu sync.Mutex
-	ran := map[string][]string{}
-	env.OnActivity(a.CreateJob, mock.Anything, mock.Anything).Return(func(_ context.Context, in activities.JobRequest) (activities.JobRef, error) {
-		return activities.JobRef{Namespace: in.Namespace, Name: in.Rollout + "-" + in.Node, UID: in.Rollout + in.Node, Node: in.Node}, nil
-	})
-	env.OnActivity(a.WaitJob, mock.Anything, mock.MatchedBy(func(in activities.WaitJobInput) bool { return in.Job.Name == "first-shared" })).
-		After(48*time.Hour).Return(activities.JobEnd{Outcome: activities.OutcomeSucceeded}, nil)
-	env.OnActivity(a.WaitJob, mock.Anything, mock.Anything).After(time.Minute).Return(activities.JobEnd{Outcome: activities.OutcomeSucceeded}, nil)
-	env.OnActivity(a.FinalizeJob, mock.Anything, mock.Anything).Return(func(_ context.Context, in activities.FinalizeInput) (activities.FinalizeResult, error) {
-		mu.Lock()
-		ran[in.Node] = append(ran[in.Node], in.Rollout)
-		mu.Unlock()
-		return activities.FinalizeResult{}, nil
-	})
+	ends := firstHoldsSharedTwoDays(env)
 	env.SetTestTimeout(time.Minute)
 	return env, func() map[string][]string {
-		mu.Lock()
-		defer mu.Unlock()
+		ran := map[string][]string{}
+		for node, es := range ends() {
+			for _, e := range es {
+				ran[node] = append(ran[node], e.rollout)
+			}
+		}
 		return ran
 	}, func() time.Time { return endedAt }
 }

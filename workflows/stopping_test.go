@@ -51,6 +51,20 @@ func (s *RolloutSuite) TestOverBudgetRolloutDoesNotWaitForTheNextWindow() {
 // A rollout over its failure budget does not sit out the delay between nodes it is in: no
 // node may start after it, so it ends once its nodes in flight have.
 func (s *RolloutSuite) TestOverBudgetRolloutCutsTheDelayBetweenNodes() {
+	r := s.overBudgetDuringAnHourlongDelay()
+	s.Less(r.FinishedAt.Sub(r.StartedAt), 10*time.Minute, "the rollout ends when node-00000 fails, not an hour later")
+}
+
+// An old run (before versionCutDelay) sits the delay out, as its history says it did.
+func (s *RolloutSuite) TestOverBudgetRolloutOfAnOldRunSitsTheDelayOut() {
+	s.env.OnGetVersion(versionCutDelay, workflow.DefaultVersion, 1).Return(workflow.DefaultVersion)
+	r := s.overBudgetDuringAnHourlongDelay()
+	s.GreaterOrEqual(r.FinishedAt.Sub(r.StartedAt), time.Hour)
+}
+
+// overBudgetDuringAnHourlongDelay runs three nodes an hour apart with no failure allowed; the
+// first fails after a minute.
+func (s *RolloutSuite) overBudgetDuringAnHourlongDelay() RolloutResult {
 	s.jobFn = s.runFor(func(node string) (time.Duration, bool) { return time.Minute, node != "node-00000" })
 	req := request(nodeNames(3)...)
 	req.DelayBetweenNodes = "1h"
@@ -61,22 +75,7 @@ func (s *RolloutSuite) TestOverBudgetRolloutCutsTheDelayBetweenNodes() {
 	var r RolloutResult
 	s.Require().NoError(appErr.Details(&r))
 	s.Len(s.runs, 1, "no node starts once the budget is spent")
-	s.Less(r.FinishedAt.Sub(r.StartedAt), 10*time.Minute, "the rollout ends when node-00000 fails, not an hour later")
-}
-
-// An old run (before versionCutDelay) sits the delay out, as its history says it did.
-func (s *RolloutSuite) TestOverBudgetRolloutOfAnOldRunSitsTheDelayOut() {
-	s.env.OnGetVersion(versionCutDelay, workflow.DefaultVersion, 1).Return(workflow.DefaultVersion)
-	s.jobFn = s.runFor(func(node string) (time.Duration, bool) { return time.Minute, node != "node-00000" })
-	req := request(nodeNames(3)...)
-	req.DelayBetweenNodes = "1h"
-	s.env.ExecuteWorkflow(RolloutWorkflow, req)
-	var appErr *temporal.ApplicationError
-	s.Require().True(errors.As(s.env.GetWorkflowError(), &appErr), "%v", s.env.GetWorkflowError())
-	var r RolloutResult
-	s.Require().NoError(appErr.Details(&r))
-	s.Len(s.runs, 1)
-	s.GreaterOrEqual(r.FinishedAt.Sub(r.StartedAt), time.Hour)
+	return r
 }
 
 // secondOfBoth runs rollout first over a and shared, then a minute later rollout second (over
