@@ -190,7 +190,17 @@ func rolloutPairEnv(t *testing.T, more ...func(*testsuite.TestWorkflowEnvironmen
 	jobsOutlastTheWatch(env)
 	env.OnActivity(a.PrepareTemplate, mock.Anything, mock.Anything).Return(activities.PreparedTemplate{Hash: "h"}, nil)
 	env.OnActivity(a.ListNodes, mock.Anything, mock.Anything).Return(func(_ context.Context, in activities.ListNodesInput) (activities.ListNodesResult, error) {
-		return activities.ListNodesResult{Nodes: in.Names, Total: len(in.Names)}, nil
+		res := activities.ListNodesResult{Nodes: in.Names, Total: len(in.Names)}
+		if len(in.Labels) > 0 { // every asked label's value is "zone-" and the node's first letter
+			res.Labels = map[string]map[string]string{}
+			for _, n := range in.Names {
+				res.Labels[n] = map[string]string{}
+				for _, k := range in.Labels {
+					res.Labels[n][k] = "zone-" + n[:1]
+				}
+			}
+		}
+		return res, nil
 	})
 	return env
 }

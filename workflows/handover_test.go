@@ -78,6 +78,16 @@ func TestContinuingRunHandsOverANodeAnotherRolloutHolds(t *testing.T) {
 	require.Equal(t, []string{"first"}, ranOn()["shared"], "no Job of the second rollout on shared in this run")
 }
 
+// A paced run hands a waiting node over with its domain, which the next run counts it in.
+func TestPacedRunHandsOverANodeWithItsDomain(t *testing.T) {
+	env, _, _ := handOverEnv(t)
+	req := RolloutRequest{Name: "second", Nodes: []string{"shared", "y", "z"}, JobTemplate: sampleTemplate, Parallelism: 2,
+		ContinueAsNewAfter: 2, Topology: &Topology{Key: zoneKey, MaxPerDomain: 1}}
+	env.ExecuteWorkflow("hold-then-rollout", req, (*Progress)(nil))
+	carried := handedOver(t, env)
+	require.Equal(t, []PacedNode{{Name: "shared", Domain: "zone-s"}}, carried.WaitingNodes)
+}
+
 // A run whose history nears the limits while it waits only for a held node hands it over too.
 func TestRunNearItsHistoryLimitsHandsOverTheNodesItWaitsFor(t *testing.T) {
 	env, _, ended := handOverEnv(t)
