@@ -30,6 +30,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/noderollout/noderollout/bench/floor"
 	"github.com/noderollout/noderollout/workflows"
 )
 
@@ -44,6 +45,7 @@ type config struct {
 	workDir         string
 	workerBin       string
 	candidateBin    string
+	floorBin        string
 	baselineBin     string
 	kubeconfig      string
 	temporalAddress string
@@ -110,6 +112,7 @@ func parseFlags(args []string) (config, error) {
 	fs.StringVar(&c.workerBin, "worker-bin", "bin/worker", "the built worker")
 	fs.StringVar(&c.candidateBin, "candidate-bin", "", "a second worker build, run as the system "+systemCandidate+" to A/B a change")
 	fs.StringVar(&c.baselineBin, "baseline-bin", "bin/baseline", "the built baseline dispatcher")
+	fs.StringVar(&c.floorBin, "floor-bin", "bin/floorworker", "the built floor worker, for the system "+systemTemporalFloor)
 	fs.StringVar(&c.kubeconfig, "kubeconfig", os.Getenv("KUBECONFIG"), "admin kubeconfig of the local stack")
 	fs.StringVar(&c.temporalAddress, "temporal-address", os.Getenv("TEMPORAL_ADDRESS"), "Temporal frontend of the local stack")
 	fs.StringVar(&c.temporalMetrics, "temporal-metrics", "127.0.0.1:7244", "the Temporal server's Prometheus endpoint (host:port)")
@@ -155,8 +158,8 @@ func parseFlags(args []string) (config, error) {
 		c.sizes = append(c.sizes, n)
 	}
 	for _, s := range strings.Split(systems, ",") {
-		if !isNoderollout(s) && !isBaseline(s) {
-			return c, fmt.Errorf("--systems: %q is none of %s, %s, %s and %s", s, systemNoderollout, systemCandidate, systemBaseline, systemBaselineMinimal)
+		if !isNoderollout(s) && !isBaseline(s) && s != systemTemporalFloor {
+			return c, fmt.Errorf("--systems: %q is none of %s, %s, %s, %s and %s", s, systemNoderollout, systemCandidate, systemBaseline, systemBaselineMinimal, systemTemporalFloor)
 		}
 		if s == systemCandidate && c.candidateBin == "" {
 			return c, fmt.Errorf("--systems: %s needs --candidate-bin", systemCandidate)
@@ -413,6 +416,8 @@ func (e *env) measureOne(ctx context.Context, s runSpec) (*result, error) {
 		err = e.measureNoderollout(ctx, s, r)
 	case systemBaseline, systemBaselineMinimal:
 		err = e.measureBaseline(ctx, s, r)
+	case systemTemporalFloor:
+		err = e.measureFloor(ctx, s, r)
 	}
 	if tr != nil && !r.start.IsZero() {
 		r.Slot = tr.phases(r.start, r.end, s.parallelism)
@@ -437,6 +442,67 @@ func (e *env) measureNoderollout(ctx context.Context, s runSpec, r *result) erro
 		return err
 	}
 	defer w.stop()
+	req := rolloutRequest("bench-"+s.id(), s)
+	req.ContinueAsNewAfter = e.cfg.canAfter
+	return e.measureWorkflow(ctx, s, r, w, workflowRun{
+		start: func(ctx context.Context) (client.WorkflowRun, error) { return startRollout(ctx, e.tc, taskQueue, req) },
+		follow: func(ctx context.Context, id string) {
+			followRollout(ctx, e.tc, id, 15*time.Second, r.start)
+		},
+		wait: func(ctx context.Context, id string) error {
+			res, err := waitRollout(ctx, e.tc, id)
+			r.Selected = res.Selected
+			r.Succeeded = res.Counts.Succeeded
+			r.Failed = res.Counts.Failures()
+			r.Other = res.Counts.Skipped + res.Counts.NodeGone
+			r.ContinueAsNew = res.ContinuedAsNew
+			return err
+		},
+	})
+}
+
+// measureFloor runs the Temporal floor (package floor): a child workflow per node of the
+// fleet that only waits D seconds, on a worker of its own, with no Kubernetes calls.
+func (e *env) measureFloor(ctx context.Context, s runSpec, r *result) error {
+	taskQueue := "bench-" + s.id()
+	w, err := startReadyProcess(ctx, e.cfg.floorBin, filepath.Join(e.cfg.workDir, "bench-worker-"+s.id()+".log"),
+		func(addr string) []string {
+			return []string{"--temporal-address", e.cfg.temporalAddress, "--task-queue", taskQueue, "--metrics-listen", addr}
+		})
+	if err != nil {
+		return err
+	}
+	defer w.stop()
+	req := floor.Request{Name: "bench-" + s.id(), Nodes: s.fleet.nodes, Parallelism: s.parallelism, JobSeconds: s.jobSeconds}
+	// Its nodes never fail: the fleet's failing nodes are failed by their Pods.
+	r.ExpectedFailed = 0
+	return e.measureWorkflow(ctx, s, r, w, workflowRun{
+		start: func(ctx context.Context) (client.WorkflowRun, error) {
+			return e.tc.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
+				ID: req.Name, TaskQueue: taskQueue, WorkflowExecutionTimeout: 3 * time.Hour,
+			}, floor.RolloutWorkflow, req)
+		},
+		wait: func(ctx context.Context, id string) error {
+			var res floor.Result
+			err := e.tc.GetWorkflow(ctx, id, "").Get(ctx, &res)
+			r.Selected = len(req.Nodes)
+			r.Succeeded, r.Failed = res.Succeeded, res.Failed
+			return err
+		},
+	})
+}
+
+// workflowRun is what differs between the systems that run as a Temporal workflow: how it
+// starts, what watches it on the way (optional), and how its end fills the result's counts.
+type workflowRun struct {
+	start  func(ctx context.Context) (client.WorkflowRun, error)
+	follow func(ctx context.Context, id string)
+	wait   func(ctx context.Context, id string) error
+}
+
+// measureWorkflow measures one workflow system, served by the worker w, from its start
+// request to its end, then reads its histories.
+func (e *env) measureWorkflow(ctx context.Context, s runSpec, r *result, w *workerProc, run workflowRun) error {
 	before, err := takeUsage(ctx, e.kube, e.cfg.stateDir, e.cfg.temporalMetrics, e.proxy)
 	if err != nil {
 		return err
@@ -444,19 +510,19 @@ func (e *env) measureNoderollout(ctx context.Context, s runSpec, r *result) erro
 	procBefore, _ := readProc(w.pid())
 	logOffset := temporalLogOffset(e.cfg.stateDir)
 
-	req := rolloutRequest("bench-"+s.id(), s)
-	req.ContinueAsNewAfter = e.cfg.canAfter
 	r.start = time.Now()
-	wr, err := startRollout(ctx, e.tc, taskQueue, req)
+	wr, err := run.start(ctx)
 	if err != nil {
-		return fmt.Errorf("starting the rollout: %w", err)
+		return fmt.Errorf("starting the %s workflow: %w", s.system, err)
 	}
 	followCtx, stopFollowing := context.WithCancel(ctx)
-	go followRollout(followCtx, e.tc, wr.GetID(), 15*time.Second, r.start)
+	if run.follow != nil {
+		go run.follow(followCtx, wr.GetID())
+	}
 	if e.cfg.profileSeconds > 0 {
 		go w.profile(followCtx, e.cfg.profileSeconds, filepath.Join(e.cfg.workDir, fmt.Sprintf("%s-cpu-%d-r%d.pprof", s.system, r.Nodes, s.rep)))
 	}
-	res, rolloutErr := waitRollout(ctx, e.tc, wr.GetID())
+	runErr := run.wait(ctx, wr.GetID())
 	r.end = time.Now()
 	stopFollowing()
 
@@ -468,20 +534,15 @@ func (e *env) measureNoderollout(ctx context.Context, s runSpec, r *result) erro
 	r.fill(before, after)
 	r.Process = processUse{PeakMB: procAfter.PeakMB, CPU: procAfter.CPU - procBefore.CPU}
 	r.MakespanS = r.end.Sub(r.start).Seconds()
-	r.Selected = res.Selected
-	r.Succeeded = res.Counts.Succeeded
-	r.Failed = res.Counts.Failures()
-	r.Other = res.Counts.Skipped + res.Counts.NodeGone
-	r.ContinueAsNew = res.ContinuedAsNew
 	if text, err := w.metrics(); err == nil {
 		r.SDKTimers, r.SDKCounters = parseSDKMetrics(text)
 	}
 	w.stop()
-	if rolloutErr != nil {
-		return fmt.Errorf("rollout %s: %w", wr.GetID(), rolloutErr)
+	if runErr != nil {
+		return fmt.Errorf("%s workflow %s: %w", s.system, wr.GetID(), runErr)
 	}
 
-	logf("N=%d noderollout: done in %.1fs; reading histories", r.Nodes, r.MakespanS)
+	logf("N=%d %s: done in %.1fs; reading histories", r.Nodes, s.system, r.MakespanS)
 	hs, err := readHistories(ctx, e.tc, wr.GetID(), wr.GetRunID(), e.cfg.historyWorkers)
 	r.History = &hs
 	r.HistoryWarnings = historyWarnings(e.cfg.stateDir, logOffset)

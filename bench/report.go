@@ -90,7 +90,7 @@ func markdownSummary(results []*result) string {
 	b.WriteString("|--:|--:|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|---|\n")
 	for _, r := range results {
 		hist, attempts, can := "–", "–", "–"
-		if isNoderollout(r.System) {
+		if r.History != nil {
 			hist, attempts, can = f1(r.HistoryEventsPerNode), f2(r.ActivityAttemptsPerNode), strconv.Itoa(r.ContinueAsNew)
 		}
 		vs := "–"

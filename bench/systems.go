@@ -31,6 +31,9 @@ const (
 	// systemCandidate is noderollout built from another tree (--candidate-bin): a change to the
 	// worker measured against the current one in the same run, alternated with it.
 	systemCandidate = "noderollout-candidate"
+	// systemTemporalFloor is a child workflow per node and nothing else (package floor): what
+	// the design costs Temporal at least, the floor under noderollout's Temporal figures.
+	systemTemporalFloor = "temporal-floor"
 )
 
 // isNoderollout says whether the system is a noderollout worker.
@@ -103,6 +106,16 @@ func (w *workerProc) profile(ctx context.Context, seconds int, path string) {
 }
 
 func startWorker(ctx context.Context, bin, kubeconfig, temporalAddress, taskQueue, logPath string) (*workerProc, error) {
+	return startReadyProcess(ctx, bin, logPath, func(addr string) []string {
+		return []string{"--kubeconfig", kubeconfig, "--temporal-address", temporalAddress,
+			"--task-queue", taskQueue, "--metrics-listen", addr, "--kube-qps", "1000", "--kube-burst", "2000",
+			"--stop-timeout", "5s", "--pprof"}
+	})
+}
+
+// startReadyProcess starts bin with the arguments args gives for a free listen address and
+// waits until the process answers GET /readyz there.
+func startReadyProcess(ctx context.Context, bin, logPath string, args func(addr string) []string) (*workerProc, error) {
 	addr, err := freeAddr()
 	if err != nil {
 		return nil, err
@@ -112,9 +125,7 @@ func startWorker(ctx context.Context, bin, kubeconfig, temporalAddress, taskQueu
 		return nil, err
 	}
 	w := &workerProc{metricsAddr: addr, done: make(chan struct{})}
-	w.cmd = exec.Command(bin, "--kubeconfig", kubeconfig, "--temporal-address", temporalAddress,
-		"--task-queue", taskQueue, "--metrics-listen", addr, "--kube-qps", "1000", "--kube-burst", "2000",
-		"--stop-timeout", "5s", "--pprof")
+	w.cmd = exec.Command(bin, args(addr)...)
 	w.cmd.Stdout, w.cmd.Stderr = logFile, logFile
 	if err := w.cmd.Start(); err != nil {
 		logFile.Close()

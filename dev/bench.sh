@@ -34,9 +34,9 @@ bin=$STATE_DIR/bin/bench
 work=$LOG_DIR/bench
 mkdir -p "$bin" "$work"
 (cd "$REPO_DIR" && go build -o "$bin/" ./worker)
-(cd "$REPO_DIR/bench" && go build -o "$bin/" . ./baseline)
+(cd "$REPO_DIR/bench" && go build -o "$bin/" . ./baseline ./floorworker)
 log "bench $mode: logs in $work, results in $out"
 cd "$REPO_DIR"
 "$bin/bench" --mode "$mode" --out "$out" --work-dir "$work" \
-  --worker-bin "$bin/worker" --baseline-bin "$bin/baseline" \
+  --worker-bin "$bin/worker" --baseline-bin "$bin/baseline" --floor-bin "$bin/floorworker" \
   --kubeconfig "$KUBECONFIG" --temporal-address "$TEMPORAL_ADDRESS" --temporal-metrics "127.0.0.1:$TEMPORAL_METRICS_PORT" --state-dir "$STATE_DIR" "$@"
