@@ -401,12 +401,8 @@ func nestedRolloutProblems(r RolloutRequest) []*jobspec.FieldError {
 	return out
 }
 
-// ValidateFleet checks a fleet request as FleetRollout does, and the rollout every cluster
-// will run as Rollout does, so a bad file is refused before anything starts.
+// ValidateFleet checks a fleet request as FleetRollout does, the rollout every cluster will
+// run included, so a bad file is refused before anything starts.
 func ValidateFleet(req FleetRequest) error {
-	if err := validateFleet(&req, nil); err != nil {
-		return err
-	}
-	_, err := Validate(req.Rollout)
-	return err
+	return validateFleet(&req, nestedRolloutProblems(req.Rollout))
 }
