@@ -20,11 +20,13 @@ func TestFleetExampleIsValidAndBadFleetFilesNameTheField(t *testing.T) {
 	var usage usageError
 	require.ErrorAs(t, err, &usage)
 	require.Contains(t, err.Error(), `waves[1][0]: cluster "a" is listed twice`)
+	require.Contains(t, err.Error(), "rollout.parallelism: must be between 1 and 1000, got -1",
+		"the rollout's problems come with the fleet's own, named by their path in the file")
 
 	bad2 := filepath.Join(t.TempDir(), "fleet.yaml")
 	require.NoError(t, os.WriteFile(bad2, []byte("name: demo\nwaves: [[a]]\nrollout: {nodes: [n1], parallelism: -1, jobTemplate: x}\n"), 0o600))
 	_, err = loadFleetRequest(bad2)
-	require.ErrorContains(t, err, "parallelism", "the rollout each cluster runs is checked too")
+	require.ErrorContains(t, err, "rollout.parallelism: must be between 1 and 1000, got -1", "the rollout each cluster runs is checked too")
 }
 
 // A misspelt fleet field must not be dropped silently (maxFailedCluster would leave the budget

@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/noderollout/noderollout/activities"
+	"github.com/noderollout/noderollout/activities/jobspec"
 )
 
 // Names of the fleet rollout: one Rollout per cluster, wave after wave.
@@ -29,6 +30,11 @@ const (
 	// request has unknown fields (at any depth) or a rollout field of the wrong type, which
 	// earlier runs dropped silently (a misspelt maxFailedClusters left the budget at 0).
 	versionFleetUnknownFields = "fleet-refuses-unknown-fields"
+	// versionFleetChecksRollout marks fleet runs that fail with InvalidRequest when the rollout
+	// every cluster runs is statically invalid, which earlier runs started in wave 1's clusters
+	// to fail there one by one (and an explicit rollout.parallelism 0, lost when the request
+	// was passed on to the clusters, ran with the default of 10).
+	versionFleetChecksRollout = "fleet-checks-nested-rollout"
 )
 
 // FleetID is the workflow ID of the fleet rollout with this name.
@@ -123,7 +129,14 @@ func FleetRollout(ctx workflow.Context, req FleetRequest) (FleetResult, error) {
 		workflow.GetVersion(ctx, versionFleetUnknownFields, workflow.DefaultVersion, 1) == workflow.DefaultVersion {
 		req.decodeProblems = nil
 	}
-	if err := validateFleet(&req); err != nil {
+	// Likewise runs from before the nested check started their clusters with the rollout; only
+	// a fleet whose rollout has problems asks, so valid fleets' histories get no marker.
+	nested := nestedRolloutProblems(req.Rollout)
+	if len(nested) > 0 &&
+		workflow.GetVersion(ctx, versionFleetChecksRollout, workflow.DefaultVersion, 1) == workflow.DefaultVersion {
+		nested = nil
+	}
+	if err := validateFleet(&req, nested); err != nil {
 		return FleetResult{}, err
 	}
 	f := &fleet{req: req, running: map[string]workflow.ChildWorkflowFuture{}}
@@ -319,9 +332,10 @@ func (f *fleet) showProgress(ctx workflow.Context) {
 		st.Phase, st.Wave, st.Waves, done, len(st.Clusters), len(f.running), st.FailedClusters, st.MaxFailedClusters))
 }
 
-// validateFleet checks the fleet's own fields and fills defaults; each cluster's Rollout
-// validates the rollout itself, before it starts any node.
-func validateFleet(req *FleetRequest) error {
+// validateFleet checks the fleet's own fields and fills defaults, and fails with every problem,
+// the fleet's own and those of the rollout it runs (nested, see nestedRolloutProblems), in one
+// InvalidRequest.
+func validateFleet(req *FleetRequest, nested []*jobspec.FieldError) error {
 	ps := decodeFieldErrors(req.decodeProblems)
 	add := func(field, what, fix string) { ps = append(ps, problem(field, what, fix)) }
 	if errs := validation.IsDNS1123Label(req.Name); len(errs) > 0 {
@@ -355,6 +369,7 @@ func validateFleet(req *FleetRequest) error {
 	if req.MaxFailedClusters < 0 {
 		add("maxFailedClusters", "is negative", "use 0 (stop at the first failed cluster) or more")
 	}
+	ps = append(ps, nested...)
 	if len(ps) == 0 {
 		return nil
 	}
@@ -366,12 +381,28 @@ func validateFleet(req *FleetRequest) error {
 		activities.ErrInvalidRequest, nil, ps)
 }
 
-// ValidateFleet checks a fleet request as FleetRollout does, and the rollout every cluster
-// will run as Rollout does, so a bad file is refused before anything starts.
-func ValidateFleet(req FleetRequest) error {
-	if err := validateFleet(&req); err != nil {
-		return err
+// nestedRolloutProblems is Rollout's static check (check) of the rollout every cluster runs,
+// each problem named by its path in the fleet's request (rollout.parallelism).
+//
+// All of check applies at fleet level: what depends on the cluster (the namespace and the
+// template's ConfigMap existing, the template itself, the worker's maxParallelism, the time
+// zone, the nodes a selector matches) only each cluster's Rollout can check, with I/O, and
+// check leaves it out. An empty name is no problem: the fleet fills in its own, checked as
+// name. A cluster's first run is never continued as new, hence continued=false.
+func nestedRolloutProblems(r RolloutRequest) []*jobspec.FieldError {
+	_, ps := check(r, false)
+	var out []*jobspec.FieldError
+	for _, p := range ps {
+		if p.Field == "name" && r.Name == "" {
+			continue
+		}
+		out = append(out, problem("rollout."+p.Field, p.Problem, p.Fix))
 	}
-	_, err := Validate(req.Rollout)
-	return err
+	return out
+}
+
+// ValidateFleet checks a fleet request as FleetRollout does, the rollout every cluster will
+// run included, so a bad file is refused before anything starts.
+func ValidateFleet(req FleetRequest) error {
+	return validateFleet(&req, nestedRolloutProblems(req.Rollout))
 }

@@ -13,6 +13,8 @@ import (
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/testsuite"
 	"go.temporal.io/sdk/workflow"
+
+	"github.com/noderollout/noderollout/activities/jobspec"
 )
 
 // fakeClusters stands in for each cluster's Rollout: it runs for an hour, fails on the
@@ -194,10 +196,12 @@ func TestFleetUnknownFieldsAreRefusedByPath(t *testing.T) {
 }
 
 // Histories from before the check (DefaultVersion) replay as they ran: the misspelt fields
-// were dropped, and the fleet stopped at its first failed cluster.
+// were dropped, and the fleet stopped at its first failed cluster. Such a history is from before
+// the nested rollout's check as well (its batch without initial is invalid).
 func TestFleetUnknownFieldsAreDroppedOnTheOldVersion(t *testing.T) {
 	env, f := fleetEnv(t, "a")
 	env.OnGetVersion(versionFleetUnknownFields, workflow.DefaultVersion, 1).Return(workflow.DefaultVersion)
+	env.OnGetVersion(versionFleetChecksRollout, workflow.DefaultVersion, 1).Return(workflow.DefaultVersion)
 	env.ExecuteWorkflow(FleetRolloutWorkflow, json.RawMessage(`{"name":"demo","waves":[["a"],["b"]],"maxFailedCluster":1,
 		"rollout":{"nodes":["n1"],"jobTemplate":"t","batch":{"inital":1}}}`))
 	var appErr *temporal.ApplicationError
@@ -214,4 +218,102 @@ func TestFleetUnknownFieldsAreDroppedOnTheOldVersion(t *testing.T) {
 	env.OnGetVersion(versionFleetUnknownFields, workflow.DefaultVersion, 1).Return(workflow.DefaultVersion).Maybe()
 	env.ExecuteWorkflow(FleetRolloutWorkflow, json.RawMessage(`{"name":"demo","waves":[["a"]],"maxFailedClusters":"1","rollout":{}}`))
 	requireInvalid(t, env.GetWorkflowError(), "maxFailedClusters: must be a JSON integer")
+}
+
+// fleetVersionAsked makes the fleet's nested-rollout version return v and reports whether the
+// run asked for it.
+func fleetVersionAsked(env *testsuite.TestWorkflowEnvironment, v workflow.Version) *bool {
+	asked := false
+	env.OnGetVersion(versionFleetChecksRollout, workflow.DefaultVersion, 1).
+		Run(func(mock.Arguments) { asked = true }).Return(v).Maybe()
+	return &asked
+}
+
+// fieldsOf are the fields an InvalidRequest names in its details.
+func fieldsOf(t *testing.T, err error) []string {
+	t.Helper()
+	var appErr *temporal.ApplicationError
+	require.True(t, errors.As(err, &appErr), "want an InvalidRequest, got %v", err)
+	var ps []*jobspec.FieldError
+	require.NoError(t, appErr.Details(&ps))
+	fields := make([]string, len(ps))
+	for i, p := range ps {
+		fields[i] = p.Field
+	}
+	return fields
+}
+
+// An explicit parallelism 0 in the fleet's rollout (typed in the Temporal UI) is refused at the
+// fleet's start, as a Rollout refuses it: passed on to the clusters it became the default of 10.
+// A valid fleet asks for no version, so its history gets no marker.
+func TestFleetRefusesAnExplicitZeroParallelismInItsRollout(t *testing.T) {
+	env, f := fleetEnv(t)
+	asked := fleetVersionAsked(env, 1)
+	env.ExecuteWorkflow(FleetRolloutWorkflow, json.RawMessage(`{"name":"demo","waves":[["a"],["b"]],
+		"rollout":{"nodes":["n1"],"jobTemplate":"t","parallelism":0}}`))
+	err := env.GetWorkflowError()
+	requireInvalid(t, err, "rollout.parallelism: must be between 1 and 1000, got 0; omit it for the default of 10")
+	require.Equal(t, []string{"rollout.parallelism"}, fieldsOf(t, err), "the rollout's name is the fleet's to fill in")
+	require.True(t, *asked)
+	require.Empty(t, f.started, "no cluster starts")
+
+	env, f = fleetEnv(t)
+	asked = fleetVersionAsked(env, 1)
+	env.ExecuteWorkflow(FleetRolloutWorkflow, json.RawMessage(`{"name":"demo","waves":[["a"],["b"]],
+		"rollout":{"nodes":["n1"],"jobTemplate":"t","parallelism":5}}`))
+	require.NoError(t, env.GetWorkflowError())
+	require.Equal(t, 5, f.requests["b"].Parallelism)
+	require.False(t, *asked, "a valid fleet records no version marker")
+}
+
+// Every static problem of the rollout is refused at the fleet's start, named by its path in the
+// fleet's request, in one InvalidRequest with the fleet's own problems.
+func TestFleetRefusesAnInvalidRolloutByPath(t *testing.T) {
+	env, f := fleetEnv(t)
+	asked := fleetVersionAsked(env, 1)
+	env.ExecuteWorkflow(FleetRolloutWorkflow, FleetRequest{Name: "demo", Waves: [][]string{{"a"}, {}},
+		Rollout: RolloutRequest{NodeSelector: "pool in (gpu", Batch: &Batch{Initial: 20}}})
+	err := env.GetWorkflowError()
+	for _, want := range []string{"waves[1]: is empty", `rollout.nodeSelector: "pool in (gpu" does not parse`,
+		"rollout.jobTemplate: is required", "rollout.batch.initial: must be between 1 and parallelism (10), got 20"} {
+		requireInvalid(t, err, want)
+	}
+	require.Equal(t, []string{"waves[1]", "rollout.nodeSelector", "rollout.jobTemplate", "rollout.batch.initial"}, fieldsOf(t, err))
+	require.True(t, *asked)
+	require.Empty(t, f.started, "no cluster starts")
+
+	// A rollout named explicitly is checked as given; one left unnamed takes the fleet's name,
+	// whose problem is the fleet's own and named once.
+	env, _ = fleetEnv(t)
+	env.ExecuteWorkflow(FleetRolloutWorkflow, FleetRequest{Name: "Demo", Waves: [][]string{{"a"}},
+		Rollout: RolloutRequest{Nodes: []string{"n1"}, JobTemplate: sampleTemplate}})
+	require.Equal(t, []string{"name"}, fieldsOf(t, env.GetWorkflowError()))
+	env, _ = fleetEnv(t)
+	env.ExecuteWorkflow(FleetRolloutWorkflow, FleetRequest{Name: "demo", Waves: [][]string{{"a"}},
+		Rollout: RolloutRequest{Name: "Demo", Nodes: []string{"n1"}, JobTemplate: sampleTemplate}})
+	require.Equal(t, []string{"rollout.name"}, fieldsOf(t, env.GetWorkflowError()))
+}
+
+// Histories from before the nested check (DefaultVersion) replay as they ran: wave 1's
+// clusters started with the rollout, parallelism 0 dropped on the way.
+func TestFleetStartsAnInvalidRolloutOnTheOldVersion(t *testing.T) {
+	env, f := fleetEnv(t)
+	asked := fleetVersionAsked(env, workflow.DefaultVersion)
+	env.ExecuteWorkflow(FleetRolloutWorkflow, json.RawMessage(`{"name":"demo","waves":[["a"],["b"]],
+		"rollout":{"nodes":["n1"],"jobTemplate":"t","parallelism":0}}`))
+	require.NoError(t, env.GetWorkflowError())
+	require.True(t, *asked)
+	require.Contains(t, f.started, "a")
+	require.Contains(t, f.started, "b")
+	require.Equal(t, 0, f.requests["a"].Parallelism, "the cluster got the rollout without parallelism")
+
+	env, f = fleetEnv(t, "a")
+	fleetVersionAsked(env, workflow.DefaultVersion)
+	env.ExecuteWorkflow(FleetRolloutWorkflow, FleetRequest{Name: "demo", Waves: [][]string{{"a"}, {"b"}},
+		Rollout: RolloutRequest{Nodes: []string{"n1"}}})
+	var appErr *temporal.ApplicationError
+	require.True(t, errors.As(env.GetWorkflowError(), &appErr), "%v", env.GetWorkflowError())
+	require.Equal(t, ErrFleetFailureBudgetExceeded, appErr.Type(), "the fleet counted the failed cluster")
+	require.Contains(t, f.started, "a")
+	require.NotContains(t, f.started, "b")
 }
