@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/noderollout/noderollout/activities"
+	"github.com/noderollout/noderollout/internal/didyoumean"
 )
 
 // Defaults and limits of RolloutRequest, documented in README's request table.
@@ -169,7 +170,20 @@ func decodeFields(raw map[string]json.RawMessage, fields any, prefix string) []s
 	if err := json.Unmarshal(cleaned, fields); err != nil {
 		problems = append(problems, describeDecodeError(err, prefix))
 	}
-	return append(problems, unknownFieldProblems(raw, reflect.TypeOf(fields).Elem(), prefix)...)
+	for _, f := range didyoumean.UnknownFields(raw, reflect.TypeOf(fields).Elem(), prefix) {
+		problems = append(problems, unknownFieldProblem(f))
+	}
+	return problems
+}
+
+// unknownFieldProblem names one unknown field with the known field it was probably meant to
+// be: a request typed into the Temporal UI gets the same hint as one the starter checks.
+func unknownFieldProblem(f didyoumean.UnknownField) string {
+	fix := ": remove it"
+	if f.Hint != "" {
+		fix = f.Hint
+	}
+	return f.Path + ": unknown field" + fix + " (field names are case-sensitive, see README)"
 }
 
 // objectName is how problems name the object at prefix: "request" at the top.
