@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"errors"
 	"reflect"
-	"sort"
 	"strings"
 	"time"
 
@@ -220,45 +219,4 @@ func jsonKind(t reflect.Type) string {
 	default:
 		return t.Kind().String()
 	}
-}
-
-// unknownFieldProblems names every key of raw (at prefix) that t does not have, and recurses
-// into the fields that are objects themselves.
-func unknownFieldProblems(raw map[string]json.RawMessage, t reflect.Type, prefix string) []string {
-	known := map[string]reflect.Type{}
-	for i := 0; i < t.NumField(); i++ {
-		f := t.Field(i)
-		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
-		if name != "" && name != "-" && f.IsExported() {
-			known[name] = f.Type
-		}
-	}
-	var unknown []string
-	var problems []string
-	keys := make([]string, 0, len(raw))
-	for k := range raw {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	for _, k := range keys {
-		ft, ok := known[k]
-		if !ok {
-			unknown = append(unknown, prefix+k)
-			continue
-		}
-		if ft.Kind() == reflect.Pointer {
-			ft = ft.Elem()
-		}
-		if ft.Kind() != reflect.Struct || ft == reflect.TypeOf(time.Time{}) {
-			continue
-		}
-		var inner map[string]json.RawMessage
-		if json.Unmarshal(raw[k], &inner) == nil {
-			problems = append(problems, unknownFieldProblems(inner, ft, prefix+k+".")...)
-		}
-	}
-	if len(unknown) > 0 {
-		problems = append([]string{strings.Join(unknown, ", ") + ": unknown field(s): remove them (field names are case-sensitive, see README)"}, problems...)
-	}
-	return problems
 }
