@@ -104,9 +104,13 @@ func loadFleetRequest(path string) (workflows.FleetRequest, error) {
 	}
 	// Unknown fields at any depth, with a suggestion: encoding/json would drop a misspelt
 	// maxFailedClusters and leave the budget at 0.
-	var fields map[string]json.RawMessage
+	var fields, rollout map[string]json.RawMessage
 	_ = json.Unmarshal(asJSON, &fields)
-	problems := unknownFields(fields, reflect.TypeOf(req))
+	problems := unknownFields(fields, reflect.TypeOf(req), "")
+	// The rollout decodes itself (RolloutRequest.UnmarshalJSON), so the walk leaves it to us.
+	if json.Unmarshal(fields["rollout"], &rollout) == nil {
+		problems = append(problems, unknownFields(rollout, reflect.TypeOf(req.Rollout), "rollout.")...)
+	}
 	if err := workflows.ValidateFleet(req); err != nil {
 		if len(problems) == 0 {
 			return req, usageError{fmt.Sprintf("%s: %s", path, humanError(err))}

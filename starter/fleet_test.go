@@ -39,7 +39,7 @@ func TestFleetUnknownFieldIsRefusedWithAHint(t *testing.T) {
 	require.Equal(t, 2, code, errOut)
 	require.NotContains(t, errOut, "temporal at", "a bad fleet file must not dial")
 	require.Contains(t, errOut, `maxFailedCluster: unknown field; did you mean "maxFailedClusters"?`)
-	require.Contains(t, errOut, `rollout.batch.inital: unknown field; did you mean "initial"?`)
+	require.Contains(t, errOut, `rollout.batch.inital: unknown field; did you mean "rollout.batch.initial"?`)
 	require.Equal(t, 1, strings.Count(errOut, "inital"), errOut)
 	require.Equal(t, 1, strings.Count(errOut, "progress"), errOut)
 }

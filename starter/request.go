@@ -53,7 +53,7 @@ func loadRequest(path string) (workflows.RolloutRequest, error) {
 	if err := json.Unmarshal(asJSON, &fields); err != nil {
 		return bad(fmt.Sprintf("the file must hold one %s object with the request's fields (name, nodeSelector, jobTemplate, ...); correct the %s", lang, lang))
 	}
-	problems := unknownFields(fields, reflect.TypeOf(req))
+	problems := unknownFields(fields, reflect.TypeOf(req), "")
 	if tpl, ok := fields["jobTemplate"]; ok && len(tpl) > 0 && tpl[0] == '{' {
 		text, err := yaml.JSONToYAML(tpl)
 		if err != nil {
@@ -121,11 +121,11 @@ func validationProblems(err error) []string {
 }
 
 // unknownFields names each field of the file the request type does not have, at any depth,
-// with the known field it was probably meant to be. progress is the workflow's own, set when
-// it continues as new.
-func unknownFields(fields map[string]json.RawMessage, t reflect.Type) []string {
+// by its path after prefix, with the known field it was probably meant to be. progress is the
+// workflow's own, set when it continues as new.
+func unknownFields(fields map[string]json.RawMessage, t reflect.Type, prefix string) []string {
 	var problems []string
-	for _, f := range didyoumean.UnknownFields(fields, t, "progress") {
+	for _, f := range didyoumean.UnknownFields(fields, t, prefix, "progress") {
 		problems = append(problems, fmt.Sprintf("%s: unknown field%s (names are case-sensitive; see README)", f.Path, f.Hint))
 	}
 	return problems

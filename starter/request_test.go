@@ -48,7 +48,7 @@ func TestLoadRequestRejectsBadInputNamingTheField(t *testing.T) {
 	}
 	cases := map[string]string{
 		`{"name":"a","nodeSelector":"x=y","jobTemplate":"t","parallelizm":3}`:        `parallelizm: unknown field; did you mean "parallelism"?`,
-		`{"name":"a","nodeSelector":"x=y","jobTemplate":"t","batch":{"intial":1}}`:   `batch.intial: unknown field; did you mean "initial"?`,
+		`{"name":"a","nodeSelector":"x=y","jobTemplate":"t","batch":{"intial":1}}`:   `batch.intial: unknown field; did you mean "batch.initial"?`,
 		`{"name":"a","nodeSelector":"x=y","jobTemplate":"t","parallelism":0.5}`:      "parallelism",
 		`{"name":"A","nodeSelector":"x=y","jobTemplate":"t"}`:                        "name",
 		`{"name":"a","nodes":[` + strings.Join(many, ",") + `],"jobTemplate":"t"}`:   "nodeSelector",

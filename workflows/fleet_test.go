@@ -168,7 +168,7 @@ func TestFleetUnknownFieldsAreRefusedByPath(t *testing.T) {
 	for _, field := range []string{"maxFailedCluster: unknown field", "rollout.batch.inital: unknown field", "rollout.parallelism: must be a JSON integer"} {
 		requireInvalid(t, err, field)
 	}
-	require.Contains(t, err.Error(), "remove them", "the error says how to fix it")
+	require.Contains(t, err.Error(), `rollout.batch.inital: unknown field; did you mean "rollout.batch.initial"?`, "the error says how to fix it")
 	require.Equal(t, 1, strings.Count(err.Error(), "inital"), "a nested field is reported once: %v", err)
 	require.True(t, asked)
 	require.Empty(t, f.started, "no cluster starts")

@@ -4,11 +4,11 @@ import (
 	"encoding/json"
 	"errors"
 	"reflect"
-	"sort"
 	"strings"
 	"time"
 
 	"github.com/noderollout/noderollout/activities"
+	"github.com/noderollout/noderollout/internal/didyoumean"
 )
 
 // Defaults and limits of RolloutRequest, documented in README's request table.
@@ -169,7 +169,20 @@ func decodeFields(raw map[string]json.RawMessage, fields any, prefix string) []s
 	if err := json.Unmarshal(cleaned, fields); err != nil {
 		problems = append(problems, describeDecodeError(err, prefix))
 	}
-	return append(problems, unknownFieldProblems(raw, reflect.TypeOf(fields).Elem(), prefix)...)
+	for _, f := range didyoumean.UnknownFields(raw, reflect.TypeOf(fields).Elem(), prefix) {
+		problems = append(problems, unknownFieldProblem(f))
+	}
+	return problems
+}
+
+// unknownFieldProblem names one unknown field with the known field it was probably meant to
+// be: a request typed into the Temporal UI gets the same hint as one the starter checks.
+func unknownFieldProblem(f didyoumean.UnknownField) string {
+	fix := ": remove it"
+	if f.Hint != "" {
+		fix = f.Hint
+	}
+	return f.Path + ": unknown field" + fix + " (field names are case-sensitive, see README)"
 }
 
 // objectName is how problems name the object at prefix: "request" at the top.
@@ -206,45 +219,4 @@ func jsonKind(t reflect.Type) string {
 	default:
 		return t.Kind().String()
 	}
-}
-
-// unknownFieldProblems names every key of raw (at prefix) that t does not have, and recurses
-// into the fields that are objects themselves.
-func unknownFieldProblems(raw map[string]json.RawMessage, t reflect.Type, prefix string) []string {
-	known := map[string]reflect.Type{}
-	for i := 0; i < t.NumField(); i++ {
-		f := t.Field(i)
-		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
-		if name != "" && name != "-" && f.IsExported() {
-			known[name] = f.Type
-		}
-	}
-	var unknown []string
-	var problems []string
-	keys := make([]string, 0, len(raw))
-	for k := range raw {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	for _, k := range keys {
-		ft, ok := known[k]
-		if !ok {
-			unknown = append(unknown, prefix+k)
-			continue
-		}
-		if ft.Kind() == reflect.Pointer {
-			ft = ft.Elem()
-		}
-		if ft.Kind() != reflect.Struct || ft == reflect.TypeOf(time.Time{}) {
-			continue
-		}
-		var inner map[string]json.RawMessage
-		if json.Unmarshal(raw[k], &inner) == nil {
-			problems = append(problems, unknownFieldProblems(inner, ft, prefix+k+".")...)
-		}
-	}
-	if len(unknown) > 0 {
-		problems = append([]string{strings.Join(unknown, ", ") + ": unknown field(s): remove them (field names are case-sensitive, see README)"}, problems...)
-	}
-	return problems
 }

@@ -23,9 +23,13 @@ func Closest(word string, candidates []string) (string, bool) {
 // Hint is `; did you mean "x"?` or nothing.
 func Hint(word string, candidates []string) string {
 	if c, ok := Closest(word, candidates); ok {
-		return `; did you mean "` + c + `"?`
+		return hint(c)
 	}
 	return ""
+}
+
+func hint(suggestion string) string {
+	return `; did you mean "` + suggestion + `"?`
 }
 
 // distance is the Levenshtein distance counting an adjacent swap as one edit.

@@ -227,7 +227,7 @@ func unknownRules(data []byte) []string {
 // unknownKeys is one problem line per key t has no field for, each after prefix.
 func unknownKeys(fields map[string]json.RawMessage, t reflect.Type, prefix string) []string {
 	var problems []string
-	for _, f := range didyoumean.UnknownFields(fields, t) {
+	for _, f := range didyoumean.UnknownFields(fields, t, "") {
 		problems = append(problems, fmt.Sprintf("%sunknown field %q%s", prefix, f.Path, f.Hint))
 	}
 	return problems
