@@ -45,17 +45,7 @@ func fleetCommand(a *app) *cobra.Command {
 			Use:   s + " ID",
 			Short: s + " the fleet: the next wave and every running cluster's rollout",
 			Args:  exactArgs(1, "ID"),
-			RunE: run(func() error {
-				tc, id, err := a.fleet()
-				if err != nil {
-					return err
-				}
-				if err := tc.SignalWorkflow(a.ctx, id, "", s, nil); err != nil {
-					return err
-				}
-				fmt.Fprintf(a.out, "sent %s to %s\n", s, id)
-				return nil
-			}),
+			RunE:  run(func() error { return a.sendSignal(a.fleet, s) }),
 		})
 	}
 	steer = append(steer, &cobra.Command{
@@ -75,8 +65,7 @@ func fleetCommand(a *app) *cobra.Command {
 		}),
 	})
 	for _, cmd := range steer {
-		cmd.Long = cmd.Short + ".\n" + idHelp(workflows.FleetIDPrefix)
-		idFlag(cmd)
+		idCommand(workflows.FleetIDPrefix, cmd)
 	}
 	fleet.AddCommand(start)
 	fleet.AddCommand(steer...)
@@ -128,9 +117,9 @@ func loadFleetRequest(path string) (workflows.FleetRequest, error) {
 }
 
 func (a *app) startFleet() error {
-	path := a.flagString("file")
-	if path == "" {
-		return usageError{"-f/--file is required: the fleet request (see deploy/examples/fleet.yaml)"}
+	path, err := a.filePath("the fleet request (see deploy/examples/fleet.yaml)")
+	if err != nil {
+		return err
 	}
 	req, err := loadFleetRequest(path)
 	if err != nil {

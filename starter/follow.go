@@ -212,6 +212,17 @@ func bar(width, done, total int) string {
 	return "[" + strings.Repeat("#", filled) + strings.Repeat(".", width-filled) + "]"
 }
 
+// maxMessageShown is how much of a node's message or failure a table shows.
+const maxMessageShown = 100
+
+// clipMessage cuts a message a table shows to maxMessageShown bytes, marking the cut.
+func clipMessage(msg string) string {
+	if len(msg) > maxMessageShown {
+		return msg[:maxMessageShown] + "…"
+	}
+	return msg
+}
+
 func truncate(s string, width int) string {
 	if len(s) <= width {
 		return s
@@ -277,10 +288,7 @@ func printNodes(w io.Writer, title string, nodes []workflows.NodeResult) {
 		if n.ExitCode != nil {
 			msg = fmt.Sprintf("exit %d; %s", *n.ExitCode, msg)
 		}
-		if len(msg) > 100 {
-			msg = msg[:100] + "…"
-		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", n.Node, n.Outcome, n.Reason, n.Job, msg)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", n.Node, n.Outcome, n.Reason, n.Job, clipMessage(msg))
 	}
 	tw.Flush()
 }

@@ -138,11 +138,7 @@ func printInFlight(w io.Writer, steps []nodeStep, err error, now time.Time) {
 			detail = append(detail, fmt.Sprintf("attempt %d", s.Attempt))
 		}
 		if s.LastFailure != "" {
-			msg := s.LastFailure
-			if len(msg) > 100 {
-				msg = msg[:100] + "…"
-			}
-			detail = append(detail, "last failure: "+msg)
+			detail = append(detail, "last failure: "+clipMessage(s.LastFailure))
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", s.Node, s.Step, now.Sub(s.Since).Round(time.Second), strings.Join(detail, "; "))
 	}

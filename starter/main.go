@@ -191,6 +191,15 @@ func fileFlag(cmd *cobra.Command) {
 	_ = cmd.MarkFlagFilename("file", "yaml", "yml", "json")
 }
 
+// filePath is -f, which every command that has it requires; what says what the file is.
+func (a *app) filePath(what string) (string, error) {
+	path := a.flagString("file")
+	if path == "" {
+		return "", usageError{"-f/--file is required: " + what}
+	}
+	return path, nil
+}
+
 func versionCommand(a *app) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "version",

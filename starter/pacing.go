@@ -9,44 +9,29 @@ import (
 	_ "time/tzdata" // maintenance windows name IANA zones; validate must know them all
 
 	"github.com/spf13/cobra"
-	"go.temporal.io/sdk/client"
 
 	"github.com/noderollout/noderollout/workflows"
 )
 
 func approveCommand(a *app) *cobra.Command {
-	cmd := &cobra.Command{
+	cmd := idCommand(workflows.RolloutIDPrefix, &cobra.Command{
 		Use:     "approve ID [--note TEXT]",
 		GroupID: "steer",
 		Short:   "Let a rollout go on after its canaries (canary.approval)",
 		Long: `Let a rollout waiting for approval after its canaries go on to the rest
 of its nodes. Refused while the canaries still run or soak, and for a
-rollout without canary.approval.
-` + idHelp(workflows.RolloutIDPrefix),
+rollout without canary.approval.`,
 		Args: exactArgs(1, "ID"),
 		RunE: run(a.approve),
-	}
+	})
 	cmd.Flags().String("note", "", "why, recorded in the workflow history")
-	idFlag(cmd)
 	return cmd
 }
 
 func (a *app) approve() error {
-	tc, id, err := a.rollout()
-	if err != nil {
-		return err
-	}
-	handle, err := tc.UpdateWorkflow(a.ctx, client.UpdateWorkflowOptions{
-		WorkflowID:   id,
-		UpdateName:   workflows.UpdateApprove,
-		Args:         []any{workflows.ApproveRequest{Note: a.flagString("note")}},
-		WaitForStage: client.WorkflowUpdateStageCompleted,
-	})
-	if err != nil {
-		return err
-	}
 	var res workflows.ApproveResult
-	if err := handle.Get(a.ctx, &res); err != nil {
+	id, err := a.updateRollout(workflows.UpdateApprove, workflows.ApproveRequest{Note: a.flagString("note")}, &res)
+	if err != nil {
 		return err
 	}
 	fmt.Fprintf(a.out, "approved %s after %d canary node(s): the rest of its nodes start now\n", id, res.Canaries)

@@ -71,16 +71,14 @@ checked by the worker). One line per problem; exit code 2 if there is any.`,
 }
 
 func statusCommand(a *app) *cobra.Command {
-	cmd := &cobra.Command{
+	cmd := idCommand(workflows.RolloutIDPrefix, &cobra.Command{
 		Use:     "status ID",
 		GroupID: "rollout",
 		Short:   "Show a rollout's progress, or its result once ended",
-		Long:    "Show a rollout's progress, or its result once ended.\n" + idHelp(workflows.RolloutIDPrefix),
 		Args:    exactArgs(1, "ID"),
 		RunE:    run(a.showStatus),
-	}
+	})
 	outputFlag(cmd)
-	idFlag(cmd)
 	return cmd
 }
 
@@ -89,42 +87,34 @@ func signalCommand(a *app, name string) *cobra.Command {
 		workflows.SignalPause:  "Stop starting new nodes; nodes in flight finish",
 		workflows.SignalResume: "Start new nodes again after a pause",
 	}
-	cmd := &cobra.Command{
+	return idCommand(workflows.RolloutIDPrefix, &cobra.Command{
 		Use:     name + " ID",
 		GroupID: "steer",
 		Short:   short[name],
-		Long:    short[name] + ".\n" + idHelp(workflows.RolloutIDPrefix),
 		Args:    exactArgs(1, "ID"),
-		RunE:    run(func() error { return a.sendSignal(name) }),
-	}
-	idFlag(cmd)
-	return cmd
+		RunE:    run(func() error { return a.sendSignal(a.rollout, name) }),
+	})
 }
 
 func setParallelismCommand(a *app) *cobra.Command {
-	cmd := &cobra.Command{
+	return idCommand(workflows.RolloutIDPrefix, &cobra.Command{
 		Use:     "set-parallelism ID N",
 		GroupID: "steer",
 		Short:   fmt.Sprintf("Change how many nodes run at once (1-%d)", workflows.MaxParallelism),
-		Long:    fmt.Sprintf("Change how many nodes run at once (1-%d).\n", workflows.MaxParallelism) + idHelp(workflows.RolloutIDPrefix),
 		Args:    exactArgs(2, "ID and N"),
 		RunE:    run(a.setParallelism),
-	}
-	idFlag(cmd)
-	return cmd
+	})
 }
 
 func abortCommand(a *app) *cobra.Command {
-	cmd := &cobra.Command{
+	cmd := idCommand(workflows.RolloutIDPrefix, &cobra.Command{
 		Use:     "abort ID [--reason TEXT]",
 		GroupID: "steer",
 		Short:   "Cancel a rollout: running Jobs are deleted",
-		Long:    "Cancel a rollout: running Jobs are deleted.\n" + idHelp(workflows.RolloutIDPrefix),
 		Args:    exactArgs(1, "ID"),
 		RunE:    run(a.abort),
-	}
+	})
 	cmd.Flags().String("reason", "aborted with starter", "why, recorded in the workflow history")
-	idFlag(cmd)
 	return cmd
 }
 
@@ -152,9 +142,9 @@ func (a *app) rolloutID(name string) string {
 
 // request reads and checks -f before anything dials Temporal.
 func (a *app) request() (workflows.RolloutRequest, error) {
-	path := a.flagString("file")
-	if path == "" {
-		return workflows.RolloutRequest{}, usageError{"-f/--file is required: the rollout request (see deploy/examples/rollout.yaml)"}
+	path, err := a.filePath("the rollout request (see deploy/examples/rollout.yaml)")
+	if err != nil {
+		return workflows.RolloutRequest{}, err
 	}
 	req, err := loadRequest(path)
 	var inv *invalidRequest
@@ -165,9 +155,9 @@ func (a *app) request() (workflows.RolloutRequest, error) {
 }
 
 func (a *app) validate() error {
-	path := a.flagString("file")
-	if path == "" {
-		return usageError{"-f/--file is required: the rollout request to check"}
+	path, err := a.filePath("the rollout request to check")
+	if err != nil {
+		return err
 	}
 	req, err := loadRequest(path)
 	var inv *invalidRequest
@@ -380,8 +370,9 @@ func (a *app) showStatus() error {
 	})
 }
 
-func (a *app) sendSignal(name string) error {
-	tc, id, err := a.rollout()
+// sendSignal sends the signal name to the workflow target resolves (a.rollout or a.fleet).
+func (a *app) sendSignal(target func() (client.Client, string, error), name string) error {
+	tc, id, err := target()
 	if err != nil {
 		return err
 	}
@@ -402,25 +393,32 @@ func (a *app) setParallelism() error {
 	}
 	// Within it, a lower cap (the worker's policy) is the update validator's to check: it
 	// answers with the rollout's own limit.
-	tc, id, err := a.rollout()
-	if err != nil {
-		return err
-	}
-	handle, err := tc.UpdateWorkflow(a.ctx, client.UpdateWorkflowOptions{
-		WorkflowID:   id,
-		UpdateName:   workflows.UpdateSetParallelism,
-		Args:         []any{workflows.SetParallelismRequest{Parallelism: n}},
-		WaitForStage: client.WorkflowUpdateStageCompleted,
-	})
-	if err != nil {
-		return err
-	}
 	var res workflows.SetParallelismResult
-	if err := handle.Get(a.ctx, &res); err != nil {
+	id, err := a.updateRollout(workflows.UpdateSetParallelism, workflows.SetParallelismRequest{Parallelism: n}, &res)
+	if err != nil {
 		return err
 	}
 	fmt.Fprintf(a.out, "parallelism of %s: %d -> %d\n", id, res.Previous, res.Parallelism)
 	return nil
+}
+
+// updateRollout sends the update name, with arg, to the rollout the command names and waits
+// until it completes, reading its result into res; it returns the rollout's workflow ID.
+func (a *app) updateRollout(name string, arg, res any) (string, error) {
+	tc, id, err := a.rollout()
+	if err != nil {
+		return "", err
+	}
+	handle, err := tc.UpdateWorkflow(a.ctx, client.UpdateWorkflowOptions{
+		WorkflowID:   id,
+		UpdateName:   name,
+		Args:         []any{arg},
+		WaitForStage: client.WorkflowUpdateStageCompleted,
+	})
+	if err != nil {
+		return id, err
+	}
+	return id, handle.Get(a.ctx, res)
 }
 
 func (a *app) abort() error {

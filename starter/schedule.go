@@ -37,8 +37,8 @@ still runs, unless --allow-overlap.`,
 		RunE: run(a.createSchedule),
 	}
 	fileFlag(create)
-	create.Flags().String("cron", "", `cron expression, e.g. "0 3 * * *"`)
-	create.Flags().Duration("every", 0, "interval, e.g. 24h")
+	create.Flags().String("cron", "", `cron expression as Temporal reads it: minute hour day-of-month month day-of-week (6 fields: + year; 7: second first), e.g. "0 3 * * mon-fri"; or @daily, @weekly, "@every 12h"; "CRON_TZ=Europe/Berlin 0 3 * * *" for a time zone (default UTC)`)
+	create.Flags().Duration("every", 0, "interval, 1s or more, e.g. 24h")
 	create.Flags().Bool("paused", false, "create the schedule paused")
 	create.Flags().Bool("allow-overlap", false, "start a run even while the previous one runs (default: skip it)")
 	create.Flags().String("reason", "", "why, recorded with the requester (user@host) in each run's memo")
@@ -78,8 +78,8 @@ func (a *app) createSchedule() error {
 	if (cron == "") == (every == 0) {
 		return usageError{"give exactly one of --cron or --every"}
 	}
-	if every < 0 {
-		return usageError{fmt.Sprintf("--every %s is negative; give the interval between runs, e.g. --every 24h", every)}
+	if err := checkSpec(cron, every); err != nil {
+		return err
 	}
 	tc, err := a.client()
 	if err != nil {
@@ -118,6 +118,14 @@ func (a *app) createSchedule() error {
 	}
 	fmt.Fprintf(a.out, "created schedule %s%s starting rollout %s (%s)\n", ScheduleIDPrefix, name, req.Name, describeSpec(cron, every))
 	return nil
+}
+
+// checkSpec refuses, before dialling, the --cron or --every the server would refuse.
+func checkSpec(cron string, every time.Duration) error {
+	if cron != "" {
+		return checkCron(cron)
+	}
+	return checkEvery(every)
 }
 
 func describeSpec(cron string, every time.Duration) string {

@@ -23,6 +23,18 @@ func idFlag(cmd *cobra.Command) {
 	cmd.Flags().Bool("id", false, "ID is a workflow ID, taken as is (for one that is also a name)")
 }
 
+// idCommand makes cmd one whose ID argument names a workflow prefix+<name>: its help ends
+// with what ID means (after Long, or Short when there is no Long), and it takes --id, so every
+// such command reads its ID the same way.
+func idCommand(prefix string, cmd *cobra.Command) *cobra.Command {
+	if cmd.Long == "" {
+		cmd.Long = cmd.Short + "."
+	}
+	cmd.Long += "\n" + idHelp(prefix)
+	idFlag(cmd)
+	return cmd
+}
+
 // describer is the Temporal client's call resolveID needs.
 type describer interface {
 	DescribeWorkflow(ctx context.Context, workflowID, runID string) (*client.WorkflowExecutionDescription, error)
