@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"net/url"
 	"slices"
 	"strings"
@@ -9,6 +10,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	batchv1 "k8s.io/api/batch/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes/fake"
 	"sigs.k8s.io/yaml"
 )
 
@@ -184,5 +187,19 @@ func TestRunIDsDifferPerSystemAndRepetition(t *testing.T) {
 			assert.False(t, seen[id], id)
 			seen[id] = true
 		}
+	}
+}
+
+// An interrupted noderollout run leaves Jobs with the worker's finalizer; the bench's clean-up
+// must drop it, or the namespace never goes.
+func TestReleaseJobsDropsFinalizers(t *testing.T) {
+	held := &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Name: "held", Namespace: "ns", Finalizers: []string{"noderollout.dev/outcome"}}}
+	free := &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Name: "free", Namespace: "ns"}}
+	kube := fake.NewClientset(held, free)
+	releaseJobs(context.Background(), kube, "ns")
+	for _, name := range []string{"held", "free"} {
+		j, err := kube.BatchV1().Jobs("ns").Get(context.Background(), name, metav1.GetOptions{})
+		require.NoError(t, err)
+		assert.Empty(t, j.Finalizers, name)
 	}
 }

@@ -11,6 +11,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/pager"
 )
@@ -180,6 +181,7 @@ func deleteNamespaces(ctx context.Context, kube kubernetes.Interface, opts metav
 	}
 	bg := metav1.DeletePropagationBackground
 	for _, ns := range list.Items {
+		releaseJobs(ctx, kube, ns.Name)
 		_ = kube.BatchV1().Jobs(ns.Name).DeleteCollection(ctx, metav1.DeleteOptions{PropagationPolicy: &bg}, metav1.ListOptions{})
 		if err := kube.CoreV1().Namespaces().Delete(ctx, ns.Name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
 			return err
@@ -192,6 +194,22 @@ func deleteNamespaces(ctx context.Context, kube kubernetes.Interface, opts metav
 		}
 		return len(list.Items) == 0, fmt.Sprintf("%d bench namespaces left", len(list.Items)), nil
 	})
+}
+
+// releaseJobs drops the finalizers of the namespace's Jobs. A noderollout worker stopped in
+// the middle of a run (an interrupted bench) leaves its Jobs with the outcome finalizer that
+// only a worker removes, and the namespace would never go. Failures are left to the wait.
+func releaseJobs(ctx context.Context, kube kubernetes.Interface, namespace string) {
+	jobs, err := kube.BatchV1().Jobs(namespace).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return
+	}
+	for _, j := range jobs.Items {
+		if len(j.Finalizers) > 0 {
+			_, _ = kube.BatchV1().Jobs(namespace).Patch(ctx, j.Name, types.MergePatchType,
+				[]byte(`{"metadata":{"finalizers":null}}`), metav1.PatchOptions{})
+		}
+	}
 }
 
 // jobTemplate is the Job every system runs on every node: kwok keeps its Pod Running for

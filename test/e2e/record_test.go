@@ -4,6 +4,7 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -20,6 +21,7 @@ import (
 	"go.temporal.io/api/temporalproto"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/converter"
+	"go.temporal.io/sdk/temporal"
 
 	"github.com/noderollout/noderollout/workflows"
 )
@@ -59,6 +61,7 @@ func TestRecordReplayFixtures(t *testing.T) {
 		t.Run("paced-maintained", func(t *testing.T) { t.Parallel(); recordPacedMaintained(t, rec) })
 		t.Run("budgeted", func(t *testing.T) { t.Parallel(); recordBudgeted(t, rec) })
 		t.Run("fleet", func(t *testing.T) { t.Parallel(); recordFleet(t, rec) })
+		t.Run("fleet-invalid-rollout", func(t *testing.T) { t.Parallel(); recordFleetInvalidRollout(t, rec) })
 	})
 	require.NotEmpty(t, rec.files)
 	for _, file := range rec.files {
@@ -281,6 +284,31 @@ func recordFleet(t *testing.T, rec *recorder) {
 	require.Equal(t, "done", res.Phase)
 	require.Len(t, res.Clusters, 2)
 	rec.write(t, "fleet-two-waves.json", rec.closed(t, run.GetID(), run.GetRunID(), enums.WORKFLOW_EXECUTION_STATUS_COMPLETED))
+}
+
+// recordFleetInvalidRollout: a fleet started as the Temporal UI would start it, with raw JSON
+// whose rollout has an explicit parallelism 0 and a misspelt field. It fails at once, naming
+// both by their path, and starts no cluster.
+func recordFleetInvalidRollout(t *testing.T, rec *recorder) {
+	name := fmt.Sprintf("fixture-fleet-invalid-%d", time.Now().UnixNano()%1_000_000)
+	input := json.RawMessage(`{"name":"` + name + `","waves":[["nowhere"]],` +
+		`"rollout":{"nodes":["n1"],"parallelism":0,"batch":{"inital":1},"jobTemplate":"apiVersion: batch/v1\nkind: Job"}}`)
+	ctx := context.Background()
+	run, err := stack.Temporal.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
+		ID: workflows.FleetID(name), TaskQueue: workflows.FleetTaskQueue, WorkflowExecutionTimeout: 5 * time.Minute,
+	}, workflows.FleetRolloutWorkflow, input)
+	require.NoError(t, err)
+	err = run.Get(ctx, nil)
+	var appErr *temporal.ApplicationError
+	require.ErrorAs(t, err, &appErr)
+	require.True(t, appErr.NonRetryable(), "a malformed request is not retried")
+	require.Contains(t, err.Error(), "rollout.parallelism: must be between 1 and")
+	require.Contains(t, err.Error(), `rollout.batch.inital: unknown field; did you mean "rollout.batch.initial"?`)
+	h := rec.closed(t, run.GetID(), run.GetRunID(), enums.WORKFLOW_EXECUTION_STATUS_FAILED)
+	for _, e := range h.GetEvents() {
+		require.NotEqual(t, enums.EVENT_TYPE_START_CHILD_WORKFLOW_EXECUTION_INITIATED, e.GetEventType(), "no cluster starts")
+	}
+	rec.write(t, "fleet-invalid-rollout.json", h)
 }
 
 // recorder fetches closed workflows' histories and writes them as the JSON the replayer reads.
