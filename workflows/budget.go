@@ -267,6 +267,7 @@ type clusterSlots struct {
 	self      workflow.Execution
 	granted   map[string]bool // node workflow IDs granted and not yet taken
 	waiting   map[string]bool // nodes waiting for a slot, for status
+	held      map[string]bool // nodes holding a slot
 	grants    workflow.ReceiveChannel
 }
 
@@ -281,6 +282,7 @@ func newClusterSlots(ctx workflow.Context, c Cluster) *clusterSlots {
 		self:      info.WorkflowExecution,
 		granted:   map[string]bool{},
 		waiting:   map[string]bool{},
+		held:      map[string]bool{},
 		grants:    workflow.GetSignalChannel(ctx, SignalSlotGranted),
 	}
 	workflow.Go(ctx, func(ctx workflow.Context) {
@@ -300,8 +302,9 @@ func (s *clusterSlots) holder(node string) activities.SlotHolder {
 }
 
 // acquire waits for a slot for node; progress shows the wait. On an error (the rollout was
-// cancelled) the request is withdrawn and no slot is held.
-func (s *clusterSlots) acquire(ctx workflow.Context, node string, progress func()) error {
+// cancelled), or when stop (if not nil) says the node will not start any more, the request is
+// withdrawn and no slot is held.
+func (s *clusterSlots) acquire(ctx workflow.Context, node string, progress func(), stop func() bool) error {
 	if s == nil {
 		return nil
 	}
@@ -329,14 +332,26 @@ func (s *clusterSlots) acquire(ctx workflow.Context, node string, progress func(
 	}
 	s.waiting[node] = true
 	progress()
-	err := workflow.Await(ctx, func() bool { return s.granted[h.Node] })
+	err := workflow.Await(ctx, func() bool { return s.granted[h.Node] || (stop != nil && stop()) })
 	delete(s.waiting, node)
+	granted := s.granted[h.Node]
 	delete(s.granted, h.Node)
-	if err != nil {
+	if err != nil || !granted {
 		s.release(ctx, node)
 		return err
 	}
+	s.held[node] = true
 	return nil
+}
+
+// holds says whether node holds a slot (nil: there is no budget, nothing to hold).
+func (s *clusterSlots) holds(node string) bool { return s == nil || s.held[node] }
+
+// giveBack returns node's slot if it holds one.
+func (s *clusterSlots) giveBack(ctx workflow.Context, node string) {
+	if s != nil && s.held[node] {
+		s.release(ctx, node)
+	}
 }
 
 // release gives node's slot back (or withdraws its request), even from a cancelled rollout.
@@ -347,6 +362,7 @@ func (s *clusterSlots) release(ctx workflow.Context, node string) {
 	if ctx.Err() != nil {
 		ctx, _ = workflow.NewDisconnectedContext(ctx)
 	}
+	delete(s.held, node)
 	// An error means the coordinator is closed: there is no slot to give back.
 	_ = workflow.SignalExternalWorkflow(ctx, s.cluster.BudgetWorkflowID(), "", SignalSlotRelease, SlotRelease{Holder: s.holder(node)}).Get(ctx, nil)
 }

@@ -351,11 +351,12 @@ type pacer struct {
 	canaries    []string
 	isCanary    map[string]bool
 	domainOf    map[string]string // nodes holding (or about to hold) a slot
-	inFlight    map[string]int    // by domain
+	inFlight    map[string]int    // slots taken, by domain
+	started     map[string]int    // nodes whose child runs, by domain
 }
 
 func newPacer(s pacing, carried *PacingProgress) pacer {
-	p := pacer{s: s, domainOf: map[string]string{}, inFlight: map[string]int{}, isCanary: map[string]bool{}}
+	p := pacer{s: s, domainOf: map[string]string{}, inFlight: map[string]int{}, started: map[string]int{}, isCanary: map[string]bool{}}
 	if carried != nil {
 		p.canaryStage = carried.CanaryStage
 		p.canaries = carried.CanaryNodes
@@ -672,17 +673,34 @@ func (r *rollout) runCanaries(ctx workflow.Context) (stop bool, res RolloutResul
 	if c == nil || r.pace.canaryStage == canaryStageDone {
 		return false, RolloutResult{}, nil
 	}
+	// From versionAdmission on a run can continue as new in its canary stage; the next run
+	// goes on with the canaries it was handed instead of listing them again.
+	resumed := r.admission && r.pace.canaryStage == canaryStageRunning
 	r.pace.canaryStage = canaryStageRunning
-	if err := r.listCanaries(ctx); err != nil {
-		if ctx.Err() != nil {
-			res, err := r.cancelled(ctx)
-			return true, res, err
+	if !resumed {
+		if err := r.listCanaries(ctx); err != nil {
+			if ctx.Err() != nil {
+				res, err := r.cancelled(ctx)
+				return true, res, err
+			}
+			return true, RolloutResult{}, err
 		}
-		return true, RolloutResult{}, err
+	}
+	if r.admission {
+		r.resumeWaiting(ctx)
 	}
 	failed := func() bool { return r.p.Counts.Failures() > 0 }
-	for len(r.queue) > 0 {
-		ok, err := r.startNext(ctx, failed)
+	historyFull := func() bool { return r.admission && r.historyNearLimits(ctx) }
+	settled := func() bool { return r.inFlight == 0 && len(r.waiting) == 0 }
+	continuing := false
+	for len(r.queue) > 0 && !continuing {
+		var ok bool
+		var err error
+		if r.admission {
+			ok, err = r.nextAdmitted(ctx, historyFull)
+		} else {
+			ok, err = r.startNext(ctx, failed)
+		}
 		if err != nil {
 			res, err := r.cancelled(ctx)
 			return true, res, err
@@ -690,8 +708,25 @@ func (r *rollout) runCanaries(ctx workflow.Context) (stop bool, res RolloutResul
 		if !ok {
 			break
 		}
+		continuing = historyFull()
 	}
-	if err := workflow.Await(ctx, func() bool { return r.inFlight == 0 && len(r.waiting) == 0 }); err != nil {
+	// Canaries held by another rollout for days must not fill the history: once it is near
+	// its limits, nothing is in flight and no canary failed, the run continues as new with
+	// them (the waiting ones handed over, the rest still queued).
+	if err := workflow.Await(ctx, func() bool { return settled() || (historyFull() && r.inFlight == 0) }); err != nil {
+		res, err := r.cancelled(ctx)
+		return true, res, err
+	}
+	if !settled() && !failed() || continuing && !failed() {
+		r.continuing = true
+		if _, err := r.drain(ctx, true, true); err != nil {
+			res, err := r.cancelled(ctx)
+			return true, res, err
+		}
+		res, err := r.continueAsNew(ctx)
+		return true, res, err
+	}
+	if err := workflow.Await(ctx, settled); err != nil {
 		res, err := r.cancelled(ctx)
 		return true, res, err
 	}
