@@ -147,9 +147,9 @@ type rollout struct {
 	// pace is the state of the request's pacing (windows, domains, canaries, order).
 	pace pacer
 
-	queue    []queuedNode
-	inFlight int // nodes holding a window slot: started, or reserved while they wait for a cluster slot
-	started  int // nodes whose child workflow has started and not yet ended
+	queue           []queuedNode
+	inFlight        int // nodes holding a window slot: started, or reserved while they wait for a cluster slot
+	started         int // nodes whose child workflow has started and not yet ended
 	waiting         map[string]bool
 	recent          []NodeResult
 	launchedThisRun int
@@ -164,8 +164,8 @@ type rollout struct {
 	continuing bool
 	// prepared: the template and the worker's policy are known (MaxParallelism is the cap).
 	prepared bool
-	draining        bool
-	done            bool
+	draining bool
+	done     bool
 	// handedOver holds the waiting nodes this run hands to the next one; once set, none of
 	// them starts here.
 	handedOver []PacedNode
