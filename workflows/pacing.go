@@ -255,8 +255,15 @@ func parseWindow(w MaintenanceWindow, add func(field, what, fix string)) *window
 			add("maintenanceWindow.cron", "is set together with start/days", "give either a cron expression or days and start")
 		}
 		sched, err := cron.ParseStandard(w.Cron)
-		if err != nil || strings.Contains(w.Cron, "TZ=") {
+		switch {
+		case err != nil || strings.Contains(w.Cron, "TZ="):
 			add("maintenanceWindow.cron", fmt.Sprintf("%q is not a five-field cron expression (%v)", w.Cron, err), "write e.g. \"0 22 * * 6\" (Saturdays 22:00); the zone goes in timeZone")
+		case isConstantDelay(sched):
+			add("maintenanceWindow.cron", fmt.Sprintf("%q has no fixed opening: @every counts from whenever the window is read, so it never opens", w.Cron),
+				"write the openings as a five-field cron expression, e.g. \"0 * * * *\" (every hour on the hour)")
+		case sched.Next(cronCheckFrom).IsZero():
+			add("maintenanceWindow.cron", fmt.Sprintf("%q never matches a date (such as 30 February), so the window never opens", w.Cron),
+				"name a day that exists, e.g. \"0 0 28 2 *\"")
 		}
 		s.cron = sched
 		return s
@@ -280,6 +287,16 @@ func parseWindow(w MaintenanceWindow, add func(field, what, fix string)) *window
 	}
 	s.hour, s.minute = h, m
 	return s
+}
+
+// cronCheckFrom is where validation looks for a cron window's first opening: a fixed time
+// keeps validation deterministic, and the parser looks five years ahead, which every date that
+// exists (29 February included) falls within.
+var cronCheckFrom = time.Date(2001, 1, 1, 0, 0, 0, 0, time.UTC)
+
+func isConstantDelay(s cron.Schedule) bool {
+	_, ok := s.(cron.ConstantDelaySchedule)
+	return ok
 }
 
 // windowState says whether the window is open at now and when that next changes: the end of
@@ -316,20 +333,33 @@ func windowState(w windowSpec, loc *time.Location, now time.Time) (open bool, un
 
 // cronWindowState is windowState for a cron window: open while an opening in the last
 // duration is not over.
+//
+// The loop is bounded: a five-field expression opens at most once a minute, so a window of at
+// most MaxWindowDuration has at most maxCronOpenings openings that can still be open; a
+// schedule with no next opening (zero) ends it, and reads as closed with a zero until.
 func cronWindowState(w windowSpec, loc *time.Location, now time.Time) (open bool, until time.Time) {
 	local := now.In(loc)
 	// The parser's schedules have a resolution of a second; start just before the earliest
 	// opening that can still be open.
-	for o := w.cron.Next(local.Add(-w.duration)); !o.After(local); o = w.cron.Next(o) {
+	o := w.cron.Next(local.Add(-w.duration))
+	for range maxCronOpenings {
+		if o.IsZero() || o.After(local) {
+			break
+		}
 		if closing := o.Add(w.duration); closing.After(local) && closing.After(until) {
 			open, until = true, closing
 		}
+		o = w.cron.Next(o)
 	}
 	if open {
 		return true, until
 	}
 	return false, w.cron.Next(local)
 }
+
+// maxCronOpenings bounds the openings cronWindowState looks at: one a minute for the longest
+// window, and some to spare.
+const maxCronOpenings = int(MaxWindowDuration/time.Minute) + 2
 
 // windowReading is what the recorded side effect returns.
 type windowReading struct {
@@ -554,6 +584,9 @@ func readWindow(ctx workflow.Context, w windowSpec, now time.Time) (windowReadin
 			return windowReading{Problem: fmt.Sprintf("maintenanceWindow.timeZone: %q is not a known time zone (%v); use an IANA name such as Europe/Berlin", w.zone, err)}
 		}
 		open, until := windowState(w, loc, now)
+		if !open && until.IsZero() {
+			return windowReading{Problem: "maintenanceWindow: the window never opens again; give a schedule with openings to come"}
+		}
 		return windowReading{Open: open, Until: until}
 	}).Get(&reading)
 	if err == nil && reading.Problem != "" {
