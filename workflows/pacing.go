@@ -811,6 +811,10 @@ func (r *rollout) listCanaries(ctx workflow.Context) error {
 	switch {
 	case len(c.Nodes) > 0:
 		in.Names = c.Nodes
+		if r.admission {
+			// Named canaries of a rollout that selects its nodes must be among them.
+			in.Selector, in.FieldSelector = r.req.NodeSelector, r.req.FieldSelector
+		}
 	case len(r.req.Nodes) > 0:
 		in.Selector = c.Selector
 	default:
@@ -864,6 +868,15 @@ func (r *rollout) listCanaries(ctx workflow.Context) error {
 	if page.More {
 		return temporal.NewNonRetryableApplicationError(fmt.Sprintf(
 			"invalid rollout request: canary.selector: selects more than %d nodes; narrow it", MaxCanaries), activities.ErrInvalidRequest, nil)
+	}
+	if len(page.Unselected) > 0 {
+		var ps []string
+		for _, n := range page.Unselected {
+			ps = append(ps, fmt.Sprintf("canary.nodes[%d]: %q is not selected by the rollout (nodeSelector %q, fieldSelector %q)",
+				slices.Index(c.Nodes, n), n, r.req.NodeSelector, r.req.FieldSelector))
+		}
+		return temporal.NewNonRetryableApplicationError("invalid rollout request: "+strings.Join(ps, "; ")+
+			"; canaries must be nodes of the rollout: correct the name or the selector", activities.ErrInvalidRequest, nil)
 	}
 	r.queue = r.queuePage(page)
 	r.pace.canaries = nil
