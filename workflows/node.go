@@ -77,17 +77,34 @@ type nodeSteps struct {
 	mayHaveCordoned bool
 	// oneStep: a watched Job runs as one RunJob local activity (NodeRolloutV3).
 	oneStep bool
+	// abortedInFinalize: an abort cut short the finalize of a Job that succeeded, which may
+	// have recorded the success on the Node already.
+	abortedInFinalize bool
 }
 
 func (n *nodeSteps) run(ctx workflow.Context) (NodeResult, error) {
 	// No GetVersion here: only inputs with a maintenance section take the new path, and no
 	// history recorded before the section existed has one, so every running history replays
 	// the commands it recorded; a marker per child would cost every node history events.
+	var result NodeResult
+	var err error
 	if n.in.Maintenance != nil {
-		return n.runMaintained(ctx)
+		result, err = n.runMaintained(ctx)
+	} else {
+		result, err = n.runJob(ctx)
 	}
-	return n.runJob(ctx)
+	if n.abortedInFinalize && workflow.GetVersion(ctx, versionRecordAbortInFinalize, workflow.DefaultVersion, 1) == 1 {
+		// The node ends aborted: so must its marker, or a re-run would skip it.
+		n.recordAbort(ctx)
+	}
+	return result, err
 }
+
+// versionRecordAbortInFinalize marks nodes aborted while the finalize of their successful Job
+// ran, which record the abort over the success the finalize may have written. It is asked
+// only on that path.
+const versionRecordAbortInFinalize = "record-abort-in-finalize"
+
 
 // runJob creates the node's Job, waits for it and finalizes it.
 func (n *nodeSteps) runJob(ctx workflow.Context) (NodeResult, error) {
@@ -229,6 +246,7 @@ func (n *nodeSteps) finalize(ctx workflow.Context, job *activities.JobRef, end a
 		RunID:        workflow.GetInfo(ctx).WorkflowExecution.RunID,
 	}).Get(ctx, &fin)
 	if err != nil && isCancel(ctx, err) && job != nil {
+		n.abortedInFinalize = end.Outcome == activities.OutcomeSucceeded
 		return abort(ctx, *job, result)
 	}
 	// A finalize that failed for good (say, Forbidden on the Node) must not hide the Job's outcome.
