@@ -104,7 +104,7 @@ func maintainedInput(onFailure string) NodeRolloutInput {
 }
 
 func (r *maintenanceRun) run(in NodeRolloutInput) (NodeResult, error) {
-	r.env.ExecuteWorkflow(NodeRollout, in)
+	executeNodeAsChild(r.env, NodeRollout, NodeRolloutWorkflow, in)
 	if !r.env.IsWorkflowCompleted() {
 		return NodeResult{}, errors.New("the workflow did not complete")
 	}
