@@ -153,7 +153,6 @@ func (n *nodeSteps) run(ctx workflow.Context) (NodeResult, error) {
 // only on that path.
 const versionRecordAbortInFinalize = "record-abort-in-finalize"
 
-
 // runJob creates the node's Job, waits for it and finalizes it.
 func (n *nodeSteps) runJob(ctx workflow.Context) (NodeResult, error) {
 	var a *activities.Activities
