@@ -29,6 +29,9 @@ const (
 	// versionClusterBudget marks rollouts that take a cluster slot for each node. Only workers
 	// with a budget ask for it, so rollouts without one keep today's commands exactly.
 	versionClusterBudget = "cluster-budget"
+	// versionBudgetRebuild marks coordinators that, started afresh, count the node workflows
+	// still running as holders before granting anything.
+	versionBudgetRebuild = "budget-rebuilds-holders"
 )
 
 // Tuning of the coordinator, variables so tests can shorten them.
@@ -83,6 +86,10 @@ type BudgetStatus struct {
 // Rollouts return their slots when their node workflow ends; a slot whose rollout was
 // terminated is reclaimed once that rollout and its node workflow are closed (GoneHolders),
 // looked for while requests wait and no slot is free.
+//
+// A coordinator started afresh (the first, or after one was terminated with its state) first
+// takes every node workflow still running on the cluster as a holder (versionBudgetRebuild):
+// their rollouts hold slots whatever state was lost, and would otherwise be granted again.
 func ClusterBudget(ctx workflow.Context, state BudgetState) error {
 	c := &coordinator{state: state, holders: map[string]activities.SlotHolder{}, reclaimWait: reclaimInterval}
 	for _, h := range state.Holders {
@@ -90,6 +97,12 @@ func ClusterBudget(ctx workflow.Context, state BudgetState) error {
 	}
 	if err := workflow.SetQueryHandler(ctx, QueryBudget, func() (BudgetStatus, error) { return c.status(), nil }); err != nil {
 		return err
+	}
+	if workflow.GetInfo(ctx).ContinuedExecutionRunID == "" &&
+		workflow.GetVersion(ctx, versionBudgetRebuild, workflow.DefaultVersion, 1) == 1 {
+		if err := c.rebuild(ctx); err != nil {
+			return err
+		}
 	}
 	acquire := workflow.GetSignalChannel(ctx, SignalSlotAcquire)
 	release := workflow.GetSignalChannel(ctx, SignalSlotRelease)
@@ -199,6 +212,31 @@ func (c *coordinator) grant(ctx workflow.Context) {
 			}
 		}
 	}
+}
+
+// rebuild takes the node workflows running on the coordinator's task queue as holders. It
+// retries for as long as Temporal's visibility does not answer: granting before it knows who
+// holds slots could put twice the budget in flight. Visibility lags a node started in the
+// last second or so; such a node's rollout asks again if its grant was lost (request).
+func (c *coordinator) rebuild(ctx workflow.Context) error {
+	var co *activities.Coordination
+	var running []activities.SlotHolder
+	actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
+		StartToCloseTimeout: time.Minute,
+		RetryPolicy:         apiRetry,
+		Summary:             "count the node workflows still running as holders",
+	})
+	err := workflow.ExecuteActivity(actx, co.NodeHolders, activities.NodeHoldersInput{
+		TaskQueue:     workflow.GetInfo(ctx).TaskQueueName,
+		WorkflowTypes: []string{NodeRolloutWorkflow, NodeRolloutV2Workflow, NodeRolloutV3Workflow},
+	}).Get(ctx, &running)
+	if err != nil {
+		return err
+	}
+	for _, h := range running {
+		c.holders[h.Key()] = h
+	}
+	return nil
 }
 
 // reclaim frees the slots of holders that are gone.
