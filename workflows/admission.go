@@ -119,6 +119,8 @@ func (r *rollout) admit(ctx workflow.Context, node string, reserved *bool) (bool
 				*reserved = true
 			}
 			return true, nil
+		case why.rule == refusedAborted:
+			return false, ctx.Err()
 		case why.final:
 			r.slots.giveBack(ctx, node)
 			if *reserved {
@@ -151,25 +153,30 @@ func (r *rollout) admit(ctx workflow.Context, node string, reserved *bool) (bool
 
 // pickNext is the index in the queue of the first node that may go now (a node to skip
 // always may; one that lacks only a cluster slot may go and wait for it), or -1 with the
-// refusal that holds the queue back.
+// refusal that holds the queue back. Nodes go in queue order: only a node held back by a rule
+// of its own (its domain, the canaries) lets a later one pass, so an unpaced rollout's cursor
+// (the last name taken) never skips a node.
 func (r *rollout) pickNext(ctx workflow.Context) (int, refusal) {
+	rollout := r.rolloutRefusal(ctx)
+	var first refusal
 	for i, n := range r.queue {
 		if n.skip != "" {
 			return i, refusal{}
 		}
-	}
-	if why := r.rolloutRefusal(ctx); !why.admits() {
-		return -1, why
-	}
-	var first refusal
-	for i, n := range r.queue {
+		if !rollout.admits() {
+			return -1, rollout
+		}
 		why := r.startRefusal(ctx, n.name, n.domain, false)
-		if why.admits() || why.rule == refusedClusterSlot {
+		switch why.rule {
+		case "", refusedClusterSlot:
 			return i, why
+		case refusedDomainFull, refusedCanariesFirst:
+			if first.admits() {
+				first = why
+			}
+			continue
 		}
-		if first.admits() {
-			first = why
-		}
+		return -1, why
 	}
 	return -1, first
 }
@@ -185,6 +192,8 @@ func (r *rollout) nextAdmitted(ctx workflow.Context, historyFull func() bool) (b
 		at, why = r.pickNext(ctx)
 		switch {
 		case at >= 0:
+		case why.rule == refusedAborted:
+			return false, ctx.Err()
 		case why.final:
 			return false, nil
 		case historyFull():
@@ -241,26 +250,33 @@ func (r *rollout) runAdmitted(ctx workflow.Context, node string, busy bool) node
 	reserved := true
 	recheck := busyNodeRecheck
 	for {
+		var ok bool
+		var err error
 		if busy {
 			if reserved {
 				r.unreserve(node)
 				reserved = false
 			}
+			// The node stays among the waiting until it may start again (its turn may be days
+			// away, in the next window): the run neither ends nor continues as new without it.
+			// Counted, it is waiting only while the other rollout holds it, so it is never
+			// counted twice (waiting and reserved, for a cluster slot).
 			r.waiting[node] = true
 			r.p.Counts.Waiting++
 			r.showProgress(ctx)
-			err := r.waitUntilFreed(ctx, node, recheck)
+			err = r.waitUntilFreed(ctx, node, recheck)
 			recheck = min(2*recheck, busyNodeMaxRecheck)
-			delete(r.waiting, node)
 			delete(r.freed, node)
 			r.p.Counts.Waiting--
-			if err != nil {
-				return nodeEnd{result: abortedWaiting(node, "another rollout to finish on the node"), started: true}
+			if err == nil {
+				ok, err = r.admit(ctx, node, &reserved)
 			}
+			delete(r.waiting, node)
+		} else {
+			ok, err = r.admit(ctx, node, &reserved)
 		}
-		ok, err := r.admit(ctx, node, &reserved)
 		if err != nil {
-			return nodeEnd{result: abortedWaiting(node, "its turn"), holdsSlot: reserved, started: true}
+			return nodeEnd{result: abortedWaiting(node, "its turn to start"), holdsSlot: reserved, started: true}
 		}
 		if !ok {
 			return nodeEnd{} // back to pending: a later run, rollout or rerun covers it

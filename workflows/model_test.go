@@ -1,0 +1,1028 @@
+package workflows
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"math/rand/v2"
+	"os"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/mock"
+	"go.temporal.io/sdk/interceptor"
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/testsuite"
+	"go.temporal.io/sdk/worker"
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/noderollout/noderollout/activities"
+)
+
+// The model test hunts the next defect where features meet. Each seed makes a random fleet
+// (zones, nodes another rollout holds, nodes already done, names that do not exist), a random
+// request (window, per-domain limit, failure budget, batch growth, canaries with soak and
+// approval, delay between nodes, maintenance, continue-as-new, a cluster-wide budget) and a
+// random script of events (Job outcomes and durations, pause and resume, setParallelism,
+// approve, abort, cluster-budget grants and slots leaked to others, worker crashes as failed
+// activity attempts). It runs the real Rollout and node workflows over a fake cluster, one
+// test environment per run (continue-as-new starts the next), and checks the invariants at
+// every node start (what a Rollout may start), at every Job created (one per node at a time),
+// and at the end (outcomes, cordons, markers, history). A failure names its seed; rerun it
+// with NODEROLLOUT_MODEL_SEED=<seed> (NODEROLLOUT_MODEL_TRACE=1 prints what happened).
+// NODEROLLOUT_MODEL_SEEDS sets how many seeds run and NODEROLLOUT_MODEL_FROM the first (make
+// soak runs 5,000 others).
+
+const (
+	modelRoot     = "model-rollout"
+	modelHash     = "model-hash"
+	modelRollout  = "model"
+	modelHorizon  = 12 * 24 * time.Hour // no scenario runs longer; events stop here
+	modelTickStep = 15 * time.Minute    // how often the model's budget coordinator looks
+	// modelNodeWrite is how long a cordon or an uncordon takes, long enough for an abort to
+	// land in it; under the 12 s at which the test environment heartbeats a workflow task
+	// that runs a local activity (past it, the environment stalls for seconds of wall time).
+	modelNodeWrite = time.Second
+)
+
+// modelBefore runs the model on the code paths from before the seams were closed (the
+// versions that closed them pinned to their default), to show what the model finds there:
+// NODEROLLOUT_MODEL_BEFORE=1.
+var modelBefore = os.Getenv("NODEROLLOUT_MODEL_BEFORE") != ""
+
+func TestModel(t *testing.T) {
+	seeds := 1000 // about 25 s on two cores
+	if v, err := strconv.Atoi(os.Getenv("NODEROLLOUT_MODEL_SEEDS")); err == nil && v > 0 {
+		seeds = v
+	}
+	first := uint64(1)
+	if v, err := strconv.ParseUint(os.Getenv("NODEROLLOUT_MODEL_FROM"), 10, 64); err == nil {
+		first = v
+	}
+	if v, err := strconv.ParseUint(os.Getenv("NODEROLLOUT_MODEL_SEED"), 10, 64); err == nil {
+		first, seeds = v, 1
+	}
+	for seed := first; seed < first+uint64(seeds); seed++ {
+		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
+			m := newModel(seed)
+			problems := m.run(t)
+			if os.Getenv("NODEROLLOUT_MODEL_TRACE") != "" {
+				t.Logf("scenario: %s\nwhat happened:\n%s", m.describe(), strings.Join(m.log, "\n"))
+			}
+			if len(problems) > 0 {
+				t.Fatalf("seed %d (rerun: NODEROLLOUT_MODEL_SEED=%d go test ./workflows -run TestModel)\nscenario: %s\n%s\nwhat happened:\n%s",
+					seed, seed, m.describe(), strings.Join(problems, "\n"), strings.Join(m.log, "\n"))
+			}
+		})
+	}
+}
+
+// modelNode is one node of the fake fleet and of the fake cluster.
+type modelNode struct {
+	name, zone string
+	missing    bool          // named in the request, no Node object
+	done       bool          // marked succeeded for this template before the rollout
+	heldFor    time.Duration // another rollout holds it this long from the start
+	jobTakes   time.Duration
+	jobFails   bool
+	unhealthy  bool // fails its health gate
+
+	// The fake cluster's state of the node.
+	cordoned, ourCordon bool
+	cordonedOnce        bool   // we cordoned it at some point
+	liftedDuringAbort   bool   // our cordon was being lifted (after its success) when the abort came
+	marker              string // outcome recorded for modelHash
+	liveJobs            int
+	// What the rollout did with it.
+	runs     int       // node workflow executions
+	running  bool      // one runs now
+	outcome  string    // the last run's outcome
+	started  time.Time // the last run's start
+	ended    time.Time // the last run's end
+	attempts int       // child starts the rollout made (busy refusals included)
+}
+
+// modelEvent is one scripted event at an offset from the scenario's start.
+type modelEvent struct {
+	at   time.Duration
+	kind string // pause, resume, parallelism, approve, abort, leak, unleak
+	n    int
+}
+
+type model struct {
+	seed    uint64
+	rng     *rand.Rand
+	start   time.Time
+	nodes   map[string]*modelNode
+	order   []string
+	req     RolloutRequest
+	cluster Cluster
+	events  []modelEvent
+	crashes bool // some activity attempts fail as if their worker died
+	// abortInUncordon: the abort comes while a node's uncordon runs (uncordoning says when).
+	abortInUncordon bool
+	abortScheduled  bool
+
+	mu       sync.Mutex
+	problems []string
+	log      []string // what happened, for a failure's report
+	// What the model saw happen, in absolute virtual time.
+	pausedAt, resumedAt []time.Time
+	parallelism         []timedInt // accepted setParallelism, and the request's at start
+	approvedAt          time.Time
+	approvals           int
+	abortedAt           time.Time
+	// The model's cluster-wide budget coordinator.
+	queue   []string
+	held    map[string]bool
+	leaks   int
+	runs    int // workflow runs (continue-as-new + 1)
+	peak    int // the largest history of one run
+	attempt map[string]int
+}
+
+type timedInt struct {
+	at time.Time
+	n  int
+}
+
+func newModel(seed uint64) *model {
+	m := &model{seed: seed, rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)), nodes: map[string]*modelNode{},
+		held: map[string]bool{}, attempt: map[string]int{}}
+	r := m.rng
+	m.start = time.Date(2026, 3, 2, r.IntN(24), 0, 0, 0, time.UTC)
+	zones := 1 + r.IntN(3)
+	n := 4 + r.IntN(13)
+	for i := range n {
+		node := &modelNode{name: fmt.Sprintf("n-%02d", i), zone: fmt.Sprintf("z%d", r.IntN(zones)),
+			jobTakes: time.Duration(1+r.IntN(90)) * time.Minute, jobFails: r.IntN(100) < 15}
+		switch x := r.IntN(100); {
+		case x < 5:
+			node.missing = true
+		case x < 12:
+			node.done, node.marker = true, string(activities.OutcomeSucceeded)
+		case x < 27:
+			node.heldFor = time.Duration(10+r.IntN(600)) * time.Minute
+		}
+		m.nodes[node.name] = node
+		m.order = append(m.order, node.name)
+	}
+	req := RolloutRequest{Name: modelRollout, Namespace: "jobs", Nodes: slices.Clone(m.order), JobTemplate: sampleTemplate,
+		Parallelism: 1 + r.IntN(6)}
+	req.MaxFailures = IntOrPercent([]string{"0", "1", "2", "25%", "100%"}[r.IntN(5)])
+	if r.IntN(4) == 0 {
+		req.Batch = &Batch{Initial: 1, Growth: []string{GrowthLinear, GrowthExponential}[r.IntN(2)]}
+	}
+	if r.IntN(3) == 0 {
+		req.MaintenanceWindow = &MaintenanceWindow{Start: fmt.Sprintf("%02d:00", r.IntN(24)), Duration: fmt.Sprintf("%dh", 2+r.IntN(8))}
+	}
+	if r.IntN(3) == 0 {
+		req.Topology = &Topology{Key: zoneKey, MaxPerDomain: 1 + r.IntN(2)}
+	}
+	if r.IntN(3) == 0 {
+		var canaries []string
+		for _, name := range m.order {
+			if !m.nodes[name].missing && !m.nodes[name].done && len(canaries) < 1+r.IntN(2) {
+				canaries = append(canaries, name)
+			}
+		}
+		if len(canaries) > 0 {
+			req.Canary = &Canary{Nodes: canaries, Approval: r.IntN(2) == 0}
+			if r.IntN(2) == 0 {
+				req.Canary.Soak = fmt.Sprintf("%dm", 10+r.IntN(60))
+			}
+		}
+	}
+	if r.IntN(4) == 0 {
+		req.DelayBetweenNodes = fmt.Sprintf("%dm", 1+r.IntN(5))
+	}
+	if r.IntN(3) == 0 {
+		req.ContinueAsNewAfter = 2 + r.IntN(6)
+	}
+	if r.IntN(3) == 0 {
+		mt := &Maintenance{Cordon: true, OnFailure: []string{OnFailureKeepCordoned, OnFailureUncordon}[r.IntN(2)]}
+		if r.IntN(2) == 0 {
+			mt.Drain = &Drain{Timeout: "30m"}
+		}
+		if r.IntN(2) == 0 {
+			mt.Health = &HealthGate{Timeout: "20m"}
+			mt.Soak = fmt.Sprintf("%dm", 1+r.IntN(20))
+			for _, name := range m.order {
+				m.nodes[name].unhealthy = r.IntN(100) < 10
+			}
+		}
+		req.Maintenance = mt
+	}
+	if r.IntN(3) == 0 {
+		m.cluster = Cluster{Name: "c1", Budget: 1 + r.IntN(3)}
+	}
+	m.crashes = r.IntN(3) == 0
+	m.req = req
+	m.script()
+	return m
+}
+
+// script makes the events: pause/resume pairs, parallelism changes, approvals tried every two
+// hours, cluster slots leaked to another rollout for a while, and maybe an abort.
+func (m *model) script() {
+	r := m.rng
+	for range r.IntN(4) {
+		at := time.Duration(r.IntN(48*60)) * time.Minute
+		m.events = append(m.events, modelEvent{at: at, kind: "pause"},
+			modelEvent{at: at + time.Duration(1+r.IntN(240))*time.Minute, kind: "resume"})
+	}
+	for range r.IntN(3) {
+		m.events = append(m.events, modelEvent{at: time.Duration(r.IntN(48*60)) * time.Minute, kind: "parallelism", n: 1 + r.IntN(6)})
+	}
+	if m.cluster.Budget > 0 {
+		for range r.IntN(3) {
+			at := time.Duration(r.IntN(24*60)) * time.Minute
+			m.events = append(m.events, modelEvent{at: at, kind: "leak"},
+				modelEvent{at: at + time.Duration(10+r.IntN(300))*time.Minute, kind: "unleak"})
+		}
+	}
+	switch x := r.IntN(10); {
+	case x < 2:
+		m.events = append(m.events, modelEvent{at: time.Duration(r.IntN(24*3600)) * time.Second, kind: "abort"})
+	case x < 4 && m.req.Maintenance != nil:
+		// An operator aborts while a node's cordon is being lifted after its success.
+		m.abortInUncordon = true
+	}
+	sort.SliceStable(m.events, func(i, j int) bool { return m.events[i].at < m.events[j].at })
+}
+
+func (m *model) describe() string {
+	var parts []string
+	for _, name := range m.order {
+		n := m.nodes[name]
+		s := fmt.Sprintf("%s(%s %v", name, n.zone, n.jobTakes)
+		switch {
+		case n.missing:
+			s += " missing"
+		case n.done:
+			s += " done"
+		}
+		if n.heldFor > 0 {
+			s += fmt.Sprintf(" held %v", n.heldFor)
+		}
+		if n.jobFails {
+			s += " fails"
+		}
+		if n.unhealthy {
+			s += " unhealthy"
+		}
+		parts = append(parts, s+")")
+	}
+	req := m.req
+	req.Nodes, req.JobTemplate = nil, ""
+	return fmt.Sprintf("start %s; budget %d; crashes %v; abort in an uncordon %v\nnodes %s\nrequest %+v maintenance %+v canary %+v window %+v topology %+v batch %+v\nevents %v",
+		m.start.Format(time.RFC3339), m.cluster.Budget, m.crashes, m.abortInUncordon, strings.Join(parts, " "), req, req.Maintenance, req.Canary,
+		req.MaintenanceWindow, req.Topology, req.Batch, m.events)
+}
+
+func (m *model) fail(format string, args ...any) {
+	m.problems = append(m.problems, fmt.Sprintf(format, args...))
+}
+
+// note records what happened (callers hold m.mu).
+func (m *model) note(format string, args ...any) {
+	m.log = append(m.log, fmt.Sprintf(format, args...))
+}
+
+// crash says whether this attempt of an activity step fails as if its worker had died: a
+// pure function of the seed, the node, the step and the attempt, whatever order goroutines
+// run in. Only the regular activities (the Job's wait, the drain, the health gate) crash here:
+// the test environment now and then retries a local activity whose first attempt failed past
+// the retry's success (seen: RunJob run 86 times until its deadline), which a server does not;
+// the local activities' retries are tested one step at a time by
+// TestMaintenanceResumesAfterACrashAtEachStep.
+func (m *model) crash(node, step string) bool {
+	if !m.crashes {
+		return false
+	}
+	m.attempt[node+"/"+step]++
+	if m.attempt[node+"/"+step] > 1 {
+		return false
+	}
+	h := fnv.New64a()
+	fmt.Fprintf(h, "%d/%s/%s", m.seed, node, step)
+	return h.Sum64()%4 == 0
+}
+
+var errWorkerDied = errors.New("the worker running this attempt went away")
+
+// run plays the scenario, one test environment per workflow run, and returns the problems.
+func (m *model) run(t *testing.T) []string {
+	m.parallelism = []timedInt{{at: m.start, n: m.req.Parallelism}}
+	now := m.start
+	var carried *Progress
+	req := m.req
+	var final error
+	var result RolloutResult
+	for run := 1; ; run++ {
+		if run > 40 {
+			m.fail("more than 40 runs: the rollout does not end")
+			break
+		}
+		m.runs = run
+		env, meter := m.newEnv(t, now, run)
+		env.ExecuteWorkflow(modelRoot, req, carried)
+		m.peak = max(m.peak, meter.peak)
+		if meter.peak >= serverHistoryWarning {
+			m.fail("run %d: history reached %d events, over the server's warning of %d", run, meter.peak, serverHistoryWarning)
+		}
+		if !env.IsWorkflowCompleted() {
+			m.fail("run %d did not complete", run)
+			return m.problems
+		}
+		err := env.GetWorkflowError()
+		var can *workflow.ContinueAsNewError
+		if errors.As(err, &can) {
+			carried = nil
+			if err := converterFromEnv().FromPayloads(can.Input, &req, &carried); err != nil {
+				m.fail("decoding the continue-as-new input: %v", err)
+				return m.problems
+			}
+			now = env.Now()
+			continue
+		}
+		final = err
+		if err == nil {
+			if err := env.GetWorkflowResult(&result); err != nil {
+				m.fail("reading the result: %v", err)
+			}
+		} else {
+			result = resultIn(err)
+		}
+		break
+	}
+	m.checkEnd(final, result)
+	return m.problems
+}
+
+// resultIn reads the RolloutResult a failed or cancelled rollout carries in its error.
+func resultIn(err error) RolloutResult {
+	var r RolloutResult
+	var appErr *temporal.ApplicationError
+	var canceled *temporal.CanceledError
+	switch {
+	case errors.As(err, &appErr) && appErr.HasDetails():
+		_ = appErr.Details(&r)
+	case errors.As(err, &canceled) && canceled.HasDetails():
+		_ = canceled.Details(&r)
+	}
+	return r
+}
+
+// modelHarness is the root workflow of a run: it starts the holders of the nodes another
+// rollout still holds, then runs the Rollout in this workflow, as the cluster's worker does.
+func (m *model) harness(ctx workflow.Context, req RolloutRequest, carried *Progress) (RolloutResult, error) {
+	now := workflow.Now(ctx)
+	holders := 0
+	for _, name := range m.order {
+		if end := m.start.Add(m.nodes[name].heldFor); end.After(now) {
+			workflow.ExecuteChildWorkflow(workflow.WithChildOptions(ctx, workflow.ChildWorkflowOptions{WorkflowID: m.cluster.NodeWorkflowID(name)}),
+				"hold", end.Sub(now))
+			holders++
+		}
+	}
+	if holders > 0 {
+		// The test environment cannot signal a child before it has run its first task.
+		if err := workflow.Sleep(ctx, time.Second); err != nil {
+			return RolloutResult{}, err
+		}
+	}
+	return rolloutIn(ctx, m.cluster, req, carried)
+}
+
+func (m *model) newEnv(t *testing.T, now time.Time, run int) (*testsuite.TestWorkflowEnvironment, *historyMeter) {
+	var ts testsuite.WorkflowTestSuite
+	env := ts.NewTestWorkflowEnvironment()
+	meter := newHistoryMeter(env, modelRoot)
+	env.SetWorkerOptions(worker.Options{DeadlockDetectionTimeout: 30 * time.Second,
+		Interceptors: []interceptor.WorkerInterceptor{meter, &modelWatch{m: m}}})
+	env.SetStartTime(now)
+	env.SetTestTimeout(time.Minute)
+	if run > 1 {
+		env.SetContinuedExecutionRunID(fmt.Sprintf("run-%d", run-1))
+	}
+	m.cluster.Register(env)
+	env.RegisterWorkflowWithOptions(holdNode, workflow.RegisterOptions{Name: "hold"})
+	env.RegisterWorkflowWithOptions(m.harness, workflow.RegisterOptions{Name: modelRoot})
+	env.RegisterActivity(&activities.Activities{})
+	env.RegisterActivity(&activities.Coordination{})
+	if modelBefore {
+		for _, id := range []string{versionAdmission, versionAbortDuringUncordon, versionRecordAbortInFinalize, versionCapBeforePrepare} {
+			env.OnGetVersion(id, workflow.DefaultVersion, 1).Return(workflow.DefaultVersion).Maybe()
+		}
+	}
+	m.mockActivities(env)
+	m.mockBudget(env)
+	m.schedule(env, now)
+	return env, meter
+}
+
+// schedule registers the script's events still to come, and two that repeat until the
+// horizon (each registers its next): the budget coordinator's looks, and an approval tried
+// every two hours until one is accepted.
+func (m *model) schedule(env *testsuite.TestWorkflowEnvironment, now time.Time) {
+	for i, e := range m.events {
+		at := m.start.Add(e.at)
+		if at.Before(now) {
+			continue
+		}
+		env.RegisterDelayedCallback(func() { m.happen(env, i, e) }, at.Sub(now))
+	}
+	horizon := m.start.Add(modelHorizon)
+	var every func(step time.Duration, do func())
+	every = func(step time.Duration, do func()) {
+		env.RegisterDelayedCallback(func() {
+			do()
+			if env.Now().Add(step).Before(horizon) {
+				every(step, do)
+			}
+		}, step)
+	}
+	if m.cluster.Budget > 0 {
+		m.grant(env)
+		every(modelTickStep, func() { m.grant(env) })
+	}
+	if m.req.Canary != nil && m.req.Canary.Approval {
+		every(2*time.Hour, func() { m.happen(env, -1, modelEvent{kind: "approve"}) })
+	}
+}
+
+// happen plays one event.
+func (m *model) happen(env *testsuite.TestWorkflowEnvironment, i int, e modelEvent) {
+	at := env.Now()
+	switch e.kind {
+	case "pause":
+		m.mu.Lock()
+		m.pausedAt = append(m.pausedAt, at)
+		m.mu.Unlock()
+		env.SignalWorkflow(SignalPause, nil)
+	case "resume":
+		m.mu.Lock()
+		m.resumedAt = append(m.resumedAt, at)
+		m.mu.Unlock()
+		env.SignalWorkflow(SignalResume, nil)
+	case "parallelism":
+		env.UpdateWorkflow(UpdateSetParallelism, fmt.Sprintf("p%d-%d", m.runs, i), &testsuite.TestUpdateCallback{
+			OnAccept: func() {
+				m.mu.Lock()
+				m.parallelism = append(m.parallelism, timedInt{at: at, n: e.n})
+				m.mu.Unlock()
+			},
+			OnReject: func(error) {}, OnComplete: func(any, error) {},
+		}, SetParallelismRequest{Parallelism: e.n})
+	case "approve":
+		if !m.approvedAt.IsZero() {
+			return
+		}
+		m.approvals++ // each try is an update of its own; one ID would be answered as the first was
+		env.UpdateWorkflow(UpdateApprove, fmt.Sprintf("approve-%d", m.approvals), &testsuite.TestUpdateCallback{
+			OnAccept: func() {
+				m.mu.Lock()
+				m.approvedAt = at
+				m.mu.Unlock()
+			},
+			OnReject: func(error) {}, OnComplete: func(any, error) {},
+		}, ApproveRequest{})
+	case "abort":
+		m.mu.Lock()
+		m.abortedAt = at
+		m.mu.Unlock()
+		env.CancelWorkflow()
+	case "leak":
+		m.mu.Lock()
+		m.leaks++
+		m.held[fmt.Sprintf("leak-%d", i)] = true
+		m.mu.Unlock()
+	case "unleak":
+		m.mu.Lock()
+		for k := range m.held {
+			if strings.HasPrefix(k, "leak-") {
+				delete(m.held, k)
+				break
+			}
+		}
+		m.mu.Unlock()
+		m.grant(env)
+	}
+}
+
+// mockBudget plays the cluster's budget coordinator: requests queue, releases free slots, and
+// grant hands free slots out first come, first served, on the model's own schedule.
+func (m *model) mockBudget(env *testsuite.TestWorkflowEnvironment) {
+	// A signal to a workflow the environment does not know (a holder that ended) fails, as
+	// on a server.
+	defer func() {
+		env.OnSignalExternalWorkflow(mock.Anything, mock.Anything, mock.Anything, mock.Anything, mock.Anything).Return(
+			errors.New("unknown external workflow execution")).Maybe()
+	}()
+	if m.cluster.Budget == 0 {
+		return
+	}
+	coordinator := m.cluster.BudgetWorkflowID()
+	env.OnSignalExternalWorkflow(mock.Anything, coordinator, "", SignalSlotAcquire, mock.Anything).Return(func(_, _, _, _ string, arg any) error {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		id := arg.(SlotRequest).Holder.Node
+		delete(m.held, id) // a repeated request: its grant was lost; grant it again
+		if !slices.Contains(m.queue, id) {
+			m.queue = append(m.queue, id)
+		}
+		return nil
+	}).Maybe()
+	env.OnSignalExternalWorkflow(mock.Anything, coordinator, "", SignalSlotRelease, mock.Anything).Return(func(_, _, _, _ string, arg any) error {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		id := arg.(SlotRelease).Holder.Node
+		delete(m.held, id)
+		m.queue = slices.DeleteFunc(m.queue, func(q string) bool { return q == id })
+		return nil
+	}).Maybe()
+}
+
+func (m *model) grant(env *testsuite.TestWorkflowEnvironment) {
+	m.mu.Lock()
+	var grants []string
+	for len(m.queue) > 0 && len(m.held) < m.cluster.Budget {
+		id := m.queue[0]
+		m.queue = m.queue[1:]
+		m.held[id] = true
+		grants = append(grants, id)
+	}
+	m.mu.Unlock()
+	for _, id := range grants {
+		env.SignalWorkflow(SignalSlotGranted, SlotGrant{Node: id})
+	}
+}
+
+// mockActivities is the fake cluster.
+func (m *model) mockActivities(env *testsuite.TestWorkflowEnvironment) {
+	a := &activities.Activities{}
+	env.OnActivity(a.PrepareTemplate, mock.Anything, mock.Anything).Return(activities.PreparedTemplate{Hash: modelHash}, nil).Maybe()
+	env.OnActivity(a.ListNodes, mock.Anything, mock.Anything).Return(func(_ context.Context, in activities.ListNodesInput) (activities.ListNodesResult, error) {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		names := slices.Clone(in.Names)
+		slices.Sort(names)
+		names = slices.Compact(names)
+		res := activities.ListNodesResult{Total: len(names), Labels: map[string]map[string]string{}}
+		for _, name := range names {
+			if name <= in.After {
+				continue
+			}
+			if len(res.Nodes)+len(res.Done)+len(res.Missing) == in.Limit {
+				res.More = true
+				break
+			}
+			res.Next = name
+			n := m.nodes[name]
+			switch {
+			case n.missing:
+				res.Missing = append(res.Missing, name)
+				continue
+			case n.marker == string(activities.OutcomeSucceeded) && !in.Rerun:
+				res.Done = append(res.Done, name)
+			default:
+				res.Nodes = append(res.Nodes, name)
+			}
+			res.Labels[name] = map[string]string{zoneKey: n.zone}
+		}
+		return res, nil
+	}).Maybe()
+	job := func(node string) activities.JobRef {
+		return activities.JobRef{Namespace: "jobs", Name: modelRollout + "-" + node, UID: "uid-" + node, Node: node}
+	}
+	create := func(node string) error {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		n := m.nodes[node]
+		m.note("%s: create (%d live)", node, n.liveJobs)
+		if n.liveJobs > 0 {
+			return nil // the retried create adopts the Job it made
+		}
+		n.liveJobs++
+		return nil
+	}
+	env.OnActivity(a.RunJob, mock.Anything, mock.Anything).Return(func(_ context.Context, in activities.RunJobInput) (activities.RunJobResult, error) {
+		if err := create(in.Job.Node); err != nil {
+			return activities.RunJobResult{}, err
+		}
+		return activities.RunJobResult{Job: job(in.Job.Node), Running: true}, nil
+	}).Maybe()
+	env.OnActivity(a.CreateJob, mock.Anything, mock.Anything).Return(func(_ context.Context, in activities.JobRequest) (activities.JobRef, error) {
+		if err := create(in.Node); err != nil {
+			return activities.JobRef{}, err
+		}
+		return job(in.Node), nil
+	}).Maybe()
+	for _, name := range m.order {
+		n := m.nodes[name]
+		env.OnActivity(a.WaitJob, mock.Anything, mock.MatchedBy(func(in activities.WaitJobInput) bool { return in.Job.Node == name })).
+			After(n.jobTakes).Return(func(_ context.Context, in activities.WaitJobInput) (activities.JobEnd, error) {
+			m.mu.Lock()
+			defer m.mu.Unlock()
+			if m.crash(name, "wait") {
+				m.note("%s: wait: the worker died", name)
+				return activities.JobEnd{}, errWorkerDied
+			}
+			m.note("%s: the Job ended", name)
+			if n.jobFails {
+				return activities.JobEnd{Outcome: activities.OutcomeFailed, Reason: "BackoffLimitExceeded"}, nil
+			}
+			return activities.JobEnd{Outcome: activities.OutcomeSucceeded, Reason: "Completed"}, nil
+		}).Maybe()
+	}
+	env.OnActivity(a.FinalizeJob, mock.Anything, mock.Anything).Return(func(_ context.Context, in activities.FinalizeInput) (activities.FinalizeResult, error) {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		n := m.nodes[in.Node]
+		n.marker = string(in.End.Outcome)
+		m.note("%s: finalize %s (job %v)", in.Node, in.End.Outcome, in.Job != nil)
+		if in.Job != nil {
+			n.liveJobs = 0
+		}
+		return activities.FinalizeResult{}, nil
+	}).Maybe()
+	env.OnActivity(a.DeleteJob, mock.Anything, mock.Anything).Return(func(_ context.Context, j activities.JobRef) error {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		m.note("%s: delete Job", j.Node)
+		m.nodes[j.Node].liveJobs = 0
+		return nil
+	}).Maybe()
+	// Cordon and uncordon take a while (an API server under load), so an abort can land in them.
+	env.OnActivity(a.CordonNode, mock.Anything, mock.Anything).After(modelNodeWrite).Return(func(_ context.Context, in activities.NodeInput) (activities.CordonResult, error) {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		n := m.nodes[in.Node]
+		if n.cordoned && !n.ourCordon {
+			return activities.CordonResult{}, nil
+		}
+		n.cordoned, n.ourCordon, n.cordonedOnce = true, true, true
+		return activities.CordonResult{WeCordoned: true}, nil
+	}).Maybe()
+	env.OnActivity(a.UncordonNode, mock.Anything, mock.Anything).AfterFn(func() time.Duration {
+		// An uncordon begins: the operator of an abortInUncordon scenario aborts halfway.
+		m.mu.Lock()
+		abort := m.abortInUncordon && !m.abortScheduled
+		m.abortScheduled = m.abortScheduled || abort
+		m.mu.Unlock()
+		if abort {
+			// The environment's clock runs in real time while a local activity runs: soon.
+			env.RegisterDelayedCallback(func() { m.happen(env, -1, modelEvent{kind: "abort"}) }, 100*time.Millisecond)
+		}
+		return modelNodeWrite
+	}).Return(func(_ context.Context, in activities.NodeInput) (activities.UncordonResult, error) {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		n := m.nodes[in.Node]
+		if !n.ourCordon {
+			return activities.UncordonResult{}, nil
+		}
+		n.cordoned, n.ourCordon = false, false
+		// An abort that came while this uncordon ran (after the node's success) may still see
+		// it done, whatever onFailure says; one that came before it must not.
+		began := env.Now().Add(-modelNodeWrite)
+		if !m.abortedAt.IsZero() && !m.abortedAt.Before(began) {
+			n.liftedDuringAbort = true
+		}
+		return activities.UncordonResult{Uncordoned: true}, nil
+	}).Maybe()
+	env.OnActivity(a.DrainNode, mock.Anything, mock.Anything).After(3 * time.Minute).Return(func(_ context.Context, in activities.DrainInput) (activities.DrainResult, error) {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		if m.crash(in.Node, "drain") {
+			m.note("%s: drain: the worker died", in.Node)
+			return activities.DrainResult{}, errWorkerDied
+		}
+		return activities.DrainResult{}, nil
+	}).Maybe()
+	env.OnActivity(a.CheckNodeHealth, mock.Anything, mock.Anything).After(2 * time.Minute).Return(func(_ context.Context, in activities.HealthInput) error {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		if m.crash(in.Node, fmt.Sprintf("health/%d", in.HoldSeconds)) {
+			m.note("%s: health: the worker died", in.Node)
+			return errWorkerDied
+		}
+		if m.nodes[in.Node].unhealthy {
+			return temporal.NewNonRetryableApplicationError("node "+in.Node+" was not healthy in time: Ready=False", activities.ErrUnhealthy, nil)
+		}
+		return nil
+	}).Maybe()
+}
+
+// modelWatch checks the model's rules where the workflows act: every node child the Rollout
+// starts, and every node workflow that runs.
+type modelWatch struct {
+	interceptor.WorkerInterceptorBase
+	m *model
+}
+
+func (w *modelWatch) InterceptWorkflow(ctx workflow.Context, next interceptor.WorkflowInboundInterceptor) interceptor.WorkflowInboundInterceptor {
+	switch workflow.GetInfo(ctx).WorkflowType.Name {
+	case modelRoot:
+		return &rootWatch{WorkflowInboundInterceptorBase: interceptor.WorkflowInboundInterceptorBase{Next: next}, m: w.m}
+	case NodeRolloutWorkflow, NodeRolloutV2Workflow, NodeRolloutV3Workflow:
+		return &nodeWatch{WorkflowInboundInterceptorBase: interceptor.WorkflowInboundInterceptorBase{Next: next}, m: w.m}
+	}
+	return next
+}
+
+type rootWatch struct {
+	interceptor.WorkflowInboundInterceptorBase
+	m *model
+}
+
+func (r *rootWatch) Init(outbound interceptor.WorkflowOutboundInterceptor) error {
+	return r.Next.Init(&rootStarts{WorkflowOutboundInterceptorBase: interceptor.WorkflowOutboundInterceptorBase{Next: outbound}, m: r.m})
+}
+
+type rootStarts struct {
+	interceptor.WorkflowOutboundInterceptorBase
+	m *model
+}
+
+func (o *rootStarts) ExecuteChildWorkflow(ctx workflow.Context, childType string, args ...any) workflow.ChildWorkflowFuture {
+	if in, ok := args[0].(NodeRolloutInput); ok {
+		o.m.checkStart(in.Node, workflow.Now(ctx))
+	}
+	return o.Next.ExecuteChildWorkflow(ctx, childType, args...)
+}
+
+type nodeWatch struct {
+	interceptor.WorkflowInboundInterceptorBase
+	m *model
+}
+
+func (w *nodeWatch) ExecuteWorkflow(ctx workflow.Context, in *interceptor.ExecuteWorkflowInput) (any, error) {
+	node := in.Args[0].(NodeRolloutInput).Node
+	w.m.nodeBegins(node, workflow.Now(ctx))
+	res, err := w.Next.ExecuteWorkflow(ctx, in)
+	var result NodeResult
+	if r, ok := res.(NodeResult); ok && err == nil {
+		result = r
+	} else {
+		var appErr *temporal.ApplicationError
+		var canceled *temporal.CanceledError
+		switch {
+		case errors.As(err, &appErr) && appErr.HasDetails():
+			_ = appErr.Details(&result)
+		case errors.As(err, &canceled) && canceled.HasDetails():
+			_ = canceled.Details(&result)
+		}
+	}
+	w.m.nodeEnds(node, workflow.Now(ctx), string(result.Outcome))
+	return res, err
+}
+
+func (m *model) nodeBegins(node string, at time.Time) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	n := m.nodes[node]
+	if n.running {
+		m.fail("%s: a second node workflow runs while one runs", node)
+	}
+	n.running, n.runs, n.started = true, n.runs+1, at
+	m.note("%s: node workflow begins at %s", node, at.Format(time.TimeOnly))
+}
+
+func (m *model) nodeEnds(node string, at time.Time, outcome string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	n := m.nodes[node]
+	n.running, n.ended, n.outcome = false, at, outcome
+	m.note("%s: node workflow ends %s at %s", node, outcome, at.Format(time.TimeOnly))
+	if n.liveJobs > 0 {
+		m.fail("%s: its node workflow ended (%s) with a Job of ours still there", node, outcome)
+	}
+}
+
+// failedOutcome says whether an outcome spends the failure budget.
+func failedOutcome(o string) bool {
+	switch activities.Outcome(o) {
+	case activities.OutcomeFailed, activities.OutcomeTimedOut, activities.OutcomeDrainTimedOut, activities.OutcomeUnhealthy:
+		return true
+	}
+	return false
+}
+
+// checkStart checks that node may start at t, by every rule of the request as the model
+// knows it; each rule is checked leniently at the instant an event happens (the rollout may
+// have acted on either side of it).
+func (m *model) checkStart(node string, t time.Time) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	n := m.nodes[node]
+	n.attempts++
+	m.note("%s: the rollout starts it at %s", node, t.Format(time.TimeOnly))
+	if !m.abortedAt.IsZero() && t.After(m.abortedAt) {
+		m.fail("%s started at %s, after the abort at %s", node, t, m.abortedAt)
+	}
+	if m.paused(t) {
+		m.fail("%s started at %s while the rollout was paused", node, t)
+	}
+	if w := m.req.MaintenanceWindow; w != nil {
+		spec := parseWindow(*w, func(field, what, fix string) {})
+		if open, _ := windowState(*spec, time.UTC, t); !open {
+			m.fail("%s started at %s outside the window %+v", node, t, *w)
+		}
+	}
+	failures := 0
+	for _, o := range m.nodes {
+		if o.runs > 0 && !o.running && o.ended.Before(t) && failedOutcome(o.outcome) {
+			failures++
+		}
+	}
+	budget, _ := parseBudget(string(m.req.MaxFailures))
+	if !budget.allows(failures, len(m.req.Nodes)) {
+		m.fail("%s started at %s with %d failures known, over maxFailures %s", node, t, failures, m.req.MaxFailures)
+	}
+	if c := m.req.Canary; c != nil {
+		canaryFailed, canariesDone, lastEnd := false, true, time.Time{}
+		for _, name := range c.Nodes {
+			o := m.nodes[name]
+			ended := o.runs > 0 && !o.running && !o.ended.After(t) // the rollout may go on at the instant a canary ends
+			if ended {
+				// ... but may have started the node before it learnt of a failure at that instant.
+				canaryFailed = canaryFailed || (failedOutcome(o.outcome) && o.ended.Before(t))
+				lastEnd = maxTime(lastEnd, o.ended)
+			} else if !o.done {
+				canariesDone = false
+			}
+		}
+		switch {
+		case canaryFailed:
+			m.fail("%s started at %s after a canary failed", node, t)
+		case !slices.Contains(c.Nodes, node) && !canariesDone:
+			m.fail("%s started at %s before the canaries were done", node, t)
+		case !slices.Contains(c.Nodes, node) && c.Soak != "" && t.Before(lastEnd.Add(mustDuration(c.Soak))):
+			m.fail("%s started at %s before the canaries' soak ended (%s + %s)", node, t, lastEnd, c.Soak)
+		case !slices.Contains(c.Nodes, node) && c.Approval && (m.approvedAt.IsZero() || t.Before(m.approvedAt)):
+			m.fail("%s started at %s before the canaries were approved", node, t)
+		}
+	}
+	running, inZone := 0, 0
+	for _, o := range m.nodes {
+		if o.running && o.name != node {
+			running++
+			if o.zone == n.zone {
+				inZone++
+			}
+		}
+	}
+	if running+1 > m.parallelismAt(t) {
+		m.fail("%s started at %s with %d nodes running, over parallelism %d", node, t, running, m.parallelismAt(t))
+	}
+	if tp := m.req.Topology; tp != nil && inZone+1 > tp.MaxPerDomain {
+		m.fail("%s started at %s with %d nodes of %s running, over maxPerDomain %d", node, t, inZone, n.zone, tp.MaxPerDomain)
+	}
+	if m.cluster.Budget > 0 && !m.held[m.cluster.NodeWorkflowID(node)] {
+		m.fail("%s started at %s without a slot of the cluster-wide budget", node, t)
+	}
+}
+
+// paused says whether the last pause before t (or at it) has no resume after it, before t.
+func (m *model) paused(t time.Time) bool {
+	var last time.Time
+	for _, p := range m.pausedAt {
+		if p.Before(t) && p.After(last) {
+			last = p
+		}
+	}
+	if last.IsZero() {
+		return false
+	}
+	for _, r := range m.resumedAt {
+		if !r.Before(last) && !r.After(t) {
+			return false
+		}
+	}
+	return true
+}
+
+// parallelismAt is the largest parallelism in effect at t (the old one counts at the instant
+// of a change).
+func (m *model) parallelismAt(t time.Time) int {
+	p := 0
+	for _, c := range m.parallelism {
+		if c.at.Before(t) {
+			p = c.n
+		}
+	}
+	for _, c := range m.parallelism {
+		if c.at.Equal(t) {
+			p = max(p, c.n)
+		}
+	}
+	return p
+}
+
+func mustDuration(s string) time.Duration {
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		panic(err)
+	}
+	return d
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
+}
+
+// checkEnd checks the invariants that hold once the rollout has ended.
+func (m *model) checkEnd(final error, result RolloutResult) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	stoppedEarly := final != nil // budget spent, canary failed, aborted
+	var counted Counts
+	for _, name := range m.order {
+		n := m.nodes[name]
+		switch {
+		case n.runs > 1:
+			m.fail("%s ran %d times", name, n.runs)
+		case n.running:
+			m.fail("%s still runs after the rollout ended", name)
+		case n.missing:
+			counted.NodeGone++
+		case n.done:
+			counted.Skipped++
+		case n.runs == 1:
+			counted.add(activities.Outcome(n.outcome))
+		case !stoppedEarly:
+			m.fail("%s never ran, yet the rollout ended well", name)
+		}
+		if n.liveJobs > 0 {
+			m.fail("%s: a Job of ours is left after the rollout ended", name)
+		}
+		// Our cordon: lifted after success; after anything else, kept or lifted as onFailure says.
+		if mt := m.req.Maintenance; mt != nil && n.runs == 1 {
+			keep := n.outcome != string(activities.OutcomeSucceeded) && mt.OnFailure != OnFailureUncordon
+			switch {
+			case n.ourCordon && !keep:
+				m.fail("%s ended %s and is still cordoned by us (onFailure %q)", name, n.outcome, mt.OnFailure)
+			case !n.ourCordon && keep && n.cordonedOnce && !n.liftedDuringAbort:
+				m.fail("%s ended %s and our cordon was lifted (onFailure %q keeps it)", name, n.outcome, mt.OnFailure)
+			}
+		}
+		if n.runs == 1 && n.outcome != "" && n.marker != n.outcome && !(n.marker == "" && n.outcome == string(activities.OutcomeAborted)) {
+			m.fail("%s ended %s but its marker says %q", name, n.outcome, n.marker)
+		}
+		if n.runs == 1 && n.outcome == string(activities.OutcomeAborted) && n.marker == string(activities.OutcomeSucceeded) {
+			m.fail("%s was aborted but is marked succeeded: a re-run would skip it", name)
+		}
+	}
+	got := result.Counts
+	got.Pending, got.Running, got.Waiting = 0, 0, 0
+	// An abort counts the nodes it found waiting (for another rollout, a slot, their turn) as
+	// aborted too, though they never ran.
+	unrun := 0
+	for _, n := range m.nodes {
+		if n.runs == 0 && !n.missing && !n.done {
+			unrun++
+		}
+	}
+	if temporal.IsCanceledError(final) && got.Aborted >= counted.Aborted && got.Aborted <= counted.Aborted+unrun {
+		counted.Aborted = got.Aborted
+	}
+	// A rollout that stopped early may not have listed every node it would have skipped.
+	if stoppedEarly {
+		counted.Skipped = min(counted.Skipped, got.Skipped)
+		counted.NodeGone = min(counted.NodeGone, got.NodeGone)
+	}
+	if got != counted {
+		m.fail("the result counts %+v, the nodes say %+v (final error: %v)", got, counted, final)
+	}
+	if !stoppedEarly && result.Selected != len(m.req.Nodes) {
+		m.fail("selected %d of %d nodes", result.Selected, len(m.req.Nodes))
+	}
+	if final != nil {
+		var appErr *temporal.ApplicationError
+		switch {
+		case temporal.IsCanceledError(final):
+			if m.abortedAt.IsZero() {
+				m.fail("cancelled without an abort: %v", final)
+			}
+		case errors.As(final, &appErr) && (appErr.Type() == ErrFailureBudgetExceeded || appErr.Type() == ErrCanaryFailed):
+		default:
+			var panicErr *temporal.PanicError
+			if errors.As(final, &panicErr) {
+				m.fail("the rollout panicked: %v\n%s", final, panicErr.StackTrace())
+			} else {
+				m.fail("the rollout failed: %v", final)
+			}
+		}
+	}
+}
