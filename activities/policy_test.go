@@ -84,12 +84,13 @@ func TestCreateJobChecksEveryRenderedJob(t *testing.T) {
 	a := withPolicy(t, newActivities(cs))
 	in := testRequest("node-a")                                // kube-system, busybox: allowed
 	in.Template = templateWith("", "evil.example.com/miner:1") // as if the ConfigMap changed
+	in.TemplateHash = jobspec.TemplateHash(in.Template)
 	_, err := createJob(t, a, in)
 	appErr := requireAppError(t, err, ErrPolicyDenied, true)
 	require.Contains(t, appErr.Message(), `"images"`)
 	require.Zero(t, countActions(cs, "create", "jobs"), "no Job is created")
 
-	in.Template = testTemplate
+	in.Template, in.TemplateHash = testTemplate, jobspec.TemplateHash(testTemplate)
 	_, err = createJob(t, a, in)
 	require.NoError(t, err)
 	require.Equal(t, 1, countActions(cs, "create", "jobs"))
