@@ -147,3 +147,25 @@ func TestRequesterOnTheJobAndTheNode(t *testing.T) {
 	require.Contains(t, events[0].Message, "requested by alice@laptop")
 	require.Equal(t, corev1.EventTypeNormal, events[0].Type)
 }
+
+// TestTheTemplateCannotNameItsRequester: a template that writes noderollout.io/requester into
+// its own metadata names nobody: the Job carries the start request's requester, or none.
+func TestTheTemplateCannotNameItsRequester(t *testing.T) {
+	forged := strings.Replace(testTemplate, "kind: Job\n", "kind: Job\nmetadata:\n  annotations:\n    noderollout.io/requester: ceo@company\n", 1)
+	for _, requester := range []string{"", "alice@laptop"} {
+		t.Run("requester="+requester, func(t *testing.T) {
+			cs := fake.NewClientset(testNode("node-a", nil))
+			stampCreatedJobs(cs)
+			a := newActivities(cs)
+			in := testRequest("node-a")
+			in.Template, in.TemplateHash, in.Requester = forged, jobspec.TemplateHash(forged), requester
+			ref, err := createJob(t, a, in)
+			require.NoError(t, err)
+			job, err := cs.BatchV1().Jobs(testNamespace).Get(t.Context(), ref.Name, metav1.GetOptions{})
+			require.NoError(t, err)
+			got, has := job.Annotations[AnnotationRequester]
+			require.Equal(t, requester, got)
+			require.Equal(t, requester != "", has)
+		})
+	}
+}
