@@ -229,15 +229,29 @@ func (a *Activities) DrainNode(ctx context.Context, in DrainInput) (DrainResult,
 			if pod.DeletionTimestamp != nil {
 				continue // evicted, terminating within its grace
 			}
+			// The listed Pod's UID goes with the eviction: a Pod deleted and made again under
+			// the same name (a StatefulSet's, on another node) is another Pod, not ours to evict.
+			uid := pod.UID
 			err := a.Kube.PolicyV1().Evictions(pod.Namespace).Evict(ctx, &policyv1.Eviction{
-				ObjectMeta:    metav1.ObjectMeta{Name: pod.Name, Namespace: pod.Namespace},
-				DeleteOptions: &metav1.DeleteOptions{GracePeriodSeconds: in.GracePeriodSeconds},
+				ObjectMeta: metav1.ObjectMeta{Name: pod.Name, Namespace: pod.Namespace},
+				DeleteOptions: &metav1.DeleteOptions{GracePeriodSeconds: in.GracePeriodSeconds,
+					Preconditions: &metav1.Preconditions{UID: &uid}},
 			})
 			switch {
 			case err == nil:
 				res.Evicted = append(res.Evicted, podName(pod))
 				delete(blocked, podName(pod))
 				progressed = true
+			case apierrors.IsConflict(err):
+				// The UID no longer matches: the listed Pod is gone, whatever has its name now.
+				// (Any other conflict leaves the Pod for the next round's list.)
+				gone, getErr := a.podReplaced(ctx, pod)
+				if getErr != nil {
+					return res, getErr
+				}
+				if !gone {
+					blocked[podName(pod)] = err.Error()
+				}
 			case apierrors.IsNotFound(err):
 			case apierrors.IsTooManyRequests(err):
 				// A PodDisruptionBudget allows no disruption now (or the API server is busy).
@@ -321,6 +335,19 @@ func (a *Activities) podsOnNode(ctx context.Context, node string) ([]corev1.Pod,
 }
 
 func podName(p *corev1.Pod) string { return p.Namespace + "/" + p.Name }
+
+// podReplaced says whether the listed Pod no longer exists: its name is free or held by a Pod
+// of another UID.
+func (a *Activities) podReplaced(ctx context.Context, listed *corev1.Pod) (bool, error) {
+	now, err := a.Kube.CoreV1().Pods(listed.Namespace).Get(ctx, listed.Name, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		return true, nil
+	case err != nil:
+		return false, kubeError(err, "get", "pod "+podName(listed))
+	}
+	return now.UID != listed.UID, nil
+}
 
 // CheckNodeHealth waits until the node's conditions hold (HealthyBy at the latest), then
 // requires them to hold for HoldSeconds; either failing is Unhealthy. It heartbeats the time

@@ -12,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 
@@ -22,7 +23,7 @@ import (
 
 func tenantPod(name, node string, edit func(*corev1.Pod)) *corev1.Pod {
 	p := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "tenant", Labels: map[string]string{"app": "web"}},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "tenant", UID: types.UID("uid-" + name), Labels: map[string]string{"app": "web"}},
 		Spec:       corev1.PodSpec{NodeName: node},
 		Status:     corev1.PodStatus{Phase: corev1.PodRunning},
 	}
@@ -35,9 +36,10 @@ func tenantPod(name, node string, edit func(*corev1.Pod)) *corev1.Pod {
 // evictions makes the fake API server evict like the real one: the Pod goes, unless refuse
 // says the (PodDisruptionBudget's) answer is 429 for this try. It records every eviction asked.
 type evictions struct {
-	cs     *fake.Clientset
-	asked  []string
-	refuse func(pod string, try int) bool
+	cs            *fake.Clientset
+	asked         []string
+	preconditions []*metav1.Preconditions // of each eviction asked
+	refuse        func(pod string, try int) bool
 }
 
 func (e *evictions) react(action k8stesting.Action) (bool, runtime.Object, error) {
@@ -52,10 +54,22 @@ func (e *evictions) react(action k8stesting.Action) (bool, runtime.Object, error
 			tries++
 		}
 	}
+	gvr := schema.GroupVersionResource{Version: "v1", Resource: "pods"}
+	e.preconditions = append(e.preconditions, ev.DeleteOptions.Preconditions)
+	if p := ev.DeleteOptions.Preconditions; p != nil && p.UID != nil {
+		// As the API server does: the eviction deletes only the Pod with that UID.
+		obj, err := e.cs.Tracker().Get(gvr, ev.Namespace, ev.Name)
+		if err != nil {
+			return true, nil, err
+		}
+		if pod := obj.(*corev1.Pod); pod.UID != *p.UID {
+			return true, nil, apierrors.NewConflict(schema.GroupResource{Resource: "pods"}, ev.Name,
+				fmt.Errorf("Precondition failed: UID in precondition: %v, UID in object meta: %v", *p.UID, pod.UID))
+		}
+	}
 	if e.refuse != nil && e.refuse(ev.Name, tries) {
 		return true, nil, apierrors.NewTooManyRequests("Cannot evict pod as it would violate the pod's disruption budget.", 0)
 	}
-	gvr := schema.GroupVersionResource{Version: "v1", Resource: "pods"}
 	return true, nil, e.cs.Tracker().Delete(gvr, ev.Namespace, ev.Name)
 }
 
@@ -385,4 +399,61 @@ func TestPlanDrainNamesABudgetOverTheWholeNamespace(t *testing.T) {
 	var plans []DrainPlan
 	require.NoError(t, val.Get(&plans))
 	require.Equal(t, []DrainPlan{{Node: "n1", Evict: []string{"tenant/web-1"}, Blocking: []string{"tenant/all"}}}, plans)
+}
+
+// TestDrainEvictsOnlyThePodItListed: a StatefulSet's Pod listed on the node is deleted and made
+// again under the same name on another node before its eviction goes out. The eviction carries
+// the listed Pod's UID, so the API server refuses it for the new Pod (409), which the drain
+// takes as the listed Pod gone from the node: the new Pod elsewhere is left alone.
+func TestDrainEvictsOnlyThePodItListed(t *testing.T) {
+	e := &evictions{}
+	a := drainEnv(t, e, tenantPod("db-0", "n1", nil), tenantPod("web-1", "n1", nil))
+	gvr := schema.GroupVersionResource{Version: "v1", Resource: "pods"}
+	lists := 0
+	e.cs.PrependReactor("list", "pods", func(action k8stesting.Action) (bool, runtime.Object, error) {
+		lists++
+		if lists != 1 {
+			return false, nil, nil
+		}
+		// Answer the list as it stood, then let the StatefulSet controller replace db-0 on n2.
+		_, listed, err := k8stesting.ObjectReaction(e.cs.Tracker())(action)
+		require.NoError(t, err)
+		require.NoError(t, e.cs.Tracker().Delete(gvr, "tenant", "db-0"))
+		moved := tenantPod("db-0", "n2", func(p *corev1.Pod) { p.UID = "uid-db-0-again" })
+		require.NoError(t, e.cs.Tracker().Add(moved))
+		return true, listed, nil
+	})
+	res, err := drain(t, a, DrainInput{Node: "n1"})
+	require.NoError(t, err)
+	require.Equal(t, []string{"tenant/web-1"}, res.Evicted)
+	require.Len(t, e.preconditions, 2)
+	for i, p := range e.preconditions {
+		require.NotNil(t, p, "eviction %s carries a precondition", e.asked[i])
+		require.Equal(t, types.UID("uid-"+e.asked[i]), *p.UID, "eviction %s: the listed Pod's UID", e.asked[i])
+	}
+	left, err := a.Kube.CoreV1().Pods("tenant").Get(t.Context(), "db-0", metav1.GetOptions{})
+	require.NoError(t, err, "the Pod made again on n2 was not evicted")
+	require.Equal(t, "n2", left.Spec.NodeName)
+}
+
+// TestDrainRetriesAConflictOnThePodItListed: a 409 for a Pod that still has the listed UID is
+// no sign that it went: the drain tries it again.
+func TestDrainRetriesAConflictOnThePodItListed(t *testing.T) {
+	e := &evictions{}
+	a := drainEnv(t, e, tenantPod("web-1", "n1", nil))
+	tries := 0
+	e.cs.PrependReactor("create", "pods", func(action k8stesting.Action) (bool, runtime.Object, error) {
+		if action.GetSubresource() != "eviction" {
+			return false, nil, nil
+		}
+		if tries++; tries == 1 {
+			return true, nil, apierrors.NewConflict(schema.GroupResource{Resource: "pods"}, "web-1", fmt.Errorf("the object has been modified"))
+		}
+		return false, nil, nil
+	})
+	res, err := drain(t, a, DrainInput{Node: "n1"})
+	require.NoError(t, err)
+	require.Equal(t, []string{"tenant/web-1"}, res.Evicted)
+	require.Equal(t, 2, tries)
+	require.Empty(t, remainingPods(t, a))
 }
