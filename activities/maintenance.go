@@ -48,6 +48,16 @@ const CordonedByKey = "noderollout.io/cordoned-by"
 type NodeInput struct {
 	Rollout string `json:"rollout"`
 	Node    string `json:"node"`
+	// Namespace is the rollout's (its Jobs'), whose policy rules judge the cordon. Empty in
+	// histories from before the policy judged cordons.
+	Namespace string `json:"namespace,omitempty"`
+	// Drain says a drain follows the cordon: the cordon asks the policy about the drain, and
+	// the Pods it would evict (PodSelector, DeleteEmptyDirData, Force as in DrainInput), before
+	// it writes anything, so a drain the policy refuses leaves no cordon behind.
+	Drain              bool   `json:"drain,omitempty"`
+	PodSelector        string `json:"podSelector,omitempty"`
+	DeleteEmptyDirData bool   `json:"deleteEmptyDirData,omitempty"`
+	Force              bool   `json:"force,omitempty"`
 }
 
 // CordonResult says whether this cordon is ours to undo.
@@ -65,9 +75,15 @@ type UncordonResult struct {
 // DrainInput is one node's drain. Deadline is fixed by the workflow, so a retried attempt after
 // a worker crash keeps the first attempt's deadline.
 type DrainInput struct {
-	Node               string    `json:"node"`
-	PodSelector        string    `json:"podSelector,omitempty"`
-	DeleteEmptyDirData bool      `json:"deleteEmptyDirData,omitempty"`
+	Node string `json:"node"`
+	// Namespace is the rollout's (its Jobs'), whose policy rules judge the drain. Empty in
+	// histories from before the policy judged drains.
+	Namespace          string `json:"namespace,omitempty"`
+	PodSelector        string `json:"podSelector,omitempty"`
+	DeleteEmptyDirData bool   `json:"deleteEmptyDirData,omitempty"`
+	// Force evicts Pods no controller manages (kubectl drain --force): nothing makes them
+	// again elsewhere. Without it the drain refuses them before evicting anything.
+	Force              bool      `json:"force,omitempty"`
 	GracePeriodSeconds *int64    `json:"gracePeriodSeconds,omitempty"`
 	Deadline           time.Time `json:"deadline"`
 }
@@ -91,6 +107,7 @@ type DrainPlanInput struct {
 	Nodes              []string `json:"nodes"`
 	PodSelector        string   `json:"podSelector,omitempty"`
 	DeleteEmptyDirData bool     `json:"deleteEmptyDirData,omitempty"`
+	Force              bool     `json:"force,omitempty"`
 }
 
 // DrainPlan is, per node, the Pods a drain would evict, those it would refuse, and the
@@ -115,6 +132,9 @@ func (a *Activities) CordonNode(ctx context.Context, in NodeInput) (CordonResult
 		if err != nil {
 			return CordonResult{}, kubeError(err, "get", fmt.Sprintf("node %q", in.Node))
 		}
+		if err := a.mayCordon(ctx, in, node); err != nil {
+			return CordonResult{}, err
+		}
 		_, ours := node.Annotations[CordonedByKey]
 		if node.Spec.Unschedulable && !ours {
 			return CordonResult{WeCordoned: false}, nil
@@ -135,6 +155,28 @@ func (a *Activities) CordonNode(ctx context.Context, in NodeInput) (CordonResult
 		}
 		return CordonResult{WeCordoned: true}, nil
 	}
+}
+
+// mayCordon asks the policy about the cordon and, when a drain follows, about the drain and
+// the Pods it would evict now, so that a drain the policy refuses leaves no cordon behind.
+func (a *Activities) mayCordon(ctx context.Context, in NodeInput, node *corev1.Node) error {
+	if a.Policy == nil {
+		return nil
+	}
+	w := nodeWrite{namespace: in.Namespace, node: node, cordon: true, drain: in.Drain}
+	if in.Drain {
+		rules, err := drainRules(in.PodSelector, in.DeleteEmptyDirData, in.Force)
+		if err != nil {
+			return err
+		}
+		pods, err := a.podsOnNode(ctx, in.Node)
+		if err != nil {
+			return err
+		}
+		evict, _ := judgePods(pods, rules)
+		w.evict = toEvict(evict)
+	}
+	return a.mayWriteNode(w)
 }
 
 // UncordonNode makes the node schedulable again only if our annotation says we cordoned it,
@@ -190,9 +232,21 @@ func (a *Activities) patchNode(ctx context.Context, node *corev1.Node, annotatio
 // evicting anything, when a Pod would lose local storage the request did not allow losing.
 // It heartbeats; a retried attempt starts over from the Pods still there.
 func (a *Activities) DrainNode(ctx context.Context, in DrainInput) (DrainResult, error) {
-	rules, err := drainRules(in.PodSelector, in.DeleteEmptyDirData)
+	rules, err := drainRules(in.PodSelector, in.DeleteEmptyDirData, in.Force)
 	if err != nil {
 		return DrainResult{}, err
+	}
+	var node *corev1.Node
+	if a.Policy != nil {
+		// The policy judges the node (its labels) and the drain before the first eviction.
+		if node, err = a.Kube.CoreV1().Nodes().Get(ctx, in.Node, metav1.GetOptions{}); apierrors.IsNotFound(err) {
+			return DrainResult{}, errNodeGone(in.Node)
+		} else if err != nil {
+			return DrainResult{}, kubeError(err, "get", fmt.Sprintf("node %q", in.Node))
+		}
+		if err := a.mayWriteNode(nodeWrite{namespace: in.Namespace, node: node, cordon: true, drain: true}); err != nil {
+			return DrainResult{}, err
+		}
 	}
 	var res DrainResult
 	blocked := map[string]string{} // pod -> why its last eviction was refused
@@ -203,14 +257,12 @@ func (a *Activities) DrainNode(ctx context.Context, in DrainInput) (DrainResult,
 		if err != nil {
 			return res, err
 		}
-		var left []*corev1.Pod
-		var refused []string
-		for i := range pods {
-			switch v, why := evictable.Judge(&pods[i], rules); v {
-			case evictable.Evict:
-				left = append(left, &pods[i])
-			case evictable.Refuse:
-				refused = append(refused, podName(&pods[i])+" "+why)
+		left, refused := judgePods(pods, rules)
+		if node != nil {
+			// Pods may have come since the last round (those tolerating the cordon): each
+			// round's evictions are judged before they go out.
+			if err := a.mayWriteNode(nodeWrite{namespace: in.Namespace, node: node, cordon: true, drain: true, evict: toEvict(left)}); err != nil {
+				return res, err
 			}
 		}
 		if len(refused) > 0 {
@@ -287,8 +339,33 @@ func (a *Activities) drainRetry() time.Duration {
 	return time.Second
 }
 
-func drainRules(podSelector string, deleteEmptyDirData bool) (evictable.Rules, error) {
-	rules := evictable.Rules{DeleteEmptyDirData: deleteEmptyDirData}
+// judgePods sorts a node's Pods into those a drain evicts (or waits for, when terminating)
+// and, named with why, those it refuses to.
+func judgePods(pods []corev1.Pod, rules evictable.Rules) (evict []*corev1.Pod, refused []string) {
+	for i := range pods {
+		switch v, why := evictable.Judge(&pods[i], rules); v {
+		case evictable.Evict:
+			evict = append(evict, &pods[i])
+		case evictable.Refuse:
+			refused = append(refused, podName(&pods[i])+" "+why)
+		}
+	}
+	return evict, refused
+}
+
+// toEvict leaves out the Pods already terminating: the drain only waits for them.
+func toEvict(pods []*corev1.Pod) []*corev1.Pod {
+	var out []*corev1.Pod
+	for _, p := range pods {
+		if p.DeletionTimestamp == nil {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+func drainRules(podSelector string, deleteEmptyDirData, force bool) (evictable.Rules, error) {
+	rules := evictable.Rules{DeleteEmptyDirData: deleteEmptyDirData, Force: force}
 	if podSelector != "" {
 		sel, err := labels.Parse(podSelector)
 		if err != nil {
@@ -426,7 +503,7 @@ func unmetConditions(node *corev1.Node, want map[string]string) []string {
 // PlanDrain says, for a dry run, which Pods a drain of each node would evict or refuse, and
 // which PodDisruptionBudgets allow no disruption now and cover one of them.
 func (a *Activities) PlanDrain(ctx context.Context, in DrainPlanInput) ([]DrainPlan, error) {
-	rules, err := drainRules(in.PodSelector, in.DeleteEmptyDirData)
+	rules, err := drainRules(in.PodSelector, in.DeleteEmptyDirData, in.Force)
 	if err != nil {
 		return nil, err
 	}

@@ -457,3 +457,12 @@ func TestDrainRetriesAConflictOnThePodItListed(t *testing.T) {
 	require.Equal(t, 2, tries)
 	require.Empty(t, remainingPods(t, a))
 }
+
+// daemonPod is a DaemonSet's Pod on node: drains pass it by.
+func daemonPod(name, namespace, node string) *corev1.Pod {
+	yes := true
+	return tenantPod(name, node, func(p *corev1.Pod) {
+		p.Namespace = namespace
+		p.OwnerReferences = []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "DaemonSet", Name: "ds", UID: "uid-ds", Controller: &yes}}
+	})
+}

@@ -57,6 +57,10 @@ func TestPrepareTemplateEnforcesThePolicy(t *testing.T) {
 		{"parallelism", policy.RuleMaxParallelism, "parallelism", PrepareTemplateInput{Namespace: "apps", Template: testTemplate, Parallelism: 21}},
 		{"control-plane selector", policy.RuleProtectedNodeLabels, "nodeSelector", PrepareTemplateInput{Namespace: "apps",
 			Template: testTemplate, Parallelism: 1, NodeSelector: "node-role.kubernetes.io/control-plane"}},
+		{"drain", policy.RuleDrain, "maintenance.drain", PrepareTemplateInput{Namespace: "apps", Template: testTemplate, Parallelism: 1,
+			Cordon: true, Drain: true}},
+		{"cordon", policy.RuleCordon, "maintenance.cordon", PrepareTemplateInput{Namespace: "apps", Template: testTemplate, Parallelism: 1,
+			Cordon: true}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

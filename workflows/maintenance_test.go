@@ -29,6 +29,8 @@ type maintenanceRun struct {
 	errs        map[string]error
 	block       string
 	preCordoned bool
+	cordonIn    activities.NodeInput
+	drainIn     activities.DrainInput
 }
 
 func newMaintenanceRun(t *testing.T) *maintenanceRun {
@@ -38,9 +40,15 @@ func newMaintenanceRun(t *testing.T) *maintenanceRun {
 	env.RegisterActivity(a)
 	env.SetTestTimeout(time.Minute)
 	env.OnActivity(a.CordonNode, mock.Anything, mock.Anything).Return(func(ctx context.Context, in activities.NodeInput) (activities.CordonResult, error) {
+		r.mu.Lock()
+		r.cordonIn = in
+		r.mu.Unlock()
 		return activities.CordonResult{WeCordoned: !r.preCordoned}, r.step(ctx, "cordon")
 	})
 	env.OnActivity(a.DrainNode, mock.Anything, mock.Anything).Return(func(ctx context.Context, in activities.DrainInput) (activities.DrainResult, error) {
+		r.mu.Lock()
+		r.drainIn = in
+		r.mu.Unlock()
 		return activities.DrainResult{}, r.step(ctx, "drain")
 	})
 	env.OnActivity(a.CreateJob, mock.Anything, mock.Anything).Return(func(ctx context.Context, in activities.JobRequest) (activities.JobRef, error) {
@@ -301,4 +309,28 @@ func decodeRequest(t *testing.T, fields string) RolloutRequest {
 	var req RolloutRequest
 	require.NoError(t, req.UnmarshalJSON([]byte(base+strings.TrimPrefix(fields, "{"))))
 	return req
+}
+
+// TestMaintenanceTellsThePolicyWhoWrites: the cordon and the drain carry the rollout's
+// namespace, whose policy rules judge them, and the cordon knows the drain that follows and
+// what it would evict, so the policy can refuse it before the cordon. A refusal ends the node
+// at once: no drain, no Job.
+func TestMaintenanceTellsThePolicyWhoWrites(t *testing.T) {
+	r := newMaintenanceRun(t)
+	in := maintainedInput("")
+	in.Maintenance = nodeMaintenance(&Maintenance{Drain: &Drain{Timeout: "20s", PodSelector: "app=web", DeleteEmptyDirData: true, Force: true}})
+	_, err := r.run(in)
+	require.NoError(t, err)
+	require.Equal(t, activities.NodeInput{Rollout: in.Rollout, Node: in.Node, Namespace: in.Namespace,
+		Drain: true, PodSelector: "app=web", DeleteEmptyDirData: true, Force: true}, r.cordonIn)
+	require.Equal(t, in.Namespace, r.drainIn.Namespace)
+	require.True(t, r.drainIn.Force)
+	require.Equal(t, "app=web", r.drainIn.PodSelector)
+
+	r = newMaintenanceRun(t)
+	r.errs["cordon"] = temporal.NewNonRetryableApplicationError("policy rule \"protectedNodeLabels\" denies node n1", activities.ErrPolicyDenied, nil)
+	res, err := r.run(maintainedInput(""))
+	require.Error(t, err)
+	require.Equal(t, activities.ErrPolicyDenied, res.Reason)
+	require.Equal(t, []string{"cordon", "finalize:failed"}, r.calls, "nothing after the refusal")
 }

@@ -55,11 +55,16 @@ func TestRequesterAndPolicyInputsReachTheActivities(t *testing.T) {
 			return activities.FinalizeResult{}, nil
 		})
 
+	env.OnActivity(a.CordonNode, mock.Anything, mock.Anything).Return(activities.CordonResult{WeCordoned: true}, nil)
+	env.OnActivity(a.UncordonNode, mock.Anything, mock.Anything).Return(activities.UncordonResult{Uncordoned: true}, nil)
+
 	env.ExecuteWorkflow(RolloutWorkflow, RolloutRequest{Name: "kata", Namespace: "jobs", NodeSelector: "pool=a",
-		JobTemplate: sampleTemplate, Parallelism: 7})
+		JobTemplate: sampleTemplate, Parallelism: 7, Maintenance: &Maintenance{Cordon: true}})
 	require.NoError(t, env.GetWorkflowError())
 	require.Equal(t, "pool=a", prepared.NodeSelector)
 	require.Equal(t, 7, prepared.Parallelism)
+	require.True(t, prepared.Cordon, "the policy judges the maintenance before any node starts")
+	require.False(t, prepared.Drain)
 	require.Equal(t, []string{"alice@laptop", "alice@laptop"}, created)
 	require.Equal(t, []string{"alice@laptop", "alice@laptop"}, finalized)
 }

@@ -31,6 +31,8 @@ type Rules struct {
 	Selector labels.Selector
 	// DeleteEmptyDirData allows evicting Pods whose emptyDir volumes die with them.
 	DeleteEmptyDirData bool
+	// Force allows evicting Pods no controller manages: nothing makes them again.
+	Force bool
 }
 
 // Judge says what the drain does with pod, and why when it does not simply evict it.

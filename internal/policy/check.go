@@ -19,7 +19,24 @@ type Request struct {
 	TemplateNamespace string
 	NodeSelector      string
 	Parallelism       int
+	// Cordon and Drain are the request's maintenance: it cordons, or cordons and drains, the
+	// nodes it reaches.
+	Cordon, Drain bool
 }
+
+// NodeWrite is a write a rollout is about to make to one node: its Job (neither Cordon nor
+// Drain), a cordon, or a drain evicting Evict.
+type NodeWrite struct {
+	Namespace  string // the rollout's, where its Jobs go
+	Node       string
+	NodeLabels map[string]string
+	Cordon     bool
+	Drain      bool
+	Evict      []PodRef // the Pods the drain would evict
+}
+
+// PodRef names a Pod.
+type PodRef struct{ Namespace, Name string }
 
 // podSpecField is where the rendered Job's Pod spec sits, spelled as the request spells it.
 const podSpecField = "jobTemplate.spec.template.spec"
@@ -38,6 +55,9 @@ func (p *Policy) CheckRequest(r Request) error {
 		if _, err := p.namespace(r.TemplateNamespace, "jobTemplateRef.namespace"); err != nil {
 			return err
 		}
+	}
+	if err := checkMaintenance(r.Namespace, rules, r.Cordon, r.Drain); err != nil {
+		return err
 	}
 	if p.MaxParallelism > 0 && r.Parallelism > p.MaxParallelism {
 		return &Denial{RuleMaxParallelism, "parallelism",
@@ -240,4 +260,53 @@ func (p *Policy) selectorTargetsProtected(selector string) (string, bool) {
 func labelKey(l string) string {
 	key, _, _ := strings.Cut(l, "=")
 	return key
+}
+
+// CheckNodeWrite judges a write to a node before anything is written: whether the rollout may
+// reach the node at all (its namespace, protectedNodeLabels), cordon it, drain it, and evict
+// each of the Pods its drain would evict. A nil Policy allows everything.
+func (p *Policy) CheckNodeWrite(w NodeWrite) error {
+	if p == nil {
+		return nil
+	}
+	if w.Namespace == "" {
+		// An activity scheduled by a worker from before the policy judged node writes: no
+		// namespace's rules can allow what it asks.
+		return &Denial{RuleNamespaces, "namespace",
+			"the write names no rollout namespace (an activity scheduled by an older worker); the policy cannot allow it"}
+	}
+	rules, err := p.namespace(w.Namespace, "namespace")
+	if err != nil {
+		return err
+	}
+	if err := p.CheckNode(w.Namespace, w.Node, w.NodeLabels); err != nil {
+		return err
+	}
+	if err := checkMaintenance(w.Namespace, rules, w.Cordon, w.Drain); err != nil {
+		return err
+	}
+	if !w.Drain || len(rules.EvictNamespaces) == 0 || slices.Contains(rules.EvictNamespaces, AnyNamespace) {
+		return nil
+	}
+	for _, pod := range w.Evict {
+		if !slices.Contains(rules.EvictNamespaces, pod.Namespace) {
+			return &Denial{RuleEvictNamespaces, "pod " + pod.Namespace + "/" + pod.Name,
+				fmt.Sprintf("drains of rollouts in namespace %q may evict Pods of %s only; the node's Pod in %q would be evicted: narrow maintenance.drain.podSelector to leave it, or drain the node otherwise",
+					w.Namespace, strings.Join(rules.EvictNamespaces, ", "), pod.Namespace)}
+		}
+	}
+	return nil
+}
+
+// checkMaintenance judges a cordon or a drain by the namespace's grants: drain covers both.
+func checkMaintenance(ns string, rules NamespaceRules, cordon, drain bool) error {
+	switch {
+	case drain && !rules.Drain:
+		return &Denial{RuleDrain, "maintenance.drain",
+			fmt.Sprintf("rollouts in namespace %q may not drain nodes (evict their Pods); drop maintenance.drain or run in a namespace granted drain", ns)}
+	case cordon && !rules.Cordon && !rules.Drain:
+		return &Denial{RuleCordon, "maintenance.cordon",
+			fmt.Sprintf("rollouts in namespace %q may not cordon nodes; drop maintenance.cordon or run in a namespace granted cordon", ns)}
+	}
+	return nil
 }

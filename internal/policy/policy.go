@@ -29,6 +29,9 @@ const (
 	RuleHostPID             = "hostPID"
 	RuleMaxParallelism      = "maxParallelism"
 	RuleProtectedNodeLabels = "protectedNodeLabels"
+	RuleCordon              = "cordon"
+	RuleDrain               = "drain"
+	RuleEvictNamespaces     = "evictNamespaces"
 )
 
 // AnyNamespace is the namespaces key whose rules apply to every namespace not listed by name.
@@ -69,6 +72,14 @@ type NamespaceRules struct {
 	HostPID         bool     `json:"hostPID,omitempty"`
 	// ProtectedNodes lets rollouts into this namespace reach nodes with protected labels.
 	ProtectedNodes bool `json:"protectedNodes,omitempty"`
+	// Cordon lets rollouts into this namespace cordon the nodes they reach
+	// (maintenance.cordon); Drain lets them cordon and drain them (maintenance.drain), that is
+	// evict other workloads' Pods.
+	Cordon bool `json:"cordon,omitempty"`
+	Drain  bool `json:"drain,omitempty"`
+	// EvictNamespaces are the namespaces whose Pods their drains may evict ("*": any); left
+	// out, any. A drain that meets a Pod of another namespace is refused before it evicts.
+	EvictNamespaces []string `json:"evictNamespaces,omitempty"`
 }
 
 // Denial says which rule refused what. It is the error every check returns.
@@ -127,6 +138,14 @@ func (p *Policy) validate() error {
 	for ns, rules := range p.Namespaces {
 		if ns != AnyNamespace && len(validation.IsDNS1123Label(ns)) > 0 {
 			errs = append(errs, fmt.Sprintf("namespaces: %q is not a namespace name", ns))
+		}
+		for _, evict := range rules.EvictNamespaces {
+			if evict != AnyNamespace && len(validation.IsDNS1123Label(evict)) > 0 {
+				errs = append(errs, fmt.Sprintf("namespaces.%s.evictNamespaces: %q is not a namespace name", ns, evict))
+			}
+		}
+		if len(rules.EvictNamespaces) > 0 && !rules.Drain {
+			errs = append(errs, fmt.Sprintf("namespaces.%s.evictNamespaces: set without drain: true, so no drain could use it", ns))
 		}
 		for _, sa := range rules.ServiceAccounts {
 			if len(validation.IsDNS1123Subdomain(sa)) > 0 {
