@@ -127,7 +127,11 @@ func TestEveryDisruptiveActivityAsksThePolicyFirst(t *testing.T) {
 // already terminating is only waited for, so the policy has nothing to refuse.
 func TestDrainPolicyJudgesOnlyWhatItEvicts(t *testing.T) {
 	now := metav1.Now()
-	leaving := tenantPod("coredns-1", "n1", func(p *corev1.Pod) { p.Namespace = "kube-system"; p.DeletionTimestamp = &now; p.Finalizers = []string{"x"} })
+	leaving := tenantPod("coredns-1", "n1", func(p *corev1.Pod) {
+		p.Namespace = "kube-system"
+		p.DeletionTimestamp = &now
+		p.Finalizers = []string{"x"}
+	})
 	e := &evictions{}
 	a := drainEnv(t, e, testNode("n1", nil), leaving, tenantPod("web-1", "n1", nil))
 	p, err := policy.Parse([]byte(maintenancePolicy))
