@@ -229,7 +229,8 @@ func (a *Activities) patchNode(ctx context.Context, node *corev1.Node, annotatio
 // honoured, and returns once none that it must evict is left on the node. An eviction that a
 // budget refuses (429) is tried again, backing off, until the deadline; then the drain fails
 // with DrainTimedOut naming what is left. It deletes nothing itself. It refuses, before
-// evicting anything, when a Pod would lose local storage the request did not allow losing.
+// evicting anything, when a Pod would lose local storage the request did not allow losing, or
+// is managed by no controller and the request did not say force.
 // It heartbeats; a retried attempt starts over from the Pods still there.
 func (a *Activities) DrainNode(ctx context.Context, in DrainInput) (DrainResult, error) {
 	rules, err := drainRules(in.PodSelector, in.DeleteEmptyDirData, in.Force)
@@ -267,7 +268,7 @@ func (a *Activities) DrainNode(ctx context.Context, in DrainInput) (DrainResult,
 		}
 		if len(refused) > 0 {
 			return res, temporal.NewNonRetryableApplicationError(fmt.Sprintf(
-				"drain of node %s refused: %s; set maintenance.drain.deleteEmptyDirData to allow it, or narrow maintenance.drain.podSelector",
+				"drain of node %s refused: %s; set maintenance.drain.deleteEmptyDirData (local storage) or maintenance.drain.force (no controller) to allow it, or narrow maintenance.drain.podSelector",
 				in.Node, strings.Join(refused, "; ")), ErrDrainRefused, nil)
 		}
 		if len(left) == 0 {

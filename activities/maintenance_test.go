@@ -21,9 +21,12 @@ import (
 	"github.com/noderollout/noderollout/activities/evictable"
 )
 
+// tenantPod is a ReplicaSet's Pod on node.
 func tenantPod(name, node string, edit func(*corev1.Pod)) *corev1.Pod {
+	yes := true
 	p := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "tenant", UID: types.UID("uid-" + name), Labels: map[string]string{"app": "web"}},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "tenant", UID: types.UID("uid-" + name), Labels: map[string]string{"app": "web"},
+			OwnerReferences: []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "web", UID: "uid-rs", Controller: &yes}}},
 		Spec:       corev1.PodSpec{NodeName: node},
 		Status:     corev1.PodStatus{Phase: corev1.PodRunning},
 	}
@@ -465,4 +468,22 @@ func daemonPod(name, namespace, node string) *corev1.Pod {
 		p.Namespace = namespace
 		p.OwnerReferences = []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "DaemonSet", Name: "ds", UID: "uid-ds", Controller: &yes}}
 	})
+}
+
+// TestDrainRefusesUnmanagedPodsUnlessForced: a Pod no controller manages would be gone for
+// good once evicted, so, as kubectl drain without --force, the drain refuses it before any
+// eviction, naming maintenance.drain.force; with force it is evicted.
+func TestDrainRefusesUnmanagedPodsUnlessForced(t *testing.T) {
+	bare := tenantPod("bare-1", "n1", func(p *corev1.Pod) { p.OwnerReferences = nil })
+	e := &evictions{}
+	a := drainEnv(t, e, tenantPod("web-1", "n1", nil), bare)
+	_, err := drain(t, a, DrainInput{Node: "n1"})
+	appErr := requireAppError(t, err, ErrDrainRefused, true)
+	require.Contains(t, appErr.Message(), "tenant/bare-1 is managed by no controller")
+	require.Contains(t, appErr.Message(), "maintenance.drain.force")
+	require.Empty(t, e.asked, "nothing is evicted when one Pod is refused")
+
+	res, err := drain(t, a, DrainInput{Node: "n1", Force: true})
+	require.NoError(t, err)
+	require.ElementsMatch(t, []string{"tenant/web-1", "tenant/bare-1"}, res.Evicted)
 }
