@@ -90,7 +90,7 @@ func (p *Policy) CheckJob(job *batchv1.Job) error {
 	if err := checkServiceAccount(job.Namespace, rules, spec); err != nil {
 		return err
 	}
-	return checkHostAccess(job.Namespace, rules, spec)
+	return checkPodAccess(job.Namespace, rules, &job.Spec.Template)
 }
 
 // CheckNode judges whether a Job in namespace may run on a node with these labels: the
@@ -135,29 +135,37 @@ func (p *Policy) namespace(ns, field string) (NamespaceRules, error) {
 	return rules, nil
 }
 
+// checkImages judges every image the Pod runs or mounts: each kind of container's, and each
+// image volume's.
 func (p *Policy) checkImages(spec *corev1.PodSpec) error {
 	if len(p.Images) == 0 {
 		return nil
 	}
-	check := func(field string, containers []corev1.Container) error {
-		for i, c := range containers {
-			f := fmt.Sprintf("%s.%s[%d].image", podSpecField, field, i)
-			named, err := reference.ParseNormalizedNamed(c.Image)
-			if err != nil {
-				return &Denial{RuleImages, f, fmt.Sprintf("%q is not an image reference the policy can judge: %v", c.Image, err)}
-			}
-			full := named.String()
-			if !slices.ContainsFunc(p.Images, func(prefix string) bool { return underPrefix(full, prefix) }) {
-				return &Denial{RuleImages, f,
-					fmt.Sprintf("%q (%s) is not under an allowed prefix (%s)", c.Image, full, strings.Join(p.Images, ", "))}
-			}
+	check := func(f, image string) error {
+		named, err := reference.ParseNormalizedNamed(image)
+		if err != nil {
+			return &Denial{RuleImages, f, fmt.Sprintf("%q is not an image reference the policy can judge: %v", image, err)}
+		}
+		full := named.String()
+		if !slices.ContainsFunc(p.Images, func(prefix string) bool { return underPrefix(full, prefix) }) {
+			return &Denial{RuleImages, f,
+				fmt.Sprintf("%q (%s) is not under an allowed prefix (%s)", image, full, strings.Join(p.Images, ", "))}
 		}
 		return nil
 	}
-	if err := check("initContainers", spec.InitContainers); err != nil {
-		return err
+	for _, c := range containersOf(spec) {
+		if err := check(c.field+".image", c.Image); err != nil {
+			return err
+		}
 	}
-	return check("containers", spec.Containers)
+	for i, v := range spec.Volumes {
+		if v.Image != nil {
+			if err := check(fmt.Sprintf("%s.volumes[%d].image.reference", podSpecField, i), v.Image.Reference); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 // underPrefix matches whole path components, tags and digests: the prefix
@@ -192,39 +200,6 @@ func checkServiceAccount(ns string, rules NamespaceRules, spec *corev1.PodSpec) 
 			return &Denial{RuleServiceAccounts, podSpecField + "." + sa.field,
 				fmt.Sprintf("ServiceAccount %q is not one the policy allows in namespace %q (%s)", name, ns, strings.Join(allowed, ", "))}
 		}
-	}
-	return nil
-}
-
-func checkHostAccess(ns string, rules NamespaceRules, spec *corev1.PodSpec) error {
-	deny := func(rule, field string) error {
-		return &Denial{rule, podSpecField + "." + field,
-			fmt.Sprintf("the policy does not grant %s to Jobs in namespace %q; remove it or run in a namespace that has it", rule, ns)}
-	}
-	if !rules.Privileged {
-		for _, set := range []struct {
-			field      string
-			containers []corev1.Container
-		}{{"initContainers", spec.InitContainers}, {"containers", spec.Containers}} {
-			for i, c := range set.containers {
-				if sc := c.SecurityContext; sc != nil && sc.Privileged != nil && *sc.Privileged {
-					return deny(RulePrivileged, fmt.Sprintf("%s[%d].securityContext.privileged", set.field, i))
-				}
-			}
-		}
-	}
-	if !rules.HostPath {
-		for i, v := range spec.Volumes {
-			if v.HostPath != nil {
-				return deny(RuleHostPath, fmt.Sprintf("volumes[%d].hostPath", i))
-			}
-		}
-	}
-	if !rules.HostNetwork && spec.HostNetwork {
-		return deny(RuleHostNetwork, "hostNetwork")
-	}
-	if !rules.HostPID && spec.HostPID {
-		return deny(RuleHostPID, "hostPID")
 	}
 	return nil
 }

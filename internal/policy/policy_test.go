@@ -200,6 +200,12 @@ func TestParseRejectsMistakesNamingTheKey(t *testing.T) {
 		"namespaces: {apps: {serviceAccounts: [\"Not_Valid\"]}}\n":      `namespaces.apps.serviceAccounts: "Not_Valid"`,
 		"namespaces: {ops: {drain: true, evictNamespaces: [Tenant]}}\n": `namespaces.ops.evictNamespaces: "Tenant" is not a namespace name`,
 		"namespaces: {ops: {evictNamespaces: [tenant]}}\n":              "namespaces.ops.evictNamespaces: set without drain: true",
+		"namespaces: {apps: {capabilities: [\"NET ADMIN\"]}}\n":         `namespaces.apps.capabilities: "NET ADMIN" is not a capability name`,
+		"namespaces: {apps: {runtimeClasses: [Kata]}}\n":                `namespaces.apps.runtimeClasses: "Kata" is not a RuntimeClass name`,
+		"namespaces: {apps: {volumeTypes: [hostPath]}}\n":               "hostPath has its own rule",
+		"namespaces: {apps: {volumeTypes: [nfsv4]}}\n":                  `namespaces.apps.volumeTypes: "nfsv4" is not a volume type`,
+		"namespaces: {apps: {secrets: [Bad_Name]}}\n":                   `namespaces.apps.secrets: "Bad_Name" is not a Secret name`,
+		"namespaces: {apps: {logTailWithSecret: true}}\n":               `did you mean "logTailWithSecrets"?`,
 	}
 	for text, want := range cases {
 		_, err := Parse([]byte(text))
