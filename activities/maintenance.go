@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -135,7 +136,7 @@ func (a *Activities) CordonNode(ctx context.Context, in NodeInput) (CordonResult
 		if err := a.mayCordon(ctx, in, node); err != nil {
 			return CordonResult{}, err
 		}
-		_, ours := node.Annotations[CordonedByKey]
+		ours := ourCordon(node)
 		if node.Spec.Unschedulable && !ours {
 			return CordonResult{WeCordoned: false}, nil
 		}
@@ -190,7 +191,19 @@ func (a *Activities) UncordonNode(ctx context.Context, in NodeInput) (UncordonRe
 		if err != nil {
 			return UncordonResult{}, kubeError(err, "get", fmt.Sprintf("node %q", in.Node))
 		}
-		if _, ours := node.Annotations[CordonedByKey]; !ours {
+		if _, marked := node.Annotations[CordonedByKey]; !marked {
+			return UncordonResult{}, nil
+		}
+		if node.Spec.Unschedulable && !ourCordon(node) {
+			// Someone cordoned the node again after our cordon was lifted: theirs stays, and
+			// only our stale annotation goes.
+			err = a.patchNodeAnnotations(ctx, node, map[string]any{CordonedByKey: nil})
+			if apierrors.IsConflict(err) {
+				continue
+			}
+			if err != nil && !apierrors.IsNotFound(err) {
+				return UncordonResult{}, kubeError(err, "patch", fmt.Sprintf("node %q", in.Node))
+			}
 			return UncordonResult{}, nil
 		}
 		err = a.patchNode(ctx, node, map[string]any{CordonedByKey: nil}, false)
@@ -205,6 +218,51 @@ func (a *Activities) UncordonNode(ctx context.Context, in NodeInput) (UncordonRe
 		}
 		return UncordonResult{Uncordoned: true}, nil
 	}
+}
+
+// ourCordon says whether the node's cordon is ours: our annotation is on it, and the API
+// server's record of who set spec.unschedulable (managedFields) names our field manager. An
+// admin who ran kubectl uncordon and then kubectl cordon owns the field now, though our
+// annotation stayed; so does anyone who cordoned it by any client. When no manager is recorded
+// for the field (managedFields stripped), the annotation decides, as it did before.
+func ourCordon(node *corev1.Node) bool {
+	if _, marked := node.Annotations[CordonedByKey]; !marked {
+		return false
+	}
+	owners := unschedulableOwners(node)
+	return len(owners) == 0 || slices.Contains(owners, FieldManager)
+}
+
+// unschedulableOwners lists the field managers that own spec.unschedulable.
+func unschedulableOwners(node *corev1.Node) []string {
+	var owners []string
+	for _, mf := range node.ManagedFields {
+		if mf.FieldsV1 == nil {
+			continue
+		}
+		var fields struct {
+			Spec map[string]json.RawMessage `json:"f:spec"`
+		}
+		if json.Unmarshal(mf.FieldsV1.Raw, &fields) != nil {
+			continue
+		}
+		if _, ok := fields.Spec["f:unschedulable"]; ok {
+			owners = append(owners, mf.Manager)
+		}
+	}
+	return owners
+}
+
+// patchNodeAnnotations changes only annotations, conditional on the node's resourceVersion.
+func (a *Activities) patchNodeAnnotations(ctx context.Context, node *corev1.Node, annotations map[string]any) error {
+	patch, err := json.Marshal(map[string]any{
+		"metadata": map[string]any{"annotations": annotations, "resourceVersion": node.ResourceVersion},
+	})
+	if err != nil {
+		return err
+	}
+	_, err = a.Kube.CoreV1().Nodes().Patch(ctx, node.Name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: FieldManager})
+	return err
 }
 
 // patchNode sets spec.unschedulable and the annotations in one merge patch, conditional on the

@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 
@@ -486,4 +487,72 @@ func TestDrainRefusesUnmanagedPodsUnlessForced(t *testing.T) {
 	res, err := drain(t, a, DrainInput{Node: "n1", Force: true})
 	require.NoError(t, err)
 	require.ElementsMatch(t, []string{"tenant/web-1", "tenant/bare-1"}, res.Evicted)
+}
+
+// fieldManagedEnv makes the nodes by server-side apply (their kubelet's, say): from then on the
+// fake records every write's field manager in managedFields, as an API server always does.
+func fieldManagedEnv(t *testing.T, nodes ...string) *Activities {
+	t.Helper()
+	cs := fake.NewClientset()
+	for _, n := range nodes {
+		_, err := cs.CoreV1().Nodes().Apply(t.Context(), corev1ac.Node(n).WithLabels(map[string]string{"kubernetes.io/hostname": n}),
+			metav1.ApplyOptions{FieldManager: "kubelet"})
+		require.NoError(t, err)
+	}
+	return New(cs)
+}
+
+// adminPatch changes the node as kubectl cordon and uncordon do, under their field manager.
+func adminPatch(t *testing.T, a *Activities, node, patch string) {
+	t.Helper()
+	_, err := a.Kube.CoreV1().Nodes().Patch(t.Context(), node, types.MergePatchType, []byte(patch), metav1.PatchOptions{FieldManager: "kubectl-cordon"})
+	require.NoError(t, err)
+}
+
+// TestAnAdminsRecordonIsNotOurs: we cordon the node; an admin uncordons it (kubectl uncordon)
+// and cordons it again (kubectl cordon). Our annotation is still there, but the cordon is the
+// admin's now (the API server's managedFields say who set spec.unschedulable): we neither lift
+// it at the end nor take it over in a later rollout; our stale annotation is removed.
+func TestAnAdminsRecordonIsNotOurs(t *testing.T) {
+	a := fieldManagedEnv(t, "n1")
+	env := newEnv(a)
+	val, err := env.ExecuteActivity(a.CordonNode, NodeInput{Rollout: "kata", Node: "n1"})
+	require.NoError(t, err)
+	var c CordonResult
+	require.NoError(t, val.Get(&c))
+	require.True(t, c.WeCordoned)
+
+	adminPatch(t, a, "n1", `{"spec":{"unschedulable":null}}`)
+	adminPatch(t, a, "n1", `{"spec":{"unschedulable":true}}`)
+	require.Equal(t, "kata", getNode(t, a, "n1").Annotations[CordonedByKey], "the annotation outlived our cordon")
+
+	// A later rollout does not take the admin's cordon over.
+	val, err = env.ExecuteActivity(a.CordonNode, NodeInput{Rollout: "other", Node: "n1"})
+	require.NoError(t, err)
+	require.NoError(t, val.Get(&c))
+	require.False(t, c.WeCordoned, "the admin's cordon is not ours to take over")
+
+	val, err = env.ExecuteActivity(a.UncordonNode, NodeInput{Rollout: "kata", Node: "n1"})
+	require.NoError(t, err)
+	var u UncordonResult
+	require.NoError(t, val.Get(&u))
+	require.False(t, u.Uncordoned)
+	n := getNode(t, a, "n1")
+	require.True(t, n.Spec.Unschedulable, "the admin's cordon stays")
+	require.NotContains(t, n.Annotations, CordonedByKey, "our stale annotation goes")
+
+	// Our own cordon, kept after a failure and taken over by the next rollout, is still ours.
+	b := fieldManagedEnv(t, "n2")
+	env = newEnv(b)
+	_, err = env.ExecuteActivity(b.CordonNode, NodeInput{Rollout: "kata", Node: "n2"})
+	require.NoError(t, err)
+	val, err = env.ExecuteActivity(b.CordonNode, NodeInput{Rollout: "other", Node: "n2"})
+	require.NoError(t, err)
+	require.NoError(t, val.Get(&c))
+	require.True(t, c.WeCordoned)
+	val, err = env.ExecuteActivity(b.UncordonNode, NodeInput{Rollout: "other", Node: "n2"})
+	require.NoError(t, err)
+	require.NoError(t, val.Get(&u))
+	require.True(t, u.Uncordoned)
+	require.False(t, getNode(t, b, "n2").Spec.Unschedulable)
 }
