@@ -3,6 +3,7 @@ package activities
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"sort"
@@ -486,45 +487,111 @@ func (a *Activities) podReplaced(ctx context.Context, listed *corev1.Pod) (bool,
 }
 
 // CheckNodeHealth waits until the node's conditions hold (HealthyBy at the latest), then
-// requires them to hold for HoldSeconds; either failing is Unhealthy. It heartbeats the time
-// the conditions were first seen holding, so an attempt retried after a worker crash resumes
-// the soak where it was instead of starting it over.
+// requires them to hold for HoldSeconds; either failing is Unhealthy. An API-server outage only
+// delays it: the time the node could not be read (and a grace after, while the control plane
+// reports conditions it could not see) extends the deadline and counts nothing toward the
+// soak. It heartbeats its progress, so an attempt retried after a worker crash resumes the soak
+// where it was instead of starting it over, the gap counted as an outage.
 func (a *Activities) CheckNodeHealth(ctx context.Context, in HealthInput) error {
-	var since time.Time
+	var p healthProgress
 	if activity.HasHeartbeatDetails(ctx) {
-		_ = activity.GetHeartbeatDetails(ctx, &since)
+		if err := activity.GetHeartbeatDetails(ctx, &p); err != nil {
+			// An attempt of a worker from before heartbeated the time alone.
+			var since time.Time
+			if activity.GetHeartbeatDetails(ctx, &since) == nil {
+				p = healthProgress{Since: since}
+			}
+		}
 	}
 	hold := time.Duration(in.HoldSeconds) * time.Second
+	// away is when the node was last seen before it could not be read (zero: it is seen);
+	// back is when reads succeeded again, for the grace.
+	away, back := p.Seen, time.Time{}
 	for {
 		node, err := a.Kube.CoreV1().Nodes().Get(ctx, in.Node, metav1.GetOptions{})
+		now := a.Now()
 		if apierrors.IsNotFound(err) {
 			return errNodeGone(in.Node)
 		}
 		if err != nil {
-			return kubeError(err, "get", fmt.Sprintf("node %q", in.Node))
+			err = kubeError(err, "get", fmt.Sprintf("node %q", in.Node))
+			var appErr *temporal.ApplicationError
+			if errors.As(err, &appErr) && appErr.NonRetryable() {
+				return err
+			}
+			if away.IsZero() {
+				away = now
+			}
+			back = time.Time{}
+			activity.GetLogger(ctx).Info("the node cannot be read; the health check waits for the API server", "node", in.Node, "error", err)
+			if err := a.healthWait(ctx, p); err != nil {
+				return err
+			}
+			continue
 		}
-		now := a.Now()
 		unmet := unmetConditions(node, in.Conditions)
+		if !away.IsZero() {
+			if back.IsZero() {
+				back = now
+			}
+			if len(unmet) > 0 && now.Sub(back) < outageGrace {
+				// Back from an outage: the node lifecycle controller may show Unknown for
+				// nodes whose kubelets have not reported since; they do within the grace.
+				if err := a.healthWait(ctx, p); err != nil {
+					return err
+				}
+				continue
+			}
+			p.Blind += now.Sub(away)
+			if !p.Since.IsZero() {
+				p.BlindSince += now.Sub(away)
+			}
+			away, back = time.Time{}, time.Time{}
+		}
+		p.Seen = now
+		deadline := in.HealthyBy.Add(p.Blind)
 		switch {
-		case len(unmet) == 0 && since.IsZero():
-			since = now
-		case len(unmet) > 0 && !since.IsZero():
+		case len(unmet) == 0 && p.Since.IsZero():
+			p.Since = now
+		case len(unmet) > 0 && !p.Since.IsZero():
 			return temporal.NewNonRetryableApplicationError(fmt.Sprintf(
-				"node %s stopped being healthy %s after it was: %s", in.Node, now.Sub(since).Round(time.Second), strings.Join(unmet, "; ")),
+				"node %s stopped being healthy %s after it was: %s", in.Node, now.Sub(p.Since).Round(time.Second), strings.Join(unmet, "; ")),
 				ErrUnhealthy, nil)
-		case len(unmet) > 0 && !now.Before(in.HealthyBy):
+		case len(unmet) > 0 && !now.Before(deadline):
 			return temporal.NewNonRetryableApplicationError(fmt.Sprintf(
 				"node %s was not healthy in time: %s; see maintenance.health", in.Node, strings.Join(unmet, "; ")),
 				ErrUnhealthy, nil)
 		}
-		activity.RecordHeartbeat(ctx, since)
-		if !since.IsZero() && now.Sub(since) >= hold {
+		if !p.Since.IsZero() && now.Sub(p.Since)-p.BlindSince >= hold {
 			return nil
 		}
-		if err := sleep(ctx, a.healthPoll()); err != nil {
+		if err := a.healthWait(ctx, p); err != nil {
 			return err
 		}
 	}
+}
+
+// healthProgress is what CheckNodeHealth heartbeats, for a retried attempt to resume from.
+type healthProgress struct {
+	// Since is when the conditions were first seen holding; zero: not yet.
+	Since time.Time `json:"since"`
+	// Blind is how long the node could not be seen (outages, the grace after, the gaps between
+	// attempts): the deadline moves by it. BlindSince is the part after Since, which the soak
+	// does not count.
+	Blind      time.Duration `json:"blind,omitempty"`
+	BlindSince time.Duration `json:"blindSince,omitempty"`
+	// Seen is the last time the node was read.
+	Seen time.Time `json:"seen"`
+}
+
+// outageGrace is how long after an outage unmet conditions are taken for the control plane
+// catching up (node-monitor-grace-period, 50 s, plus the kubelets' next status reports).
+const outageGrace = 2 * time.Minute
+
+// healthWait heartbeats the progress and waits for the next read.
+func (a *Activities) healthWait(ctx context.Context, p healthProgress) error {
+	activity.RecordHeartbeat(ctx, p)
+	return sleep(ctx, a.healthPoll())
 }
 
 func (a *Activities) healthPoll() time.Duration {

@@ -556,3 +556,54 @@ func TestAnAdminsRecordonIsNotOurs(t *testing.T) {
 	require.True(t, u.Uncordoned)
 	require.False(t, getNode(t, b, "n2").Spec.Unschedulable)
 }
+
+// outage makes the fake API server answer node GETs as a control plane that is away and comes
+// back: the clock moves a minute per GET; GETs from minute `from` to minute `to` fail with a
+// 503, and for `unknownFor` GETs after it the node's Ready is Unknown (the node lifecycle
+// controller, back before the kubelets, marks them so until they report again).
+func outage(t *testing.T, from, to, unknownFor int) *Activities {
+	t.Helper()
+	cs := fake.NewClientset(healthyNode("n1", corev1.ConditionTrue))
+	a := New(cs)
+	a.HealthPollInterval = time.Millisecond
+	now := t0
+	a.Now = func() time.Time { return now }
+	gets := 0
+	cs.PrependReactor("get", "nodes", func(k8stesting.Action) (bool, runtime.Object, error) {
+		gets++
+		now = now.Add(time.Minute)
+		switch {
+		case gets >= from && gets < to:
+			return true, nil, apierrors.NewServiceUnavailable("the API server is shutting down")
+		case gets >= to && gets < to+unknownFor:
+			return true, healthyNode("n1", corev1.ConditionUnknown), nil
+		}
+		return false, nil, nil
+	})
+	return a
+}
+
+// TestHealthGateAndSoakOutlastAnAPIServerOutage: an outage longer than the gate's timeout, and
+// one in the middle of a soak, only delay the check: the time the node could not be read
+// counts neither toward the deadline nor toward the soak, and a Ready=Unknown the control
+// plane shows for a while after it comes back is no break. A node that is unhealthy once the
+// outage is over still fails.
+func TestHealthGateAndSoakOutlastAnAPIServerOutage(t *testing.T) {
+	ready := map[string]string{"Ready": "True"}
+	// The gate: 10 minutes to be healthy, the API server away for 15 from the first read.
+	a := outage(t, 1, 16, 1)
+	_, err := newEnv(a).ExecuteActivity(a.CheckNodeHealth, HealthInput{Node: "n1", Conditions: ready, HealthyBy: t0.Add(10 * time.Minute)})
+	require.NoError(t, err, "the gate")
+
+	// The soak: 5 minutes, healthy at first, then the API server away for 15.
+	a = outage(t, 3, 18, 2)
+	_, err = newEnv(a).ExecuteActivity(a.CheckNodeHealth, HealthInput{Node: "n1", Conditions: ready, HealthyBy: t0, HoldSeconds: 300})
+	require.NoError(t, err, "the soak")
+	require.GreaterOrEqual(t, a.Now().Sub(t0), 17*time.Minute+5*time.Minute, "the soak held 5 observed minutes besides the outage and its grace")
+
+	// Unhealthy for good after the outage: the soak still breaks, once the grace is over.
+	a = outage(t, 3, 18, 1000)
+	_, err = newEnv(a).ExecuteActivity(a.CheckNodeHealth, HealthInput{Node: "n1", Conditions: ready, HealthyBy: t0, HoldSeconds: 300})
+	appErr := requireAppError(t, err, ErrUnhealthy, true)
+	require.Contains(t, appErr.Message(), "Ready=Unknown")
+}

@@ -200,12 +200,12 @@ func (n *nodeSteps) runMaintained(ctx workflow.Context) (NodeResult, error) {
 		timeout := time.Duration(m.HealthTimeoutSeconds) * time.Second
 		workflow.SetCurrentDetails(ctx, fmt.Sprintf("waiting for node `%s` to be healthy (%s, timeout %v)", in.Node, conditionList(m.Conditions), timeout))
 		health := activities.HealthInput{Node: in.Node, Conditions: m.Conditions, HealthyBy: workflow.Now(ctx).Add(timeout)}
-		err := workflow.ExecuteActivity(withMaintenanceActivity(ctx, timeout, "health gate on node "+in.Node), a.CheckNodeHealth, health).Get(ctx, nil)
+		err := workflow.ExecuteActivity(withHealthActivity(ctx, timeout, "health gate on node "+in.Node), a.CheckNodeHealth, health).Get(ctx, nil)
 		if err == nil && m.SoakSeconds > 0 {
 			soak := time.Duration(m.SoakSeconds) * time.Second
 			workflow.SetCurrentDetails(ctx, fmt.Sprintf("soaking node `%s` for %v", in.Node, soak))
 			health.HealthyBy, health.HoldSeconds = workflow.Now(ctx), m.SoakSeconds
-			err = workflow.ExecuteActivity(withMaintenanceActivity(ctx, soak, "soak node "+in.Node), a.CheckNodeHealth, health).Get(ctx, nil)
+			err = workflow.ExecuteActivity(withHealthActivity(ctx, soak, "soak node "+in.Node), a.CheckNodeHealth, health).Get(ctx, nil)
 		}
 		if err != nil {
 			return n.maintenanceFailed(ctx, err, done)
@@ -316,6 +316,20 @@ func withMaintenanceActivity(ctx workflow.Context, step time.Duration, summary s
 		RetryPolicy:            apiRetry,
 		WaitForCancellation:    true,
 		Summary:                summary,
+	})
+}
+
+// withHealthActivity is withMaintenanceActivity without a ScheduleToClose: the health gate and
+// the soak enforce their own deadlines, moved by the time the node could not be read, so an
+// API-server outage of any length only delays the node; each attempt resumes from the last's
+// heartbeat. (Timeouts are no part of what replay compares, so running histories replay.)
+func withHealthActivity(ctx workflow.Context, step time.Duration, summary string) workflow.Context {
+	return workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
+		StartToCloseTimeout: step + 5*time.Minute,
+		HeartbeatTimeout:    maintenanceHeartbeatTimeout,
+		RetryPolicy:         apiRetry,
+		WaitForCancellation: true,
+		Summary:             summary,
 	})
 }
 

@@ -12,8 +12,11 @@ import (
 	"github.com/stretchr/testify/mock"
 	"github.com/stretchr/testify/require"
 	"go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/interceptor"
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/testsuite"
+	"go.temporal.io/sdk/worker"
+	"go.temporal.io/sdk/workflow"
 
 	"github.com/noderollout/noderollout/activities"
 )
@@ -333,4 +336,58 @@ func TestMaintenanceTellsThePolicyWhoWrites(t *testing.T) {
 	require.Error(t, err)
 	require.Equal(t, activities.ErrPolicyDenied, res.Reason)
 	require.Equal(t, []string{"cordon", "finalize:failed"}, r.calls, "nothing after the refusal")
+}
+
+// activityTimeouts records the options every activity is scheduled with, by activity type.
+type activityTimeouts struct {
+	interceptor.WorkerInterceptorBase
+	mu   sync.Mutex
+	opts map[string][]workflow.ActivityOptions
+}
+
+func (a *activityTimeouts) InterceptWorkflow(ctx workflow.Context, next interceptor.WorkflowInboundInterceptor) interceptor.WorkflowInboundInterceptor {
+	return &activityTimeoutsInbound{WorkflowInboundInterceptorBase: interceptor.WorkflowInboundInterceptorBase{Next: next}, a: a}
+}
+
+type activityTimeoutsInbound struct {
+	interceptor.WorkflowInboundInterceptorBase
+	a *activityTimeouts
+}
+
+func (i *activityTimeoutsInbound) Init(outbound interceptor.WorkflowOutboundInterceptor) error {
+	return i.Next.Init(&activityTimeoutsOutbound{WorkflowOutboundInterceptorBase: interceptor.WorkflowOutboundInterceptorBase{Next: outbound}, a: i.a})
+}
+
+type activityTimeoutsOutbound struct {
+	interceptor.WorkflowOutboundInterceptorBase
+	a *activityTimeouts
+}
+
+func (o *activityTimeoutsOutbound) ExecuteActivity(ctx workflow.Context, activityType string, args ...any) workflow.Future {
+	o.a.mu.Lock()
+	o.a.opts[activityType] = append(o.a.opts[activityType], workflow.GetActivityOptions(ctx))
+	o.a.mu.Unlock()
+	return o.Next.ExecuteActivity(ctx, activityType, args...)
+}
+
+// TestMaintenanceHealthOutlastsAnAPIServerOutage: the health gate and the soak enforce their
+// own deadlines, moved by the time the node could not be read (activities
+// TestHealthGateAndSoakOutlastAnAPIServerOutage), so their retries must not run out first: an
+// outage longer than the step plus 10 minutes failed a healthy node when each check had a
+// ScheduleToClose of its step plus 10 minutes. Each attempt is still bounded, and heartbeats.
+func TestMaintenanceHealthOutlastsAnAPIServerOutage(t *testing.T) {
+	r := newMaintenanceRun(t)
+	rec := &activityTimeouts{opts: map[string][]workflow.ActivityOptions{}}
+	r.env.SetWorkerOptions(worker.Options{DeadlockDetectionTimeout: 30 * time.Second, Interceptors: []interceptor.WorkerInterceptor{rec}})
+	res, err := r.run(maintainedInput(""))
+	require.NoError(t, err)
+	require.Equal(t, activities.OutcomeSucceeded, res.Outcome)
+	checks := rec.opts["CheckNodeHealth"]
+	require.Len(t, checks, 2, "the gate and the soak")
+	for _, o := range checks {
+		require.Zero(t, o.ScheduleToCloseTimeout, "%s: no bound on the retries", o.Summary)
+		require.Positive(t, o.StartToCloseTimeout, o.Summary)
+		require.Positive(t, o.HeartbeatTimeout, o.Summary)
+		require.Zero(t, o.RetryPolicy.MaximumAttempts, o.Summary)
+	}
 }
