@@ -250,10 +250,6 @@ func checkPrivilegeEscalation(rules NamespaceRules, containers []container, deny
 // checkConfinement judges what loosens the kernel's confinement of the Pod.
 func checkConfinement(tpl *corev1.PodTemplateSpec, containers []container, deny denyFunc) error {
 	spec := &tpl.Spec
-	type setting struct {
-		field string
-		sc    *corev1.SecurityContext
-	}
 	if psc := spec.SecurityContext; psc != nil {
 		f := podSpecField + ".securityContext"
 		if psc.SeccompProfile != nil && psc.SeccompProfile.Type == corev1.SeccompProfileTypeUnconfined {
