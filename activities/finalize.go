@@ -23,6 +23,7 @@ import (
 	"go.temporal.io/sdk/activity"
 
 	"github.com/noderollout/noderollout/activities/jobspec"
+	"github.com/noderollout/noderollout/internal/policy"
 )
 
 const (
@@ -284,8 +285,25 @@ func (a *Activities) diagnose(ctx context.Context, job JobRef) (FinalizeResult, 
 		res.TerminationMessage = state.Message
 	}
 	res.PodReason = podReason(pod)
-	res.LogTail = a.logTail(ctx, pod, container, previous)
+	res.LogTail = a.logTailUnlessSecret(ctx, pod, container, previous)
 	return res, nil
+}
+
+// logTailUnlessSecret is the log tail, unless the Pod reads Secrets and the policy does not
+// let its log tail be kept: what such a Pod prints may be one of them, and the tail lands in
+// the workflow history. Then the log is not even read, and the tail says why it is missing.
+func (a *Activities) logTailUnlessSecret(ctx context.Context, pod *corev1.Pod, container string, previous bool) string {
+	if refs := policy.SecretsRead(&pod.Spec); len(refs) > 0 && !a.Policy.LogTailWithSecrets(pod.Namespace) {
+		names := make([]string, 0, len(refs))
+		for _, r := range refs {
+			if !slices.Contains(names, r.Name) {
+				names = append(names, r.Name)
+			}
+		}
+		return fmt.Sprintf("(log tail withheld: the Pod reads Secret(s) %s, and the worker's policy does not set logTailWithSecrets for namespace %s; read the log with kubectl logs %s -n %s -c %s)",
+			strings.Join(names, ", "), pod.Namespace, pod.Name, pod.Namespace, container)
+	}
+	return a.logTail(ctx, pod, container, previous)
 }
 
 // maxPodReason keeps PodReason to a line or two.

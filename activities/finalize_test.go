@@ -19,6 +19,7 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/noderollout/noderollout/activities/jobspec"
+	"github.com/noderollout/noderollout/internal/policy"
 )
 
 func finalize(t *testing.T, a *Activities, in FinalizeInput) (FinalizeResult, error) {
@@ -448,4 +449,64 @@ func TestFinalizeJobEventPerRunWithoutJob(t *testing.T) {
 	require.NoError(t, err)
 	events := getEvents(t, cs)
 	require.Len(t, events, 2, "the second run's Event is recorded, not taken for the first one's")
+}
+
+// TestFinalizeJobWithholdsTheLogTailOfAPodThatReadsSecrets: whatever a Pod that reads Secrets
+// prints may be one of them, and the log tail lands in the workflow history, so it is not even
+// fetched unless the policy's logTailWithSecrets allows it for the namespace; without a policy
+// it is withheld too. The exit code and the termination message still say what happened.
+func TestFinalizeJobWithholdsTheLogTailOfAPodThatReadsSecrets(t *testing.T) {
+	job := ourJob(t, testRequest("node-a"))
+	secretVolume := func(p *corev1.Pod) {
+		p.Spec.Volumes = []corev1.Volume{{Name: "token", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: "other-sa-token"}}}}
+	}
+	secretEnv := func(p *corev1.Pod) {
+		p.Spec.Containers[0].Env = []corev1.EnvVar{{Name: "T", ValueFrom: &corev1.EnvVarSource{
+			SecretKeyRef: &corev1.SecretKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: "db"}, Key: "password"}}}}
+	}
+	allowing := func(a *Activities) {
+		p, err := policy.Parse([]byte("namespaces: {kube-system: {logTailWithSecrets: true, secrets: [\"*\"]}}\n"))
+		require.NoError(t, err)
+		a.Policy = p
+	}
+	for _, c := range []struct {
+		name     string
+		pod      func(*corev1.Pod)
+		setup    func(*Activities)
+		withheld bool
+	}{
+		{"a Secret volume, no policy", secretVolume, nil, true},
+		{"a Secret in env, a policy silent on it", secretEnv, withPolicyOf(t, "namespaces: {kube-system: {secrets: [db]}}\n"), true},
+		{"a Secret volume, allowed", secretVolume, allowing, false},
+		{"no Secret", func(*corev1.Pod) {}, nil, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			pod := jobPod(job, "p", t0, corev1.PodFailed, 3, "disk full")
+			c.pod(pod)
+			cs := fake.NewClientset(testNode("node-a", nil), job, pod)
+			a := newActivities(cs)
+			if c.setup != nil {
+				c.setup(a)
+			}
+			res, err := finalize(t, a, finalizeInput(job, OutcomeFailed, KeepFailed))
+			require.NoError(t, err)
+			require.Equal(t, int32(3), *res.ExitCode)
+			require.Equal(t, "disk full", res.TerminationMessage)
+			if !c.withheld {
+				require.Equal(t, "fake logs", res.LogTail)
+				return
+			}
+			require.NotContains(t, res.LogTail, "fake logs")
+			require.Contains(t, res.LogTail, "withheld")
+			require.Zero(t, countActions(cs, "get", "pods/log"), "the log is not even read")
+		})
+	}
+}
+
+func withPolicyOf(t *testing.T, text string) func(*Activities) {
+	return func(a *Activities) {
+		p, err := policy.Parse([]byte(text))
+		require.NoError(t, err)
+		a.Policy = p
+	}
 }

@@ -19,9 +19,18 @@ import (
 )
 
 // CreateJob renders the template for one node and creates its Job. The name is deterministic,
-// so a retried attempt finds the Job its earlier attempt made and adopts it.
+// so a retried attempt finds the Job its earlier attempt made and adopts it. The template is
+// taken only under its own hash (TemplateHash), inline or stored: the hash is what the Job and
+// the Node's outcome marker record, so a node is never marked done for a template that did not
+// run there.
 func (a *Activities) CreateJob(ctx context.Context, in JobRequest) (JobRef, error) {
-	if in.Template == "" {
+	switch {
+	case in.TemplateHash == "":
+		return JobRef{}, invalidRequest("templateHash", "required: the hash of the template the rollout prepared")
+	case in.Template != "" && !jobspec.TemplateHashMatches(in.Template, in.TemplateHash):
+		return JobRef{}, invalidRequest("templateHash", "%q is not the hash of the template given (%s): a node runs only the template its rollout prepared, under that template's hash",
+			in.TemplateHash, jobspec.TemplateHash(in.Template))
+	case in.Template == "":
 		text, err := a.storedTemplate(ctx, in.Namespace, in.TemplateHash)
 		if err != nil {
 			return JobRef{}, err

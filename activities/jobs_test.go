@@ -209,6 +209,7 @@ func TestCreateJobBadTemplate(t *testing.T) {
 	a := newActivities(cs)
 	in := testRequest("node-a")
 	in.Template = "apiVersion: v1\nkind: Pod\n"
+	in.TemplateHash = jobspec.TemplateHash(in.Template)
 	_, err := createJob(t, a, in)
 	requireAppError(t, err, ErrInvalidRequest, true)
 	require.Zero(t, countActions(cs, "create", "jobs"))
@@ -244,4 +245,39 @@ func TestCreateJobRetryOnAGoneNodeRemovesTheJobItMade(t *testing.T) {
 	_, err = createJob(t, a, in)
 	requireAppError(t, err, ErrNodeGone, true)
 	require.Equal(t, 1, countJobs(t, cs))
+}
+
+// TestCreateJobTakesAnInlineTemplateOnlyUnderItsOwnHash: a node given a template with another
+// template's hash (a node workflow started by hand, a forged input) creates nothing, so no
+// node is ever marked done for a template that did not run on it; RunJob, which creates
+// through CreateJob, too. A rollout from before the full hash passes its 10-character hash.
+func TestCreateJobTakesAnInlineTemplateOnlyUnderItsOwnHash(t *testing.T) {
+	other := testTemplate + "# another template\n"
+	own := jobspec.TemplateHash(testTemplate)
+	for name, hash := range map[string]string{
+		"another template's hash":  jobspec.TemplateHash(other),
+		"another template's short": jobspec.TemplateHash(other)[:10],
+		"a prefix of its own":      own[:len(own)-1],
+		"none":                     "",
+	} {
+		t.Run(name, func(t *testing.T) {
+			cs := fake.NewClientset(testNS(testNamespace), testNode("node-a", nil))
+			a := newActivities(cs)
+			req := testRequest("node-a")
+			req.TemplateHash = hash
+			_, err := newEnv(a).ExecuteActivity(a.CreateJob, req)
+			appErr := requireAppError(t, err, ErrInvalidRequest, true)
+			require.Contains(t, appErr.Message(), "templateHash")
+			_, err = newEnv(a).ExecuteActivity(a.RunJob, RunJobInput{Job: req, WatchSeconds: 1})
+			requireAppError(t, err, ErrInvalidRequest, true)
+			require.Zero(t, countActions(cs, "create", "jobs"))
+		})
+	}
+	cs := fake.NewClientset(testNS(testNamespace), testNode("node-a", nil))
+	stampCreatedJobs(cs)
+	a := newActivities(cs)
+	req := testRequest("node-a")
+	req.TemplateHash = jobspec.TemplateHash(testTemplate)[:10]
+	_, err := newEnv(a).ExecuteActivity(a.CreateJob, req)
+	require.NoError(t, err, "a hash of a rollout from before the full hash")
 }

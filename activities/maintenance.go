@@ -3,7 +3,9 @@ package activities
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -48,6 +50,16 @@ const CordonedByKey = "noderollout.io/cordoned-by"
 type NodeInput struct {
 	Rollout string `json:"rollout"`
 	Node    string `json:"node"`
+	// Namespace is the rollout's (its Jobs'), whose policy rules judge the cordon. Empty in
+	// histories from before the policy judged cordons.
+	Namespace string `json:"namespace,omitempty"`
+	// Drain says a drain follows the cordon: the cordon asks the policy about the drain, and
+	// the Pods it would evict (PodSelector, DeleteEmptyDirData, Force as in DrainInput), before
+	// it writes anything, so a drain the policy refuses leaves no cordon behind.
+	Drain              bool   `json:"drain,omitempty"`
+	PodSelector        string `json:"podSelector,omitempty"`
+	DeleteEmptyDirData bool   `json:"deleteEmptyDirData,omitempty"`
+	Force              bool   `json:"force,omitempty"`
 }
 
 // CordonResult says whether this cordon is ours to undo.
@@ -65,9 +77,15 @@ type UncordonResult struct {
 // DrainInput is one node's drain. Deadline is fixed by the workflow, so a retried attempt after
 // a worker crash keeps the first attempt's deadline.
 type DrainInput struct {
-	Node               string    `json:"node"`
-	PodSelector        string    `json:"podSelector,omitempty"`
-	DeleteEmptyDirData bool      `json:"deleteEmptyDirData,omitempty"`
+	Node string `json:"node"`
+	// Namespace is the rollout's (its Jobs'), whose policy rules judge the drain. Empty in
+	// histories from before the policy judged drains.
+	Namespace          string `json:"namespace,omitempty"`
+	PodSelector        string `json:"podSelector,omitempty"`
+	DeleteEmptyDirData bool   `json:"deleteEmptyDirData,omitempty"`
+	// Force evicts Pods no controller manages (kubectl drain --force): nothing makes them
+	// again elsewhere. Without it the drain refuses them before evicting anything.
+	Force              bool      `json:"force,omitempty"`
 	GracePeriodSeconds *int64    `json:"gracePeriodSeconds,omitempty"`
 	Deadline           time.Time `json:"deadline"`
 }
@@ -91,6 +109,7 @@ type DrainPlanInput struct {
 	Nodes              []string `json:"nodes"`
 	PodSelector        string   `json:"podSelector,omitempty"`
 	DeleteEmptyDirData bool     `json:"deleteEmptyDirData,omitempty"`
+	Force              bool     `json:"force,omitempty"`
 }
 
 // DrainPlan is, per node, the Pods a drain would evict, those it would refuse, and the
@@ -115,7 +134,10 @@ func (a *Activities) CordonNode(ctx context.Context, in NodeInput) (CordonResult
 		if err != nil {
 			return CordonResult{}, kubeError(err, "get", fmt.Sprintf("node %q", in.Node))
 		}
-		_, ours := node.Annotations[CordonedByKey]
+		if err := a.mayCordon(ctx, in, node); err != nil {
+			return CordonResult{}, err
+		}
+		ours := ourCordon(node)
 		if node.Spec.Unschedulable && !ours {
 			return CordonResult{WeCordoned: false}, nil
 		}
@@ -137,6 +159,28 @@ func (a *Activities) CordonNode(ctx context.Context, in NodeInput) (CordonResult
 	}
 }
 
+// mayCordon asks the policy about the cordon and, when a drain follows, about the drain and
+// the Pods it would evict now, so that a drain the policy refuses leaves no cordon behind.
+func (a *Activities) mayCordon(ctx context.Context, in NodeInput, node *corev1.Node) error {
+	if a.Policy == nil {
+		return nil
+	}
+	w := nodeWrite{namespace: in.Namespace, node: node, cordon: true, drain: in.Drain}
+	if in.Drain {
+		rules, err := drainRules(in.PodSelector, in.DeleteEmptyDirData, in.Force)
+		if err != nil {
+			return err
+		}
+		pods, err := a.podsOnNode(ctx, in.Node)
+		if err != nil {
+			return err
+		}
+		evict, _ := judgePods(pods, rules)
+		w.evict = toEvict(evict)
+	}
+	return a.mayWriteNode(w)
+}
+
 // UncordonNode makes the node schedulable again only if our annotation says we cordoned it,
 // and removes the annotation. A node that is gone has nothing left to undo.
 func (a *Activities) UncordonNode(ctx context.Context, in NodeInput) (UncordonResult, error) {
@@ -148,7 +192,19 @@ func (a *Activities) UncordonNode(ctx context.Context, in NodeInput) (UncordonRe
 		if err != nil {
 			return UncordonResult{}, kubeError(err, "get", fmt.Sprintf("node %q", in.Node))
 		}
-		if _, ours := node.Annotations[CordonedByKey]; !ours {
+		if _, marked := node.Annotations[CordonedByKey]; !marked {
+			return UncordonResult{}, nil
+		}
+		if node.Spec.Unschedulable && !ourCordon(node) {
+			// Someone cordoned the node again after our cordon was lifted: theirs stays, and
+			// only our stale annotation goes.
+			err = a.patchNodeAnnotations(ctx, node, map[string]any{CordonedByKey: nil})
+			if apierrors.IsConflict(err) {
+				continue
+			}
+			if err != nil && !apierrors.IsNotFound(err) {
+				return UncordonResult{}, kubeError(err, "patch", fmt.Sprintf("node %q", in.Node))
+			}
 			return UncordonResult{}, nil
 		}
 		err = a.patchNode(ctx, node, map[string]any{CordonedByKey: nil}, false)
@@ -163,6 +219,51 @@ func (a *Activities) UncordonNode(ctx context.Context, in NodeInput) (UncordonRe
 		}
 		return UncordonResult{Uncordoned: true}, nil
 	}
+}
+
+// ourCordon says whether the node's cordon is ours: our annotation is on it, and the API
+// server's record of who set spec.unschedulable (managedFields) names our field manager. An
+// admin who ran kubectl uncordon and then kubectl cordon owns the field now, though our
+// annotation stayed; so does anyone who cordoned it by any client. When no manager is recorded
+// for the field (managedFields stripped), the annotation decides, as it did before.
+func ourCordon(node *corev1.Node) bool {
+	if _, marked := node.Annotations[CordonedByKey]; !marked {
+		return false
+	}
+	owners := unschedulableOwners(node)
+	return len(owners) == 0 || slices.Contains(owners, FieldManager)
+}
+
+// unschedulableOwners lists the field managers that own spec.unschedulable.
+func unschedulableOwners(node *corev1.Node) []string {
+	var owners []string
+	for _, mf := range node.ManagedFields {
+		if mf.FieldsV1 == nil {
+			continue
+		}
+		var fields struct {
+			Spec map[string]json.RawMessage `json:"f:spec"`
+		}
+		if json.Unmarshal(mf.FieldsV1.GetRawBytes(), &fields) != nil {
+			continue
+		}
+		if _, ok := fields.Spec["f:unschedulable"]; ok {
+			owners = append(owners, mf.Manager)
+		}
+	}
+	return owners
+}
+
+// patchNodeAnnotations changes only annotations, conditional on the node's resourceVersion.
+func (a *Activities) patchNodeAnnotations(ctx context.Context, node *corev1.Node, annotations map[string]any) error {
+	patch, err := json.Marshal(map[string]any{
+		"metadata": map[string]any{"annotations": annotations, "resourceVersion": node.ResourceVersion},
+	})
+	if err != nil {
+		return err
+	}
+	_, err = a.Kube.CoreV1().Nodes().Patch(ctx, node.Name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: FieldManager})
+	return err
 }
 
 // patchNode sets spec.unschedulable and the annotations in one merge patch, conditional on the
@@ -187,12 +288,25 @@ func (a *Activities) patchNode(ctx context.Context, node *corev1.Node, annotatio
 // honoured, and returns once none that it must evict is left on the node. An eviction that a
 // budget refuses (429) is tried again, backing off, until the deadline; then the drain fails
 // with DrainTimedOut naming what is left. It deletes nothing itself. It refuses, before
-// evicting anything, when a Pod would lose local storage the request did not allow losing.
+// evicting anything, when a Pod would lose local storage the request did not allow losing, or
+// is managed by no controller and the request did not say force.
 // It heartbeats; a retried attempt starts over from the Pods still there.
 func (a *Activities) DrainNode(ctx context.Context, in DrainInput) (DrainResult, error) {
-	rules, err := drainRules(in.PodSelector, in.DeleteEmptyDirData)
+	rules, err := drainRules(in.PodSelector, in.DeleteEmptyDirData, in.Force)
 	if err != nil {
 		return DrainResult{}, err
+	}
+	var node *corev1.Node
+	if a.Policy != nil {
+		// The policy judges the node (its labels) and the drain before the first eviction.
+		if node, err = a.Kube.CoreV1().Nodes().Get(ctx, in.Node, metav1.GetOptions{}); apierrors.IsNotFound(err) {
+			return DrainResult{}, errNodeGone(in.Node)
+		} else if err != nil {
+			return DrainResult{}, kubeError(err, "get", fmt.Sprintf("node %q", in.Node))
+		}
+		if err := a.mayWriteNode(nodeWrite{namespace: in.Namespace, node: node, cordon: true, drain: true}); err != nil {
+			return DrainResult{}, err
+		}
 	}
 	var res DrainResult
 	blocked := map[string]string{} // pod -> why its last eviction was refused
@@ -203,19 +317,17 @@ func (a *Activities) DrainNode(ctx context.Context, in DrainInput) (DrainResult,
 		if err != nil {
 			return res, err
 		}
-		var left []*corev1.Pod
-		var refused []string
-		for i := range pods {
-			switch v, why := evictable.Judge(&pods[i], rules); v {
-			case evictable.Evict:
-				left = append(left, &pods[i])
-			case evictable.Refuse:
-				refused = append(refused, podName(&pods[i])+" "+why)
+		left, refused := judgePods(pods, rules)
+		if node != nil {
+			// Pods may have come since the last round (those tolerating the cordon): each
+			// round's evictions are judged before they go out.
+			if err := a.mayWriteNode(nodeWrite{namespace: in.Namespace, node: node, cordon: true, drain: true, evict: toEvict(left)}); err != nil {
+				return res, err
 			}
 		}
 		if len(refused) > 0 {
 			return res, temporal.NewNonRetryableApplicationError(fmt.Sprintf(
-				"drain of node %s refused: %s; set maintenance.drain.deleteEmptyDirData to allow it, or narrow maintenance.drain.podSelector",
+				"drain of node %s refused: %s; set maintenance.drain.deleteEmptyDirData (local storage) or maintenance.drain.force (no controller) to allow it, or narrow maintenance.drain.podSelector",
 				in.Node, strings.Join(refused, "; ")), ErrDrainRefused, nil)
 		}
 		if len(left) == 0 {
@@ -229,15 +341,29 @@ func (a *Activities) DrainNode(ctx context.Context, in DrainInput) (DrainResult,
 			if pod.DeletionTimestamp != nil {
 				continue // evicted, terminating within its grace
 			}
+			// The listed Pod's UID goes with the eviction: a Pod deleted and made again under
+			// the same name (a StatefulSet's, on another node) is another Pod, not ours to evict.
+			uid := pod.UID
 			err := a.Kube.PolicyV1().Evictions(pod.Namespace).Evict(ctx, &policyv1.Eviction{
-				ObjectMeta:    metav1.ObjectMeta{Name: pod.Name, Namespace: pod.Namespace},
-				DeleteOptions: &metav1.DeleteOptions{GracePeriodSeconds: in.GracePeriodSeconds},
+				ObjectMeta: metav1.ObjectMeta{Name: pod.Name, Namespace: pod.Namespace},
+				DeleteOptions: &metav1.DeleteOptions{GracePeriodSeconds: in.GracePeriodSeconds,
+					Preconditions: &metav1.Preconditions{UID: &uid}},
 			})
 			switch {
 			case err == nil:
 				res.Evicted = append(res.Evicted, podName(pod))
 				delete(blocked, podName(pod))
 				progressed = true
+			case apierrors.IsConflict(err):
+				// The UID no longer matches: the listed Pod is gone, whatever has its name now.
+				// (Any other conflict leaves the Pod for the next round's list.)
+				gone, getErr := a.podReplaced(ctx, pod)
+				if getErr != nil {
+					return res, getErr
+				}
+				if !gone {
+					blocked[podName(pod)] = err.Error()
+				}
 			case apierrors.IsNotFound(err):
 			case apierrors.IsTooManyRequests(err):
 				// A PodDisruptionBudget allows no disruption now (or the API server is busy).
@@ -273,8 +399,33 @@ func (a *Activities) drainRetry() time.Duration {
 	return time.Second
 }
 
-func drainRules(podSelector string, deleteEmptyDirData bool) (evictable.Rules, error) {
-	rules := evictable.Rules{DeleteEmptyDirData: deleteEmptyDirData}
+// judgePods sorts a node's Pods into those a drain evicts (or waits for, when terminating)
+// and, named with why, those it refuses to.
+func judgePods(pods []corev1.Pod, rules evictable.Rules) (evict []*corev1.Pod, refused []string) {
+	for i := range pods {
+		switch v, why := evictable.Judge(&pods[i], rules); v {
+		case evictable.Evict:
+			evict = append(evict, &pods[i])
+		case evictable.Refuse:
+			refused = append(refused, podName(&pods[i])+" "+why)
+		}
+	}
+	return evict, refused
+}
+
+// toEvict leaves out the Pods already terminating: the drain only waits for them.
+func toEvict(pods []*corev1.Pod) []*corev1.Pod {
+	var out []*corev1.Pod
+	for _, p := range pods {
+		if p.DeletionTimestamp == nil {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+func drainRules(podSelector string, deleteEmptyDirData, force bool) (evictable.Rules, error) {
+	rules := evictable.Rules{DeleteEmptyDirData: deleteEmptyDirData, Force: force}
 	if podSelector != "" {
 		sel, err := labels.Parse(podSelector)
 		if err != nil {
@@ -322,46 +473,125 @@ func (a *Activities) podsOnNode(ctx context.Context, node string) ([]corev1.Pod,
 
 func podName(p *corev1.Pod) string { return p.Namespace + "/" + p.Name }
 
+// podReplaced says whether the listed Pod no longer exists: its name is free or held by a Pod
+// of another UID.
+func (a *Activities) podReplaced(ctx context.Context, listed *corev1.Pod) (bool, error) {
+	now, err := a.Kube.CoreV1().Pods(listed.Namespace).Get(ctx, listed.Name, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		return true, nil
+	case err != nil:
+		return false, kubeError(err, "get", "pod "+podName(listed))
+	}
+	return now.UID != listed.UID, nil
+}
+
 // CheckNodeHealth waits until the node's conditions hold (HealthyBy at the latest), then
-// requires them to hold for HoldSeconds; either failing is Unhealthy. It heartbeats the time
-// the conditions were first seen holding, so an attempt retried after a worker crash resumes
-// the soak where it was instead of starting it over.
+// requires them to hold for HoldSeconds; either failing is Unhealthy. An API-server outage only
+// delays it: the time the node could not be read (and a grace after, while the control plane
+// reports conditions it could not see) extends the deadline and counts nothing toward the
+// soak. It heartbeats its progress, so an attempt retried after a worker crash resumes the soak
+// where it was instead of starting it over, the gap counted as an outage.
 func (a *Activities) CheckNodeHealth(ctx context.Context, in HealthInput) error {
-	var since time.Time
+	var p healthProgress
 	if activity.HasHeartbeatDetails(ctx) {
-		_ = activity.GetHeartbeatDetails(ctx, &since)
+		if err := activity.GetHeartbeatDetails(ctx, &p); err != nil {
+			// An attempt of a worker from before heartbeated the time alone.
+			var since time.Time
+			if activity.GetHeartbeatDetails(ctx, &since) == nil {
+				p = healthProgress{Since: since}
+			}
+		}
 	}
 	hold := time.Duration(in.HoldSeconds) * time.Second
+	// away is when the node was last seen before it could not be read (zero: it is seen);
+	// back is when reads succeeded again, for the grace.
+	away, back := p.Seen, time.Time{}
 	for {
 		node, err := a.Kube.CoreV1().Nodes().Get(ctx, in.Node, metav1.GetOptions{})
+		now := a.Now()
 		if apierrors.IsNotFound(err) {
 			return errNodeGone(in.Node)
 		}
 		if err != nil {
-			return kubeError(err, "get", fmt.Sprintf("node %q", in.Node))
+			err = kubeError(err, "get", fmt.Sprintf("node %q", in.Node))
+			var appErr *temporal.ApplicationError
+			if errors.As(err, &appErr) && appErr.NonRetryable() {
+				return err
+			}
+			if away.IsZero() {
+				away = now
+			}
+			back = time.Time{}
+			activity.GetLogger(ctx).Info("the node cannot be read; the health check waits for the API server", "node", in.Node, "error", err)
+			if err := a.healthWait(ctx, p); err != nil {
+				return err
+			}
+			continue
 		}
-		now := a.Now()
 		unmet := unmetConditions(node, in.Conditions)
+		if !away.IsZero() {
+			if back.IsZero() {
+				back = now
+			}
+			if len(unmet) > 0 && now.Sub(back) < outageGrace {
+				// Back from an outage: the node lifecycle controller may show Unknown for
+				// nodes whose kubelets have not reported since; they do within the grace.
+				if err := a.healthWait(ctx, p); err != nil {
+					return err
+				}
+				continue
+			}
+			p.Blind += now.Sub(away)
+			if !p.Since.IsZero() {
+				p.BlindSince += now.Sub(away)
+			}
+			away, back = time.Time{}, time.Time{}
+		}
+		p.Seen = now
+		deadline := in.HealthyBy.Add(p.Blind)
 		switch {
-		case len(unmet) == 0 && since.IsZero():
-			since = now
-		case len(unmet) > 0 && !since.IsZero():
+		case len(unmet) == 0 && p.Since.IsZero():
+			p.Since = now
+		case len(unmet) > 0 && !p.Since.IsZero():
 			return temporal.NewNonRetryableApplicationError(fmt.Sprintf(
-				"node %s stopped being healthy %s after it was: %s", in.Node, now.Sub(since).Round(time.Second), strings.Join(unmet, "; ")),
+				"node %s stopped being healthy %s after it was: %s", in.Node, now.Sub(p.Since).Round(time.Second), strings.Join(unmet, "; ")),
 				ErrUnhealthy, nil)
-		case len(unmet) > 0 && !now.Before(in.HealthyBy):
+		case len(unmet) > 0 && !now.Before(deadline):
 			return temporal.NewNonRetryableApplicationError(fmt.Sprintf(
 				"node %s was not healthy in time: %s; see maintenance.health", in.Node, strings.Join(unmet, "; ")),
 				ErrUnhealthy, nil)
 		}
-		activity.RecordHeartbeat(ctx, since)
-		if !since.IsZero() && now.Sub(since) >= hold {
+		if !p.Since.IsZero() && now.Sub(p.Since)-p.BlindSince >= hold {
 			return nil
 		}
-		if err := sleep(ctx, a.healthPoll()); err != nil {
+		if err := a.healthWait(ctx, p); err != nil {
 			return err
 		}
 	}
+}
+
+// healthProgress is what CheckNodeHealth heartbeats, for a retried attempt to resume from.
+type healthProgress struct {
+	// Since is when the conditions were first seen holding; zero: not yet.
+	Since time.Time `json:"since"`
+	// Blind is how long the node could not be seen (outages, the grace after, the gaps between
+	// attempts): the deadline moves by it. BlindSince is the part after Since, which the soak
+	// does not count.
+	Blind      time.Duration `json:"blind,omitempty"`
+	BlindSince time.Duration `json:"blindSince,omitempty"`
+	// Seen is the last time the node was read.
+	Seen time.Time `json:"seen"`
+}
+
+// outageGrace is how long after an outage unmet conditions are taken for the control plane
+// catching up (node-monitor-grace-period, 50 s, plus the kubelets' next status reports).
+const outageGrace = 2 * time.Minute
+
+// healthWait heartbeats the progress and waits for the next read.
+func (a *Activities) healthWait(ctx context.Context, p healthProgress) error {
+	activity.RecordHeartbeat(ctx, p)
+	return sleep(ctx, a.healthPoll())
 }
 
 func (a *Activities) healthPoll() time.Duration {
@@ -399,7 +629,7 @@ func unmetConditions(node *corev1.Node, want map[string]string) []string {
 // PlanDrain says, for a dry run, which Pods a drain of each node would evict or refuse, and
 // which PodDisruptionBudgets allow no disruption now and cover one of them.
 func (a *Activities) PlanDrain(ctx context.Context, in DrainPlanInput) ([]DrainPlan, error) {
-	rules, err := drainRules(in.PodSelector, in.DeleteEmptyDirData)
+	rules, err := drainRules(in.PodSelector, in.DeleteEmptyDirData, in.Force)
 	if err != nil {
 		return nil, err
 	}

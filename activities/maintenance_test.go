@@ -12,6 +12,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 
@@ -20,11 +22,14 @@ import (
 	"github.com/noderollout/noderollout/activities/evictable"
 )
 
+// tenantPod is a ReplicaSet's Pod on node.
 func tenantPod(name, node string, edit func(*corev1.Pod)) *corev1.Pod {
+	yes := true
 	p := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "tenant", Labels: map[string]string{"app": "web"}},
-		Spec:       corev1.PodSpec{NodeName: node},
-		Status:     corev1.PodStatus{Phase: corev1.PodRunning},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "tenant", UID: types.UID("uid-" + name), Labels: map[string]string{"app": "web"},
+			OwnerReferences: []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "web", UID: "uid-rs", Controller: &yes}}},
+		Spec:   corev1.PodSpec{NodeName: node},
+		Status: corev1.PodStatus{Phase: corev1.PodRunning},
 	}
 	if edit != nil {
 		edit(p)
@@ -35,9 +40,10 @@ func tenantPod(name, node string, edit func(*corev1.Pod)) *corev1.Pod {
 // evictions makes the fake API server evict like the real one: the Pod goes, unless refuse
 // says the (PodDisruptionBudget's) answer is 429 for this try. It records every eviction asked.
 type evictions struct {
-	cs     *fake.Clientset
-	asked  []string
-	refuse func(pod string, try int) bool
+	cs            *fake.Clientset
+	asked         []string
+	preconditions []*metav1.Preconditions // of each eviction asked
+	refuse        func(pod string, try int) bool
 }
 
 func (e *evictions) react(action k8stesting.Action) (bool, runtime.Object, error) {
@@ -52,10 +58,22 @@ func (e *evictions) react(action k8stesting.Action) (bool, runtime.Object, error
 			tries++
 		}
 	}
+	gvr := schema.GroupVersionResource{Version: "v1", Resource: "pods"}
+	e.preconditions = append(e.preconditions, ev.DeleteOptions.Preconditions)
+	if p := ev.DeleteOptions.Preconditions; p != nil && p.UID != nil {
+		// As the API server does: the eviction deletes only the Pod with that UID.
+		obj, err := e.cs.Tracker().Get(gvr, ev.Namespace, ev.Name)
+		if err != nil {
+			return true, nil, err
+		}
+		if pod := obj.(*corev1.Pod); pod.UID != *p.UID {
+			return true, nil, apierrors.NewConflict(schema.GroupResource{Resource: "pods"}, ev.Name,
+				fmt.Errorf("Precondition failed: UID in precondition: %v, UID in object meta: %v", *p.UID, pod.UID))
+		}
+	}
 	if e.refuse != nil && e.refuse(ev.Name, tries) {
 		return true, nil, apierrors.NewTooManyRequests("Cannot evict pod as it would violate the pod's disruption budget.", 0)
 	}
-	gvr := schema.GroupVersionResource{Version: "v1", Resource: "pods"}
 	return true, nil, e.cs.Tracker().Delete(gvr, ev.Namespace, ev.Name)
 }
 
@@ -385,4 +403,207 @@ func TestPlanDrainNamesABudgetOverTheWholeNamespace(t *testing.T) {
 	var plans []DrainPlan
 	require.NoError(t, val.Get(&plans))
 	require.Equal(t, []DrainPlan{{Node: "n1", Evict: []string{"tenant/web-1"}, Blocking: []string{"tenant/all"}}}, plans)
+}
+
+// TestDrainEvictsOnlyThePodItListed: a StatefulSet's Pod listed on the node is deleted and made
+// again under the same name on another node before its eviction goes out. The eviction carries
+// the listed Pod's UID, so the API server refuses it for the new Pod (409), which the drain
+// takes as the listed Pod gone from the node: the new Pod elsewhere is left alone.
+func TestDrainEvictsOnlyThePodItListed(t *testing.T) {
+	e := &evictions{}
+	a := drainEnv(t, e, tenantPod("db-0", "n1", nil), tenantPod("web-1", "n1", nil))
+	gvr := schema.GroupVersionResource{Version: "v1", Resource: "pods"}
+	lists := 0
+	e.cs.PrependReactor("list", "pods", func(action k8stesting.Action) (bool, runtime.Object, error) {
+		lists++
+		if lists != 1 {
+			return false, nil, nil
+		}
+		// Answer the list as it stood, then let the StatefulSet controller replace db-0 on n2.
+		_, listed, err := k8stesting.ObjectReaction(e.cs.Tracker())(action)
+		require.NoError(t, err)
+		require.NoError(t, e.cs.Tracker().Delete(gvr, "tenant", "db-0"))
+		moved := tenantPod("db-0", "n2", func(p *corev1.Pod) { p.UID = "uid-db-0-again" })
+		require.NoError(t, e.cs.Tracker().Add(moved))
+		return true, listed, nil
+	})
+	res, err := drain(t, a, DrainInput{Node: "n1"})
+	require.NoError(t, err)
+	require.Equal(t, []string{"tenant/web-1"}, res.Evicted)
+	require.Len(t, e.preconditions, 2)
+	for i, p := range e.preconditions {
+		require.NotNil(t, p, "eviction %s carries a precondition", e.asked[i])
+		require.Equal(t, types.UID("uid-"+e.asked[i]), *p.UID, "eviction %s: the listed Pod's UID", e.asked[i])
+	}
+	left, err := a.Kube.CoreV1().Pods("tenant").Get(t.Context(), "db-0", metav1.GetOptions{})
+	require.NoError(t, err, "the Pod made again on n2 was not evicted")
+	require.Equal(t, "n2", left.Spec.NodeName)
+}
+
+// TestDrainRetriesAConflictOnThePodItListed: a 409 for a Pod that still has the listed UID is
+// no sign that it went: the drain tries it again.
+func TestDrainRetriesAConflictOnThePodItListed(t *testing.T) {
+	e := &evictions{}
+	a := drainEnv(t, e, tenantPod("web-1", "n1", nil))
+	tries := 0
+	e.cs.PrependReactor("create", "pods", func(action k8stesting.Action) (bool, runtime.Object, error) {
+		if action.GetSubresource() != "eviction" {
+			return false, nil, nil
+		}
+		if tries++; tries == 1 {
+			return true, nil, apierrors.NewConflict(schema.GroupResource{Resource: "pods"}, "web-1", fmt.Errorf("the object has been modified"))
+		}
+		return false, nil, nil
+	})
+	res, err := drain(t, a, DrainInput{Node: "n1"})
+	require.NoError(t, err)
+	require.Equal(t, []string{"tenant/web-1"}, res.Evicted)
+	require.Equal(t, 2, tries)
+	require.Empty(t, remainingPods(t, a))
+}
+
+// daemonPod is a DaemonSet's Pod on node: drains pass it by.
+func daemonPod(name, namespace, node string) *corev1.Pod {
+	yes := true
+	return tenantPod(name, node, func(p *corev1.Pod) {
+		p.Namespace = namespace
+		p.OwnerReferences = []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "DaemonSet", Name: "ds", UID: "uid-ds", Controller: &yes}}
+	})
+}
+
+// TestDrainRefusesUnmanagedPodsUnlessForced: a Pod no controller manages would be gone for
+// good once evicted, so, as kubectl drain without --force, the drain refuses it before any
+// eviction, naming maintenance.drain.force; with force it is evicted.
+func TestDrainRefusesUnmanagedPodsUnlessForced(t *testing.T) {
+	bare := tenantPod("bare-1", "n1", func(p *corev1.Pod) { p.OwnerReferences = nil })
+	e := &evictions{}
+	a := drainEnv(t, e, tenantPod("web-1", "n1", nil), bare)
+	_, err := drain(t, a, DrainInput{Node: "n1"})
+	appErr := requireAppError(t, err, ErrDrainRefused, true)
+	require.Contains(t, appErr.Message(), "tenant/bare-1 is managed by no controller")
+	require.Contains(t, appErr.Message(), "maintenance.drain.force")
+	require.Empty(t, e.asked, "nothing is evicted when one Pod is refused")
+
+	res, err := drain(t, a, DrainInput{Node: "n1", Force: true})
+	require.NoError(t, err)
+	require.ElementsMatch(t, []string{"tenant/web-1", "tenant/bare-1"}, res.Evicted)
+}
+
+// fieldManagedEnv makes the nodes by server-side apply (their kubelet's, say): from then on the
+// fake records every write's field manager in managedFields, as an API server always does.
+func fieldManagedEnv(t *testing.T, nodes ...string) *Activities {
+	t.Helper()
+	cs := fake.NewClientset()
+	for _, n := range nodes {
+		_, err := cs.CoreV1().Nodes().Apply(t.Context(), corev1ac.Node(n).WithLabels(map[string]string{"kubernetes.io/hostname": n}),
+			metav1.ApplyOptions{FieldManager: "kubelet"})
+		require.NoError(t, err)
+	}
+	return New(cs)
+}
+
+// adminPatch changes the node as kubectl cordon and uncordon do, under their field manager.
+func adminPatch(t *testing.T, a *Activities, node, patch string) {
+	t.Helper()
+	_, err := a.Kube.CoreV1().Nodes().Patch(t.Context(), node, types.MergePatchType, []byte(patch), metav1.PatchOptions{FieldManager: "kubectl-cordon"})
+	require.NoError(t, err)
+}
+
+// TestAnAdminsRecordonIsNotOurs: we cordon the node; an admin uncordons it (kubectl uncordon)
+// and cordons it again (kubectl cordon). Our annotation is still there, but the cordon is the
+// admin's now (the API server's managedFields say who set spec.unschedulable): we neither lift
+// it at the end nor take it over in a later rollout; our stale annotation is removed.
+func TestAnAdminsRecordonIsNotOurs(t *testing.T) {
+	a := fieldManagedEnv(t, "n1")
+	env := newEnv(a)
+	val, err := env.ExecuteActivity(a.CordonNode, NodeInput{Rollout: "kata", Node: "n1"})
+	require.NoError(t, err)
+	var c CordonResult
+	require.NoError(t, val.Get(&c))
+	require.True(t, c.WeCordoned)
+
+	adminPatch(t, a, "n1", `{"spec":{"unschedulable":null}}`)
+	adminPatch(t, a, "n1", `{"spec":{"unschedulable":true}}`)
+	require.Equal(t, "kata", getNode(t, a, "n1").Annotations[CordonedByKey], "the annotation outlived our cordon")
+
+	// A later rollout does not take the admin's cordon over.
+	val, err = env.ExecuteActivity(a.CordonNode, NodeInput{Rollout: "other", Node: "n1"})
+	require.NoError(t, err)
+	require.NoError(t, val.Get(&c))
+	require.False(t, c.WeCordoned, "the admin's cordon is not ours to take over")
+
+	val, err = env.ExecuteActivity(a.UncordonNode, NodeInput{Rollout: "kata", Node: "n1"})
+	require.NoError(t, err)
+	var u UncordonResult
+	require.NoError(t, val.Get(&u))
+	require.False(t, u.Uncordoned)
+	n := getNode(t, a, "n1")
+	require.True(t, n.Spec.Unschedulable, "the admin's cordon stays")
+	require.NotContains(t, n.Annotations, CordonedByKey, "our stale annotation goes")
+
+	// Our own cordon, kept after a failure and taken over by the next rollout, is still ours.
+	b := fieldManagedEnv(t, "n2")
+	env = newEnv(b)
+	_, err = env.ExecuteActivity(b.CordonNode, NodeInput{Rollout: "kata", Node: "n2"})
+	require.NoError(t, err)
+	val, err = env.ExecuteActivity(b.CordonNode, NodeInput{Rollout: "other", Node: "n2"})
+	require.NoError(t, err)
+	require.NoError(t, val.Get(&c))
+	require.True(t, c.WeCordoned)
+	val, err = env.ExecuteActivity(b.UncordonNode, NodeInput{Rollout: "other", Node: "n2"})
+	require.NoError(t, err)
+	require.NoError(t, val.Get(&u))
+	require.True(t, u.Uncordoned)
+	require.False(t, getNode(t, b, "n2").Spec.Unschedulable)
+}
+
+// outage makes the fake API server answer node GETs as a control plane that is away and comes
+// back: the clock moves a minute per GET; GETs from minute `from` to minute `to` fail with a
+// 503, and for `unknownFor` GETs after it the node's Ready is Unknown (the node lifecycle
+// controller, back before the kubelets, marks them so until they report again).
+func outage(t *testing.T, from, to, unknownFor int) *Activities {
+	t.Helper()
+	cs := fake.NewClientset(healthyNode("n1", corev1.ConditionTrue))
+	a := New(cs)
+	a.HealthPollInterval = time.Millisecond
+	now := t0
+	a.Now = func() time.Time { return now }
+	gets := 0
+	cs.PrependReactor("get", "nodes", func(k8stesting.Action) (bool, runtime.Object, error) {
+		gets++
+		now = now.Add(time.Minute)
+		switch {
+		case gets >= from && gets < to:
+			return true, nil, apierrors.NewServiceUnavailable("the API server is shutting down")
+		case gets >= to && gets < to+unknownFor:
+			return true, healthyNode("n1", corev1.ConditionUnknown), nil
+		}
+		return false, nil, nil
+	})
+	return a
+}
+
+// TestHealthGateAndSoakOutlastAnAPIServerOutage: an outage longer than the gate's timeout, and
+// one in the middle of a soak, only delay the check: the time the node could not be read
+// counts neither toward the deadline nor toward the soak, and a Ready=Unknown the control
+// plane shows for a while after it comes back is no break. A node that is unhealthy once the
+// outage is over still fails.
+func TestHealthGateAndSoakOutlastAnAPIServerOutage(t *testing.T) {
+	ready := map[string]string{"Ready": "True"}
+	// The gate: 10 minutes to be healthy, the API server away for 15 from the first read.
+	a := outage(t, 1, 16, 1)
+	_, err := newEnv(a).ExecuteActivity(a.CheckNodeHealth, HealthInput{Node: "n1", Conditions: ready, HealthyBy: t0.Add(10 * time.Minute)})
+	require.NoError(t, err, "the gate")
+
+	// The soak: 5 minutes, healthy at first, then the API server away for 15.
+	a = outage(t, 3, 18, 2)
+	_, err = newEnv(a).ExecuteActivity(a.CheckNodeHealth, HealthInput{Node: "n1", Conditions: ready, HealthyBy: t0, HoldSeconds: 300})
+	require.NoError(t, err, "the soak")
+	require.GreaterOrEqual(t, a.Now().Sub(t0), 17*time.Minute+5*time.Minute, "the soak held 5 observed minutes besides the outage and its grace")
+
+	// Unhealthy for good after the outage: the soak still breaks, once the grace is over.
+	a = outage(t, 3, 18, 1000)
+	_, err = newEnv(a).ExecuteActivity(a.CheckNodeHealth, HealthInput{Node: "n1", Conditions: ready, HealthyBy: t0, HoldSeconds: 300})
+	appErr := requireAppError(t, err, ErrUnhealthy, true)
+	require.Contains(t, appErr.Message(), "Ready=Unknown")
 }

@@ -243,7 +243,7 @@ func classify(res *ListNodesResult, in ListNodesInput, e nodeEntry) {
 	}
 	if !in.Rerun {
 		if hash, outcome, ok := jobspec.ParseNodeMarker(e.marker); ok &&
-			hash == in.TemplateHash && outcome == string(OutcomeSucceeded) {
+			jobspec.SameTemplateHash(hash, in.TemplateHash) && outcome == string(OutcomeSucceeded) {
 			res.Done = append(res.Done, e.name)
 			return
 		}

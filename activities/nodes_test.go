@@ -373,3 +373,24 @@ func TestListNodesNamesWithinSelectors(t *testing.T) {
 	require.Equal(t, []string{"gpu-2", "web-1"}, res.Unselected)
 	require.Equal(t, []string{"gone"}, res.Missing)
 }
+
+// TestListNodesReadsMarkersAcrossTheHashLength: a node done for the template before the hash
+// was the whole SHA-256 (its marker holds 10 characters) is done for a rollout of the same
+// template after, and the other way round; other templates' markers are not.
+func TestListNodesReadsMarkersAcrossTheHashLength(t *testing.T) {
+	full := jobspec.TemplateHash(testTemplate)
+	other := jobspec.TemplateHash(testTemplate + "#")
+	cs := fake.NewClientset(
+		testNode("legacy", doneMarker(full[:10])),
+		testNode("full", doneMarker(full)),
+		testNode("other-legacy", doneMarker(other[:10])),
+		testNode("prefix", doneMarker(full[:20])),
+	)
+	a := newActivities(cs)
+	for _, hash := range []string{full, full[:10]} {
+		res, err := listNodes(t, a, ListNodesInput{Rollout: "kata", TemplateHash: hash, Names: []string{"legacy", "full", "other-legacy", "prefix"}, Limit: 10})
+		require.NoError(t, err)
+		require.Equal(t, []string{"full", "legacy"}, res.Done, "hash %s", hash)
+		require.Equal(t, []string{"other-legacy", "prefix"}, res.Nodes, "hash %s", hash)
+	}
+}

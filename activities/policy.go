@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -23,7 +24,8 @@ type PolicyViolation struct {
 // checkRequestPolicy judges the request's own fields before anything is read from the cluster,
 // so a denied ConfigMap namespace is not even looked at.
 func (a *Activities) checkRequestPolicy(in PrepareTemplateInput) error {
-	req := policy.Request{Namespace: in.Namespace, NodeSelector: in.NodeSelector, Parallelism: in.Parallelism}
+	req := policy.Request{Namespace: in.Namespace, NodeSelector: in.NodeSelector, Parallelism: in.Parallelism,
+		Cordon: in.Cordon || in.Drain, Drain: in.Drain}
 	if ref := in.TemplateRef; ref != nil {
 		req.TemplateNamespace = ref.Namespace
 	}
@@ -53,7 +55,34 @@ func (a *Activities) checkJobPolicy(ctx context.Context, in JobRequest, job *bat
 	if err != nil {
 		return kubeError(err, "get", fmt.Sprintf("node %q", in.Node))
 	}
-	return policyDenied(a.Policy.CheckNode(in.Namespace, in.Node, node.Labels))
+	return a.mayWriteNode(nodeWrite{namespace: in.Namespace, node: node})
+}
+
+// nodeWrite is a write a rollout is about to make to a node: its Job (neither cordon nor
+// drain), a cordon, or a drain that would evict evict.
+type nodeWrite struct {
+	namespace     string // the rollout's, where its Jobs go
+	node          *corev1.Node
+	cordon, drain bool
+	evict         []*corev1.Pod
+}
+
+// mayWriteNode is the one answer to "may this rollout write to this node?", so a rule about
+// node writes is added here and nowhere else. Every activity that writes to a Node or evicts its
+// Pods asks it before its first write: CreateJob for the Job it places there, CordonNode (about
+// the drain that follows too), DrainNode before each round of evictions. Two writes do not ask:
+// UncordonNode, which only lifts our own cordon, and the outcome marker FinalizeJob records,
+// our own annotations that change nothing that runs on the node. A refusal is the
+// non-retryable PolicyDenied, and the caller writes nothing.
+func (a *Activities) mayWriteNode(w nodeWrite) error {
+	if a.Policy == nil {
+		return nil
+	}
+	check := policy.NodeWrite{Namespace: w.namespace, Node: w.node.Name, NodeLabels: w.node.Labels, Cordon: w.cordon, Drain: w.drain}
+	for _, p := range w.evict {
+		check.Evict = append(check.Evict, policy.PodRef{Namespace: p.Namespace, Name: p.Name})
+	}
+	return policyDenied(a.Policy.CheckNodeWrite(check))
 }
 
 // policyDenied turns a policy denial into the non-retryable PolicyDenied error, the rule and

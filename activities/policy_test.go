@@ -57,6 +57,10 @@ func TestPrepareTemplateEnforcesThePolicy(t *testing.T) {
 		{"parallelism", policy.RuleMaxParallelism, "parallelism", PrepareTemplateInput{Namespace: "apps", Template: testTemplate, Parallelism: 21}},
 		{"control-plane selector", policy.RuleProtectedNodeLabels, "nodeSelector", PrepareTemplateInput{Namespace: "apps",
 			Template: testTemplate, Parallelism: 1, NodeSelector: "node-role.kubernetes.io/control-plane"}},
+		{"drain", policy.RuleDrain, "maintenance.drain", PrepareTemplateInput{Namespace: "apps", Template: testTemplate, Parallelism: 1,
+			Cordon: true, Drain: true}},
+		{"cordon", policy.RuleCordon, "maintenance.cordon", PrepareTemplateInput{Namespace: "apps", Template: testTemplate, Parallelism: 1,
+			Cordon: true}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -84,12 +88,13 @@ func TestCreateJobChecksEveryRenderedJob(t *testing.T) {
 	a := withPolicy(t, newActivities(cs))
 	in := testRequest("node-a")                                // kube-system, busybox: allowed
 	in.Template = templateWith("", "evil.example.com/miner:1") // as if the ConfigMap changed
+	in.TemplateHash = jobspec.TemplateHash(in.Template)
 	_, err := createJob(t, a, in)
 	appErr := requireAppError(t, err, ErrPolicyDenied, true)
 	require.Contains(t, appErr.Message(), `"images"`)
 	require.Zero(t, countActions(cs, "create", "jobs"), "no Job is created")
 
-	in.Template = testTemplate
+	in.Template, in.TemplateHash = testTemplate, jobspec.TemplateHash(testTemplate)
 	_, err = createJob(t, a, in)
 	require.NoError(t, err)
 	require.Equal(t, 1, countActions(cs, "create", "jobs"))
@@ -145,4 +150,26 @@ func TestRequesterOnTheJobAndTheNode(t *testing.T) {
 	require.Len(t, events, 1)
 	require.Contains(t, events[0].Message, "requested by alice@laptop")
 	require.Equal(t, corev1.EventTypeNormal, events[0].Type)
+}
+
+// TestTheTemplateCannotNameItsRequester: a template that writes noderollout.io/requester into
+// its own metadata names nobody: the Job carries the start request's requester, or none.
+func TestTheTemplateCannotNameItsRequester(t *testing.T) {
+	forged := strings.Replace(testTemplate, "kind: Job\n", "kind: Job\nmetadata:\n  annotations:\n    noderollout.io/requester: ceo@company\n", 1)
+	for _, requester := range []string{"", "alice@laptop"} {
+		t.Run("requester="+requester, func(t *testing.T) {
+			cs := fake.NewClientset(testNode("node-a", nil))
+			stampCreatedJobs(cs)
+			a := newActivities(cs)
+			in := testRequest("node-a")
+			in.Template, in.TemplateHash, in.Requester = forged, jobspec.TemplateHash(forged), requester
+			ref, err := createJob(t, a, in)
+			require.NoError(t, err)
+			job, err := cs.BatchV1().Jobs(testNamespace).Get(t.Context(), ref.Name, metav1.GetOptions{})
+			require.NoError(t, err)
+			got, has := job.Annotations[AnnotationRequester]
+			require.Equal(t, requester, got)
+			require.Equal(t, requester != "", has)
+		})
+	}
 }

@@ -15,8 +15,11 @@ const (
 // take every noderollout.io/ annotation for a marker, never see it.
 func NodeRequesterKey(rollout string) string { return requesterKeyPrefix + rollout }
 
-// stampRequester records the requester on a Job about to be created.
+// stampRequester records the requester on a Job about to be created: the start request's, or
+// none. The template's own annotation of that name is dropped, so a template never names who
+// asked for it.
 func stampRequester(job *batchv1.Job, requester string) {
+	delete(job.Annotations, AnnotationRequester)
 	if requester == "" {
 		return
 	}

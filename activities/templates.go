@@ -16,16 +16,21 @@ import (
 
 // Stored templates: a rollout's template is kept once in the cluster, in an immutable
 // ConfigMap named after its content hash, so workflow histories carry the hash alone however
-// large the template and however many nodes.
+// large the template and however many nodes. The name carries the whole SHA-256, and every read
+// checks the content against it: whoever may create ConfigMaps in the namespace cannot plant
+// another template under the name.
 const (
 	templateConfigMapPrefix = "noderollout-template-"
-	// LabelTemplateHash marks stored templates (kubectl get cm -l noderollout.io/template-hash).
+	// LabelTemplateHash marks stored templates (kubectl get cm -l noderollout.io/template-hash);
+	// its value is the hash's first 10 characters (a label value holds at most 63), for
+	// people: the name holds the whole hash.
 	LabelTemplateHash = "noderollout.io/template-hash"
 	// storedTemplatesCached bounds the templates a worker keeps in memory.
 	storedTemplatesCached = 32
 )
 
-// TemplateConfigMapName is where the template with this hash is stored.
+// TemplateConfigMapName is where the template with this hash is stored. A rollout from before
+// the whole hash stored its template under its 10-character hash, and reads it there.
 func TemplateConfigMapName(hash string) string { return templateConfigMapPrefix + hash }
 
 // storeTemplate keeps text in the namespace under its hash. The ConfigMap is immutable, so
@@ -36,7 +41,7 @@ func (a *Activities) storeTemplate(ctx context.Context, namespace, text, hash st
 		ObjectMeta: metav1.ObjectMeta{
 			Name:      TemplateConfigMapName(hash),
 			Namespace: namespace,
-			Labels:    map[string]string{LabelTemplateHash: hash},
+			Labels:    map[string]string{LabelTemplateHash: hash[:min(len(hash), jobspec.LegacyTemplateHashLen)]},
 		},
 		Data:      map[string]string{DefaultTemplateKey: text},
 		Immutable: &immutable,
@@ -74,7 +79,7 @@ func (a *Activities) readStoredTemplate(ctx context.Context, namespace, hash str
 		return "", kubeError(err, "get", fmt.Sprintf("configmap %s/%s", namespace, name))
 	}
 	text, ok := cm.Data[DefaultTemplateKey]
-	if !ok || jobspec.TemplateHash(text) != hash {
+	if !ok || !jobspec.TemplateHashMatches(text, hash) {
 		return "", temporal.NewNonRetryableApplicationError(
 			fmt.Sprintf("configmap %s/%s does not hold the template with hash %s; delete it and start the rollout again", namespace, name, hash),
 			ErrForeignObject, nil)

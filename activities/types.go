@@ -102,6 +102,10 @@ type PrepareTemplateInput struct {
 	// NodeSelector and Parallelism are what the worker's policy judges besides the template.
 	NodeSelector string `json:"nodeSelector,omitempty"`
 	Parallelism  int    `json:"parallelism,omitempty"`
+	// Cordon and Drain are the request's maintenance, which the policy judges at the start
+	// too, so a rollout whose namespace may not drain fails before any node starts.
+	Cordon bool `json:"cordon,omitempty"`
+	Drain  bool `json:"drain,omitempty"`
 }
 
 // PreparedTemplate is a template that parsed and validated, with its content hash. Template is

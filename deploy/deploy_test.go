@@ -479,8 +479,15 @@ func TestDockerCompose(t *testing.T) {
 	published := map[uint32]string{}
 	for _, p := range temporal.Ports {
 		published[p.Target] = p.Published
+		// The dev server has no authentication: whoever reaches it may start any rollout.
+		require.Equal(t, "127.0.0.1", p.HostIP, "port %d is published on the loopback interface only", p.Target)
 	}
 	require.Equal(t, map[uint32]string{7233: "7233", 8233: "8233"}, published)
+	for name, s := range project.Services {
+		for _, p := range s.Ports {
+			require.Equal(t, "127.0.0.1", p.HostIP, "%s publishes port %d beyond the loopback interface", name, p.Target)
+		}
+	}
 	require.NotNil(t, temporal.HealthCheck)
 	require.Equal(t, types.HealthCheckTest{"CMD", "temporal", "operator", "cluster", "health", "--address", "127.0.0.1:7233"},
 		temporal.HealthCheck.Test)

@@ -134,6 +134,8 @@ func (a *app) startFleet() error {
 		TaskQueue:             workflows.FleetTaskQueue,
 		WorkflowIDReusePolicy: enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE_FAILED_ONLY,
 		StaticSummary:         fmt.Sprintf("fleet rollout %s over %d waves", req.Name, len(req.Waves)),
+		// The fleet hands its requester to every cluster's rollout.
+		Memo: a.requesterMemo(),
 	}, workflows.FleetRolloutWorkflow, req)
 	if err != nil {
 		return err

@@ -142,7 +142,7 @@ func FleetRollout(ctx workflow.Context, req FleetRequest) (FleetResult, error) {
 	if err := validateFleet(&req, nested); err != nil {
 		return FleetResult{}, err
 	}
-	f := &fleet{req: req, running: map[string]workflow.ChildWorkflowFuture{}}
+	f := &fleet{req: req, running: map[string]workflow.ChildWorkflowFuture{}, memo: requestMemo(ctx)}
 	for w, wave := range req.Waves {
 		for _, c := range wave {
 			cl := Cluster{Name: c}
@@ -206,6 +206,8 @@ type fleet struct {
 	done     bool
 	// countUnrolled: versionFleetCountsUnrolledClusters applies to this run.
 	countUnrolled bool
+	// memo is the fleet's requester and reason, which every cluster's rollout records.
+	memo map[string]any
 }
 
 // start runs one cluster's Rollout as a child on that cluster's task queue.
@@ -218,6 +220,9 @@ func (f *fleet) start(ctx workflow.Context, i int) {
 		// An aborted fleet ends once every cluster's nodes have deleted their Jobs.
 		WaitForCancellation: true,
 		StaticSummary:       fmt.Sprintf("rollout %s on cluster %s (wave %d)", f.req.Rollout.Name, c.Cluster, c.Wave),
+		// The memo is not part of the commands replay compares: running fleets replay as
+		// recorded, and their clusters started from now on record the requester.
+		Memo: f.memo,
 	})
 	child := workflow.ExecuteChildWorkflow(cctx, RolloutWorkflow, f.req.Rollout)
 	f.running[c.Cluster] = child

@@ -35,7 +35,10 @@ type Drain struct {
 	Timeout            string `json:"timeout,omitempty"`     // default 10m; then the node is drainTimedOut
 	PodSelector        string `json:"podSelector,omitempty"` // only these Pods
 	DeleteEmptyDirData bool   `json:"deleteEmptyDirData,omitempty"`
-	GracePeriod        string `json:"gracePeriod,omitempty"` // overrides the Pods' own
+	// Force evicts Pods that no controller manages too (kubectl drain --force): nothing makes
+	// them again elsewhere. Without it such a Pod stops the drain before any eviction.
+	Force       bool   `json:"force,omitempty"`
+	GracePeriod string `json:"gracePeriod,omitempty"` // overrides the Pods' own
 }
 
 // HealthGate names the Node conditions that must hold, and how long they may take to.
@@ -62,6 +65,7 @@ type NodeMaintenance struct {
 	DrainTimeoutSeconds  int64             `json:"drainTimeoutSeconds,omitempty"`
 	PodSelector          string            `json:"podSelector,omitempty"`
 	DeleteEmptyDirData   bool              `json:"deleteEmptyDirData,omitempty"`
+	Force                bool              `json:"force,omitempty"`
 	GracePeriodSeconds   *int64            `json:"gracePeriodSeconds,omitempty"`
 	Health               bool              `json:"health,omitempty"`
 	HealthTimeoutSeconds int64             `json:"healthTimeoutSeconds,omitempty"`
@@ -101,6 +105,7 @@ func readMaintenance(m *Maintenance) (*NodeMaintenance, []*jobspec.FieldError) {
 		}
 		nm.PodSelector = d.PodSelector
 		nm.DeleteEmptyDirData = d.DeleteEmptyDirData
+		nm.Force = d.Force
 		if d.GracePeriod != "" {
 			g := seconds(parseDuration(d.GracePeriod, 0, 0, maxGracePeriod, "maintenance.drain.gracePeriod", add))
 			nm.GracePeriodSeconds = &g
@@ -143,6 +148,11 @@ func readMaintenance(m *Maintenance) (*NodeMaintenance, []*jobspec.FieldError) {
 
 func seconds(d time.Duration) int64 { return int64(d / time.Second) }
 
+// maintenanceCordons says whether the section cordons nodes (a drain implies it).
+func maintenanceCordons(m *Maintenance) bool {
+	return m != nil && (m.Cordon || m.Drain != nil)
+}
+
 // runMaintained is the node's rollout with maintenance around the Job: cordon → drain → Job →
 // health → soak → uncordon. A node that does not succeed, or is aborted, is left as onFailure
 // says: keepCordoned keeps our cordon (a half-drained or half-updated node stays out of
@@ -152,7 +162,10 @@ func (n *nodeSteps) runMaintained(ctx workflow.Context) (NodeResult, error) {
 	var a *activities.Activities
 	m, in := n.in.Maintenance, n.in
 	result := NodeResult{Node: in.Node, StartedAt: workflow.Now(ctx)}
-	node := activities.NodeInput{Rollout: in.Rollout, Node: in.Node}
+	// The namespace is the rollout's: its policy rules judge the cordon and the drain, and the
+	// cordon knows the drain that follows, so the policy can refuse it before anything is written.
+	node := activities.NodeInput{Rollout: in.Rollout, Node: in.Node, Namespace: in.Namespace,
+		Drain: m.Drain, PodSelector: m.PodSelector, DeleteEmptyDirData: m.DeleteEmptyDirData, Force: m.Force}
 	if m.Cordon {
 		workflow.SetCurrentDetails(ctx, fmt.Sprintf("cordoning node `%s`", in.Node))
 		// Until the cordon answers, it may have gone through: UncordonNode reads our annotation.
@@ -170,8 +183,8 @@ func (n *nodeSteps) runMaintained(ctx workflow.Context) (NodeResult, error) {
 	if m.Drain {
 		timeout := time.Duration(m.DrainTimeoutSeconds) * time.Second
 		workflow.SetCurrentDetails(ctx, fmt.Sprintf("draining node `%s` (timeout %v)", in.Node, timeout))
-		drain := activities.DrainInput{Node: in.Node, PodSelector: m.PodSelector, DeleteEmptyDirData: m.DeleteEmptyDirData,
-			GracePeriodSeconds: m.GracePeriodSeconds, Deadline: workflow.Now(ctx).Add(timeout)}
+		drain := activities.DrainInput{Node: in.Node, Namespace: in.Namespace, PodSelector: m.PodSelector, DeleteEmptyDirData: m.DeleteEmptyDirData,
+			Force: m.Force, GracePeriodSeconds: m.GracePeriodSeconds, Deadline: workflow.Now(ctx).Add(timeout)}
 		err := workflow.ExecuteActivity(withMaintenanceActivity(ctx, timeout, "drain node "+in.Node), a.DrainNode, drain).Get(ctx, nil)
 		if err != nil {
 			return n.maintenanceFailed(ctx, err, result)
@@ -187,12 +200,12 @@ func (n *nodeSteps) runMaintained(ctx workflow.Context) (NodeResult, error) {
 		timeout := time.Duration(m.HealthTimeoutSeconds) * time.Second
 		workflow.SetCurrentDetails(ctx, fmt.Sprintf("waiting for node `%s` to be healthy (%s, timeout %v)", in.Node, conditionList(m.Conditions), timeout))
 		health := activities.HealthInput{Node: in.Node, Conditions: m.Conditions, HealthyBy: workflow.Now(ctx).Add(timeout)}
-		err := workflow.ExecuteActivity(withMaintenanceActivity(ctx, timeout, "health gate on node "+in.Node), a.CheckNodeHealth, health).Get(ctx, nil)
+		err := workflow.ExecuteActivity(withHealthActivity(ctx, timeout, "health gate on node "+in.Node), a.CheckNodeHealth, health).Get(ctx, nil)
 		if err == nil && m.SoakSeconds > 0 {
 			soak := time.Duration(m.SoakSeconds) * time.Second
 			workflow.SetCurrentDetails(ctx, fmt.Sprintf("soaking node `%s` for %v", in.Node, soak))
 			health.HealthyBy, health.HoldSeconds = workflow.Now(ctx), m.SoakSeconds
-			err = workflow.ExecuteActivity(withMaintenanceActivity(ctx, soak, "soak node "+in.Node), a.CheckNodeHealth, health).Get(ctx, nil)
+			err = workflow.ExecuteActivity(withHealthActivity(ctx, soak, "soak node "+in.Node), a.CheckNodeHealth, health).Get(ctx, nil)
 		}
 		if err != nil {
 			return n.maintenanceFailed(ctx, err, done)
@@ -316,6 +329,20 @@ func withMaintenanceActivity(ctx workflow.Context, step time.Duration, summary s
 	})
 }
 
+// withHealthActivity is withMaintenanceActivity without a ScheduleToClose: the health gate and
+// the soak enforce their own deadlines, moved by the time the node could not be read, so an
+// API-server outage of any length only delays the node; each attempt resumes from the last's
+// heartbeat. (Timeouts are no part of what replay compares, so running histories replay.)
+func withHealthActivity(ctx workflow.Context, step time.Duration, summary string) workflow.Context {
+	return workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
+		StartToCloseTimeout: step + 5*time.Minute,
+		HeartbeatTimeout:    maintenanceHeartbeatTimeout,
+		RetryPolicy:         apiRetry,
+		WaitForCancellation: true,
+		Summary:             summary,
+	})
+}
+
 func conditionList(c map[string]string) string {
 	s := ""
 	for _, k := range workflow.DeterministicKeys(c) {
@@ -351,7 +378,7 @@ func planDrains(ctx workflow.Context, m *Maintenance, planned []PlannedNode) err
 		names = names[len(batch):]
 		var plans []activities.DrainPlan
 		err := workflow.ExecuteActivity(withAPIActivity(ctx, fmt.Sprintf("plan the drain of %d nodes", len(batch))), a.PlanDrain,
-			activities.DrainPlanInput{Nodes: batch, PodSelector: nm.PodSelector, DeleteEmptyDirData: nm.DeleteEmptyDirData}).Get(ctx, &plans)
+			activities.DrainPlanInput{Nodes: batch, PodSelector: nm.PodSelector, DeleteEmptyDirData: nm.DeleteEmptyDirData, Force: nm.Force}).Get(ctx, &plans)
 		if err != nil {
 			return asWorkflowError(err)
 		}

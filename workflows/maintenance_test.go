@@ -12,8 +12,11 @@ import (
 	"github.com/stretchr/testify/mock"
 	"github.com/stretchr/testify/require"
 	"go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/interceptor"
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/testsuite"
+	"go.temporal.io/sdk/worker"
+	"go.temporal.io/sdk/workflow"
 
 	"github.com/noderollout/noderollout/activities"
 )
@@ -29,6 +32,8 @@ type maintenanceRun struct {
 	errs        map[string]error
 	block       string
 	preCordoned bool
+	cordonIn    activities.NodeInput
+	drainIn     activities.DrainInput
 }
 
 func newMaintenanceRun(t *testing.T) *maintenanceRun {
@@ -38,9 +43,15 @@ func newMaintenanceRun(t *testing.T) *maintenanceRun {
 	env.RegisterActivity(a)
 	env.SetTestTimeout(time.Minute)
 	env.OnActivity(a.CordonNode, mock.Anything, mock.Anything).Return(func(ctx context.Context, in activities.NodeInput) (activities.CordonResult, error) {
+		r.mu.Lock()
+		r.cordonIn = in
+		r.mu.Unlock()
 		return activities.CordonResult{WeCordoned: !r.preCordoned}, r.step(ctx, "cordon")
 	})
 	env.OnActivity(a.DrainNode, mock.Anything, mock.Anything).Return(func(ctx context.Context, in activities.DrainInput) (activities.DrainResult, error) {
+		r.mu.Lock()
+		r.drainIn = in
+		r.mu.Unlock()
 		return activities.DrainResult{}, r.step(ctx, "drain")
 	})
 	env.OnActivity(a.CreateJob, mock.Anything, mock.Anything).Return(func(ctx context.Context, in activities.JobRequest) (activities.JobRef, error) {
@@ -304,4 +315,82 @@ func decodeRequest(t *testing.T, fields string) RolloutRequest {
 	var req RolloutRequest
 	require.NoError(t, req.UnmarshalJSON([]byte(base+strings.TrimPrefix(fields, "{"))))
 	return req
+}
+
+// TestMaintenanceTellsThePolicyWhoWrites: the cordon and the drain carry the rollout's
+// namespace, whose policy rules judge them, and the cordon knows the drain that follows and
+// what it would evict, so the policy can refuse it before the cordon. A refusal ends the node
+// at once: no drain, no Job.
+func TestMaintenanceTellsThePolicyWhoWrites(t *testing.T) {
+	r := newMaintenanceRun(t)
+	in := maintainedInput("")
+	in.Maintenance = nodeMaintenance(&Maintenance{Drain: &Drain{Timeout: "20s", PodSelector: "app=web", DeleteEmptyDirData: true, Force: true}})
+	_, err := r.run(in)
+	require.NoError(t, err)
+	require.Equal(t, activities.NodeInput{Rollout: in.Rollout, Node: in.Node, Namespace: in.Namespace,
+		Drain: true, PodSelector: "app=web", DeleteEmptyDirData: true, Force: true}, r.cordonIn)
+	require.Equal(t, in.Namespace, r.drainIn.Namespace)
+	require.True(t, r.drainIn.Force)
+	require.Equal(t, "app=web", r.drainIn.PodSelector)
+
+	r = newMaintenanceRun(t)
+	r.errs["cordon"] = temporal.NewNonRetryableApplicationError("policy rule \"protectedNodeLabels\" denies node n1", activities.ErrPolicyDenied, nil)
+	res, err := r.run(maintainedInput(""))
+	require.Error(t, err)
+	require.Equal(t, activities.ErrPolicyDenied, res.Reason)
+	require.Equal(t, []string{"cordon", "finalize:failed"}, r.calls, "nothing after the refusal")
+}
+
+// activityTimeouts records the options every activity is scheduled with, by activity type.
+type activityTimeouts struct {
+	interceptor.WorkerInterceptorBase
+	mu   sync.Mutex
+	opts map[string][]workflow.ActivityOptions
+}
+
+func (a *activityTimeouts) InterceptWorkflow(ctx workflow.Context, next interceptor.WorkflowInboundInterceptor) interceptor.WorkflowInboundInterceptor {
+	return &activityTimeoutsInbound{WorkflowInboundInterceptorBase: interceptor.WorkflowInboundInterceptorBase{Next: next}, a: a}
+}
+
+type activityTimeoutsInbound struct {
+	interceptor.WorkflowInboundInterceptorBase
+	a *activityTimeouts
+}
+
+func (i *activityTimeoutsInbound) Init(outbound interceptor.WorkflowOutboundInterceptor) error {
+	return i.Next.Init(&activityTimeoutsOutbound{WorkflowOutboundInterceptorBase: interceptor.WorkflowOutboundInterceptorBase{Next: outbound}, a: i.a})
+}
+
+type activityTimeoutsOutbound struct {
+	interceptor.WorkflowOutboundInterceptorBase
+	a *activityTimeouts
+}
+
+func (o *activityTimeoutsOutbound) ExecuteActivity(ctx workflow.Context, activityType string, args ...any) workflow.Future {
+	o.a.mu.Lock()
+	o.a.opts[activityType] = append(o.a.opts[activityType], workflow.GetActivityOptions(ctx))
+	o.a.mu.Unlock()
+	return o.Next.ExecuteActivity(ctx, activityType, args...)
+}
+
+// TestMaintenanceHealthOutlastsAnAPIServerOutage: the health gate and the soak enforce their
+// own deadlines, moved by the time the node could not be read (activities
+// TestHealthGateAndSoakOutlastAnAPIServerOutage), so their retries must not run out first: an
+// outage longer than the step plus 10 minutes failed a healthy node when each check had a
+// ScheduleToClose of its step plus 10 minutes. Each attempt is still bounded, and heartbeats.
+func TestMaintenanceHealthOutlastsAnAPIServerOutage(t *testing.T) {
+	r := newMaintenanceRun(t)
+	rec := &activityTimeouts{opts: map[string][]workflow.ActivityOptions{}}
+	r.env.SetWorkerOptions(worker.Options{DeadlockDetectionTimeout: 30 * time.Second, Interceptors: []interceptor.WorkerInterceptor{rec}})
+	res, err := r.run(maintainedInput(""))
+	require.NoError(t, err)
+	require.Equal(t, activities.OutcomeSucceeded, res.Outcome)
+	checks := rec.opts["CheckNodeHealth"]
+	require.Len(t, checks, 2, "the gate and the soak")
+	for _, o := range checks {
+		require.Zero(t, o.ScheduleToCloseTimeout, "%s: no bound on the retries", o.Summary)
+		require.Positive(t, o.StartToCloseTimeout, o.Summary)
+		require.Positive(t, o.HeartbeatTimeout, o.Summary)
+		require.Zero(t, o.RetryPolicy.MaximumAttempts, o.Summary)
+	}
 }

@@ -16,20 +16,41 @@ const (
 )
 
 // requesterOf reads the requester from the run's memo, which Temporal carries across
-// continue-as-new; empty when the rollout was started without one (CLI, UI).
+// continue-as-new; empty when the rollout was started without one (CLI, UI). It is the only
+// source: nothing in the request or its template names the requester.
 func requesterOf(ctx workflow.Context) string {
+	return memoString(ctx, MemoRequester)
+}
+
+// memoString reads a string the run's memo holds under key; empty when it holds none.
+func memoString(ctx workflow.Context, key string) string {
 	memo := workflow.GetInfo(ctx).Memo
 	if memo == nil {
 		return ""
 	}
-	payload, ok := memo.GetFields()[MemoRequester]
+	payload, ok := memo.GetFields()[key]
 	if !ok {
 		return ""
 	}
-	var requester string
-	if err := converter.GetDefaultDataConverter().FromPayload(payload, &requester); err != nil {
-		workflow.GetLogger(ctx).Warn("the memo's requester is not a string; recording none", "error", err)
+	var value string
+	if err := converter.GetDefaultDataConverter().FromPayload(payload, &value); err != nil {
+		workflow.GetLogger(ctx).Warn("a memo field is not a string; recording none", "field", key, "error", err)
 		return ""
 	}
-	return requester
+	return value
+}
+
+// requestMemo is the requester and reason of the run's memo, for the workflows it starts on
+// its behalf (a fleet's cluster rollouts); nil when it has neither.
+func requestMemo(ctx workflow.Context) map[string]any {
+	var memo map[string]any
+	for _, key := range []string{MemoRequester, MemoReason} {
+		if v := memoString(ctx, key); v != "" {
+			if memo == nil {
+				memo = map[string]any{}
+			}
+			memo[key] = v
+		}
+	}
+	return memo
 }

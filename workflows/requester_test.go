@@ -4,10 +4,13 @@ import (
 	"context"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/mock"
 	"github.com/stretchr/testify/require"
+	"go.temporal.io/sdk/interceptor"
 	"go.temporal.io/sdk/testsuite"
+	"go.temporal.io/sdk/worker"
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/noderollout/noderollout/activities"
@@ -52,11 +55,64 @@ func TestRequesterAndPolicyInputsReachTheActivities(t *testing.T) {
 			return activities.FinalizeResult{}, nil
 		})
 
+	env.OnActivity(a.CordonNode, mock.Anything, mock.Anything).Return(activities.CordonResult{WeCordoned: true}, nil)
+	env.OnActivity(a.UncordonNode, mock.Anything, mock.Anything).Return(activities.UncordonResult{Uncordoned: true}, nil)
+
 	env.ExecuteWorkflow(RolloutWorkflow, RolloutRequest{Name: "kata", Namespace: "jobs", NodeSelector: "pool=a",
-		JobTemplate: sampleTemplate, Parallelism: 7})
+		JobTemplate: sampleTemplate, Parallelism: 7, Maintenance: &Maintenance{Cordon: true}})
 	require.NoError(t, env.GetWorkflowError())
 	require.Equal(t, "pool=a", prepared.NodeSelector)
 	require.Equal(t, 7, prepared.Parallelism)
+	require.True(t, prepared.Cordon, "the policy judges the maintenance before any node starts")
+	require.False(t, prepared.Drain)
 	require.Equal(t, []string{"alice@laptop", "alice@laptop"}, created)
 	require.Equal(t, []string{"alice@laptop", "alice@laptop"}, finalized)
+}
+
+// childMemos records the memo of every child workflow started, as the server would get it.
+type childMemos struct {
+	interceptor.WorkerInterceptorBase
+	mu    sync.Mutex
+	memos map[string]map[string]any // by child workflow ID
+}
+
+func (c *childMemos) InterceptWorkflow(ctx workflow.Context, next interceptor.WorkflowInboundInterceptor) interceptor.WorkflowInboundInterceptor {
+	return &childMemosInbound{WorkflowInboundInterceptorBase: interceptor.WorkflowInboundInterceptorBase{Next: next}, c: c}
+}
+
+type childMemosInbound struct {
+	interceptor.WorkflowInboundInterceptorBase
+	c *childMemos
+}
+
+func (i *childMemosInbound) Init(outbound interceptor.WorkflowOutboundInterceptor) error {
+	return i.Next.Init(&childMemosOutbound{WorkflowOutboundInterceptorBase: interceptor.WorkflowOutboundInterceptorBase{Next: outbound}, c: i.c})
+}
+
+type childMemosOutbound struct {
+	interceptor.WorkflowOutboundInterceptorBase
+	c *childMemos
+}
+
+func (o *childMemosOutbound) ExecuteChildWorkflow(ctx workflow.Context, childType string, args ...any) workflow.ChildWorkflowFuture {
+	opts := workflow.GetChildWorkflowOptions(ctx)
+	o.c.mu.Lock()
+	o.c.memos[opts.WorkflowID] = opts.Memo
+	o.c.mu.Unlock()
+	return o.Next.ExecuteChildWorkflow(ctx, childType, args...)
+}
+
+// TestFleetPassesItsRequesterToTheClusterRollouts: each cluster's Rollout carries the fleet's
+// requester and reason in its memo, where it reads them for its Jobs and Node markers.
+func TestFleetPassesItsRequesterToTheClusterRollouts(t *testing.T) {
+	env, _ := fleetEnv(t)
+	memos := &childMemos{memos: map[string]map[string]any{}}
+	env.SetWorkerOptions(worker.Options{DeadlockDetectionTimeout: 30 * time.Second, Interceptors: []interceptor.WorkerInterceptor{memos}})
+	require.NoError(t, env.SetMemoOnStart(map[string]any{MemoRequester: "alice@laptop", MemoReason: "CVE-1"}))
+	env.ExecuteWorkflow(FleetRolloutWorkflow, fleetRequest(0))
+	require.NoError(t, env.GetWorkflowError())
+	require.Len(t, memos.memos, 4)
+	for id, memo := range memos.memos {
+		require.Equal(t, map[string]any{MemoRequester: "alice@laptop", MemoReason: "CVE-1"}, memo, id)
+	}
 }

@@ -214,6 +214,8 @@ func (r *rollout) prepare(ctx workflow.Context) error {
 		Store:        r.guarantees,
 		NodeSelector: r.req.NodeSelector,
 		Parallelism:  r.s.parallelism,
+		Cordon:       maintenanceCordons(r.req.Maintenance),
+		Drain:        r.req.Maintenance != nil && r.req.Maintenance.Drain != nil,
 	}).Get(ctx, &prepared)
 	if err != nil {
 		return asWorkflowError(err)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 )
 
@@ -20,8 +21,9 @@ const (
 	Evict Verdict = iota
 	// Pass: the drain leaves the Pod alone (a DaemonSet's, a mirror Pod, finished, not selected).
 	Pass
-	// Refuse: evicting the Pod would lose what the request did not allow losing; the drain
-	// stops before evicting anything.
+	// Refuse: evicting the Pod would lose what the request did not allow losing (its local
+	// storage, or the Pod itself when no controller makes it again); the drain stops before
+	// evicting anything.
 	Refuse
 )
 
@@ -31,6 +33,8 @@ type Rules struct {
 	Selector labels.Selector
 	// DeleteEmptyDirData allows evicting Pods whose emptyDir volumes die with them.
 	DeleteEmptyDirData bool
+	// Force allows evicting Pods no controller manages: nothing makes them again.
+	Force bool
 }
 
 // Judge says what the drain does with pod, and why when it does not simply evict it.
@@ -46,9 +50,15 @@ func Judge(pod *corev1.Pod, r Rules) (Verdict, string) {
 	case r.Selector != nil && !r.Selector.Matches(labels.Set(pod.Labels)):
 		return Pass, "not selected by maintenance.drain.podSelector"
 	}
-	// A Pod already being deleted loses its emptyDir whatever the drain does: the drain only
-	// waits for it to go, so it is no reason to refuse.
-	if !r.DeleteEmptyDirData && pod.DeletionTimestamp == nil {
+	// A Pod already being deleted goes whatever the drain does: the drain only waits for it,
+	// so neither its local storage nor its lack of a controller is a reason to refuse.
+	if pod.DeletionTimestamp != nil {
+		return Evict, ""
+	}
+	if !r.Force && metav1.GetControllerOf(pod) == nil {
+		return Refuse, "is managed by no controller, so nothing makes it again once evicted"
+	}
+	if !r.DeleteEmptyDirData {
 		for _, v := range pod.Spec.Volumes {
 			if v.EmptyDir != nil {
 				return Refuse, fmt.Sprintf("has local storage (emptyDir volume %q) that eviction deletes", v.Name)

@@ -38,7 +38,9 @@ const (
 	jobHashLen = 10
 	// legacyJobHashLen hex characters (20 bits) is what LegacyJobName has always used.
 	legacyJobHashLen = 5
-	templateHashLen  = 10
+	// LegacyTemplateHashLen hex characters (40 bits) is the template hash of rollouts started
+	// before the hash was the whole SHA-256; their histories carry it, so it is still read.
+	LegacyTemplateHashLen = 10
 )
 
 // NodeMarkerKey is the Node annotation that records a rollout's outcome: "noderollout.io/<rollout>".
@@ -192,9 +194,33 @@ func base36Hash(n int, b []byte) string {
 	return string(digits)
 }
 
-// TemplateHash is a short (10 hex chars) content hash of the template text (before rendering).
+// TemplateHash is the content hash of the template text (before rendering): its whole SHA-256
+// in hex. It names the template wherever a rollout refers to it (the stored copy, the Jobs,
+// the Node markers), so two templates must never share it: 40 bits, as it once was, took
+// seconds to collide.
 func TemplateHash(template string) string {
-	return hexHash(templateHashLen, []byte(template))
+	return hexHash(sha256.Size*2, []byte(template))
+}
+
+// TemplateHashMatches says whether hash is the template's hash: its whole SHA-256, or, for a
+// rollout started before that (LegacyTemplateHashLen characters in its history), those
+// characters of it. Anything else, a prefix of another length included, does not match.
+func TemplateHashMatches(template, hash string) bool {
+	full := TemplateHash(template)
+	return hash == full || len(hash) == LegacyTemplateHashLen && hash == full[:LegacyTemplateHashLen]
+}
+
+// SameTemplateHash says whether two template hashes name the same template: equal, or one a
+// legacy hash that the other begins with (a Node marker written before the whole hash, read
+// by a rollout after it, or the other way round).
+func SameTemplateHash(a, b string) bool {
+	if a == b {
+		return a != ""
+	}
+	if len(a) > len(b) {
+		a, b = b, a
+	}
+	return len(a) == LegacyTemplateHashLen && len(b) == sha256.Size*2 && strings.HasPrefix(b, a)
 }
 
 func hexHash(n int, b []byte) string {

@@ -246,10 +246,25 @@ func TestJobNameDistinct(t *testing.T) {
 
 func TestTemplateHash(t *testing.T) {
 	h := TemplateHash("a")
-	assert.Regexp(t, `^[0-9a-f]{10}$`, h)
+	assert.Regexp(t, `^[0-9a-f]{64}$`, h)
 	assert.Equal(t, h, TemplateHash("a"))
 	assert.NotEqual(t, h, TemplateHash("a "))
-	assert.Regexp(t, `^[0-9a-f]{10}$`, TemplateHash(""))
+	assert.Equal(t, "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855", TemplateHash(""), "SHA-256")
+
+	assert.True(t, TemplateHashMatches("a", h))
+	assert.True(t, TemplateHashMatches("a", h[:LegacyTemplateHashLen]), "a rollout from before the whole hash")
+	for _, wrong := range []string{"", h[:9], h[:11], h[:63], h + "0", TemplateHash("b"), TemplateHash("b")[:LegacyTemplateHashLen]} {
+		assert.False(t, TemplateHashMatches("a", wrong), "%q", wrong)
+	}
+
+	assert.True(t, SameTemplateHash(h, h))
+	assert.True(t, SameTemplateHash(h, h[:10]))
+	assert.True(t, SameTemplateHash(h[:10], h))
+	assert.True(t, SameTemplateHash(h[:10], h[:10]))
+	for _, other := range []string{"", h[:9], h[:11], TemplateHash("b"), TemplateHash("b")[:10]} {
+		assert.False(t, SameTemplateHash(h, other), "%q", other)
+	}
+	assert.False(t, SameTemplateHash("", ""))
 }
 
 func TestNodeMarker(t *testing.T) {

@@ -19,7 +19,24 @@ type Request struct {
 	TemplateNamespace string
 	NodeSelector      string
 	Parallelism       int
+	// Cordon and Drain are the request's maintenance: it cordons, or cordons and drains, the
+	// nodes it reaches.
+	Cordon, Drain bool
 }
+
+// NodeWrite is a write a rollout is about to make to one node: its Job (neither Cordon nor
+// Drain), a cordon, or a drain evicting Evict.
+type NodeWrite struct {
+	Namespace  string // the rollout's, where its Jobs go
+	Node       string
+	NodeLabels map[string]string
+	Cordon     bool
+	Drain      bool
+	Evict      []PodRef // the Pods the drain would evict
+}
+
+// PodRef names a Pod.
+type PodRef struct{ Namespace, Name string }
 
 // podSpecField is where the rendered Job's Pod spec sits, spelled as the request spells it.
 const podSpecField = "jobTemplate.spec.template.spec"
@@ -38,6 +55,9 @@ func (p *Policy) CheckRequest(r Request) error {
 		if _, err := p.namespace(r.TemplateNamespace, "jobTemplateRef.namespace"); err != nil {
 			return err
 		}
+	}
+	if err := checkMaintenance(r.Namespace, rules, r.Cordon, r.Drain); err != nil {
+		return err
 	}
 	if p.MaxParallelism > 0 && r.Parallelism > p.MaxParallelism {
 		return &Denial{RuleMaxParallelism, "parallelism",
@@ -70,7 +90,7 @@ func (p *Policy) CheckJob(job *batchv1.Job) error {
 	if err := checkServiceAccount(job.Namespace, rules, spec); err != nil {
 		return err
 	}
-	return checkHostAccess(job.Namespace, rules, spec)
+	return checkPodAccess(job.Namespace, rules, &job.Spec.Template)
 }
 
 // CheckNode judges whether a Job in namespace may run on a node with these labels: the
@@ -115,29 +135,37 @@ func (p *Policy) namespace(ns, field string) (NamespaceRules, error) {
 	return rules, nil
 }
 
+// checkImages judges every image the Pod runs or mounts: each kind of container's, and each
+// image volume's.
 func (p *Policy) checkImages(spec *corev1.PodSpec) error {
 	if len(p.Images) == 0 {
 		return nil
 	}
-	check := func(field string, containers []corev1.Container) error {
-		for i, c := range containers {
-			f := fmt.Sprintf("%s.%s[%d].image", podSpecField, field, i)
-			named, err := reference.ParseNormalizedNamed(c.Image)
-			if err != nil {
-				return &Denial{RuleImages, f, fmt.Sprintf("%q is not an image reference the policy can judge: %v", c.Image, err)}
-			}
-			full := named.String()
-			if !slices.ContainsFunc(p.Images, func(prefix string) bool { return underPrefix(full, prefix) }) {
-				return &Denial{RuleImages, f,
-					fmt.Sprintf("%q (%s) is not under an allowed prefix (%s)", c.Image, full, strings.Join(p.Images, ", "))}
-			}
+	check := func(f, image string) error {
+		named, err := reference.ParseNormalizedNamed(image)
+		if err != nil {
+			return &Denial{RuleImages, f, fmt.Sprintf("%q is not an image reference the policy can judge: %v", image, err)}
+		}
+		full := named.String()
+		if !slices.ContainsFunc(p.Images, func(prefix string) bool { return underPrefix(full, prefix) }) {
+			return &Denial{RuleImages, f,
+				fmt.Sprintf("%q (%s) is not under an allowed prefix (%s)", image, full, strings.Join(p.Images, ", "))}
 		}
 		return nil
 	}
-	if err := check("initContainers", spec.InitContainers); err != nil {
-		return err
+	for _, c := range containersOf(spec) {
+		if err := check(c.field+".image", c.Image); err != nil {
+			return err
+		}
 	}
-	return check("containers", spec.Containers)
+	for i, v := range spec.Volumes {
+		if v.Image != nil {
+			if err := check(fmt.Sprintf("%s.volumes[%d].image.reference", podSpecField, i), v.Image.Reference); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 // underPrefix matches whole path components, tags and digests: the prefix
@@ -176,39 +204,6 @@ func checkServiceAccount(ns string, rules NamespaceRules, spec *corev1.PodSpec) 
 	return nil
 }
 
-func checkHostAccess(ns string, rules NamespaceRules, spec *corev1.PodSpec) error {
-	deny := func(rule, field string) error {
-		return &Denial{rule, podSpecField + "." + field,
-			fmt.Sprintf("the policy does not grant %s to Jobs in namespace %q; remove it or run in a namespace that has it", rule, ns)}
-	}
-	if !rules.Privileged {
-		for _, set := range []struct {
-			field      string
-			containers []corev1.Container
-		}{{"initContainers", spec.InitContainers}, {"containers", spec.Containers}} {
-			for i, c := range set.containers {
-				if sc := c.SecurityContext; sc != nil && sc.Privileged != nil && *sc.Privileged {
-					return deny(RulePrivileged, fmt.Sprintf("%s[%d].securityContext.privileged", set.field, i))
-				}
-			}
-		}
-	}
-	if !rules.HostPath {
-		for i, v := range spec.Volumes {
-			if v.HostPath != nil {
-				return deny(RuleHostPath, fmt.Sprintf("volumes[%d].hostPath", i))
-			}
-		}
-	}
-	if !rules.HostNetwork && spec.HostNetwork {
-		return deny(RuleHostNetwork, "hostNetwork")
-	}
-	if !rules.HostPID && spec.HostPID {
-		return deny(RuleHostPID, "hostPID")
-	}
-	return nil
-}
-
 // selectorTargetsProtected finds a requirement that asks for a protected label to be present
 // (Exists, =, ==, in): such a selector aims at protected nodes. Selectors that merely might
 // match one are caught per node by CheckNode.
@@ -240,4 +235,53 @@ func (p *Policy) selectorTargetsProtected(selector string) (string, bool) {
 func labelKey(l string) string {
 	key, _, _ := strings.Cut(l, "=")
 	return key
+}
+
+// CheckNodeWrite judges a write to a node before anything is written: whether the rollout may
+// reach the node at all (its namespace, protectedNodeLabels), cordon it, drain it, and evict
+// each of the Pods its drain would evict. A nil Policy allows everything.
+func (p *Policy) CheckNodeWrite(w NodeWrite) error {
+	if p == nil {
+		return nil
+	}
+	if w.Namespace == "" {
+		// An activity scheduled by a worker from before the policy judged node writes: no
+		// namespace's rules can allow what it asks.
+		return &Denial{RuleNamespaces, "namespace",
+			"the write names no rollout namespace (an activity scheduled by an older worker); the policy cannot allow it"}
+	}
+	rules, err := p.namespace(w.Namespace, "namespace")
+	if err != nil {
+		return err
+	}
+	if err := p.CheckNode(w.Namespace, w.Node, w.NodeLabels); err != nil {
+		return err
+	}
+	if err := checkMaintenance(w.Namespace, rules, w.Cordon, w.Drain); err != nil {
+		return err
+	}
+	if !w.Drain || len(rules.EvictNamespaces) == 0 || slices.Contains(rules.EvictNamespaces, AnyNamespace) {
+		return nil
+	}
+	for _, pod := range w.Evict {
+		if !slices.Contains(rules.EvictNamespaces, pod.Namespace) {
+			return &Denial{RuleEvictNamespaces, "pod " + pod.Namespace + "/" + pod.Name,
+				fmt.Sprintf("drains of rollouts in namespace %q may evict Pods of %s only; the node's Pod in %q would be evicted: narrow maintenance.drain.podSelector to leave it, or drain the node otherwise",
+					w.Namespace, strings.Join(rules.EvictNamespaces, ", "), pod.Namespace)}
+		}
+	}
+	return nil
+}
+
+// checkMaintenance judges a cordon or a drain by the namespace's grants: drain covers both.
+func checkMaintenance(ns string, rules NamespaceRules, cordon, drain bool) error {
+	switch {
+	case drain && !rules.Drain:
+		return &Denial{RuleDrain, "maintenance.drain",
+			fmt.Sprintf("rollouts in namespace %q may not drain nodes (evict their Pods); drop maintenance.drain or run in a namespace granted drain", ns)}
+	case cordon && !rules.Cordon && !rules.Drain:
+		return &Denial{RuleCordon, "maintenance.cordon",
+			fmt.Sprintf("rollouts in namespace %q may not cordon nodes; drop maintenance.cordon or run in a namespace granted cordon", ns)}
+	}
+	return nil
 }

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"os"
 	"reflect"
+	"regexp"
 	"slices"
 	"strings"
 
@@ -29,7 +30,21 @@ const (
 	RuleHostPID             = "hostPID"
 	RuleMaxParallelism      = "maxParallelism"
 	RuleProtectedNodeLabels = "protectedNodeLabels"
+	RuleHostIPC             = "hostIPC"
+	RuleHostPorts           = "hostPorts"
+	RuleCapabilities        = "capabilities"
+	RulePrivilegeEscalation = "privilegeEscalation"
+	RuleUnconfined          = "unconfined"
+	RuleRuntimeClasses      = "runtimeClasses"
+	RuleVolumeTypes         = "volumeTypes"
+	RuleSecrets             = "secrets"
+	RuleCordon              = "cordon"
+	RuleDrain               = "drain"
+	RuleEvictNamespaces     = "evictNamespaces"
 )
+
+// capabilityName is how Linux capabilities are spelled, with or without CAP_.
+var capabilityName = regexp.MustCompile(`^[A-Za-z_]+$`)
 
 // AnyNamespace is the namespaces key whose rules apply to every namespace not listed by name.
 const AnyNamespace = "*"
@@ -67,8 +82,41 @@ type NamespaceRules struct {
 	HostPath        bool     `json:"hostPath,omitempty"`
 	HostNetwork     bool     `json:"hostNetwork,omitempty"`
 	HostPID         bool     `json:"hostPID,omitempty"`
+	HostIPC         bool     `json:"hostIPC,omitempty"`
+	// HostPorts lets containers bind ports of the node (ports[].hostPort).
+	HostPorts bool `json:"hostPorts,omitempty"`
+	// Capabilities may be added beyond Pod Security baseline's (AUDIT_WRITE, CHOWN, ...);
+	// "ALL" grants any. Where privileged is granted, any.
+	Capabilities []string `json:"capabilities,omitempty"`
+	// PrivilegeEscalation false requires every container to set allowPrivilegeEscalation:
+	// false (as Pod Security restricted does); left out, escalation is allowed (baseline).
+	PrivilegeEscalation *bool `json:"privilegeEscalation,omitempty"`
+	// Unconfined lets Pods loosen the kernel's confinement of them: seccomp or AppArmor
+	// Unconfined, SELinux options beyond the container types, procMount Unmasked, sysctls
+	// outside the safe set.
+	Unconfined bool `json:"unconfined,omitempty"`
+	// RuntimeClasses the Pods may name in runtimeClassName; empty: none (the cluster's default).
+	RuntimeClasses []string `json:"runtimeClasses,omitempty"`
+	// VolumeTypes may be used beyond Pod Security restricted's (configMap, csi, downwardAPI,
+	// emptyDir, ephemeral, image, persistentVolumeClaim, projected, secret), by their field
+	// name (nfs, iscsi, ...); hostPath has its own rule.
+	VolumeTypes []string `json:"volumeTypes,omitempty"`
+	// Secrets the Pods may read (volumes, projections, env, envFrom, CSI volumes' secret
+	// references) by name; "*": any. Empty: none.
+	Secrets []string `json:"secrets,omitempty"`
+	// LogTailWithSecrets lets a failed Pod that reads Secrets have its log tail kept in the
+	// node's result (and so in the workflow history); otherwise it is withheld.
+	LogTailWithSecrets bool `json:"logTailWithSecrets,omitempty"`
 	// ProtectedNodes lets rollouts into this namespace reach nodes with protected labels.
 	ProtectedNodes bool `json:"protectedNodes,omitempty"`
+	// Cordon lets rollouts into this namespace cordon the nodes they reach
+	// (maintenance.cordon); Drain lets them cordon and drain them (maintenance.drain), that is
+	// evict other workloads' Pods.
+	Cordon bool `json:"cordon,omitempty"`
+	Drain  bool `json:"drain,omitempty"`
+	// EvictNamespaces are the namespaces whose Pods their drains may evict ("*": any); left
+	// out, any. A drain that meets a Pod of another namespace is refused before it evicts.
+	EvictNamespaces []string `json:"evictNamespaces,omitempty"`
 }
 
 // Denial says which rule refused what. It is the error every check returns.
@@ -127,6 +175,37 @@ func (p *Policy) validate() error {
 	for ns, rules := range p.Namespaces {
 		if ns != AnyNamespace && len(validation.IsDNS1123Label(ns)) > 0 {
 			errs = append(errs, fmt.Sprintf("namespaces: %q is not a namespace name", ns))
+		}
+		for _, c := range rules.Capabilities {
+			if !capabilityName.MatchString(c) {
+				errs = append(errs, fmt.Sprintf("namespaces.%s.capabilities: %q is not a capability name (NET_ADMIN, SYS_TIME, ALL)", ns, c))
+			}
+		}
+		for _, rc := range rules.RuntimeClasses {
+			if len(validation.IsDNS1123Subdomain(rc)) > 0 {
+				errs = append(errs, fmt.Sprintf("namespaces.%s.runtimeClasses: %q is not a RuntimeClass name", ns, rc))
+			}
+		}
+		for _, v := range rules.VolumeTypes {
+			switch {
+			case v == "hostPath":
+				errs = append(errs, fmt.Sprintf("namespaces.%s.volumeTypes: hostPath has its own rule: set hostPath: true", ns))
+			case !slices.Contains(volumeTypeNames(), v):
+				errs = append(errs, fmt.Sprintf("namespaces.%s.volumeTypes: %q is not a volume type (a field of a Pod's volume, such as nfs or iscsi)", ns, v))
+			}
+		}
+		for _, secret := range rules.Secrets {
+			if secret != AnyNamespace && len(validation.IsDNS1123Subdomain(secret)) > 0 {
+				errs = append(errs, fmt.Sprintf("namespaces.%s.secrets: %q is not a Secret name", ns, secret))
+			}
+		}
+		for _, evict := range rules.EvictNamespaces {
+			if evict != AnyNamespace && len(validation.IsDNS1123Label(evict)) > 0 {
+				errs = append(errs, fmt.Sprintf("namespaces.%s.evictNamespaces: %q is not a namespace name", ns, evict))
+			}
+		}
+		if len(rules.EvictNamespaces) > 0 && !rules.Drain {
+			errs = append(errs, fmt.Sprintf("namespaces.%s.evictNamespaces: set without drain: true, so no drain could use it", ns))
 		}
 		for _, sa := range rules.ServiceAccounts {
 			if len(validation.IsDNS1123Subdomain(sa)) > 0 {

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -189,14 +190,22 @@ func TestNoPolicyAllowsEverything(t *testing.T) {
 
 func TestParseRejectsMistakesNamingTheKey(t *testing.T) {
 	cases := map[string]string{
-		"namespaces: {apps: {}}\nimage: [docker.io/x]\n":               `unknown field "image"`,
-		"namespaces: {apps: {privilegd: true}}\n":                      `unknown field "privilegd"`,
-		"images: [docker.io/x]\n":                                      "namespaces: required",
-		"namespaces: {Apps: {}}\n":                                     `namespaces: "Apps" is not a namespace name`,
-		"namespaces: {apps: {}}\nimages: [busybox]\n":                  `images: "busybox" must start with a registry host`,
-		"namespaces: {apps: {}}\nmaxParallelism: -1\n":                 "maxParallelism: -1 is negative",
-		"namespaces: {apps: {}}\nprotectedNodeLabels: [\"bad key\"]\n": `protectedNodeLabels: "bad key"`,
-		"namespaces: {apps: {serviceAccounts: [\"Not_Valid\"]}}\n":     `namespaces.apps.serviceAccounts: "Not_Valid"`,
+		"namespaces: {apps: {}}\nimage: [docker.io/x]\n":                `unknown field "image"`,
+		"namespaces: {apps: {privilegd: true}}\n":                       `unknown field "privilegd"`,
+		"images: [docker.io/x]\n":                                       "namespaces: required",
+		"namespaces: {Apps: {}}\n":                                      `namespaces: "Apps" is not a namespace name`,
+		"namespaces: {apps: {}}\nimages: [busybox]\n":                   `images: "busybox" must start with a registry host`,
+		"namespaces: {apps: {}}\nmaxParallelism: -1\n":                  "maxParallelism: -1 is negative",
+		"namespaces: {apps: {}}\nprotectedNodeLabels: [\"bad key\"]\n":  `protectedNodeLabels: "bad key"`,
+		"namespaces: {apps: {serviceAccounts: [\"Not_Valid\"]}}\n":      `namespaces.apps.serviceAccounts: "Not_Valid"`,
+		"namespaces: {ops: {drain: true, evictNamespaces: [Tenant]}}\n": `namespaces.ops.evictNamespaces: "Tenant" is not a namespace name`,
+		"namespaces: {ops: {evictNamespaces: [tenant]}}\n":              "namespaces.ops.evictNamespaces: set without drain: true",
+		"namespaces: {apps: {capabilities: [\"NET ADMIN\"]}}\n":         `namespaces.apps.capabilities: "NET ADMIN" is not a capability name`,
+		"namespaces: {apps: {runtimeClasses: [Kata]}}\n":                `namespaces.apps.runtimeClasses: "Kata" is not a RuntimeClass name`,
+		"namespaces: {apps: {volumeTypes: [hostPath]}}\n":               "hostPath has its own rule",
+		"namespaces: {apps: {volumeTypes: [nfsv4]}}\n":                  `namespaces.apps.volumeTypes: "nfsv4" is not a volume type`,
+		"namespaces: {apps: {secrets: [Bad_Name]}}\n":                   `namespaces.apps.secrets: "Bad_Name" is not a Secret name`,
+		"namespaces: {apps: {logTailWithSecret: true}}\n":               `did you mean "logTailWithSecrets"?`,
 	}
 	for text, want := range cases {
 		_, err := Parse([]byte(text))
@@ -250,4 +259,74 @@ func TestMisspeltRulesAreNamedWithAHint(t *testing.T) {
 	require.Error(t, err)
 	require.ErrorContains(t, err, `unknown field "maxParalelism"; did you mean "maxParallelism"?`)
 	require.ErrorContains(t, err, `namespaces.maint: unknown field "privilegd"; did you mean "privileged"?`)
+}
+
+// maintenancePolicy: "ops" may cordon and drain anywhere except kube-system's Pods, "cordon"
+// may only cordon, "apps" neither.
+const maintenancePolicy = `
+namespaces:
+  ops: {drain: true, evictNamespaces: [tenant, batch]}
+  anyevict: {drain: true}
+  cordon: {cordon: true}
+  apps: {}
+`
+
+func TestCheckNodeWriteEachRuleAllowsAndDenies(t *testing.T) {
+	p := mustParse(t, maintenancePolicy)
+	cp := map[string]string{"node-role.kubernetes.io/control-plane": ""}
+	worker := map[string]string{"pool": "a"}
+	pods := func(refs ...string) []PodRef {
+		var out []PodRef
+		for _, r := range refs {
+			ns, name, _ := strings.Cut(r, "/")
+			out = append(out, PodRef{Namespace: ns, Name: name})
+		}
+		return out
+	}
+	cases := []struct {
+		name  string
+		w     NodeWrite
+		rule  string
+		field string
+	}{
+		{"a Job on a worker", NodeWrite{Namespace: "apps", Node: "w1", NodeLabels: worker}, "", ""},
+		{"a Job on the control plane", NodeWrite{Namespace: "apps", Node: "cp1", NodeLabels: cp}, RuleProtectedNodeLabels, "node cp1"},
+		{"a namespace not listed", NodeWrite{Namespace: "other", Node: "w1", NodeLabels: worker}, RuleNamespaces, "namespace"},
+		{"no namespace (an input from before)", NodeWrite{Node: "w1", NodeLabels: worker, Cordon: true}, RuleNamespaces, "namespace"},
+		// cordon
+		{"cordon where granted", NodeWrite{Namespace: "cordon", Node: "w1", NodeLabels: worker, Cordon: true}, "", ""},
+		{"cordon where drain is granted", NodeWrite{Namespace: "ops", Node: "w1", NodeLabels: worker, Cordon: true}, "", ""},
+		{"cordon where not granted", NodeWrite{Namespace: "apps", Node: "w1", NodeLabels: worker, Cordon: true}, RuleCordon, "maintenance.cordon"},
+		{"cordon of the control plane", NodeWrite{Namespace: "cordon", Node: "cp1", NodeLabels: cp, Cordon: true}, RuleProtectedNodeLabels, "node cp1"},
+		// drain
+		{"drain where granted", NodeWrite{Namespace: "ops", Node: "w1", NodeLabels: worker, Drain: true, Evict: pods("tenant/web-1", "batch/x")}, "", ""},
+		{"drain where only cordon is granted", NodeWrite{Namespace: "cordon", Node: "w1", NodeLabels: worker, Drain: true}, RuleDrain, "maintenance.drain"},
+		{"drain where nothing is granted", NodeWrite{Namespace: "apps", Node: "w1", NodeLabels: worker, Drain: true}, RuleDrain, "maintenance.drain"},
+		{"drain of the control plane", NodeWrite{Namespace: "ops", Node: "cp1", NodeLabels: cp, Drain: true}, RuleProtectedNodeLabels, "node cp1"},
+		// evictNamespaces
+		{"evicting a Pod of a namespace not listed", NodeWrite{Namespace: "ops", Node: "w1", NodeLabels: worker, Drain: true,
+			Evict: pods("tenant/web-1", "kube-system/coredns-1")}, RuleEvictNamespaces, "pod kube-system/coredns-1"},
+		{"evictNamespaces left out: any", NodeWrite{Namespace: "anyevict", Node: "w1", NodeLabels: worker, Drain: true,
+			Evict: pods("kube-system/coredns-1")}, "", ""},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			requireVerdict(t, p.CheckNodeWrite(c.w), c.rule, c.field)
+		})
+	}
+	star := mustParse(t, "namespaces: {ops: {drain: true, evictNamespaces: [\"*\"]}}\n")
+	requireVerdict(t, star.CheckNodeWrite(NodeWrite{Namespace: "ops", Node: "w1", Drain: true, Evict: pods("kube-system/x")}), "", "")
+	granted := mustParse(t, "namespaces: {ops: {drain: true, protectedNodes: true}}\n")
+	requireVerdict(t, granted.CheckNodeWrite(NodeWrite{Namespace: "ops", Node: "cp1", NodeLabels: cp, Drain: true}), "", "")
+	var none *Policy
+	require.NoError(t, none.CheckNodeWrite(NodeWrite{Node: "cp1", NodeLabels: cp, Drain: true, Evict: pods("kube-system/x")}))
+}
+
+func TestCheckRequestJudgesMaintenance(t *testing.T) {
+	p := mustParse(t, maintenancePolicy)
+	requireVerdict(t, p.CheckRequest(Request{Namespace: "ops", Parallelism: 1, Drain: true, Cordon: true}), "", "")
+	requireVerdict(t, p.CheckRequest(Request{Namespace: "cordon", Parallelism: 1, Cordon: true}), "", "")
+	requireVerdict(t, p.CheckRequest(Request{Namespace: "cordon", Parallelism: 1, Cordon: true, Drain: true}), RuleDrain, "maintenance.drain")
+	requireVerdict(t, p.CheckRequest(Request{Namespace: "apps", Parallelism: 1, Cordon: true}), RuleCordon, "maintenance.cordon")
+	requireVerdict(t, p.CheckRequest(Request{Namespace: "apps", Parallelism: 1}), "", "")
 }

@@ -606,7 +606,7 @@ func verbChecks() []verbCheck {
 					return fmt.Errorf("fixture: %w", err)
 				}
 				zero := int64(0)
-				return p.execute(p.acts.DrainNode, activities.DrainInput{Node: node, GracePeriodSeconds: &zero, Deadline: time.Now().Add(time.Minute)})
+				return p.execute(p.acts.DrainNode, activities.DrainInput{Node: node, Force: true, GracePeriodSeconds: &zero, Deadline: time.Now().Add(time.Minute)})
 			}},
 		{"policy", "poddisruptionbudgets", "list", "PlanDrain (a dry run with maintenance.drain)",
 			func(ctx context.Context, p *probe) error {

@@ -18,6 +18,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/noderollout/noderollout/activities"
 	"github.com/noderollout/noderollout/workflows"
 )
 
@@ -102,6 +103,7 @@ func TestFleetRolloutOverTwoClusters(t *testing.T) {
 	req := workflows.FleetRequest{Name: "fleet-" + f.suffix, Waves: [][]string{{staging.Name}, {prod.Name}}, Rollout: f.Request("fleet", time.Second)}
 	run, err := stack.Temporal.ExecuteWorkflow(context.Background(), client.StartWorkflowOptions{
 		ID: workflows.FleetID(req.Name), TaskQueue: workflows.FleetTaskQueue, WorkflowExecutionTimeout: 10 * time.Minute,
+		Memo: map[string]any{workflows.MemoRequester: "fleet-owner@e2e"},
 	}, workflows.FleetRolloutWorkflow, req)
 	require.NoError(t, err)
 	var res workflows.FleetResult
@@ -128,6 +130,7 @@ func TestFleetRolloutOverTwoClusters(t *testing.T) {
 		require.Len(t, jobs, 3)
 		for node, js := range jobs {
 			require.Len(t, js, 1, "one Job on %s", node)
+			require.Equal(t, "fleet-owner@e2e", js[0].Annotations[activities.AnnotationRequester], "the fleet's requester on the Job on %s", node)
 			created := js[0].CreationTimestamp.Time
 			if fl == f && js[0].Status.CompletionTime != nil && js[0].Status.CompletionTime.After(stagingDone) {
 				stagingDone = js[0].Status.CompletionTime.Time

@@ -82,6 +82,13 @@ images: [docker.io/library/busybox]
 		{"controlplane", policy.RuleProtectedNodeLabels, "nodeSelector", func(r *workflows.RolloutRequest) {
 			r.NodeSelector = "node-role.kubernetes.io/control-plane"
 		}},
+		{"drain", policy.RuleDrain, "maintenance.drain", func(r *workflows.RolloutRequest) {
+			r.Maintenance = &workflows.Maintenance{Drain: &workflows.Drain{}}
+		}},
+		{"secret", policy.RuleSecrets, "envFrom[0].secretRef.name", func(r *workflows.RolloutRequest) {
+			r.JobTemplate = strings.Replace(r.JobTemplate, "        image: busybox\n",
+				"        image: busybox\n        envFrom: [{secretRef: {name: other-sa-token}}]\n", 1)
+		}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

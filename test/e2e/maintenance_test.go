@@ -14,6 +14,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 	enumspb "go.temporal.io/api/enums/v1"
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -26,14 +27,18 @@ import (
 )
 
 // tenants makes n Pods of app on node, pinned by nodeName (no scheduler runs); restartPolicy
-// Always keeps them running on kwok until evicted, and they go 1 s after.
+// Always keeps them running on kwok until evicted, and they go 1 s after. A ReplicaSet of app
+// is their controller, as a drain without force evicts only managed Pods; no ReplicaSet
+// controller runs on the stack, so it never makes Pods of its own.
 func tenants(t *testing.T, ns, app, node string, n int) []string {
 	t.Helper()
+	owner := tenantOwner(t, ns, app)
 	var names []string
 	grace := int64(1)
 	for i := range n {
 		pod := &corev1.Pod{
-			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("%s-%s-%d", app, node[len(node)-5:], i), Namespace: ns, Labels: map[string]string{"app": app}},
+			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("%s-%s-%d", app, node[len(node)-5:], i), Namespace: ns, Labels: map[string]string{"app": app},
+				OwnerReferences: []metav1.OwnerReference{owner}},
 			Spec: corev1.PodSpec{NodeName: node, RestartPolicy: corev1.RestartPolicyAlways, TerminationGracePeriodSeconds: &grace,
 				Containers: []corev1.Container{{Name: "app", Image: "busybox"}}},
 		}
@@ -42,6 +47,25 @@ func tenants(t *testing.T, ns, app, node string, n int) []string {
 		names = append(names, pod.Name)
 	}
 	return names
+}
+
+// tenantOwner is the controller reference to the ReplicaSet of app in ns, made if missing.
+func tenantOwner(t *testing.T, ns, app string) metav1.OwnerReference {
+	t.Helper()
+	ctx := context.Background()
+	rs, err := stack.Kube.AppsV1().ReplicaSets(ns).Get(ctx, app, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		labels := map[string]string{"app": app}
+		rs, err = stack.Kube.AppsV1().ReplicaSets(ns).Create(ctx, &appsv1.ReplicaSet{
+			ObjectMeta: metav1.ObjectMeta{Name: app, Namespace: ns},
+			Spec: appsv1.ReplicaSetSpec{Selector: &metav1.LabelSelector{MatchLabels: labels},
+				Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels},
+					Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "busybox"}}}}},
+		}, metav1.CreateOptions{})
+	}
+	require.NoError(t, err)
+	yes := true
+	return metav1.OwnerReference{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: rs.Name, UID: rs.UID, Controller: &yes, BlockOwnerDeletion: &yes}
 }
 
 func budget(t *testing.T, ns, app string, minAvailable int) {
@@ -65,6 +89,7 @@ func replaceEvicted(t *testing.T, ns, spare string, pods []string, stop <-chan s
 	var mu sync.Mutex
 	gone := map[string]time.Time{}
 	done := make(chan struct{})
+	owner := tenantOwner(t, ns, "web")
 	go func() {
 		defer close(done)
 		for {
@@ -86,7 +111,8 @@ func replaceEvicted(t *testing.T, ns, spare string, pods []string, stop <-chan s
 					mu.Unlock()
 					grace := int64(1)
 					_, _ = stack.Kube.CoreV1().Pods(ns).Create(context.Background(), &corev1.Pod{
-						ObjectMeta: metav1.ObjectMeta{Name: name + "-r", Namespace: ns, Labels: map[string]string{"app": "web"}},
+						ObjectMeta: metav1.ObjectMeta{Name: name + "-r", Namespace: ns, Labels: map[string]string{"app": "web"},
+							OwnerReferences: []metav1.OwnerReference{owner}},
 						Spec: corev1.PodSpec{NodeName: spare, RestartPolicy: corev1.RestartPolicyAlways, TerminationGracePeriodSeconds: &grace,
 							Containers: []corev1.Container{{Name: "app", Image: "busybox"}}},
 					}, metav1.CreateOptions{})
