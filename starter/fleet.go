@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"os"
 	"reflect"
 	"strings"
 	"text/tabwriter"
@@ -12,8 +11,8 @@ import (
 	"github.com/spf13/cobra"
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/client"
-	"sigs.k8s.io/yaml"
 
+	"github.com/noderollout/noderollout/internal/didyoumean"
 	"github.com/noderollout/noderollout/workflows"
 )
 
@@ -77,41 +76,54 @@ func (a *app) fleet() (client.Client, string, error) {
 	return a.target(workflows.FleetIDPrefix, workflows.FleetID)
 }
 
-// loadFleetRequest reads a fleet request (YAML or JSON) and checks it offline.
-func loadFleetRequest(path string) (workflows.FleetRequest, error) {
-	var req workflows.FleetRequest
-	data, err := os.ReadFile(path)
+// loadFleetRequest reads a fleet request (YAML or JSON; "-" is stdin) and checks it offline.
+func loadFleetRequest(path string, stdin io.Reader) (workflows.FleetRequest, error) {
+	name, data, err := readInput(path, stdin)
 	if err != nil {
-		return req, usageError{err.Error()}
+		return workflows.FleetRequest{}, err
 	}
-	asJSON, err := yaml.YAMLToJSON(data)
+	return parseFleetRequest(name, data)
+}
+
+// parseFleetRequest checks a fleet request as the FleetRollout workflow does, with its nested
+// rollout checked as 'starter validate' checks a rollout.
+func parseFleetRequest(name string, data []byte) (workflows.FleetRequest, error) {
+	var req workflows.FleetRequest
+	bad := func(problems ...string) (workflows.FleetRequest, error) {
+		return req, &invalidRequest{path: name, what: "fleet rollout request", problems: problems}
+	}
+	asJSON, lang, err := toJSON(name, data)
 	if err != nil {
-		return req, usageError{fmt.Sprintf("%s: not YAML or JSON: %s", path, err)}
+		return bad(err.Error())
+	}
+	var fields, rollout map[string]json.RawMessage
+	if err := json.Unmarshal(asJSON, &fields); err != nil {
+		return bad(fmt.Sprintf("the file must hold one %s object with the fleet request's fields (name, waves, rollout, ...); correct the %s", lang, lang))
+	}
+	if _, isFleet := fields["waves"]; !isFleet && fields["rollout"] == nil && (fields["nodeSelector"] != nil || fields["nodes"] != nil || fields["jobTemplate"] != nil) {
+		return bad(fmt.Sprintf("this is a rollout request, not a fleet's (it has no waves and no rollout): check it with 'starter validate -f %s'", name))
 	}
 	if err := json.Unmarshal(asJSON, &req); err != nil {
-		return req, usageError{fmt.Sprintf("%s: %s", path, err)}
+		return bad(err.Error())
 	}
 	// Unknown fields at any depth, with a suggestion: encoding/json would drop a misspelt
 	// maxFailedClusters and leave the budget at 0.
-	var fields, rollout map[string]json.RawMessage
-	_ = json.Unmarshal(asJSON, &fields)
-	problems := unknownFields(fields, reflect.TypeOf(req), "")
+	unknown := didyoumean.UnknownFields(fields, reflect.TypeOf(req), "")
 	// The rollout decodes itself (RolloutRequest.UnmarshalJSON), so the walk leaves it to us.
 	if json.Unmarshal(fields["rollout"], &rollout) == nil {
-		problems = append(problems, unknownFields(rollout, reflect.TypeOf(req.Rollout), "rollout.")...)
+		unknown = append(unknown, didyoumean.UnknownFields(rollout, reflect.TypeOf(req.Rollout), "rollout.", "progress")...)
 	}
+	problems := unknownFields(unknown)
 	if err := workflows.ValidateFleet(req); err != nil {
-		if len(problems) == 0 {
-			return req, usageError{fmt.Sprintf("%s: %s", path, humanError(err))}
-		}
 		for _, p := range validationProblems(err) {
-			if !strings.Contains(p, "unknown field") {
-				problems = append(problems, p)
+			if strings.Contains(p, "unknown field") && len(problems) > 0 || followsFromTypo(p, unknown) {
+				continue
 			}
+			problems = append(problems, strings.ReplaceAll(withTypeHint(p, fields), "correct the JSON", "correct the "+lang))
 		}
 	}
 	if len(problems) > 0 {
-		return req, usageError{fmt.Sprintf("%s is not a valid fleet rollout request:\n  %s", path, strings.Join(problems, "\n  "))}
+		return bad(problems...)
 	}
 	return req, nil
 }
@@ -121,7 +133,7 @@ func (a *app) startFleet() error {
 	if err != nil {
 		return err
 	}
-	req, err := loadFleetRequest(path)
+	req, err := a.fleetRequest(path)
 	if err != nil {
 		return err
 	}

@@ -33,6 +33,7 @@ const (
 type app struct {
 	ctx     context.Context
 	environ []string
+	in      io.Reader // -f -
 	out     io.Writer
 	errOut  io.Writer
 	cfg     config.Config
@@ -53,13 +54,13 @@ func (e runError) Error() string { return e.err.Error() }
 func (e runError) Unwrap() error { return e.err }
 
 func main() {
-	os.Exit(runMain(os.Args[1:], os.Environ(), os.Stdout, os.Stderr))
+	os.Exit(runMain(os.Args[1:], os.Environ(), os.Stdin, os.Stdout, os.Stderr))
 }
 
-func runMain(args, environ []string, stdout, stderr io.Writer) int {
+func runMain(args, environ []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	a := &app{ctx: ctx, environ: environ, out: stdout, errOut: stderr}
+	a := &app{ctx: ctx, environ: environ, in: stdin, out: stdout, errOut: stderr}
 	defer a.close()
 	root := newRoot(a)
 	root.SetArgs(args)
@@ -187,7 +188,7 @@ func (a *app) flagBool(name string) bool {
 
 // fileFlag adds -f/--file, with completion of YAML and JSON files.
 func fileFlag(cmd *cobra.Command) {
-	cmd.Flags().StringP("file", "f", "", "rollout request, YAML or JSON (fields: see README)")
+	cmd.Flags().StringP("file", "f", "", "rollout request, YAML or JSON (fields: see README); - reads standard input")
 	_ = cmd.MarkFlagFilename("file", "yaml", "yml", "json")
 }
 

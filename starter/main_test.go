@@ -30,7 +30,7 @@ func starter(t *testing.T, args ...string) (code int, stdout, stderr string) {
 	t.Helper()
 	var out, errOut bytes.Buffer
 	env := []string{"NODEROLLOUT_TEMPORAL_ADDRESS=" + closedAddress(t)}
-	code = runMain(args, env, &out, &errOut)
+	code = runMain(args, env, strings.NewReader(""), &out, &errOut)
 	return code, out.String(), errOut.String()
 }
 

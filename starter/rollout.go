@@ -6,7 +6,6 @@ import (
 	"io"
 	"strconv"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -36,19 +35,6 @@ With --wait, follow it to the end; exit 1 if it fails or selected no node.`,
 	cmd.Flags().Bool("allow-rerun", false, "start even if a rollout of this name already completed (nodes done for this template are still skipped unless the request sets rerun)")
 	cmd.Flags().Bool("allow-empty", false, "with --wait, succeed even if the rollout selected no node")
 	cmd.Flags().String("reason", "", "why, recorded with the requester (user@host) in the rollout's memo")
-	outputFlag(cmd)
-	return cmd
-}
-
-func dryRunCommand(a *app) *cobra.Command {
-	cmd := &cobra.Command{
-		Use:     "dry-run -f FILE",
-		GroupID: "rollout",
-		Short:   "Show the nodes and Jobs a rollout would create; create nothing",
-		Args:    cobra.NoArgs,
-		RunE:    run(a.dryRun),
-	}
-	fileFlag(cmd)
 	outputFlag(cmd)
 	return cmd
 }
@@ -146,7 +132,21 @@ func (a *app) request() (workflows.RolloutRequest, error) {
 	if err != nil {
 		return workflows.RolloutRequest{}, err
 	}
-	req, err := loadRequest(path)
+	name, data, err := readInput(path, a.in)
+	if err != nil {
+		return workflows.RolloutRequest{}, err
+	}
+	req, err := parseRequest(name, data)
+	var inv *invalidRequest
+	if errors.As(err, &inv) {
+		return req, usageError{inv.Error()}
+	}
+	return req, err
+}
+
+// fleetRequest reads and checks a fleet request before anything dials Temporal.
+func (a *app) fleetRequest(path string) (workflows.FleetRequest, error) {
+	req, err := loadFleetRequest(path, a.in)
 	var inv *invalidRequest
 	if errors.As(err, &inv) {
 		return req, usageError{inv.Error()}
@@ -159,7 +159,12 @@ func (a *app) validate() error {
 	if err != nil {
 		return err
 	}
-	req, err := loadRequest(path)
+	name, data, err := readInput(path, a.in)
+	if err != nil {
+		return err
+	}
+	req, err := parseRequest(name, data)
+	path = name
 	var inv *invalidRequest
 	if errors.As(err, &inv) && a.flagString("output") != "table" {
 		// Machines get the problems on stdout, in the format asked for, and still exit 2.
@@ -265,57 +270,6 @@ func (a *app) startRollout() error {
 
 func (a *app) uiLink(id string) string {
 	return fmt.Sprintf("%s/namespaces/%s/workflows/%s", a.cfg.UIAddress, a.cfg.TemporalNamespace, id)
-}
-
-func (a *app) dryRun() error {
-	req, err := a.request()
-	if err != nil {
-		return err
-	}
-	tc, err := a.client()
-	if err != nil {
-		return err
-	}
-	req.DryRun = true
-	id := a.rolloutID(req.Name) + "-dry-run"
-	opts := a.startOptions(id, req)
-	opts.WorkflowIDReusePolicy = enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE
-	opts.WorkflowIDConflictPolicy = enumspb.WORKFLOW_ID_CONFLICT_POLICY_TERMINATE_EXISTING
-	run, err := tc.ExecuteWorkflow(a.ctx, opts, workflows.RolloutWorkflow, req)
-	if err != nil {
-		return err
-	}
-	var res workflows.RolloutResult
-	if err := run.Get(a.ctx, &res); err != nil {
-		return err
-	}
-	return a.print(res, func(w io.Writer) error {
-		fmt.Fprintf(w, "dry run of %s (template %s): %d nodes selected, %d would run, %d already done, %d missing\n",
-			req.Name, res.TemplateHash, res.Selected, res.Counts.Pending, res.Counts.Skipped, res.Counts.NodeGone)
-		if res.Selected == 0 {
-			fmt.Fprintf(w, "no node selected: check the selector (kubectl get nodes -l '%s')\n", req.NodeSelector)
-			return nil
-		}
-		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-		fmt.Fprintln(tw, "NODE\tJOB (name prefix) / SKIP")
-		for _, p := range res.Planned {
-			what := p.JobPrefix + "…"
-			if p.Skip != "" {
-				what = "skip: " + p.Skip
-			}
-			fmt.Fprintf(tw, "%s\t%s\n", p.Node, what)
-			if d := p.Drain; d != nil {
-				fmt.Fprintf(tw, "\t  drain would evict %d Pod(s): %s\n", len(d.Evict), strings.Join(d.Evict, ", "))
-				if len(d.Blocking) > 0 {
-					fmt.Fprintf(tw, "\t  blocked now by PodDisruptionBudget(s): %s\n", strings.Join(d.Blocking, ", "))
-				}
-				if len(d.Refused) > 0 {
-					fmt.Fprintf(tw, "\t  refused: %s\n", strings.Join(d.Refused, "; "))
-				}
-			}
-		}
-		return tw.Flush()
-	})
 }
 
 func (a *app) queryStatus(id string) (workflows.RolloutStatus, error) {
