@@ -3,7 +3,9 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/spf13/cobra"
@@ -21,12 +23,16 @@ import (
 // result at once, as if a worker had taken it.
 type startRecorder struct {
 	client.Client
+	mu      sync.Mutex
 	started []client.StartWorkflowOptions
+	result  any // what a run started or got returns; a dry run's plan when nil
 }
 
 func (c *startRecorder) ExecuteWorkflow(_ context.Context, o client.StartWorkflowOptions, _ any, _ ...any) (client.WorkflowRun, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	c.started = append(c.started, o)
-	return doneRun{id: o.ID}, nil
+	return doneRun{id: o.ID, result: c.result}, nil
 }
 
 func (c *startRecorder) DescribeWorkflowExecution(context.Context, string, string) (*workflowservice.DescribeWorkflowExecutionResponse, error) {
@@ -38,22 +44,37 @@ func (c *startRecorder) OperatorService() operatorservice.OperatorServiceClient 
 	return noSearchAttributes{}
 }
 
-type noSearchAttributes struct{ operatorservice.OperatorServiceClient }
+type noSearchAttributes struct {
+	operatorservice.OperatorServiceClient
+}
 
 func (noSearchAttributes) ListSearchAttributes(context.Context, *operatorservice.ListSearchAttributesRequest, ...grpc.CallOption) (*operatorservice.ListSearchAttributesResponse, error) {
 	return &operatorservice.ListSearchAttributesResponse{}, nil
 }
 
+func (c *startRecorder) GetWorkflow(_ context.Context, id, _ string) client.WorkflowRun {
+	return doneRun{id: id, result: c.result}
+}
+
+// doneRun is a workflow run that has ended with result (a dry run's, when nil).
 type doneRun struct {
 	client.WorkflowRun
-	id string
+	id     string
+	result any
 }
 
 func (r doneRun) GetID() string    { return r.id }
 func (r doneRun) GetRunID() string { return "run" }
 func (r doneRun) Get(_ context.Context, res any) error {
-	*res.(*workflows.RolloutResult) = workflows.RolloutResult{Name: "demo", Selected: 1}
-	return nil
+	if r.result == nil {
+		*res.(*workflows.RolloutResult) = workflows.RolloutResult{Name: "demo", Selected: 1}
+		return nil
+	}
+	b, err := json.Marshal(r.result)
+	if err != nil {
+		return err
+	}
+	return json.Unmarshal(b, res)
 }
 
 // commandApp is an app running cmd (made by newCmd) with args, on the Temporal client tc.

@@ -54,9 +54,9 @@ func TestDashFileReadsStdin(t *testing.T) {
 // The YAML mistakes people make get a hint in words, not the parser's.
 func TestTypeAndIndentMistakesGetAHint(t *testing.T) {
 	for text, want := range map[string]string{
-		"name: a\nnodeSelector: x=y\nbatch:\n\tinitial: 1\n" + goodTemplate: "indented with spaces, never tabs: line 4 starts with a tab",
-		"name: a\nnodeSelector: x=y\njobTimeout: 10\n" + goodTemplate:     "jobTimeout: 10 has no unit; write a duration such as 10m",
-		"name: a\nnodeSelector: x=y\nparallelism: \"ten\"\n" + goodTemplate: `parallelism: "ten" is not a number; write a whole number such as 10`,
+		"name: a\nnodeSelector: x=y\nbatch:\n\tinitial: 1\n" + goodTemplate:                    "indented with spaces, never tabs: line 4 starts with a tab",
+		"name: a\nnodeSelector: x=y\njobTimeout: 10\n" + goodTemplate:                          "jobTimeout: 10 has no unit; write a duration such as 10m",
+		"name: a\nnodeSelector: x=y\nparallelism: \"ten\"\n" + goodTemplate:                    `parallelism: "ten" is not a number; write a whole number such as 10`,
 		"name: a\nnodeSelector: x=y\nmaintenance:\n  drain:\n    timeout: 90\n" + goodTemplate: "maintenance.drain.timeout: 90 has no unit; write a duration",
 	} {
 		code, _, errOut := starter(t, "validate", "-f", writeFile(t, "r.yaml", text))
