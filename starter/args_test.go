@@ -1,0 +1,55 @@
+package main
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// A name that no rollout, fleet or schedule can have is the command line's mistake: exit 2
+// before dialling (before, the starter asked Temporal first and exited 1).
+func TestBadNamesExit2BeforeDialling(t *testing.T) {
+	good := writeFile(t, "good.yaml", "name: kata\nnodeSelector: kata=true\n"+goodTemplate)
+	for _, args := range [][]string{
+		{"status", "Bad_Name"},
+		{"abort", "Bad_Name"},
+		{"pause", "rollout-Bad_Name"},
+		{"fleet", "status", "Bad_Name"},
+		{"schedule", "create", "N_bad", "-f", good, "--every", "1h"},
+		{"schedule", "delete", "N_bad"},
+	} {
+		code, _, errOut := starter(t, args...)
+		require.Equal(t, 2, code, "%v: %s", args, errOut)
+		require.NotContains(t, errOut, "temporal at", "%v must not dial", args)
+		require.Contains(t, errOut, "_", args)
+		require.Contains(t, errOut, "not a valid", args)
+	}
+	// --id takes any workflow ID as is, so it still dials.
+	code, _, errOut := starter(t, "status", "--id", "Bad_Name")
+	require.Equal(t, 1, code, errOut)
+	require.Contains(t, errOut, "temporal at")
+}
+
+// A time zone the starter does not know is refused before dialling.
+func TestUnknownCronTimeZoneExits2(t *testing.T) {
+	good := writeFile(t, "good.yaml", "name: kata\nnodeSelector: kata=true\n"+goodTemplate)
+	code, _, errOut := starter(t, "schedule", "create", "nightly", "-f", good, "--cron", "CRON_TZ=Europe/Berln 0 3 * * *")
+	require.Equal(t, 2, code, errOut)
+	require.NotContains(t, errOut, "temporal at")
+	require.Contains(t, errOut, `time zone "Europe/Berln"`)
+
+	code, _, errOut = starter(t, "schedule", "create", "nightly", "-f", good, "--cron", "CRON_TZ=Europe/Berlin 0 3 * * *")
+	require.Equal(t, 1, code, errOut)
+	require.Contains(t, errOut, "temporal at", "a known zone passes on to the server")
+}
+
+// --every 0s is a too-short interval, not a missing flag.
+func TestEveryZeroSaysTheMinimum(t *testing.T) {
+	good := writeFile(t, "good.yaml", "name: kata\nnodeSelector: kata=true\n"+goodTemplate)
+	code, _, errOut := starter(t, "schedule", "create", "nightly", "-f", good, "--every", "0s")
+	require.Equal(t, 2, code, errOut)
+	require.Contains(t, errOut, "--every must be at least 1s")
+	code, _, errOut = starter(t, "schedule", "create", "nightly", "-f", good)
+	require.Equal(t, 2, code, errOut)
+	require.Contains(t, errOut, "give one of --cron or --every")
+}
