@@ -68,6 +68,7 @@ type Config struct {
 	Pprof                   bool          `mapstructure:"pprof"`
 	LogLevel                string        `mapstructure:"log-level"`
 	StopTimeout             time.Duration `mapstructure:"stop-timeout"`
+	StartupTimeout          time.Duration `mapstructure:"startup-timeout"`
 	NodeCheckInterval       time.Duration `mapstructure:"node-check-interval"`
 
 	// PEM data given inline by a Temporal profile or TEMPORAL_TLS_*_DATA instead of files.
@@ -116,6 +117,7 @@ var keys = []key{
 	{"pprof", false, "also serve Go profiles at /debug/pprof/ on metrics-listen (keep that address private)", "use true or false", true},
 	{"log-level", "info", "debug, info, warn or error", "use debug, info, warn or error", true},
 	{"stop-timeout", 30 * time.Second, "how long a stopping worker lets running activities finish", "write it like 30s", true},
+	{"startup-timeout", 2 * time.Minute, "how long a starting worker retries an unreachable Kubernetes API server (and waits for its Job informer) before it exits 1", "write it like 2m", true},
 	{"node-check-interval", 60 * time.Second, "how often a Job wait checks that its node still exists (one GET per running Job)", "write it like 60s", true},
 	{"policy-file", "", "policy (YAML/JSON) of namespaces, images, ServiceAccounts, host access, parallelism and nodes rollouts may use; empty: no limits (README: Security model)", "", true},
 	{"job-namespaces", "", "comma-separated namespaces the worker watches Jobs in (namespaced RBAC); empty: all", "write the namespaces comma-separated, e.g. maint,apps (or as a list in a file)", true},
@@ -427,6 +429,9 @@ func (c Config) validate() error {
 	}
 	if c.StopTimeout < 0 {
 		bad("stop-timeout", "is negative")
+	}
+	if c.StartupTimeout <= 0 {
+		bad("startup-timeout", "is not positive")
 	}
 	if c.NodeCheckInterval <= 0 {
 		bad("node-check-interval", "is not positive")
