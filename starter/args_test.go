@@ -1,7 +1,10 @@
 package main
 
 import (
+	"net"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 )
@@ -52,4 +55,61 @@ func TestEveryZeroSaysTheMinimum(t *testing.T) {
 	code, _, errOut = starter(t, "schedule", "create", "nightly", "-f", good)
 	require.Equal(t, 2, code, errOut)
 	require.Contains(t, errOut, "give one of --cron or --every")
+}
+
+// The Temporal CLI's flags work on every command: --address, --namespace/-n, --profile and
+// --command-timeout.
+func TestTemporalCLIFlagsOnEveryCommand(t *testing.T) {
+	addr := closedAddress(t)
+	code, _, errOut := starter(t, "status", "x", "--address", addr, "-n", "ns1")
+	require.Equal(t, 1, code, errOut)
+	require.Contains(t, errOut, "temporal at "+addr+" (namespace ns1)")
+	code, _, errOut = starter(t, "schedule", "list", "--namespace", "ns2", "--address", addr)
+	require.Equal(t, 1, code, errOut)
+	require.Contains(t, errOut, "(namespace ns2)")
+	code, _, errOut = starter(t, "list", "--profile", "nope")
+	require.Equal(t, 2, code, errOut)
+	require.Contains(t, errOut, "nope")
+
+	// --command-timeout bounds the whole command, here a dial to a server that never answers.
+	started := time.Now()
+	code, _, errOut = starter(t, "status", "x", "--address", silentServer(t), "--command-timeout", "1s")
+	require.Equal(t, 1, code, errOut)
+	require.Contains(t, errOut, "--command-timeout 1s")
+	require.Less(t, time.Since(started), 5*time.Second)
+}
+
+// silentServer accepts connections and never answers.
+func silentServer(t *testing.T) string {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	var mu sync.Mutex
+	var conns []net.Conn
+	t.Cleanup(func() {
+		l.Close()
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range conns {
+			c.Close()
+		}
+	})
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, c)
+			mu.Unlock()
+		}
+	}()
+	return l.Addr().String()
+}
+
+// starter --version prints what starter version prints.
+func TestStarterVersionFlag(t *testing.T) {
+	code, out, errOut := starter(t, "--version")
+	require.Equal(t, 0, code, errOut)
+	require.Regexp(t, `^starter \S+ \(commit `, out)
 }

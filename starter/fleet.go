@@ -188,7 +188,7 @@ func (a *app) startFleet() error {
 	}
 	s := started{Name: req.Name, WorkflowID: run.GetID(), RunID: run.GetRunID(), UI: a.uiLink(run.GetID())}
 	wait := a.flagBool("wait")
-	if wait && a.flagString("output") != "table" {
+	if wait && a.forMachines() {
 		return a.followFleet(run.GetID())
 	}
 	err = a.print(s, func(w io.Writer) error {
@@ -205,7 +205,7 @@ func (a *app) startFleet() error {
 // error when it did not succeed, so the exit code says so. With -o json|yaml it prints only
 // the ended fleet.
 func (a *app) followFleet(id string) error {
-	quiet := a.flagString("output") != "table"
+	quiet := a.forMachines()
 	done := make(chan struct{})
 	var res workflows.FleetResult
 	var runErr error
@@ -288,7 +288,7 @@ func (a *app) validateFleet() error {
 		path = "stdin"
 	}
 	var inv *invalidRequest
-	if errors.As(err, &inv) && a.flagString("output") != "table" {
+	if errors.As(err, &inv) && a.forMachines() {
 		if perr := a.print(fleetValidation{File: path, Valid: false, Problems: inv.problems}, nil); perr != nil {
 			return perr
 		}

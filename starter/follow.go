@@ -24,7 +24,7 @@ const followInterval = 2 * time.Second
 // says so. With -o json|yaml it prints only the ended rollout's view.
 func (a *app) follow(id string) error {
 	tty, _ := terminal(a.out)
-	quiet := a.flagString("output") != "table"
+	quiet := a.forMachines()
 	done := make(chan struct{})
 	var res workflows.RolloutResult
 	var runErr error
@@ -305,3 +305,5 @@ func terminal(w io.Writer) (bool, int) {
 	}
 	return true, width
 }
+
+func (v rolloutView) names() []string { return []string{v.Name} }

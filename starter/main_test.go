@@ -101,7 +101,7 @@ func TestUnknownOutputFormatIsAnErrorOnEveryPrintingCommand(t *testing.T) {
 	} {
 		code, _, errOut := starter(t, append(args, "-o", "xml")...)
 		require.Equal(t, 2, code, args)
-		require.Contains(t, errOut, `-o "xml" is not an output format; use table, json, yaml`, args)
+		require.Contains(t, errOut, `-o "xml" is not an output format; use table, wide, json, yaml, name, jsonpath=`, args)
 	}
 }
 

@@ -166,7 +166,7 @@ func (a *app) validate() error {
 	req, err := parseRequest(name, data)
 	path = name
 	var inv *invalidRequest
-	if errors.As(err, &inv) && a.flagString("output") != "table" {
+	if errors.As(err, &inv) && a.forMachines() {
 		// Machines get the problems on stdout, in the format asked for, and still exit 2.
 		if perr := a.print(validation{File: path, Valid: false, Problems: inv.problems}, nil); perr != nil {
 			return perr
@@ -254,7 +254,7 @@ func (a *app) startRollout() error {
 	}
 	s := started{Name: req.Name, WorkflowID: run.GetID(), RunID: run.GetRunID(), UI: a.uiLink(run.GetID())}
 	wait := a.flagBool("wait")
-	if wait && a.flagString("output") != "table" {
+	if wait && a.forMachines() {
 		// One document on stdout: the rollout's view once it ended.
 		return a.follow(run.GetID())
 	}
