@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"strings"
@@ -31,11 +32,17 @@ type visibility struct {
 func (v *visibility) ListWorkflow(_ context.Context, r *workflowservice.ListWorkflowExecutionsRequest) (*workflowservice.ListWorkflowExecutionsResponse, error) {
 	v.queries = append(v.queries, r.GetQuery())
 	var out []*workflowpb.WorkflowExecutionInfo
+	q := r.GetQuery()
+	_, prefix, _ := strings.Cut(q, "STARTS_WITH '")
+	prefix, _, _ = strings.Cut(prefix, "'")
 	for _, e := range v.execs {
 		running := e.GetStatus() == enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING
-		q := r.GetQuery()
+		if !strings.HasPrefix(e.GetExecution().GetWorkflowId(), prefix) {
+			continue
+		}
 		switch {
-		case strings.Contains(q, "ExecutionStatus = 'Running'") && running,
+		case !strings.Contains(q, "ExecutionStatus"),
+			strings.Contains(q, "ExecutionStatus = 'Running'") && running,
 			strings.Contains(q, "ExecutionStatus != 'Running'") && !running,
 			strings.Contains(q, "'"+statusWord(e.GetStatus())+"'") && strings.Contains(q, " IN ("):
 			out = append(out, e)
@@ -142,4 +149,26 @@ func TestJSONPathAndNameOutputs(t *testing.T) {
 	require.NoError(t, printJSONPath(&buf, ".counts.succeeded", rolloutView{Counts: workflows.Counts{Succeeded: 7}}))
 	require.Equal(t, "7\n", buf.String())
 	require.Equal(t, []string{"kata"}, rolloutView{Name: "kata"}.names())
+}
+
+// Completion suggests rollout names: running ones to steer, recent ones too for status.
+func TestCompletionSuggestsRolloutNames(t *testing.T) {
+	complete := func(args ...string) string {
+		var out bytes.Buffer
+		a := &app{ctx: context.Background(), tc: listFixture(), out: &out, errOut: &out}
+		root := newRoot(a)
+		root.SetArgs(append([]string{"__complete"}, args...))
+		root.SetOut(&out)
+		require.NoError(t, root.Execute())
+		return out.String()
+	}
+	require.Equal(t, "kata\nkernel\n:4\n", firstLines(complete("status", "k"), 3))
+	require.Equal(t, "kata\n:4\n", firstLines(complete("abort", ""), 2))
+	require.Equal(t, "kata\n:4\n", firstLines(complete("set-parallelism", "ka"), 2))
+	require.Equal(t, ":4\n", firstLines(complete("status", "kata", ""), 1), "one ID only")
+}
+
+func firstLines(s string, n int) string {
+	lines := strings.SplitAfter(s, "\n")
+	return strings.Join(lines[:min(n, len(lines))], "")
 }

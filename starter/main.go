@@ -145,6 +145,7 @@ the --config file; NODEROLLOUT_<FLAG> variables; flags.`,
 	root.AddCommand(startCommand(a), dryRunCommand(a), validateCommand(a), listCommand(a), statusCommand(a),
 		signalCommand(a, "pause"), signalCommand(a, "resume"), setParallelismCommand(a), approveCommand(a), abortCommand(a),
 		fleetCommand(a), scheduleCommand(a), versionCommand(a))
+	a.completeIDs(root)
 	root.SetHelpCommandGroupID("")
 	root.SetCompletionCommandGroupID("")
 	return root

@@ -35,6 +35,10 @@ func idCommand(prefix string, cmd *cobra.Command) *cobra.Command {
 	}
 	cmd.Long += "\n" + idHelp(prefix)
 	idFlag(cmd)
+	if cmd.Annotations == nil {
+		cmd.Annotations = map[string]string{}
+	}
+	cmd.Annotations[annotationIDPrefix] = prefix
 	return cmd
 }
 
