@@ -14,6 +14,7 @@ import (
 	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/temporal"
 
 	"github.com/noderollout/noderollout/workflows"
 )
@@ -58,13 +59,17 @@ checked by the worker). One line per problem; exit code 2 if there is any.`,
 
 func statusCommand(a *app) *cobra.Command {
 	cmd := idCommand(workflows.RolloutIDPrefix, &cobra.Command{
-		Use:     "status ID",
+		Use:     "status ID [-w]",
 		GroupID: "rollout",
 		Short:   "Show a rollout's progress, or its result once ended",
-		Args:    exactArgs(1, "ID"),
-		RunE:    run(a.showStatus),
+		Long: `Show a rollout's progress, or its result once ended. With -w, show it, then
+follow it to its end as start --wait does (one line per change when the output
+is not a terminal); exit 1 if it fails. Ctrl-C stops watching, not the rollout.`,
+		Args: exactArgs(1, "ID"),
+		RunE: run(a.showStatus),
 	})
 	outputFlag(cmd)
+	cmd.Flags().BoolP("watch", "w", false, "follow the rollout until it ends")
 	return cmd
 }
 
@@ -94,13 +99,19 @@ func setParallelismCommand(a *app) *cobra.Command {
 
 func abortCommand(a *app) *cobra.Command {
 	cmd := idCommand(workflows.RolloutIDPrefix, &cobra.Command{
-		Use:     "abort ID [--reason TEXT]",
+		Use:     "abort ID [--reason TEXT] [--wait]",
 		GroupID: "steer",
 		Short:   "Cancel a rollout: running Jobs are deleted",
-		Args:    exactArgs(1, "ID"),
-		RunE:    run(a.abort),
+		Long: `Cancel a rollout: it starts no more nodes, and each node in flight deletes its
+running Job and waits until the Job's Pods are gone. With --wait, return only
+once that is done: the rollout and every node workflow of it have ended, and
+a node workflow ends only when no Pod of a Job it made can run any more (Jobs
+that had ended before the abort stay as keepJobs says).`,
+		Args: exactArgs(1, "ID"),
+		RunE: run(a.abort),
 	})
 	cmd.Flags().String("reason", "aborted with starter", "why, recorded in the workflow history")
+	cmd.Flags().Bool("wait", false, "wait until the rollout and all its nodes have stopped (their Jobs and Pods gone)")
 	return cmd
 }
 
@@ -291,6 +302,10 @@ func (a *app) showStatus() error {
 		return err
 	}
 	status := desc.Status
+	watch := a.flagBool("watch")
+	if watch && status == enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING && a.forMachines() {
+		return a.follow(id) // one document, once it ended
+	}
 	if status != enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {
 		res, runErr := a.result(id)
 		view := withRequester(endedView(id, status, res, runErr), desc.Memo)
@@ -316,12 +331,17 @@ func (a *app) showStatus() error {
 	if stepsErr != nil {
 		view.InFlightError = stepsErr.Error()
 	}
-	return a.print(view, func(w io.Writer) error {
+	err = a.print(view, func(w io.Writer) error {
 		printRequester(w, view)
 		printStatus(w, st)
 		printInFlight(w, steps, stepsErr, time.Now())
 		return nil
 	})
+	if err != nil || !watch {
+		return err
+	}
+	fmt.Fprintf(a.out, "\nwatching %s until it ends (Ctrl-C stops watching; the rollout goes on)\n", id)
+	return a.follow(id)
 }
 
 // sendSignal sends the signal name to the workflow target resolves (a.rollout or a.fleet).
@@ -391,5 +411,62 @@ func (a *app) abort() error {
 		return err
 	}
 	fmt.Fprintf(a.out, "aborting %s (%s): running Jobs are being deleted\n", id, reason)
-	return nil
+	if !a.flagBool("wait") {
+		return nil
+	}
+	return a.awaitAbort(tc, id)
+}
+
+// abortPoll is how often abort --wait looks at the rollout's node workflows.
+var abortPoll = 2 * time.Second
+
+// awaitAbort waits until the rollout has closed and none of its node workflows runs, saying
+// how many are still stopping whenever that changes. A node workflow closes only once no Pod
+// of a Job it created can run (design: the node's lock), so then none can.
+func (a *app) awaitAbort(tc client.Client, id string) error {
+	closed := make(chan error, 1)
+	go func() {
+		var res workflows.RolloutResult
+		closed <- tc.GetWorkflow(a.ctx, id, "").Get(a.ctx, &res)
+	}()
+	rolloutClosed := false
+	last := -1
+	started := time.Now()
+	for {
+		n, err := a.runningNodes(tc, id)
+		if err != nil {
+			return err
+		}
+		if rolloutClosed && n == 0 {
+			fmt.Fprintf(a.out, "aborted %s after %s: the rollout and all its node workflows have ended; no Pod of its Jobs runs any more\n", id, time.Since(started).Round(time.Second))
+			return nil
+		}
+		if n != last {
+			fmt.Fprintf(a.out, "waiting: %d node(s) still deleting their Jobs and waiting for their Pods to go\n", n)
+			last = n
+		}
+		select {
+		case err := <-closed:
+			if err != nil && !temporal.IsCanceledError(err) && a.ctx.Err() != nil {
+				return a.ctx.Err()
+			}
+			rolloutClosed = true
+			continue
+		case <-a.ctx.Done():
+			return a.ctx.Err()
+		case <-time.After(abortPoll):
+		}
+	}
+}
+
+// runningNodes counts the rollout's node workflows still running, from visibility.
+func (a *app) runningNodes(tc client.Client, id string) (int, error) {
+	resp, err := tc.CountWorkflow(a.ctx, &workflowservice.CountWorkflowExecutionsRequest{
+		Namespace: a.cfg.TemporalNamespace,
+		Query:     fmt.Sprintf("ParentWorkflowId = '%s' AND ExecutionStatus = 'Running'", id),
+	})
+	if err != nil {
+		return 0, fmt.Errorf("counting the rollout's running node workflows: %w", err)
+	}
+	return int(resp.GetCount()), nil
 }
