@@ -113,3 +113,23 @@ func TestStarterVersionFlag(t *testing.T) {
 	require.Equal(t, 0, code, errOut)
 	require.Regexp(t, `^starter \S+ \(commit `, out)
 }
+
+// validate --policy-file judges the request as the worker with that policy would, offline:
+// a template the policy refuses is no longer "valid".
+func TestValidateWithThePoliciesOfTheWorker(t *testing.T) {
+	pol := writeFile(t, "policy.yaml", "namespaces:\n  maint: {}\nimages: [registry.example.com/]\nmaxParallelism: 5\n")
+	req := writeFile(t, "r.yaml", "name: kata\nnamespace: maint\nnodeSelector: kata=true\n"+goodTemplate)
+	code, _, errOut := starter(t, "validate", "-f", req, "--policy-file", pol)
+	require.Equal(t, 2, code, errOut)
+	require.Contains(t, errOut, `policy rule "images" denies`)
+	require.Contains(t, errOut, `policy rule "maxParallelism" denies parallelism`, "the default parallelism, 10, is over 5")
+
+	allowed := writeFile(t, "policy.yaml", "namespaces:\n  maint: {}\nimages: [docker.io/library/busybox]\n")
+	code, out, errOut := starter(t, "validate", "-f", req, "--policy-file", allowed)
+	require.Equal(t, 0, code, errOut)
+	require.Contains(t, out, "allowed by the policy in "+allowed)
+
+	code, _, errOut = starter(t, "validate", "-f", req, "--policy-file", writeFile(t, "p.yaml", "namespace: {}\n"))
+	require.Equal(t, 2, code, errOut)
+	require.Contains(t, errOut, "policy-file")
+}

@@ -16,6 +16,8 @@ import (
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
 
+	"github.com/noderollout/noderollout/activities/jobspec"
+	"github.com/noderollout/noderollout/internal/policy"
 	"github.com/noderollout/noderollout/workflows"
 )
 
@@ -54,6 +56,8 @@ checked by the worker). One line per problem; exit code 2 if there is any.`,
 	}
 	fileFlag(cmd)
 	outputFlag(cmd)
+	cmd.Flags().String("policy-file", "", "also judge the request by this worker policy (the worker's --policy-file), offline")
+	_ = cmd.MarkFlagFilename("policy-file", "yaml", "yml", "json")
 	return cmd
 }
 
@@ -176,6 +180,10 @@ func (a *app) validate() error {
 	}
 	req, err := parseRequest(name, data)
 	path = name
+	policyFile := a.flagString("policy-file")
+	if err == nil && policyFile != "" {
+		err = judgeByPolicy(name, policyFile, req)
+	}
 	var inv *invalidRequest
 	if errors.As(err, &inv) && a.forMachines() {
 		// Machines get the problems on stdout, in the format asked for, and still exit 2.
@@ -192,8 +200,62 @@ func (a *app) validate() error {
 	}
 	return a.print(validation{File: path, Valid: true, Request: &req}, func(w io.Writer) error {
 		_, err := fmt.Fprintf(w, "%s: valid (%s)\n", path, summary(req))
+		if err == nil && policyFile != "" {
+			_, err = fmt.Fprintf(w, "%s: allowed by the policy in %s%s\n", path, policyFile, policyCaveat(req))
+		}
 		return err
 	})
+}
+
+// judgeByPolicy judges a valid request by a worker policy, as the worker does before its first
+// node: the request (namespace, selector, parallelism), then an inline template as its Jobs
+// would have it. A policy file that does not load is a bad command line.
+func judgeByPolicy(name, policyFile string, req workflows.RolloutRequest) error {
+	pol, err := policy.Load(policyFile)
+	if err != nil {
+		return usageError{fmt.Sprintf("--policy-file: %v", err)}
+	}
+	parallelism := req.Parallelism
+	if parallelism == 0 {
+		parallelism = workflows.DefaultParallelism
+	}
+	r := policy.Request{Namespace: nsOrDefault(req.Namespace), NodeSelector: req.NodeSelector, Parallelism: parallelism}
+	if ref := req.JobTemplateRef; ref != nil {
+		r.TemplateNamespace = ref.Namespace
+	}
+	var problems []string
+	if err := pol.CheckRequest(r); err != nil {
+		problems = append(problems, err.Error())
+	}
+	if req.JobTemplate != "" {
+		job, err := jobspec.ParseTemplate(req.JobTemplate)
+		if err == nil {
+			job.Namespace = nsOrDefault(req.Namespace)
+			if err := pol.CheckJob(job); err != nil {
+				problems = append(problems, err.Error())
+			}
+		}
+	}
+	if len(problems) > 0 {
+		return &invalidRequest{path: name, what: "rollout request under the policy in " + policyFile, problems: problems}
+	}
+	return nil
+}
+
+// policyCaveat says what the worker judges that validate cannot: a template kept in a
+// ConfigMap, and the labels of nodes named one by one.
+func policyCaveat(req workflows.RolloutRequest) string {
+	var later []string
+	if req.JobTemplateRef != nil {
+		later = append(later, "the template in its ConfigMap")
+	}
+	if len(req.Nodes) > 0 {
+		later = append(later, "each named node's labels")
+	}
+	if len(later) == 0 {
+		return ""
+	}
+	return " (the worker judges " + strings.Join(later, " and ") + " when the rollout starts)"
 }
 
 // validation is what validate prints with -o json|yaml.
