@@ -198,7 +198,6 @@ func (a *Activities) DrainNode(ctx context.Context, in DrainInput) (DrainResult,
 	blocked := map[string]string{} // pod -> why its last eviction was refused
 	backoff := a.drainRetry()
 	for {
-		activity.RecordHeartbeat(ctx, len(res.Evicted))
 		pods, err := a.podsOnNode(ctx, in.Node)
 		if err != nil {
 			return res, err
@@ -213,6 +212,9 @@ func (a *Activities) DrainNode(ctx context.Context, in DrainInput) (DrainResult,
 				refused = append(refused, podName(&pods[i])+" "+why)
 			}
 		}
+		// Each round heartbeats the Pods evicted so far and those still on the node, which
+		// starter status shows: "drain (2 Pods left)".
+		activity.RecordHeartbeat(ctx, len(res.Evicted), len(left))
 		if len(refused) > 0 {
 			return res, temporal.NewNonRetryableApplicationError(fmt.Sprintf(
 				"drain of node %s refused: %s; set maintenance.drain.deleteEmptyDirData to allow it, or narrow maintenance.drain.podSelector",
