@@ -6,6 +6,7 @@ import (
 	"io"
 	"slices"
 	"strings"
+	"sync"
 	"text/tabwriter"
 	"time"
 
@@ -52,20 +53,40 @@ func (a *app) inFlight(id string) ([]nodeStep, error) {
 	if err != nil {
 		return nil, fmt.Errorf("listing the rollout's node workflows: %w", err)
 	}
-	var steps []nodeStep
-	for _, e := range list.GetExecutions() {
-		d, err := a.tc.DescribeWorkflow(a.ctx, e.GetExecution().GetWorkflowId(), e.GetExecution().GetRunId())
-		if err != nil {
-			if a.ctx.Err() != nil {
-				return nil, err
+	// One description and one step query per node, several at once: a node whose worker is
+	// busy with its workflow task answers its query only when the task ends (a short Job is
+	// watched inside its first task, up to 20 s), and status must not wait for each in turn.
+	execs := list.GetExecutions()
+	found := make([]*nodeStep, len(execs))
+	var wg sync.WaitGroup
+	limit := make(chan struct{}, inFlightLookups)
+	for i, e := range execs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			limit <- struct{}{}
+			defer func() { <-limit }()
+			id, runID := e.GetExecution().GetWorkflowId(), e.GetExecution().GetRunId()
+			d, err := a.tc.DescribeWorkflow(a.ctx, id, runID)
+			if err != nil {
+				return // closed meanwhile
 			}
-			continue // closed meanwhile
+			step := stepOf(d.RawResponse)
+			if q, ok := a.queryStep(id, runID); ok {
+				step = exactStep(step, q, d.RawResponse, time.Now())
+			}
+			found[i] = &step
+		}()
+	}
+	wg.Wait()
+	if err := a.ctx.Err(); err != nil {
+		return nil, err
+	}
+	var steps []nodeStep
+	for _, s := range found {
+		if s != nil {
+			steps = append(steps, *s)
 		}
-		step := stepOf(d.RawResponse)
-		if q, ok := a.queryStep(e.GetExecution().GetWorkflowId(), e.GetExecution().GetRunId()); ok {
-			step = exactStep(step, q, d.RawResponse, time.Now())
-		}
-		steps = append(steps, step)
 	}
 	// The longest at their step first: those are the ones to look at.
 	slices.SortStableFunc(steps, func(x, y nodeStep) int { return x.Since.Compare(y.Since) })
@@ -151,8 +172,12 @@ func printInFlight(w io.Writer, steps []nodeStep, err error, now time.Time) {
 	tw.Flush()
 }
 
-// stepQueryTimeout bounds the step query status asks each node workflow.
-const stepQueryTimeout = 3 * time.Second
+// stepQueryTimeout bounds the step query status asks each node workflow; inFlightLookups is
+// how many nodes it looks at at once.
+const (
+	stepQueryTimeout = 2 * time.Second
+	inFlightLookups  = 10
+)
 
 // queryStep asks a node workflow which step it is at; false when it cannot say (one from
 // before the query, or its worker is not answering).
