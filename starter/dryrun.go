@@ -125,8 +125,9 @@ func (a *app) noticeNoWorker(ctx context.Context, tc client.Client, id, runID, t
 	started := time.Now()
 	said := false
 	for {
-		d, err := tc.DescribeWorkflowExecution(ctx, id, runID)
+		desc, err := tc.DescribeWorkflow(ctx, id, runID)
 		if err == nil {
+			d := desc.RawResponse
 			wft := d.GetPendingWorkflowTask()
 			if wft == nil || wft.GetState() == enumspb.PENDING_WORKFLOW_TASK_STATE_STARTED || d.GetWorkflowExecutionInfo().GetHistoryLength() > 2 {
 				return true

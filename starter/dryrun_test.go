@@ -35,8 +35,8 @@ func (c *startRecorder) ExecuteWorkflow(_ context.Context, o client.StartWorkflo
 	return doneRun{id: o.ID, result: c.result}, nil
 }
 
-func (c *startRecorder) DescribeWorkflowExecution(context.Context, string, string) (*workflowservice.DescribeWorkflowExecutionResponse, error) {
-	return &workflowservice.DescribeWorkflowExecutionResponse{}, nil
+func (c *startRecorder) DescribeWorkflow(context.Context, string, string) (*client.WorkflowExecutionDescription, error) {
+	return &client.WorkflowExecutionDescription{RawResponse: &workflowservice.DescribeWorkflowExecutionResponse{}}, nil
 }
 
 // OperatorService answers that no search attribute is registered.
