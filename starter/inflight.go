@@ -210,7 +210,7 @@ func exactStep(s nodeStep, q workflows.NodeStep, d *workflowservice.DescribeWork
 		s.Step = "drain"
 		var evicted, left int
 		if len(details) >= 2 && dc.FromPayload(details[0], &evicted) == nil && dc.FromPayload(details[1], &left) == nil {
-			s.Step = fmt.Sprintf("drain (%d Pods left)", left)
+			s.Step = fmt.Sprintf("drain (%d %s left)", left, map[bool]string{true: "Pod", false: "Pods"}[left == 1])
 			s.Progress = fmt.Sprintf("%d evicted", evicted)
 		}
 	case workflows.NodeStepJob:

@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -167,4 +168,31 @@ func runningPods(t *testing.T, namespace, rollout string) []string {
 		}
 	}
 	return names
+}
+
+// starter status names a soaking node's step with how far the soak is ("soak 12s/40s"); before,
+// a health gate and a soak both read "health or soak".
+func TestStatusShowsTheSoakAndItsProgress(t *testing.T) {
+	f := NewFleet(t, 1)
+	node := f.Nodes[0]
+	waitFor(t, 30*time.Second, "kwok to ready the node", func() bool {
+		for _, c := range nodeNow(t, node).Status.Conditions {
+			if c.Type == corev1.NodeReady && c.Status == corev1.ConditionTrue {
+				return true
+			}
+		}
+		return false
+	})
+	req := maintenanceRequest(f, "soaked", node)
+	req.Maintenance.Drain = nil
+	req.Maintenance.Soak = "40s"
+	run := Start(t, req)
+	var out string
+	waitFor(t, 90*time.Second, "starter status to show the soak with its progress", func() bool {
+		o, code := runStarter(t, "status", req.Name)
+		out = o
+		return code == 0 && regexp.MustCompile(`(?m)^`+regexp.QuoteMeta(node)+`\s+soak \d+s/40s\s`).MatchString(o)
+	})
+	transcript(t, "starter status "+req.Name+" (soaking)", out)
+	Succeeded(t, run)
 }
