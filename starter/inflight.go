@@ -11,6 +11,7 @@ import (
 	"time"
 
 	commonpb "go.temporal.io/api/common/v1"
+	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/converter"
 
@@ -72,8 +73,13 @@ func (a *app) inFlight(id string) ([]nodeStep, error) {
 				return // closed meanwhile
 			}
 			step := stepOf(d.RawResponse)
-			if q, ok := a.queryStep(id, runID); ok {
-				step = exactStep(step, q, d.RawResponse, time.Now())
+			// A node in the middle of a workflow task (a short Job is watched inside its first
+			// one, up to 20 s) would answer only when the task ends: its step is "job" then.
+			busy := d.RawResponse.GetPendingWorkflowTask().GetState() == enumspb.PENDING_WORKFLOW_TASK_STATE_STARTED
+			if !busy {
+				if q, ok := a.queryStep(id, runID); ok {
+					step = exactStep(step, q, d.RawResponse, time.Now())
+				}
 			}
 			found[i] = &step
 		}()

@@ -7,6 +7,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 	commonpb "go.temporal.io/api/common/v1"
+	enumspb "go.temporal.io/api/enums/v1"
 	workflowpb "go.temporal.io/api/workflow/v1"
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
@@ -74,6 +75,11 @@ func TestInFlightNamesTheExactStep(t *testing.T) {
 			workflows.NodeWorkflowID("d"): {"step": "delete", "since": started, "job": "maint/patch-d-x"},
 		},
 	}
+	// A node inside a workflow task answers its query only when the task ends: not asked.
+	busy := describedNode(workflows.NodeWorkflowID("e"), started)
+	busy.PendingWorkflowTask = &workflowpb.PendingWorkflowTaskInfo{State: enumspb.PENDING_WORKFLOW_TASK_STATE_STARTED}
+	c.described[workflows.NodeWorkflowID("e")] = busy
+	c.steps[workflows.NodeWorkflowID("e")] = map[string]any{"step": "drain", "since": started}
 	a := &app{ctx: context.Background(), tc: c}
 	steps, err := a.inFlight(workflows.RolloutID("kata"))
 	require.NoError(t, err)
@@ -86,5 +92,6 @@ func TestInFlightNamesTheExactStep(t *testing.T) {
 		"b": "soak 12s/40s",
 		"c": "health: waiting for the node's conditions (timeout 5m0s)",
 		"d": "deleting Job maint/patch-d-x, waiting for its Pods to go",
+		"e": "job",
 	}, got)
 }
