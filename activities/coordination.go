@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	commonpb "go.temporal.io/api/common/v1"
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/serviceerror"
+	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
 )
 
@@ -93,4 +95,48 @@ func (c *Coordination) running(ctx context.Context, id, runID string) (bool, *co
 	}
 	info := d.RawResponse.GetWorkflowExecutionInfo()
 	return info.GetStatus() == enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING, info.GetParentExecution(), nil
+}
+
+// NodeHoldersInput names the node workflows that hold slots of a cluster's budget.
+type NodeHoldersInput struct {
+	TaskQueue     string   `json:"taskQueue"`
+	WorkflowTypes []string `json:"workflowTypes"`
+}
+
+// NodeHolders lists the node workflows running on the task queue, each as the holder of the
+// slot its Rollout took for it.
+func (c *Coordination) NodeHolders(ctx context.Context, in NodeHoldersInput) ([]SlotHolder, error) {
+	types := make([]string, len(in.WorkflowTypes))
+	for i, t := range in.WorkflowTypes {
+		types[i] = "'" + t + "'"
+	}
+	req := &workflowservice.ListWorkflowExecutionsRequest{
+		Query: fmt.Sprintf("TaskQueue = '%s' AND ExecutionStatus = 'Running' AND WorkflowType IN (%s)",
+			in.TaskQueue, strings.Join(types, ", ")),
+		PageSize: 1000,
+	}
+	var holders []SlotHolder
+	for {
+		page, err := c.Temporal.ListWorkflow(ctx, req)
+		if err != nil {
+			return nil, fmt.Errorf("listing the node workflows running on task queue %s: %w", in.TaskQueue, err)
+		}
+		for _, e := range page.GetExecutions() {
+			id := e.GetExecution().GetWorkflowId()
+			parent := e.GetParentExecution()
+			if parent == nil {
+				// Not every visibility store lists the parent: ask the workflow itself.
+				if _, parent, err = c.running(ctx, id, e.GetExecution().GetRunId()); err != nil {
+					return nil, err
+				}
+			}
+			if parent != nil {
+				holders = append(holders, SlotHolder{Rollout: parent.GetWorkflowId(), RolloutRun: parent.GetRunId(), Node: id})
+			}
+		}
+		if len(page.GetNextPageToken()) == 0 {
+			return holders, nil
+		}
+		req.NextPageToken = page.GetNextPageToken()
+	}
 }

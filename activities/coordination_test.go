@@ -45,3 +45,30 @@ func TestGoneHoldersOnlyWhenRolloutAndItsNodeAreClosed(t *testing.T) {
 	require.Equal(t, held[2:], gone)
 	tc.AssertExpectations(t)
 }
+
+// NodeHolders lists the running node workflows of the task queue with their parents (asking a
+// workflow itself when the listing leaves its parent out), across pages.
+func TestNodeHoldersListsRunningNodesWithTheirRollouts(t *testing.T) {
+	tc := &mocks.Client{}
+	rollout := &commonpb.WorkflowExecution{WorkflowId: "rollout-c1:a", RunId: "r1"}
+	query := "TaskQueue = 'noderollout-c1' AND ExecutionStatus = 'Running' AND WorkflowType IN ('NodeRolloutV2', 'NodeRolloutV3')"
+	tc.On("ListWorkflow", mock.Anything, mock.MatchedBy(func(r *workflowservice.ListWorkflowExecutionsRequest) bool {
+		return r.Query == query && len(r.NextPageToken) == 0
+	})).Return(&workflowservice.ListWorkflowExecutionsResponse{NextPageToken: []byte("p2"), Executions: []*workflowpb.WorkflowExecutionInfo{
+		{Execution: &commonpb.WorkflowExecution{WorkflowId: "noderollout-node-c1:x", RunId: "x1"}, ParentExecution: rollout},
+	}}, nil).Once()
+	tc.On("ListWorkflow", mock.Anything, mock.MatchedBy(func(r *workflowservice.ListWorkflowExecutionsRequest) bool {
+		return string(r.NextPageToken) == "p2"
+	})).Return(&workflowservice.ListWorkflowExecutionsResponse{Executions: []*workflowpb.WorkflowExecutionInfo{
+		{Execution: &commonpb.WorkflowExecution{WorkflowId: "noderollout-node-c1:y", RunId: "y1"}},
+	}}, nil).Once()
+	tc.On("DescribeWorkflow", mock.Anything, "noderollout-node-c1:y", "y1").Return(described(enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING, rollout), nil)
+	c := &Coordination{Temporal: tc}
+	holders, err := c.NodeHolders(context.Background(), NodeHoldersInput{TaskQueue: "noderollout-c1", WorkflowTypes: []string{"NodeRolloutV2", "NodeRolloutV3"}})
+	require.NoError(t, err)
+	require.Equal(t, []SlotHolder{
+		{Rollout: "rollout-c1:a", RolloutRun: "r1", Node: "noderollout-node-c1:x"},
+		{Rollout: "rollout-c1:a", RolloutRun: "r1", Node: "noderollout-node-c1:y"},
+	}, holders)
+	tc.AssertExpectations(t)
+}

@@ -4,9 +4,11 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
@@ -55,20 +57,21 @@ func (a *Activities) ListNodes(ctx context.Context, in ListNodesInput) (ListNode
 	if limit <= 0 {
 		limit = DefaultListLimit
 	}
-	if len(in.Names) > 0 && (in.Selector != "" || in.FieldSelector != "") {
-		return ListNodesResult{}, invalidRequest("nodes", "set either nodes or nodeSelector, not both")
+	labelSel, err := labels.Parse(in.Selector)
+	if err != nil {
+		return ListNodesResult{}, invalidRequest("nodeSelector", "%q is not a label selector: %v", in.Selector, err)
+	}
+	fieldSel, err := fields.ParseSelector(in.FieldSelector)
+	if err != nil {
+		return ListNodesResult{}, invalidRequest("fieldSelector", "%q is not a field selector: %v", in.FieldSelector, err)
 	}
 	if len(in.Names) > 0 {
-		return a.listNamedNodes(ctx, in, limit)
+		return a.listNamedNodes(ctx, in, limit, func(n *corev1.Node) bool {
+			return labelSel.Matches(labels.Set(n.Labels)) && fieldSel.Matches(nodeFields(n))
+		})
 	}
 	if in.Selector == "" && in.FieldSelector == "" {
 		return ListNodesResult{}, invalidRequest("nodeSelector", "set nodes (a list of names) or nodeSelector (a label selector)")
-	}
-	if _, err := labels.Parse(in.Selector); err != nil {
-		return ListNodesResult{}, invalidRequest("nodeSelector", "%q is not a label selector: %v", in.Selector, err)
-	}
-	if _, err := fields.ParseSelector(in.FieldSelector); err != nil {
-		return ListNodesResult{}, invalidRequest("fieldSelector", "%q is not a field selector: %v", in.FieldSelector, err)
 	}
 	entries, total, err := a.listSelectedNodes(ctx, in, limit)
 	if err != nil {
@@ -162,8 +165,14 @@ func (a *Activities) walkNodes(ctx context.Context, in ListNodesInput, stopAfter
 	}
 }
 
-// listNamedNodes resolves the slice of an explicit node list after in.After.
-func (a *Activities) listNamedNodes(ctx context.Context, in ListNodesInput, limit int) (ListNodesResult, error) {
+// nodeFields are the fields a field selector on Nodes can name.
+func nodeFields(n *corev1.Node) fields.Set {
+	return fields.Set{"metadata.name": n.Name, "spec.unschedulable": strconv.FormatBool(n.Spec.Unschedulable)}
+}
+
+// listNamedNodes resolves the slice of an explicit node list after in.After; a Node that
+// selected does not match (the input's selectors, when it has any) is Unselected.
+func (a *Activities) listNamedNodes(ctx context.Context, in ListNodesInput, limit int, selected func(*corev1.Node) bool) (ListNodesResult, error) {
 	if slices.Contains(in.Names, "") {
 		return ListNodesResult{}, invalidRequest("nodes", "contains an empty node name")
 	}
@@ -184,6 +193,7 @@ func (a *Activities) listNamedNodes(ctx context.Context, in ListNodesInput, limi
 	markerKey := jobspec.NodeMarkerKey(in.Rollout)
 	entries := make([]nodeEntry, len(names))
 	missing := make([]bool, len(names))
+	unselected := make([]bool, len(names))
 	errs := make([]error, len(names))
 	sem := make(chan struct{}, nodeGetConcurrency)
 	var wg sync.WaitGroup
@@ -198,6 +208,8 @@ func (a *Activities) listNamedNodes(ctx context.Context, in ListNodesInput, limi
 				missing[i] = true
 			case err != nil:
 				errs[i] = kubeError(err, "get", fmt.Sprintf("node %q", name))
+			case !selected(node):
+				unselected[i] = true
 			default:
 				entries[i] = nodeEntry{name: name, marker: node.Annotations[markerKey], labels: wantedLabels(in.Labels, node.Labels)}
 			}
@@ -210,6 +222,10 @@ func (a *Activities) listNamedNodes(ctx context.Context, in ListNodesInput, limi
 		}
 		if missing[i] {
 			res.Missing = append(res.Missing, name)
+			continue
+		}
+		if unselected[i] {
+			res.Unselected = append(res.Unselected, name)
 			continue
 		}
 		classify(&res, in, entries[i])

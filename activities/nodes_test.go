@@ -284,7 +284,6 @@ func TestListNodesInvalidSelectors(t *testing.T) {
 		{"label selector", ListNodesInput{Selector: "kata in (", Limit: 1}, "nodeSelector"},
 		{"field selector", ListNodesInput{Selector: "kata=true", FieldSelector: "nonsense", Limit: 1}, "fieldSelector"},
 		{"nothing selected", ListNodesInput{Limit: 1}, "nodeSelector"},
-		{"names and selector", ListNodesInput{Names: []string{"a"}, Selector: "kata=true", Limit: 1}, "nodes"},
 		{"empty name", ListNodesInput{Names: []string{"a", ""}, Limit: 1}, "nodes"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -353,4 +352,24 @@ func TestListNodesReportsRequestedLabelValues(t *testing.T) {
 	res, err := listNodes(t, a, ListNodesInput{Rollout: "kata", TemplateHash: testHash, Selector: "pool=x", Limit: 10})
 	require.NoError(t, err)
 	require.Nil(t, res.Labels, "no keys asked: no labels in the result (and the history)")
+}
+
+// Named nodes listed together with the rollout's selectors: the ones the selectors do not
+// select come back as Unselected (a canary named in a rollout that selects by label must be
+// one of its nodes).
+func TestListNodesNamesWithinSelectors(t *testing.T) {
+	gpu := testNode("gpu-1", nil)
+	gpu.Labels = map[string]string{"pool": "gpu"}
+	cordoned := testNode("gpu-2", nil)
+	cordoned.Labels = map[string]string{"pool": "gpu"}
+	cordoned.Spec.Unschedulable = true
+	web := testNode("web-1", nil)
+	web.Labels = map[string]string{"pool": "web"}
+	a := newActivities(fake.NewClientset(gpu, cordoned, web))
+	res, err := listNodes(t, a, ListNodesInput{Rollout: "kata", TemplateHash: testHash, Names: []string{"gpu-1", "gpu-2", "web-1", "gone"},
+		Selector: "pool=gpu", FieldSelector: "spec.unschedulable=false", Limit: 10})
+	require.NoError(t, err)
+	require.Equal(t, []string{"gpu-1"}, res.Nodes)
+	require.Equal(t, []string{"gpu-2", "web-1"}, res.Unselected)
+	require.Equal(t, []string{"gone"}, res.Missing)
 }

@@ -134,9 +134,11 @@ type ListNodesResult struct {
 	Nodes   []string `json:"nodes,omitempty"`   // to run
 	Done    []string `json:"done,omitempty"`    // marked done for this template hash: skipped unless rerun
 	Missing []string `json:"missing,omitempty"` // explicit names with no Node object
-	Next    string   `json:"next,omitempty"`    // pass as After for the next slice
-	More    bool     `json:"more"`              // another slice follows
-	Total   int      `json:"total"`             // nodes selected in all (unique explicit names, or all matches)
+	// Unselected are explicit names whose Node the input's selectors do not select.
+	Unselected []string `json:"unselected,omitempty"`
+	Next       string   `json:"next,omitempty"` // pass as After for the next slice
+	More       bool     `json:"more"`           // another slice follows
+	Total      int      `json:"total"`          // nodes selected in all (unique explicit names, or all matches)
 	// Labels holds, per listed node carrying any, the values of the input's Labels keys.
 	Labels map[string]map[string]string `json:"labels,omitempty"`
 }

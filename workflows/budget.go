@@ -29,6 +29,9 @@ const (
 	// versionClusterBudget marks rollouts that take a cluster slot for each node. Only workers
 	// with a budget ask for it, so rollouts without one keep today's commands exactly.
 	versionClusterBudget = "cluster-budget"
+	// versionBudgetRebuild marks coordinators that, started afresh, count the node workflows
+	// still running as holders before granting anything.
+	versionBudgetRebuild = "budget-rebuilds-holders"
 )
 
 // Tuning of the coordinator, variables so tests can shorten them.
@@ -83,6 +86,10 @@ type BudgetStatus struct {
 // Rollouts return their slots when their node workflow ends; a slot whose rollout was
 // terminated is reclaimed once that rollout and its node workflow are closed (GoneHolders),
 // looked for while requests wait and no slot is free.
+//
+// A coordinator started afresh (the first, or after one was terminated with its state) first
+// takes every node workflow still running on the cluster as a holder (versionBudgetRebuild):
+// their rollouts hold slots whatever state was lost, and would otherwise be granted again.
 func ClusterBudget(ctx workflow.Context, state BudgetState) error {
 	c := &coordinator{state: state, holders: map[string]activities.SlotHolder{}, reclaimWait: reclaimInterval}
 	for _, h := range state.Holders {
@@ -90,6 +97,12 @@ func ClusterBudget(ctx workflow.Context, state BudgetState) error {
 	}
 	if err := workflow.SetQueryHandler(ctx, QueryBudget, func() (BudgetStatus, error) { return c.status(), nil }); err != nil {
 		return err
+	}
+	if workflow.GetInfo(ctx).ContinuedExecutionRunID == "" &&
+		workflow.GetVersion(ctx, versionBudgetRebuild, workflow.DefaultVersion, 1) == 1 {
+		if err := c.rebuild(ctx); err != nil {
+			return err
+		}
 	}
 	acquire := workflow.GetSignalChannel(ctx, SignalSlotAcquire)
 	release := workflow.GetSignalChannel(ctx, SignalSlotRelease)
@@ -201,6 +214,31 @@ func (c *coordinator) grant(ctx workflow.Context) {
 	}
 }
 
+// rebuild takes the node workflows running on the coordinator's task queue as holders. It
+// retries for as long as Temporal's visibility does not answer: granting before it knows who
+// holds slots could put twice the budget in flight. Visibility lags a node started in the
+// last second or so; such a node's rollout asks again if its grant was lost (request).
+func (c *coordinator) rebuild(ctx workflow.Context) error {
+	var co *activities.Coordination
+	var running []activities.SlotHolder
+	actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
+		StartToCloseTimeout: time.Minute,
+		RetryPolicy:         apiRetry,
+		Summary:             "count the node workflows still running as holders",
+	})
+	err := workflow.ExecuteActivity(actx, co.NodeHolders, activities.NodeHoldersInput{
+		TaskQueue:     workflow.GetInfo(ctx).TaskQueueName,
+		WorkflowTypes: []string{NodeRolloutWorkflow, NodeRolloutV2Workflow, NodeRolloutV3Workflow},
+	}).Get(ctx, &running)
+	if err != nil {
+		return err
+	}
+	for _, h := range running {
+		c.holders[h.Key()] = h
+	}
+	return nil
+}
+
 // reclaim frees the slots of holders that are gone.
 func (c *coordinator) reclaim(ctx workflow.Context) {
 	var co *activities.Coordination
@@ -267,6 +305,7 @@ type clusterSlots struct {
 	self      workflow.Execution
 	granted   map[string]bool // node workflow IDs granted and not yet taken
 	waiting   map[string]bool // nodes waiting for a slot, for status
+	held      map[string]bool // nodes holding a slot
 	grants    workflow.ReceiveChannel
 }
 
@@ -281,6 +320,7 @@ func newClusterSlots(ctx workflow.Context, c Cluster) *clusterSlots {
 		self:      info.WorkflowExecution,
 		granted:   map[string]bool{},
 		waiting:   map[string]bool{},
+		held:      map[string]bool{},
 		grants:    workflow.GetSignalChannel(ctx, SignalSlotGranted),
 	}
 	workflow.Go(ctx, func(ctx workflow.Context) {
@@ -300,8 +340,9 @@ func (s *clusterSlots) holder(node string) activities.SlotHolder {
 }
 
 // acquire waits for a slot for node; progress shows the wait. On an error (the rollout was
-// cancelled) the request is withdrawn and no slot is held.
-func (s *clusterSlots) acquire(ctx workflow.Context, node string, progress func()) error {
+// cancelled), or when stop (if not nil) says the node will not start any more, the request is
+// withdrawn and no slot is held.
+func (s *clusterSlots) acquire(ctx workflow.Context, node string, progress func(), stop func() bool) error {
 	if s == nil {
 		return nil
 	}
@@ -329,14 +370,26 @@ func (s *clusterSlots) acquire(ctx workflow.Context, node string, progress func(
 	}
 	s.waiting[node] = true
 	progress()
-	err := workflow.Await(ctx, func() bool { return s.granted[h.Node] })
+	err := workflow.Await(ctx, func() bool { return s.granted[h.Node] || (stop != nil && stop()) })
 	delete(s.waiting, node)
+	granted := s.granted[h.Node]
 	delete(s.granted, h.Node)
-	if err != nil {
+	if err != nil || !granted {
 		s.release(ctx, node)
 		return err
 	}
+	s.held[node] = true
 	return nil
+}
+
+// holds says whether node holds a slot (nil: there is no budget, nothing to hold).
+func (s *clusterSlots) holds(node string) bool { return s == nil || s.held[node] }
+
+// giveBack returns node's slot if it holds one.
+func (s *clusterSlots) giveBack(ctx workflow.Context, node string) {
+	if s != nil && s.held[node] {
+		s.release(ctx, node)
+	}
 }
 
 // release gives node's slot back (or withdraws its request), even from a cancelled rollout.
@@ -347,6 +400,7 @@ func (s *clusterSlots) release(ctx workflow.Context, node string) {
 	if ctx.Err() != nil {
 		ctx, _ = workflow.NewDisconnectedContext(ctx)
 	}
+	delete(s.held, node)
 	// An error means the coordinator is closed: there is no slot to give back.
 	_ = workflow.SignalExternalWorkflow(ctx, s.cluster.BudgetWorkflowID(), "", SignalSlotRelease, SlotRelease{Holder: s.holder(node)}).Get(ctx, nil)
 }

@@ -139,6 +139,7 @@ func budgetEnv(t *testing.T, budget int, took func(string) time.Duration) (*test
 	})
 	tracker := &nodeTracker{started: map[string]time.Time{}, took: took}
 	env.OnWorkflow(NodeRolloutV3, mock.Anything, mock.Anything).Return(tracker.run)
+	env.OnActivity(co.NodeHolders, mock.Anything, mock.Anything).Return(nil, nil).Maybe()
 	env.OnActivity(co.GoneHolders, mock.Anything, mock.Anything).Return(func(_ context.Context, held []activities.SlotHolder) ([]activities.SlotHolder, error) {
 		tracker.looked = append(tracker.looked, held)
 		var gone []activities.SlotHolder
@@ -226,6 +227,7 @@ func TestBudgetCoordinatorContinuesAsNewWithItsHolders(t *testing.T) {
 	env.RegisterWorkflowWithOptions(ClusterBudget, workflow.RegisterOptions{Name: ClusterBudgetWorkflow})
 	co := &activities.Coordination{}
 	env.RegisterActivity(co)
+	env.OnActivity(co.NodeHolders, mock.Anything, mock.Anything).Return(nil, nil).Maybe()
 	env.OnActivity(co.GoneHolders, mock.Anything, mock.Anything).Return(nil, nil).Maybe()
 	var grants []string
 	env.OnSignalExternalWorkflow(mock.Anything, mock.Anything, mock.Anything, SignalSlotGranted, mock.Anything).Return(
@@ -267,6 +269,7 @@ func TestBudgetCoordinatorContinuesAsNewWithItsHolders(t *testing.T) {
 
 	// The next run: one holder returns its slot, and the oldest waiting request gets it.
 	next := newTestEnv(ts)
+	next.SetContinuedExecutionRunID("run-1")
 	next.RegisterWorkflowWithOptions(ClusterBudget, workflow.RegisterOptions{Name: ClusterBudgetWorkflow})
 	next.RegisterActivity(co)
 	next.OnActivity(co.GoneHolders, mock.Anything, mock.Anything).Return(nil, nil).Maybe()
@@ -362,4 +365,44 @@ func TestAbortedRolloutReturnsEverySlotItAskedFor(t *testing.T) {
 	require.Len(t, waiting.WaitingForClusterSlot, 2, "status shows the nodes waiting for a cluster slot")
 	require.Len(t, asked, 4)
 	require.ElementsMatch(t, asked, returned, "every slot asked for is returned or withdrawn")
+}
+
+// A coordinator started afresh (the previous one was terminated, with its state) first takes
+// the node workflows still running on the cluster as holders: they hold slots whatever the
+// lost state said, so a budget of 2 with 2 nodes running grants nothing more until one ends.
+func TestRestartedCoordinatorCountsTheNodesStillRunning(t *testing.T) {
+	ts := &testsuite.WorkflowTestSuite{}
+	env := newTestEnv(ts)
+	co := &activities.Coordination{}
+	env.RegisterActivity(co)
+	env.RegisterWorkflowWithOptions(ClusterBudget, workflow.RegisterOptions{Name: ClusterBudgetWorkflow})
+	running := []activities.SlotHolder{
+		{Rollout: "rollout-c1:old", RolloutRun: "run-a", Node: budgetCluster.NodeWorkflowID("x")},
+		{Rollout: "rollout-c1:old", RolloutRun: "run-a", Node: budgetCluster.NodeWorkflowID("y")},
+	}
+	env.OnActivity(co.NodeHolders, mock.Anything, mock.Anything).Return(running, nil).Maybe()
+	env.OnActivity(co.GoneHolders, mock.Anything, mock.Anything).Return(nil, nil).Maybe()
+	var granted []string
+	var mu sync.Mutex
+	env.OnSignalExternalWorkflow(mock.Anything, "rollout-c1:new", mock.Anything, SignalSlotGranted, mock.Anything).Return(func(_, _, _, _ string, arg any) error {
+		mu.Lock()
+		defer mu.Unlock()
+		granted = append(granted, arg.(SlotGrant).Node)
+		return nil
+	}).Maybe()
+	newcomer := activities.SlotHolder{Rollout: "rollout-c1:new", RolloutRun: "run-b", Node: budgetCluster.NodeWorkflowID("z")}
+	env.RegisterDelayedCallback(func() {
+		env.SignalWorkflow(SignalSlotAcquire, SlotRequest{Holder: newcomer, Budget: 2})
+	}, time.Second)
+	var before []string
+	env.RegisterDelayedCallback(func() {
+		mu.Lock()
+		before = append(before, granted...)
+		mu.Unlock()
+		env.SignalWorkflow(SignalSlotRelease, SlotRelease{Holder: running[0]})
+	}, time.Hour)
+	env.RegisterDelayedCallback(env.CancelWorkflow, 2*time.Hour)
+	env.ExecuteWorkflow(ClusterBudgetWorkflow, BudgetState{Budget: 2})
+	require.Empty(t, before, "nothing is granted while the nodes that survived the restart hold the budget")
+	require.Equal(t, []string{newcomer.Node}, granted, "granted once one of them ended")
 }

@@ -61,8 +61,8 @@ func (c Cluster) Rollout(ctx workflow.Context, req RolloutRequest, carried *Prog
 // or on a replayer of the cluster's histories).
 func (c Cluster) Register(w worker.WorkflowRegistry) {
 	w.RegisterWorkflowWithOptions(c.Rollout, workflow.RegisterOptions{Name: RolloutWorkflow})
-	w.RegisterWorkflow(NodeRollout)
-	w.RegisterWorkflow(NodeRolloutV2)
-	w.RegisterWorkflow(NodeRolloutV3)
+	w.RegisterWorkflowWithOptions(c.NodeRollout, workflow.RegisterOptions{Name: NodeRolloutWorkflow})
+	w.RegisterWorkflowWithOptions(c.NodeRolloutV2, workflow.RegisterOptions{Name: NodeRolloutV2Workflow})
+	w.RegisterWorkflowWithOptions(c.NodeRolloutV3, workflow.RegisterOptions{Name: NodeRolloutV3Workflow})
 	w.RegisterWorkflowWithOptions(ClusterBudget, workflow.RegisterOptions{Name: ClusterBudgetWorkflow})
 }

@@ -35,6 +35,9 @@ const (
 	// to fail there one by one (and an explicit rollout.parallelism 0, lost when the request
 	// was passed on to the clusters, ran with the default of 10).
 	versionFleetChecksRollout = "fleet-checks-nested-rollout"
+	// versionFleetCountsUnrolledClusters marks fleet runs that count a cluster whose rollout
+	// was aborted on its own, or selected no node, against maxFailedClusters.
+	versionFleetCountsUnrolledClusters = "fleet-counts-aborted-and-empty-clusters"
 )
 
 // FleetID is the workflow ID of the fleet rollout with this name.
@@ -150,6 +153,7 @@ func FleetRollout(ctx workflow.Context, req FleetRequest) (FleetResult, error) {
 	if err := f.registerHandlers(ctx); err != nil {
 		return FleetResult{}, err
 	}
+	f.countUnrolled = workflow.GetVersion(ctx, versionFleetCountsUnrolledClusters, workflow.DefaultVersion, 1) == 1
 	for w := range req.Waves {
 		if err := workflow.Await(ctx, func() bool { return !f.paused }); err != nil {
 			return f.aborted(ctx)
@@ -179,7 +183,7 @@ func FleetRollout(ctx workflow.Context, req FleetRequest) (FleetResult, error) {
 	if f.failed > req.MaxFailedClusters {
 		var failed []string
 		for _, c := range f.clusters {
-			if c.State == ClusterFailed {
+			if c.State == ClusterFailed || (c.State == ClusterAborted && f.countUnrolled) {
 				failed = append(failed, c.Cluster+" ("+c.Message+")")
 			}
 		}
@@ -200,6 +204,8 @@ type fleet struct {
 	paused   bool
 	draining bool
 	done     bool
+	// countUnrolled: versionFleetCountsUnrolledClusters applies to this run.
+	countUnrolled bool
 }
 
 // start runs one cluster's Rollout as a child on that cluster's task queue.
@@ -220,14 +226,14 @@ func (f *fleet) start(ctx workflow.Context, i int) {
 		var result RolloutResult
 		err := child.Get(ctx, &result)
 		delete(f.running, c.Cluster)
-		f.finished(c, result, err)
+		f.finished(c, result, err, ctx.Err() != nil)
 		f.showProgress(ctx)
 	})
 }
 
 // finished records how a cluster's rollout ended. A failed rollout's counts travel in the
-// error's details.
-func (f *fleet) finished(c *ClusterRollout, result RolloutResult, err error) {
+// error's details. fleetAborted says the fleet itself was aborted, which aborted the cluster.
+func (f *fleet) finished(c *ClusterRollout, result RolloutResult, err error, fleetAborted bool) {
 	var appErr *temporal.ApplicationError
 	if err != nil && errors.As(err, &appErr) && appErr.HasDetails() {
 		_ = appErr.Details(&result)
@@ -237,11 +243,21 @@ func (f *fleet) finished(c *ClusterRollout, result RolloutResult, err error) {
 		c.Counts = &counts
 	}
 	switch {
+	case err == nil && f.countUnrolled && result.Selected == 0 && result.Counts.Finished() == 0:
+		// A cluster where the rollout selected nothing was not rolled out: most likely its
+		// nodes are labelled differently, which the next wave's clusters would share.
+		c.State = ClusterFailed
+		c.Message = "selected no node: check the rollout's nodes or nodeSelector against this cluster's nodes"
+		f.failed++
 	case err == nil:
 		c.State = ClusterSucceeded
 	case temporal.IsCanceledError(err):
 		c.State = ClusterAborted
 		c.Message = "aborted"
+		if f.countUnrolled && !fleetAborted {
+			c.Message = "aborted on its own (not by the fleet): counted against maxFailedClusters"
+			f.failed++
+		}
 	default:
 		c.State = ClusterFailed
 		c.Message = err.Error()

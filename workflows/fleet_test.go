@@ -22,6 +22,8 @@ import (
 type fakeClusters struct {
 	mu       sync.Mutex
 	fail     map[string]bool
+	abort    map[string]bool // aborted on their own after the hour (someone aborted that cluster's rollout)
+	empty    map[string]bool // select no node
 	started  map[string]time.Time
 	signals  map[string][]string
 	requests map[string]RolloutRequest
@@ -48,6 +50,12 @@ func (f *fakeClusters) rollout(ctx workflow.Context, req RolloutRequest) (Rollou
 	if err := workflow.Sleep(ctx, time.Hour); err != nil {
 		return result, temporal.NewCanceledError()
 	}
+	if f.abort[cluster] {
+		return result, temporal.NewCanceledError(result)
+	}
+	if f.empty[cluster] {
+		return RolloutResult{Name: req.Name}, nil
+	}
 	if f.fail[cluster] {
 		result.Counts = Counts{Succeeded: 1, Failed: 2}
 		return result, temporal.NewNonRetryableApplicationError("rollout demo stopped: 2 of 3 selected nodes failed", ErrFailureBudgetExceeded, nil, result)
@@ -59,7 +67,7 @@ func fleetEnv(t *testing.T, fail ...string) (*testsuite.TestWorkflowEnvironment,
 	t.Helper()
 	ts := &testsuite.WorkflowTestSuite{}
 	env := newTestEnv(ts)
-	f := &fakeClusters{fail: map[string]bool{}, started: map[string]time.Time{}, signals: map[string][]string{}, requests: map[string]RolloutRequest{}}
+	f := &fakeClusters{fail: map[string]bool{}, abort: map[string]bool{}, empty: map[string]bool{}, started: map[string]time.Time{}, signals: map[string][]string{}, requests: map[string]RolloutRequest{}}
 	for _, c := range fail {
 		f.fail[c] = true
 	}
@@ -316,4 +324,32 @@ func TestFleetStartsAnInvalidRolloutOnTheOldVersion(t *testing.T) {
 	require.Equal(t, ErrFleetFailureBudgetExceeded, appErr.Type(), "the fleet counted the failed cluster")
 	require.Contains(t, f.started, "a")
 	require.NotContains(t, f.started, "b")
+}
+
+// A cluster whose rollout was aborted on its own, or selected no node at all, has not been
+// rolled out: it counts against maxFailedClusters, and the next wave does not start.
+func TestFleetCountsAnAbortedOrEmptyClusterAsFailed(t *testing.T) {
+	for _, how := range []string{"aborted", "empty"} {
+		t.Run(how, func(t *testing.T) {
+			env, f := fleetEnv(t)
+			if how == "aborted" {
+				f.abort["a"] = true
+			} else {
+				f.empty["a"] = true
+			}
+			env.ExecuteWorkflow(FleetRolloutWorkflow, fleetRequest(0))
+			require.True(t, env.IsWorkflowCompleted())
+			var appErr *temporal.ApplicationError
+			require.True(t, errors.As(env.GetWorkflowError(), &appErr), "%v", env.GetWorkflowError())
+			require.Equal(t, ErrFleetFailureBudgetExceeded, appErr.Type())
+			var st FleetStatus
+			require.NoError(t, appErr.Details(&st))
+			want := map[string]string{"aborted": ClusterAborted, "empty": ClusterFailed}[how]
+			require.Equal(t, want, clusterStates(st)["a"])
+			require.Equal(t, 1, st.FailedClusters)
+			require.Contains(t, appErr.Message(), "failed: a (")
+			require.Equal(t, ClusterNotRun, clusterStates(st)["c"])
+			require.NotContains(t, f.started, "c")
+		})
+	}
 }

@@ -69,7 +69,7 @@ func TestWritesRetryThroughAMinutesLongOutage(t *testing.T) {
 		}
 		return activities.FinalizeResult{}, nil
 	})
-	env.ExecuteWorkflow(NodeRollout, nodeInput())
+	executeNodeAsChild(env, NodeRollout, NodeRolloutWorkflow, nodeInput())
 	require.NoError(t, env.GetWorkflowError())
 	var r NodeResult
 	require.NoError(t, env.GetWorkflowResult(&r))
@@ -95,7 +95,7 @@ func TestFailedCreateStillCleansUpTheKnownJobName(t *testing.T) {
 		finalized = *in.Job
 		return activities.FinalizeResult{}, nil
 	}).Once()
-	env.ExecuteWorkflow(NodeRollout, nodeInput())
+	executeNodeAsChild(env, NodeRollout, NodeRolloutWorkflow, nodeInput())
 	var appErr *temporal.ApplicationError
 	require.True(t, errors.As(env.GetWorkflowError(), &appErr))
 	var r NodeResult
@@ -130,7 +130,7 @@ func TestWaitFailureDeletesTheJobBeforeTheNodeIsReleased(t *testing.T) {
 		order = append(order, "finalize")
 		return activities.FinalizeResult{}, nil
 	})
-	env.ExecuteWorkflow(NodeRollout, nodeInput())
+	executeNodeAsChild(env, NodeRollout, NodeRolloutWorkflow, nodeInput())
 	var appErr *temporal.ApplicationError
 	require.True(t, errors.As(env.GetWorkflowError(), &appErr))
 	var r NodeResult
@@ -452,7 +452,7 @@ func TestTimedOutNodeSaysWhyItsPodNeverRan(t *testing.T) {
 	env.OnActivity(a.CreateJob, mock.Anything, mock.Anything).Return(activities.JobRef{Namespace: "jobs", Name: "j", UID: "u1", Node: "node-a"}, nil)
 	env.OnActivity(a.WaitJob, mock.Anything, mock.Anything).Return(activities.JobEnd{Outcome: activities.OutcomeTimedOut, Reason: activities.ReasonJobTimeout}, nil)
 	env.OnActivity(a.FinalizeJob, mock.Anything, mock.Anything).Return(activities.FinalizeResult{PodReason: "ImagePullBackOff: pull access denied"}, nil)
-	env.ExecuteWorkflow(NodeRollout, nodeInput())
+	executeNodeAsChild(env, NodeRollout, NodeRolloutWorkflow, nodeInput())
 	var appErr *temporal.ApplicationError
 	require.True(t, errors.As(env.GetWorkflowError(), &appErr))
 	require.Contains(t, appErr.Message(), "ImagePullBackOff")

@@ -204,6 +204,11 @@ func (n *nodeSteps) runMaintained(ctx workflow.Context) (NodeResult, error) {
 	}
 	if n.mayHaveCordoned {
 		if err := n.uncordon(ctx); err != nil {
+			if isCancel(ctx, err) && workflow.GetVersion(ctx, versionAbortDuringUncordon, workflow.DefaultVersion, 1) == 1 {
+				// An abort, not an API error: the node ends aborted, uncharged, its cordon left
+				// as onFailure says and the abort recorded over the Job's success.
+				return n.maintenanceFailed(ctx, err, done)
+			}
 			end := endFromError(err)
 			end.Message = "the Job succeeded but the node could not be uncordoned: " + end.Message
 			return n.finalize(ctx, nil, end, done)
@@ -241,6 +246,11 @@ func (n *nodeSteps) maintenanceFailed(ctx workflow.Context, err error, result No
 	return n.finalize(ctx, nil, end, result)
 }
 
+// versionAbortDuringUncordon marks nodes aborted while their cordon was being lifted after a
+// success, which end aborted (onFailure, the abort recorded) instead of failing with the
+// cancelled uncordon as an API error. It is asked only on that path.
+const versionAbortDuringUncordon = "abort-during-uncordon"
+
 // versionRecordAbortAfterJob marks nodes that, aborted in their health gate or soak after the
 // Job's success was recorded on the Node, record the abort over it. It is asked only on that
 // path, so no other node's history carries its marker.
@@ -254,7 +264,7 @@ func (n *nodeSteps) recordAbort(ctx workflow.Context) {
 	in := n.in
 	cleanup, _ := workflow.NewDisconnectedContext(ctx)
 	end := activities.JobEnd{Outcome: activities.OutcomeAborted, Reason: activities.ReasonAborted,
-		Message: "aborted after the Job succeeded, before the node was found healthy"}
+		Message: "aborted after the Job succeeded, before the node's rollout finished (health, soak or uncordon)"}
 	err := workflow.ExecuteLocalActivity(withLocalAPIActivity(cleanup, n.writeDeadline(), "record aborted"), a.FinalizeJob, activities.FinalizeInput{
 		Rollout:      in.Rollout,
 		Node:         in.Node,

@@ -85,6 +85,9 @@ func (r *maintenanceRun) step(ctx context.Context, name string) error {
 		for {
 			select {
 			case <-ctx.Done():
+				r.mu.Lock()
+				r.block = "" // a later call of the step (the clean-up's) goes through
+				r.mu.Unlock()
 				return ctx.Err()
 			case <-time.After(10 * time.Millisecond):
 				activity.RecordHeartbeat(ctx)
@@ -101,7 +104,7 @@ func maintainedInput(onFailure string) NodeRolloutInput {
 }
 
 func (r *maintenanceRun) run(in NodeRolloutInput) (NodeResult, error) {
-	r.env.ExecuteWorkflow(NodeRollout, in)
+	executeNodeAsChild(r.env, NodeRollout, NodeRolloutWorkflow, in)
 	if !r.env.IsWorkflowCompleted() {
 		return NodeResult{}, errors.New("the workflow did not complete")
 	}
@@ -154,7 +157,7 @@ func TestMaintenanceResumesAfterACrashAtEachStep(t *testing.T) {
 // onFailure says uncordon, and a Job success already recorded on the Node is replaced by the
 // abort.
 func TestMaintenanceAbortAtEachStep(t *testing.T) {
-	for _, step := range []string{"drain", "wait", "health", "soak"} {
+	for _, step := range []string{"cordon", "drain", "wait", "finalize:succeeded", "health", "soak", "uncordon"} {
 		for _, onFailure := range []string{OnFailureKeepCordoned, OnFailureUncordon} {
 			t.Run(step+"/"+onFailure, func(t *testing.T) {
 				r := newMaintenanceRun(t)
@@ -165,13 +168,13 @@ func TestMaintenanceAbortAtEachStep(t *testing.T) {
 				require.Equal(t, activities.OutcomeAborted, res.Outcome)
 				i := slices.Index(allSteps, step)
 				want := slices.Clone(allSteps[:i+1])
-				if step == "wait" {
+				if step == "wait" || step == "finalize:succeeded" {
 					want = append(want, "delete")
 				}
 				if onFailure == OnFailureUncordon {
 					want = append(want, "uncordon")
 				}
-				if step == "health" || step == "soak" {
+				if step == "finalize:succeeded" || step == "health" || step == "soak" || step == "uncordon" {
 					// The Job's success is already on the Node: the abort replaces it.
 					want = append(want, "finalize:aborted")
 				}

@@ -38,6 +38,14 @@ type NodeRolloutInput struct {
 // succeed fails this workflow with ErrNodeFailed and the NodeResult as details, so the UI shows
 // it red. Rollouts that found the node busy are told when it ends.
 func NodeRollout(ctx workflow.Context, in NodeRolloutInput) (NodeResult, error) {
+	return Cluster{}.NodeRollout(ctx, in)
+}
+
+// NodeRollout is NodeRollout as the cluster's worker runs it.
+func (c Cluster) NodeRollout(ctx workflow.Context, in NodeRolloutInput) (NodeResult, error) {
+	if err := c.checkLineage(ctx, in); err != nil {
+		return NodeResult{}, err
+	}
 	if workflow.GetVersion(ctx, versionFieldGuarantees, workflow.DefaultVersion, 1) == workflow.DefaultVersion {
 		return nodeRolloutBeforeGuarantees(ctx, in)
 	}
@@ -50,6 +58,14 @@ func NodeRollout(ctx workflow.Context, in NodeRolloutInput) (NodeResult, error) 
 // workflow task instead of running old code on a new node, so the task goes to a newer worker
 // during a rolling update.
 func NodeRolloutV2(ctx workflow.Context, in NodeRolloutInput) (NodeResult, error) {
+	return Cluster{}.NodeRolloutV2(ctx, in)
+}
+
+// NodeRolloutV2 is NodeRolloutV2 as the cluster's worker runs it.
+func (c Cluster) NodeRolloutV2(ctx workflow.Context, in NodeRolloutInput) (NodeResult, error) {
+	if err := c.checkLineage(ctx, in); err != nil {
+		return NodeResult{}, err
+	}
 	return runNode(ctx, in, false)
 }
 
@@ -57,7 +73,39 @@ func NodeRolloutV2(ctx workflow.Context, in NodeRolloutInput) (NodeResult, error
 // local activity (RunJob): one marker in its history instead of three. Parents from the second
 // version of versionNodeV2 on start it.
 func NodeRolloutV3(ctx workflow.Context, in NodeRolloutInput) (NodeResult, error) {
+	return Cluster{}.NodeRolloutV3(ctx, in)
+}
+
+// NodeRolloutV3 is NodeRolloutV3 as the cluster's worker runs it.
+func (c Cluster) NodeRolloutV3(ctx workflow.Context, in NodeRolloutInput) (NodeResult, error) {
+	if err := c.checkLineage(ctx, in); err != nil {
+		return NodeResult{}, err
+	}
 	return runNode(ctx, in, true)
+}
+
+// ErrNotStartedByARollout is the error of a node workflow that a Rollout did not start.
+const ErrNotStartedByARollout = "NotStartedByARollout"
+
+// checkLineage refuses a node workflow that a rollout did not start as its child under the
+// node's own workflow ID: the ID is the node's lock (one rollout per node at a time), and only
+// a Rollout applies the policy's cap, the cluster-wide budget and the pacing before a node
+// starts. It makes no command, so it changes no history of a node a rollout started; the
+// worker's activities check the parent itself before they touch the cluster.
+func (c Cluster) checkLineage(ctx workflow.Context, in NodeRolloutInput) error {
+	info := workflow.GetInfo(ctx)
+	want := c.NodeWorkflowID(in.Node)
+	switch {
+	case info.ParentWorkflowExecution == nil:
+		return temporal.NewNonRetryableApplicationError(fmt.Sprintf(
+			"%s was started directly: node workflows run only as children of a Rollout, which paces them; start a Rollout (workflow type %s) naming node %q instead",
+			info.WorkflowType.Name, RolloutWorkflow, in.Node), ErrNotStartedByARollout, nil)
+	case info.WorkflowExecution.ID != want:
+		return temporal.NewNonRetryableApplicationError(fmt.Sprintf(
+			"%s runs under workflow ID %q, not %q: a node's workflow ID is its lock, derived from the node; start a Rollout instead",
+			info.WorkflowType.Name, info.WorkflowExecution.ID, want), ErrNotStartedByARollout, nil)
+	}
+	return nil
 }
 
 // runNode is a node's rollout from versionFieldGuarantees on; oneStep runs a watched Job with
@@ -81,17 +129,33 @@ type nodeSteps struct {
 	mayHaveCordoned bool
 	// oneStep: a watched Job runs as one RunJob local activity (NodeRolloutV3).
 	oneStep bool
+	// abortedInFinalize: an abort cut short the finalize of a Job that succeeded, which may
+	// have recorded the success on the Node already.
+	abortedInFinalize bool
 }
 
 func (n *nodeSteps) run(ctx workflow.Context) (NodeResult, error) {
 	// No GetVersion here: only inputs with a maintenance section take the new path, and no
 	// history recorded before the section existed has one, so every running history replays
 	// the commands it recorded; a marker per child would cost every node history events.
+	var result NodeResult
+	var err error
 	if n.in.Maintenance != nil {
-		return n.runMaintained(ctx)
+		result, err = n.runMaintained(ctx)
+	} else {
+		result, err = n.runJob(ctx)
 	}
-	return n.runJob(ctx)
+	if n.abortedInFinalize && workflow.GetVersion(ctx, versionRecordAbortInFinalize, workflow.DefaultVersion, 1) == 1 {
+		// The node ends aborted: so must its marker, or a re-run would skip it.
+		n.recordAbort(ctx)
+	}
+	return result, err
 }
+
+// versionRecordAbortInFinalize marks nodes aborted while the finalize of their successful Job
+// ran, which record the abort over the success the finalize may have written. It is asked
+// only on that path.
+const versionRecordAbortInFinalize = "record-abort-in-finalize"
 
 // runJob creates the node's Job, waits for it and finalizes it.
 func (n *nodeSteps) runJob(ctx workflow.Context) (NodeResult, error) {
@@ -236,6 +300,7 @@ func (n *nodeSteps) finalize(ctx workflow.Context, job *activities.JobRef, end a
 		RunID:        workflow.GetInfo(ctx).WorkflowExecution.RunID,
 	}).Get(ctx, &fin)
 	if err != nil && isCancel(ctx, err) && job != nil {
+		n.abortedInFinalize = end.Outcome == activities.OutcomeSucceeded
 		return abort(ctx, *job, result)
 	}
 	// A finalize that failed for good (say, Forbidden on the Node) must not hide the Job's outcome.

@@ -51,7 +51,7 @@ func (s *NodeSuite) TestCreateWaitFinalize() {
 	s.env.OnActivity(s.a.FinalizeJob, mock.Anything, mock.MatchedBy(func(in activities.FinalizeInput) bool {
 		return in.Job != nil && in.Job.UID == "u1" && in.End.Outcome == activities.OutcomeSucceeded && in.KeepJobs == activities.KeepFailed
 	})).Return(activities.FinalizeResult{}, nil).Once()
-	s.env.ExecuteWorkflow(NodeRollout, nodeInput())
+	executeNodeAsChild(s.env, NodeRollout, NodeRolloutWorkflow, nodeInput())
 	s.Require().NoError(s.env.GetWorkflowError())
 	var r NodeResult
 	s.Require().NoError(s.env.GetWorkflowResult(&r))
@@ -68,7 +68,7 @@ func (s *NodeSuite) TestFailedJobFailsTheWorkflowWithTheResult() {
 		Return(activities.JobEnd{Outcome: activities.OutcomeFailed, Reason: "BackoffLimitExceeded", Message: "Job has reached the specified backoff limit"}, nil)
 	s.env.OnActivity(s.a.FinalizeJob, mock.Anything, mock.Anything).
 		Return(activities.FinalizeResult{LogTail: "boom", ExitCode: &code}, nil)
-	s.env.ExecuteWorkflow(NodeRollout, nodeInput())
+	executeNodeAsChild(s.env, NodeRollout, NodeRolloutWorkflow, nodeInput())
 	r := s.failedResult()
 	s.Equal(activities.OutcomeFailed, r.Outcome)
 	s.Equal("BackoffLimitExceeded", r.Reason)
@@ -91,7 +91,7 @@ func (s *NodeSuite) TestNodeGoneBeforeCreate() {
 	s.env.OnActivity(s.a.FinalizeJob, mock.Anything, mock.MatchedBy(func(in activities.FinalizeInput) bool {
 		return in.Job == nil && in.End.Outcome == activities.OutcomeNodeGone
 	})).Return(activities.FinalizeResult{}, nil).Once()
-	s.env.ExecuteWorkflow(NodeRollout, nodeInput())
+	executeNodeAsChild(s.env, NodeRollout, NodeRolloutWorkflow, nodeInput())
 	r := s.failedResult()
 	s.Equal(activities.OutcomeNodeGone, r.Outcome)
 	s.Equal(activities.ReasonNodeDeleted, r.Reason)
@@ -101,7 +101,7 @@ func (s *NodeSuite) TestForeignObjectIsAFailureNotARetry() {
 	s.env.OnActivity(s.a.CreateJob, mock.Anything, mock.Anything).Return(activities.JobRef{},
 		temporal.NewNonRetryableApplicationError("Job jobs/demo-node-a-abcde exists and is not ours", activities.ErrForeignObject, nil)).Once()
 	s.env.OnActivity(s.a.FinalizeJob, mock.Anything, mock.Anything).Return(activities.FinalizeResult{}, nil).Once()
-	s.env.ExecuteWorkflow(NodeRollout, nodeInput())
+	executeNodeAsChild(s.env, NodeRollout, NodeRolloutWorkflow, nodeInput())
 	r := s.failedResult()
 	s.Equal(activities.OutcomeFailed, r.Outcome)
 	s.Equal(activities.ErrForeignObject, r.Reason)
@@ -226,4 +226,37 @@ func bothRollouts(ctx workflow.Context) ([]RolloutResult, error) {
 		return nil, err
 	}
 	return []RolloutResult{r1, r2}, nil
+}
+
+// A node workflow runs only as a Rollout's child under the node's own workflow ID: started
+// directly, or as a child under another ID, it refuses before any activity touches the
+// cluster (row 7 of the seams issue).
+func TestNodeWorkflowStartedOutsideARolloutIsRefused(t *testing.T) {
+	for name, fn := range map[string]any{NodeRolloutWorkflow: NodeRollout, NodeRolloutV2Workflow: NodeRolloutV2, NodeRolloutV3Workflow: NodeRolloutV3} {
+		t.Run(name+"/directly", func(t *testing.T) {
+			var ts testsuite.WorkflowTestSuite
+			env := newTestEnv(&ts)
+			env.RegisterActivity(&activities.Activities{}) // no mock: any activity call fails the test
+			env.ExecuteWorkflow(fn, nodeInput())
+			var appErr *temporal.ApplicationError
+			require.ErrorAs(t, env.GetWorkflowError(), &appErr)
+			require.Equal(t, ErrNotStartedByARollout, appErr.Type())
+			require.True(t, appErr.NonRetryable())
+			require.Contains(t, appErr.Message(), "started directly")
+		})
+		t.Run(name+"/under another ID", func(t *testing.T) {
+			var ts testsuite.WorkflowTestSuite
+			env := newTestEnv(&ts)
+			env.RegisterActivity(&activities.Activities{})
+			env.RegisterWorkflowWithOptions(fn, workflow.RegisterOptions{Name: name})
+			env.RegisterWorkflowWithOptions(func(ctx workflow.Context, in NodeRolloutInput) error {
+				return workflow.ExecuteChildWorkflow(nodeChildOptions(ctx, in.Rollout, in.Node, "any-id-i-like"), name, in).Get(ctx, nil)
+			}, workflow.RegisterOptions{Name: "rogue-parent"})
+			env.ExecuteWorkflow("rogue-parent", nodeInput())
+			var appErr *temporal.ApplicationError
+			require.ErrorAs(t, env.GetWorkflowError(), &appErr)
+			require.Equal(t, ErrNotStartedByARollout, appErr.Type())
+			require.Contains(t, appErr.Message(), `not "noderollout-node-node-a"`)
+		})
+	}
 }

@@ -80,7 +80,7 @@ func TestShortJobIsOneRunJob(t *testing.T) {
 	})).Return(activities.RunJobResult{Job: oneStepJob, Done: true,
 		End: activities.JobEnd{Outcome: activities.OutcomeSucceeded, Reason: "Completed"}}, nil).Once()
 	ran := separateSteps(env, a, "create", "watch", "wait", "finalize")
-	env.ExecuteWorkflow(NodeRolloutV3, watchedInput())
+	executeNodeAsChild(env, NodeRolloutV3, NodeRolloutV3Workflow, watchedInput())
 	require.Empty(t, *ran, "steps RunJob had done ran again on their own")
 	require.NoError(t, env.GetWorkflowError())
 	var r NodeResult
@@ -100,7 +100,7 @@ func TestRunJobOutlastedIsLeftToWaitJobThenFinalized(t *testing.T) {
 		return in.Job != nil && in.Job.UID == "u1" && in.End.Outcome == activities.OutcomeFailed
 	})).Return(activities.FinalizeResult{}, nil).Once()
 	ran := separateSteps(env, a, "create", "watch")
-	env.ExecuteWorkflow(NodeRolloutV3, watchedInput())
+	executeNodeAsChild(env, NodeRolloutV3, NodeRolloutV3Workflow, watchedInput())
 	require.Empty(t, *ran, "steps RunJob had done ran again on their own")
 	var appErr *temporal.ApplicationError
 	require.ErrorAs(t, env.GetWorkflowError(), &appErr)
@@ -117,7 +117,7 @@ func TestRunJobWhoseFinalizeFailedFinalizesAgain(t *testing.T) {
 		return in.Job != nil && in.Job.UID == "u1" && in.End == end
 	})).Return(activities.FinalizeResult{}, nil).Once()
 	ran := separateSteps(env, a, "create", "watch", "wait")
-	env.ExecuteWorkflow(NodeRolloutV3, watchedInput())
+	executeNodeAsChild(env, NodeRolloutV3, NodeRolloutV3Workflow, watchedInput())
 	require.Empty(t, *ran, "steps RunJob had done ran again on their own")
 	require.NoError(t, env.GetWorkflowError())
 	env.AssertExpectations(t)
@@ -132,7 +132,7 @@ func TestRunJobRefusedCreateFinalizesWithoutAJob(t *testing.T) {
 		return in.Job == nil && in.End.Outcome == activities.OutcomeFailed
 	})).Return(activities.FinalizeResult{}, nil).Once()
 	ran := separateSteps(env, a, "create", "watch", "wait")
-	env.ExecuteWorkflow(NodeRolloutV3, watchedInput())
+	executeNodeAsChild(env, NodeRolloutV3, NodeRolloutV3Workflow, watchedInput())
 	require.Empty(t, *ran, "steps RunJob had done ran again on their own")
 	require.Error(t, env.GetWorkflowError())
 	env.AssertExpectations(t)
@@ -153,7 +153,7 @@ func TestAbortDuringRunJobDeletesTheJob(t *testing.T) {
 		return nil
 	})
 	ran := separateSteps(env, a, "create", "watch", "wait", "finalize")
-	env.ExecuteWorkflow(NodeRolloutV3, watchedInput())
+	executeNodeAsChild(env, NodeRolloutV3, NodeRolloutV3Workflow, watchedInput())
 	require.Empty(t, *ran, "steps RunJob had done ran again on their own")
 	var canceled *temporal.CanceledError
 	require.ErrorAs(t, env.GetWorkflowError(), &canceled)
@@ -170,7 +170,7 @@ func TestRunJobThatFindsTheRunsOutcomeReportsIt(t *testing.T) {
 	found.Finalized = activities.OutcomeFailed
 	env.OnActivity(a.RunJob, mock.Anything, mock.Anything).Return(activities.RunJobResult{Job: found}, nil).Once()
 	ran := separateSteps(env, a, "create", "watch", "wait", "finalize")
-	env.ExecuteWorkflow(NodeRolloutV3, watchedInput())
+	executeNodeAsChild(env, NodeRolloutV3, NodeRolloutV3Workflow, watchedInput())
 	require.Empty(t, *ran, "steps RunJob had done ran again on their own")
 	var appErr *temporal.ApplicationError
 	require.ErrorAs(t, env.GetWorkflowError(), &appErr)
@@ -185,7 +185,7 @@ func TestNodeRolloutV3WithoutAWatchTakesTheSeparateSteps(t *testing.T) {
 	env.OnActivity(a.WaitJob, mock.Anything, mock.Anything).Return(activities.JobEnd{Outcome: activities.OutcomeSucceeded}, nil).Once()
 	env.OnActivity(a.FinalizeJob, mock.Anything, mock.Anything).Return(activities.FinalizeResult{}, nil).Once()
 	env.OnActivity(a.RunJob, mock.Anything, mock.Anything).Return(activities.RunJobResult{}, nil).Never()
-	env.ExecuteWorkflow(NodeRolloutV3, nodeInput())
+	executeNodeAsChild(env, NodeRolloutV3, NodeRolloutV3Workflow, nodeInput())
 	require.NoError(t, env.GetWorkflowError())
 	env.AssertExpectations(t)
 }

@@ -255,8 +255,15 @@ func parseWindow(w MaintenanceWindow, add func(field, what, fix string)) *window
 			add("maintenanceWindow.cron", "is set together with start/days", "give either a cron expression or days and start")
 		}
 		sched, err := cron.ParseStandard(w.Cron)
-		if err != nil || strings.Contains(w.Cron, "TZ=") {
+		switch {
+		case err != nil || strings.Contains(w.Cron, "TZ="):
 			add("maintenanceWindow.cron", fmt.Sprintf("%q is not a five-field cron expression (%v)", w.Cron, err), "write e.g. \"0 22 * * 6\" (Saturdays 22:00); the zone goes in timeZone")
+		case isConstantDelay(sched):
+			add("maintenanceWindow.cron", fmt.Sprintf("%q has no fixed opening: @every counts from whenever the window is read, so it never opens", w.Cron),
+				"write the openings as a five-field cron expression, e.g. \"0 * * * *\" (every hour on the hour)")
+		case sched.Next(cronCheckFrom).IsZero():
+			add("maintenanceWindow.cron", fmt.Sprintf("%q never matches a date (such as 30 February), so the window never opens", w.Cron),
+				"name a day that exists, e.g. \"0 0 28 2 *\"")
 		}
 		s.cron = sched
 		return s
@@ -280,6 +287,16 @@ func parseWindow(w MaintenanceWindow, add func(field, what, fix string)) *window
 	}
 	s.hour, s.minute = h, m
 	return s
+}
+
+// cronCheckFrom is where validation looks for a cron window's first opening: a fixed time
+// keeps validation deterministic, and the parser looks five years ahead, which every date that
+// exists (29 February included) falls within.
+var cronCheckFrom = time.Date(2001, 1, 1, 0, 0, 0, 0, time.UTC)
+
+func isConstantDelay(s cron.Schedule) bool {
+	_, ok := s.(cron.ConstantDelaySchedule)
+	return ok
 }
 
 // windowState says whether the window is open at now and when that next changes: the end of
@@ -316,20 +333,33 @@ func windowState(w windowSpec, loc *time.Location, now time.Time) (open bool, un
 
 // cronWindowState is windowState for a cron window: open while an opening in the last
 // duration is not over.
+//
+// The loop is bounded: a five-field expression opens at most once a minute, so a window of at
+// most MaxWindowDuration has at most maxCronOpenings openings that can still be open; a
+// schedule with no next opening (zero) ends it, and reads as closed with a zero until.
 func cronWindowState(w windowSpec, loc *time.Location, now time.Time) (open bool, until time.Time) {
 	local := now.In(loc)
 	// The parser's schedules have a resolution of a second; start just before the earliest
 	// opening that can still be open.
-	for o := w.cron.Next(local.Add(-w.duration)); !o.After(local); o = w.cron.Next(o) {
+	o := w.cron.Next(local.Add(-w.duration))
+	for range maxCronOpenings {
+		if o.IsZero() || o.After(local) {
+			break
+		}
 		if closing := o.Add(w.duration); closing.After(local) && closing.After(until) {
 			open, until = true, closing
 		}
+		o = w.cron.Next(o)
 	}
 	if open {
 		return true, until
 	}
 	return false, w.cron.Next(local)
 }
+
+// maxCronOpenings bounds the openings cronWindowState looks at: one a minute for the longest
+// window, and some to spare.
+const maxCronOpenings = int(MaxWindowDuration/time.Minute) + 2
 
 // windowReading is what the recorded side effect returns.
 type windowReading struct {
@@ -351,11 +381,12 @@ type pacer struct {
 	canaries    []string
 	isCanary    map[string]bool
 	domainOf    map[string]string // nodes holding (or about to hold) a slot
-	inFlight    map[string]int    // by domain
+	inFlight    map[string]int    // slots taken, by domain
+	started     map[string]int    // nodes whose child runs, by domain
 }
 
 func newPacer(s pacing, carried *PacingProgress) pacer {
-	p := pacer{s: s, domainOf: map[string]string{}, inFlight: map[string]int{}, isCanary: map[string]bool{}}
+	p := pacer{s: s, domainOf: map[string]string{}, inFlight: map[string]int{}, started: map[string]int{}, isCanary: map[string]bool{}}
 	if carried != nil {
 		p.canaryStage = carried.CanaryStage
 		p.canaries = carried.CanaryNodes
@@ -553,6 +584,9 @@ func readWindow(ctx workflow.Context, w windowSpec, now time.Time) (windowReadin
 			return windowReading{Problem: fmt.Sprintf("maintenanceWindow.timeZone: %q is not a known time zone (%v); use an IANA name such as Europe/Berlin", w.zone, err)}
 		}
 		open, until := windowState(w, loc, now)
+		if !open && until.IsZero() {
+			return windowReading{Problem: "maintenanceWindow: the window never opens again; give a schedule with openings to come"}
+		}
 		return windowReading{Open: open, Until: until}
 	}).Get(&reading)
 	if err == nil && reading.Problem != "" {
@@ -672,17 +706,34 @@ func (r *rollout) runCanaries(ctx workflow.Context) (stop bool, res RolloutResul
 	if c == nil || r.pace.canaryStage == canaryStageDone {
 		return false, RolloutResult{}, nil
 	}
+	// From versionAdmission on a run can continue as new in its canary stage; the next run
+	// goes on with the canaries it was handed instead of listing them again.
+	resumed := r.admission && r.pace.canaryStage == canaryStageRunning
 	r.pace.canaryStage = canaryStageRunning
-	if err := r.listCanaries(ctx); err != nil {
-		if ctx.Err() != nil {
-			res, err := r.cancelled(ctx)
-			return true, res, err
+	if !resumed {
+		if err := r.listCanaries(ctx); err != nil {
+			if ctx.Err() != nil {
+				res, err := r.cancelled(ctx)
+				return true, res, err
+			}
+			return true, RolloutResult{}, err
 		}
-		return true, RolloutResult{}, err
+	}
+	if r.admission {
+		r.resumeWaiting(ctx)
 	}
 	failed := func() bool { return r.p.Counts.Failures() > 0 }
-	for len(r.queue) > 0 {
-		ok, err := r.startNext(ctx, failed)
+	historyFull := func() bool { return r.admission && r.historyNearLimits(ctx) }
+	settled := func() bool { return r.inFlight == 0 && len(r.waiting) == 0 }
+	continuing := false
+	for len(r.queue) > 0 && !continuing {
+		var ok bool
+		var err error
+		if r.admission {
+			ok, err = r.nextAdmitted(ctx, historyFull)
+		} else {
+			ok, err = r.startNext(ctx, failed)
+		}
 		if err != nil {
 			res, err := r.cancelled(ctx)
 			return true, res, err
@@ -690,8 +741,25 @@ func (r *rollout) runCanaries(ctx workflow.Context) (stop bool, res RolloutResul
 		if !ok {
 			break
 		}
+		continuing = historyFull()
 	}
-	if err := workflow.Await(ctx, func() bool { return r.inFlight == 0 && len(r.waiting) == 0 }); err != nil {
+	// Canaries held by another rollout for days must not fill the history: once it is near
+	// its limits, nothing is in flight and no canary failed, the run continues as new with
+	// them (the waiting ones handed over, the rest still queued).
+	if err := workflow.Await(ctx, func() bool { return settled() || (historyFull() && r.inFlight == 0) }); err != nil {
+		res, err := r.cancelled(ctx)
+		return true, res, err
+	}
+	if !settled() && !failed() || continuing && !failed() {
+		r.continuing = true
+		if _, err := r.drain(ctx, true, true); err != nil {
+			res, err := r.cancelled(ctx)
+			return true, res, err
+		}
+		res, err := r.continueAsNew(ctx)
+		return true, res, err
+	}
+	if err := workflow.Await(ctx, settled); err != nil {
 		res, err := r.cancelled(ctx)
 		return true, res, err
 	}
@@ -743,6 +811,10 @@ func (r *rollout) listCanaries(ctx workflow.Context) error {
 	switch {
 	case len(c.Nodes) > 0:
 		in.Names = c.Nodes
+		if r.admission {
+			// Named canaries of a rollout that selects its nodes must be among them.
+			in.Selector, in.FieldSelector = r.req.NodeSelector, r.req.FieldSelector
+		}
 	case len(r.req.Nodes) > 0:
 		in.Selector = c.Selector
 	default:
@@ -796,6 +868,15 @@ func (r *rollout) listCanaries(ctx workflow.Context) error {
 	if page.More {
 		return temporal.NewNonRetryableApplicationError(fmt.Sprintf(
 			"invalid rollout request: canary.selector: selects more than %d nodes; narrow it", MaxCanaries), activities.ErrInvalidRequest, nil)
+	}
+	if len(page.Unselected) > 0 {
+		var ps []string
+		for _, n := range page.Unselected {
+			ps = append(ps, fmt.Sprintf("canary.nodes[%d]: %q is not selected by the rollout (nodeSelector %q, fieldSelector %q)",
+				slices.Index(c.Nodes, n), n, r.req.NodeSelector, r.req.FieldSelector))
+		}
+		return temporal.NewNonRetryableApplicationError("invalid rollout request: "+strings.Join(ps, "; ")+
+			"; canaries must be nodes of the rollout: correct the name or the selector", activities.ErrInvalidRequest, nil)
 	}
 	r.queue = r.queuePage(page)
 	r.pace.canaries = nil

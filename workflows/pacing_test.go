@@ -457,3 +457,25 @@ func (s *RolloutSuite) TestCanarySelectorCountsOnlyTheRolloutsOwnNodes() {
 	s.Require().Len(s.runs, 4)
 	s.ElementsMatch([]string{"node-00120", "node-00240"}, []string{s.runs[0].node, s.runs[1].node}, "the canaries run first")
 }
+
+// A named canary of a rollout that selects its nodes by label must be one of them: a mistyped
+// or foreign node is refused before anything starts, not given the Job, the cordon and the drain.
+func (s *RolloutSuite) TestCanaryNodeOutsideTheSelectorIsRefused() {
+	s.listFn = func(ctx context.Context, in activities.ListNodesInput) (activities.ListNodesResult, error) {
+		if len(in.Names) > 0 {
+			if in.Selector != "pool=gpu" {
+				return activities.ListNodesResult{Nodes: in.Names, Total: len(in.Names)}, nil
+			}
+			return activities.ListNodesResult{Nodes: []string{"gpu-1"}, Unselected: []string{"web-1"}, Total: 2}, nil
+		}
+		return activities.ListNodesResult{Nodes: []string{"gpu-1", "gpu-2"}, Total: 2}, nil
+	}
+	req := RolloutRequest{Name: "demo", Namespace: "jobs", NodeSelector: "pool=gpu", JobTemplate: sampleTemplate,
+		Canary: &Canary{Nodes: []string{"gpu-1", "web-1"}}}
+	s.env.ExecuteWorkflow(RolloutWorkflow, req)
+	s.True(s.env.IsWorkflowCompleted())
+	err := s.env.GetWorkflowError()
+	s.Require().Error(err)
+	s.Contains(err.Error(), `canary.nodes[1]: "web-1" is not selected by the rollout`)
+	s.Empty(s.runs, "no node started")
+}

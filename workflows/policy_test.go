@@ -46,3 +46,36 @@ func TestSetParallelismStaysWithinThePolicy(t *testing.T) {
 	require.NoError(t, within)
 	require.True(t, accepted)
 }
+
+// An update sent while the template is still being prepared cannot slip past the policy's cap.
+func TestSetParallelismBeforeTheTemplateIsPreparedStaysWithinThePolicy(t *testing.T) {
+	var ts testsuite.WorkflowTestSuite
+	env := newTestEnv(&ts)
+	a := &activities.Activities{}
+	env.RegisterActivity(a)
+	env.RegisterWorkflow(NodeRolloutV3)
+	env.RegisterWorkflowWithOptions(Rollout, workflow.RegisterOptions{Name: RolloutWorkflow})
+	env.OnActivity(a.PrepareTemplate, mock.Anything, mock.Anything).After(10*time.Minute).Return(
+		activities.PreparedTemplate{Template: sampleTemplate, Hash: "h1", MaxParallelism: 5}, nil)
+	env.OnActivity(a.ListNodes, mock.Anything, mock.Anything).Return(activities.ListNodesResult{Nodes: []string{"n1"}, Total: 1}, nil)
+	env.OnWorkflow(NodeRolloutV3, mock.Anything, mock.Anything).After(time.Hour).Return(NodeResult{Outcome: activities.OutcomeSucceeded}, nil)
+	var updateErr error
+	completed := false
+	env.RegisterDelayedCallback(func() {
+		env.UpdateWorkflow(UpdateSetParallelism, "early", &testsuite.TestUpdateCallback{
+			OnReject: func(err error) { updateErr = err }, OnAccept: func() {},
+			OnComplete: func(_ any, err error) { completed, updateErr = true, err },
+		}, SetParallelismRequest{Parallelism: 1000})
+	}, time.Second)
+	var st RolloutStatus
+	env.RegisterDelayedCallback(func() {
+		v, err := env.QueryWorkflow(QueryStatus)
+		require.NoError(t, err)
+		require.NoError(t, v.Get(&st))
+	}, 11*time.Minute)
+	env.ExecuteWorkflow(RolloutWorkflow, RolloutRequest{Name: "kata", NodeSelector: "a=b", JobTemplate: sampleTemplate, Parallelism: 2})
+	require.NoError(t, env.GetWorkflowError())
+	require.True(t, completed, "the update completes once the cap is known")
+	require.ErrorContains(t, updateErr, "allows at most 5, got 1000")
+	require.Equal(t, 2, st.Parallelism, "the parallelism over the cap was not applied")
+}

@@ -20,7 +20,7 @@ func TestReplayRecordedHistories(t *testing.T) {
 	require.NotEmpty(t, files)
 	for _, file := range files {
 		t.Run(filepath.Base(file), func(t *testing.T) {
-			require.NoError(t, ReplayerFor(file).ReplayWorkflowHistoryFromJSONFile(nil, file))
+			require.NoError(t, ReplayFixture(file))
 		})
 	}
 }

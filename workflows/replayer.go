@@ -1,9 +1,12 @@
 package workflows
 
 import (
+	"os"
 	"path/filepath"
 	"strings"
 
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/converter"
 	"go.temporal.io/sdk/worker"
 	"go.temporal.io/sdk/workflow"
 )
@@ -17,11 +20,41 @@ var BudgetFixtureCluster = Cluster{Name: "fixture-budget", Budget: 2}
 // that recorded the fixture file ran them.
 func ReplayerFor(file string) worker.WorkflowReplayer {
 	replayer := worker.NewWorkflowReplayer()
-	cluster := Cluster{}
-	if strings.Contains(filepath.Base(file), "budget") {
-		cluster = BudgetFixtureCluster
-	}
-	cluster.Register(replayer)
+	fixtureCluster(file).Register(replayer)
 	replayer.RegisterWorkflowWithOptions(FleetRollout, workflow.RegisterOptions{Name: FleetRolloutWorkflow})
 	return replayer
+}
+
+func fixtureCluster(file string) Cluster {
+	if strings.Contains(filepath.Base(file), "budget") {
+		return BudgetFixtureCluster
+	}
+	return Cluster{}
+}
+
+// ReplayFixture replays a recorded history file as the worker that recorded it ran it. A node
+// workflow's history is replayed under the node's workflow ID, which the file does not hold
+// (the ID is not part of the history) and the node workflow checks (checkLineage).
+func ReplayFixture(file string) error {
+	f, err := os.Open(file)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	history, err := client.HistoryFromJSON(f, client.HistoryJSONOptions{})
+	if err != nil {
+		return err
+	}
+	var options worker.ReplayWorkflowHistoryOptions
+	if started := history.GetEvents()[0].GetWorkflowExecutionStartedEventAttributes(); started != nil {
+		switch started.GetWorkflowType().GetName() {
+		case NodeRolloutWorkflow, NodeRolloutV2Workflow, NodeRolloutV3Workflow:
+			var in NodeRolloutInput
+			if err := converter.GetDefaultDataConverter().FromPayloads(started.GetInput(), &in); err != nil {
+				return err
+			}
+			options.OriginalExecution.ID = fixtureCluster(file).NodeWorkflowID(in.Node)
+		}
+	}
+	return ReplayerFor(file).ReplayWorkflowHistoryWithOptions(nil, history, options)
 }

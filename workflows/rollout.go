@@ -71,6 +71,9 @@ const (
 	// versionCutDelay marks runs whose delay between nodes ended early because no node may
 	// start any more (see delayNext).
 	versionCutDelay = "cut-delay-when-no-node-may-start"
+	// versionCapBeforePrepare marks setParallelism updates that arrived before the template
+	// was prepared and waited for the worker's cap instead of being applied unchecked.
+	versionCapBeforePrepare = "set-parallelism-waits-for-the-cap"
 )
 
 // Rollout runs NodeRollout on every selected node, at most a window of them at a time.
@@ -121,6 +124,7 @@ func rolloutIn(ctx workflow.Context, cluster Cluster, req RolloutRequest, carrie
 			return RolloutResult{}, err
 		}
 	}
+	r.prepared = true
 	if req.DryRun {
 		return r.dryRun(ctx)
 	}
@@ -144,7 +148,8 @@ type rollout struct {
 	pace pacer
 
 	queue           []queuedNode
-	inFlight        int // nodes holding a window slot
+	inFlight        int // nodes holding a window slot: started, or reserved while they wait for a cluster slot
+	started         int // nodes whose child workflow has started and not yet ended
 	waiting         map[string]bool
 	recent          []NodeResult
 	launchedThisRun int
@@ -153,8 +158,14 @@ type rollout struct {
 	nodeVersion     workflow.Version // of versionNodeV2: 1 starts NodeRolloutV2 children, 2 NodeRolloutV3
 	collect         bool             // versionChildCollector applies to this run
 	stopWaits       bool             // versionStopWaits applies to this run
-	draining        bool
-	done            bool
+	admission       bool             // versionAdmission applies to this run
+	// continuing: the run has decided to continue as new; nodes waiting for another rollout
+	// stop looking on a timer and wait to be told, so the history stops growing.
+	continuing bool
+	// prepared: the template and the worker's policy are known (MaxParallelism is the cap).
+	prepared bool
+	draining bool
+	done     bool
 	// handedOver holds the waiting nodes this run hands to the next one; once set, none of
 	// them starts here.
 	handedOver []PacedNode
@@ -243,6 +254,18 @@ func (r *rollout) registerHandlers(ctx workflow.Context) error {
 	}
 	err := workflow.SetUpdateHandlerWithOptions(ctx, UpdateSetParallelism,
 		func(ctx workflow.Context, in SetParallelismRequest) (SetParallelismResult, error) {
+			// Before the template is prepared the worker's cap (policy maxParallelism) is not
+			// known yet: the update waits for it, so the cap holds from the first instant.
+			// versionCapBeforePrepare is asked only on that path.
+			if !r.prepared && workflow.GetVersion(ctx, versionCapBeforePrepare, workflow.DefaultVersion, 1) == 1 {
+				if err := workflow.Await(ctx, func() bool { return r.prepared }); err != nil {
+					return SetParallelismResult{}, err
+				}
+				if limit := r.p.MaxParallelism; limit > 0 && in.Parallelism > limit {
+					return SetParallelismResult{}, temporal.NewNonRetryableApplicationError(fmt.Sprintf(
+						"parallelism: the worker's policy (maxParallelism) allows at most %d, got %d", limit, in.Parallelism), activities.ErrPolicyDenied, nil)
+				}
+			}
 			previous := r.win.ceiling
 			r.win.setCeiling(in.Parallelism)
 			r.p.Parallelism = in.Parallelism
@@ -295,6 +318,7 @@ func (r *rollout) registerHandlers(ctx workflow.Context) error {
 func (r *rollout) run(ctx workflow.Context) (RolloutResult, error) {
 	r.canAtLimits = workflow.GetVersion(ctx, versionHistoryLimits, workflow.DefaultVersion, 1) == 1
 	r.stopWaits = workflow.GetVersion(ctx, versionStopWaits, workflow.DefaultVersion, 1) == 1
+	r.admission = workflow.GetVersion(ctx, versionAdmission, workflow.DefaultVersion, 1) == 1
 	if err := r.checkWindow(ctx); err != nil {
 		return RolloutResult{}, err
 	}
@@ -310,6 +334,7 @@ func (r *rollout) run(ctx workflow.Context) (RolloutResult, error) {
 		}
 		if r.dueToContinueAsNew(ctx) {
 			continueAsNew = true
+			r.continuing = r.admission
 			break
 		}
 		if len(r.queue) == 0 {
@@ -323,7 +348,13 @@ func (r *rollout) run(ctx workflow.Context) (RolloutResult, error) {
 			}
 			continue
 		}
-		launching, err := r.startNext(ctx, r.budgetExceeded)
+		var launching bool
+		var err error
+		if r.admission {
+			launching, err = r.nextAdmitted(ctx, func() bool { return r.dueToContinueAsNew(ctx) })
+		} else {
+			launching, err = r.startNext(ctx, r.budgetExceeded)
+		}
 		if err != nil {
 			return r.cancelled(ctx)
 		}
@@ -430,11 +461,8 @@ func (r *rollout) startNext(ctx workflow.Context, stop func() bool) (bool, error
 		r.p.Cursor = next.name
 	}
 	switch next.skip {
-	case "done":
-		r.record(ctx, NodeResult{Node: next.name, Outcome: activities.OutcomeSkipped, Reason: "AlreadyDone"})
-	case "missing":
-		r.record(ctx, NodeResult{Node: next.name, Outcome: activities.OutcomeNodeGone, Reason: "NodeNotFound",
-			Message: "no Node named " + next.name})
+	case "done", "missing":
+		r.recordSkip(ctx, next)
 	default:
 		r.pace.assign(next)
 		r.launch(ctx, next.name)
@@ -445,6 +473,16 @@ func (r *rollout) startNext(ctx workflow.Context, stop func() bool) (bool, error
 		}
 	}
 	return true, nil
+}
+
+// recordSkip records a listed node that is not run: done for this template, or missing.
+func (r *rollout) recordSkip(ctx workflow.Context, n queuedNode) {
+	if n.skip == "missing" {
+		r.record(ctx, NodeResult{Node: n.name, Outcome: activities.OutcomeNodeGone, Reason: "NodeNotFound",
+			Message: "no Node named " + n.name})
+		return
+	}
+	r.record(ctx, NodeResult{Node: n.name, Outcome: activities.OutcomeSkipped, Reason: "AlreadyDone"})
 }
 
 // delayNext waits delayBetweenNodes before the next node may start. From versionStopWaits on
@@ -620,6 +658,7 @@ func (r *rollout) settle(ctx workflow.Context, node string, end nodeEnd) {
 func (r *rollout) childEnded(ctx workflow.Context, node string, child workflow.Future) {
 	var result NodeResult
 	err := child.Get(ctx, &result)
+	r.childStopped(node)
 	if temporal.IsWorkflowExecutionAlreadyStartedError(err) {
 		workflow.Go(ctx, func(ctx workflow.Context) {
 			r.settle(ctx, node, r.runNode(ctx, node, true))
@@ -654,6 +693,8 @@ func (r *rollout) startChild(ctx workflow.Context, node string) workflow.ChildWo
 			in.WatchSeconds = nodeWatchSeconds
 		}
 	}
+	r.started++
+	r.pace.started[r.pace.domainOf[node]]++
 	return workflow.ExecuteChildWorkflow(nodeChildOptions(ctx, r.req.Name, node, r.cluster.NodeWorkflowID(node)), nodeWorkflow, in)
 }
 
@@ -661,6 +702,9 @@ func (r *rollout) startChild(ctx workflow.Context, node string) workflow.ChildWo
 // was already refused as busy, so the wait comes first. While it waits it gives its window
 // slot back, so a busy node never holds up the others.
 func (r *rollout) runNode(ctx workflow.Context, node string, busy bool) nodeEnd {
+	if r.admission {
+		return r.runAdmitted(ctx, node, busy)
+	}
 	backoff, recheck := busyNodeBackoff, busyNodeRecheck
 	for {
 		if busy {
@@ -703,7 +747,7 @@ func (r *rollout) runNode(ctx workflow.Context, node string, busy bool) nodeEnd 
 			r.p.Counts.Running++
 			r.pace.take(node)
 		}
-		if err := r.slots.acquire(ctx, node, func() { r.showProgress(ctx) }); err != nil {
+		if err := r.slots.acquire(ctx, node, func() { r.showProgress(ctx) }, nil); err != nil {
 			return nodeEnd{result: NodeResult{Node: node, Outcome: activities.OutcomeAborted, Reason: activities.ReasonAborted,
 				Message: "aborted while waiting for a slot of the cluster-wide budget"}, holdsSlot: true, started: true}
 		}
@@ -712,9 +756,11 @@ func (r *rollout) runNode(ctx workflow.Context, node string, busy bool) nodeEnd 
 		if err == nil {
 			var result NodeResult
 			err = child.Get(ctx, &result)
+			r.childStopped(node)
 			r.slots.release(ctx, node)
 			return nodeEnd{result: nodeResult(node, err, result), holdsSlot: true, started: true}
 		}
+		r.childStopped(node)
 		r.slots.release(ctx, node)
 		if !temporal.IsWorkflowExecutionAlreadyStartedError(err) {
 			return nodeEnd{result: nodeResult(node, err, NodeResult{}), holdsSlot: true, started: true}
@@ -728,8 +774,16 @@ func (r *rollout) runNode(ctx workflow.Context, node string, busy bool) nodeEnd 
 // recheck: a handful of events per waiting node however long the other rollout's Job runs.
 // From versionStopWaits on the wait ends as soon as no node may start (noneMayStart): the node
 // will not start, and the rollout's drain waits for it.
+//
+// From versionAdmission on, once the run has decided to continue as new or its history is
+// near the limits, the node stops looking on a timer and waits only to be told (or for no
+// node to be allowed to start, a hand-over included): a run whose window drains for days
+// stops growing its history, and the next run looks again at once.
 func (r *rollout) waitUntilFreed(ctx workflow.Context, node string, recheck time.Duration) error {
 	if r.stopWaits && r.noneMayStart() {
+		return nil
+	}
+	if r.admission && r.rolloutRefusal(ctx).final {
 		return nil
 	}
 	self := workflow.GetInfo(ctx).WorkflowExecution.ID
@@ -739,6 +793,14 @@ func (r *rollout) waitUntilFreed(ctx workflow.Context, node string, recheck time
 	}
 	if err != nil {
 		return nil // the holder has already finished: try again at once
+	}
+	if r.admission {
+		woken := func() bool { return r.freed[node] || r.rolloutRefusal(ctx).final }
+		if r.continuing || r.historyNearLimits(ctx) {
+			return workflow.Await(ctx, woken)
+		}
+		_, err = workflow.AwaitWithTimeout(ctx, recheck, woken)
+		return err
 	}
 	_, err = workflow.AwaitWithTimeout(ctx, recheck, func() bool {
 		return r.freed[node] || (r.stopWaits && r.noneMayStart())

@@ -18,7 +18,19 @@ import (
 func newTestEnv(ts *testsuite.WorkflowTestSuite) *testsuite.TestWorkflowEnvironment {
 	env := ts.NewTestWorkflowEnvironment()
 	env.SetWorkerOptions(worker.Options{DeadlockDetectionTimeout: 30 * time.Second})
+	env.RegisterWorkflowWithOptions(asChildOfARollout, workflow.RegisterOptions{Name: childOfARollout})
 	return env
+}
+
+// childOfARollout runs a node workflow the way a Rollout does: as its child, under the node's
+// workflow ID. Node tests start it rather than the node workflow itself, which refuses to run
+// without such a parent (checkLineage).
+const childOfARollout = "child-of-a-rollout"
+
+func asChildOfARollout(ctx workflow.Context, nodeWorkflow string, in NodeRolloutInput) (NodeResult, error) {
+	var res NodeResult
+	err := workflow.ExecuteChildWorkflow(nodeChildOptions(ctx, in.Rollout, in.Node, NodeWorkflowID(in.Node)), nodeWorkflow, in).Get(ctx, &res)
+	return res, err
 }
 
 // jobsOutlastTheWatch makes every node's local watch see its Job still running, so that the
@@ -30,4 +42,10 @@ func jobsOutlastTheWatch(env *testsuite.TestWorkflowEnvironment) {
 	var a *activities.Activities
 	env.OnActivity(a.WatchJob, mock.Anything, mock.Anything).Return(activities.JobWatch{Running: true}, nil).Maybe()
 	env.OnGetVersion(versionNodeV2, workflow.DefaultVersion, 2).Return(workflow.Version(1)).Maybe()
+}
+
+// executeNodeAsChild runs the node workflow fn (registered as name) as a Rollout's child.
+func executeNodeAsChild(env *testsuite.TestWorkflowEnvironment, fn any, name string, in NodeRolloutInput) {
+	env.RegisterWorkflowWithOptions(fn, workflow.RegisterOptions{Name: name, DisableAlreadyRegisteredCheck: true})
+	env.ExecuteWorkflow(childOfARollout, name, in)
 }

@@ -35,7 +35,7 @@ func TestShortJobEndsWithinTheWatchWithoutWaitJob(t *testing.T) {
 	env.OnActivity(a.FinalizeJob, mock.Anything, mock.MatchedBy(func(in activities.FinalizeInput) bool {
 		return in.Job != nil && in.Job.UID == "u1" && in.End.Outcome == activities.OutcomeSucceeded
 	})).Return(activities.FinalizeResult{}, nil).Once()
-	env.ExecuteWorkflow(NodeRolloutV2, watchedInput())
+	executeNodeAsChild(env, NodeRolloutV2, NodeRolloutV2Workflow, watchedInput())
 	require.NoError(t, env.GetWorkflowError())
 	env.AssertExpectations(t)
 }
@@ -49,7 +49,7 @@ func TestJobThatOutlastsTheWatchIsLeftToWaitJob(t *testing.T) {
 	env.OnActivity(a.FinalizeJob, mock.Anything, mock.MatchedBy(func(in activities.FinalizeInput) bool {
 		return in.End.Outcome == activities.OutcomeFailed
 	})).Return(activities.FinalizeResult{}, nil).Once()
-	env.ExecuteWorkflow(NodeRolloutV2, watchedInput())
+	executeNodeAsChild(env, NodeRolloutV2, NodeRolloutV2Workflow, watchedInput())
 	var appErr *temporal.ApplicationError
 	require.ErrorAs(t, env.GetWorkflowError(), &appErr)
 	require.Equal(t, ErrNodeFailed, appErr.Type())
@@ -73,7 +73,7 @@ func TestAbortDuringTheWatchDeletesTheJob(t *testing.T) {
 		deleted = append(deleted, j.Name)
 		return nil
 	})
-	env.ExecuteWorkflow(NodeRolloutV2, watchedInput())
+	executeNodeAsChild(env, NodeRolloutV2, NodeRolloutV2Workflow, watchedInput())
 	var canceled *temporal.CanceledError
 	require.ErrorAs(t, env.GetWorkflowError(), &canceled)
 	var r NodeResult
@@ -96,7 +96,7 @@ func TestWatchRefusedDeletesTheJob(t *testing.T) {
 		return nil
 	})
 	env.OnActivity(a.FinalizeJob, mock.Anything, mock.Anything).Return(activities.FinalizeResult{}, nil).Once()
-	env.ExecuteWorkflow(NodeRolloutV2, watchedInput())
+	executeNodeAsChild(env, NodeRolloutV2, NodeRolloutV2Workflow, watchedInput())
 	require.Error(t, env.GetWorkflowError())
 	require.Equal(t, 1, deleted)
 }
@@ -139,7 +139,7 @@ func TestRepeatedFirstTaskReportsTheOutcomeOnTheNode(t *testing.T) {
 	env.OnActivity(a.WatchJob, mock.Anything, mock.Anything).Return(activities.JobWatch{}, errors.New("WatchJob must not run")).Never()
 	env.OnActivity(a.WaitJob, mock.Anything, mock.Anything).Return(activities.JobEnd{}, errors.New("WaitJob must not run")).Never()
 	env.OnActivity(a.FinalizeJob, mock.Anything, mock.Anything).Return(activities.FinalizeResult{}, errors.New("FinalizeJob must not run")).Never()
-	env.ExecuteWorkflow(NodeRolloutV2, watchedInput())
+	executeNodeAsChild(env, NodeRolloutV2, NodeRolloutV2Workflow, watchedInput())
 	require.NoError(t, env.GetWorkflowError())
 	var r NodeResult
 	require.NoError(t, env.GetWorkflowResult(&r))
@@ -152,12 +152,16 @@ func TestRepeatedFirstTaskReportsTheOutcomeOnTheNode(t *testing.T) {
 // FinalizeJob is told the run, which it records on the Node next to the marker.
 func TestFinalizeIsToldTheRun(t *testing.T) {
 	env, a := nodeEnv(t)
-	env.OnActivity(a.CreateJob, mock.Anything, mock.Anything).Return(watchedJob, nil).Once()
+	var runID string // the node workflow's run, as CreateJob was told it
+	env.OnActivity(a.CreateJob, mock.Anything, mock.Anything).Return(func(_ context.Context, in activities.JobRequest) (activities.JobRef, error) {
+		runID = in.RunID
+		return watchedJob, nil
+	}).Once()
 	env.OnActivity(a.WatchJob, mock.Anything, mock.Anything).Return(activities.JobWatch{End: activities.JobEnd{Outcome: activities.OutcomeSucceeded}}, nil).Once()
 	env.OnActivity(a.FinalizeJob, mock.Anything, mock.MatchedBy(func(in activities.FinalizeInput) bool {
-		return in.RunID == "default-test-run-id" // the test environment's run ID
+		return runID != "" && in.RunID == runID
 	})).Return(activities.FinalizeResult{}, nil).Once()
-	env.ExecuteWorkflow(NodeRolloutV2, watchedInput())
+	executeNodeAsChild(env, NodeRolloutV2, NodeRolloutV2Workflow, watchedInput())
 	require.NoError(t, env.GetWorkflowError())
 	env.AssertExpectations(t)
 }

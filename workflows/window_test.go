@@ -79,3 +79,45 @@ func TestContinueAsNewNearTheHistoryLimitsNotAtTheSuggestion(t *testing.T) {
 		})
 	}
 }
+
+// A cron window that can never open is refused when the request is checked (the starter's
+// validate runs the same check offline): @every has no fixed opening (each reading starts it
+// anew from that instant), and 30 February never comes.
+func TestCronWindowThatNeverOpensIsRefused(t *testing.T) {
+	for _, expr := range []string{"@every 1h", "0 0 30 2 *", "0 0 31 4 *"} {
+		req := RolloutRequest{Name: "w", Nodes: []string{"a"}, JobTemplate: "t",
+			MaintenanceWindow: &MaintenanceWindow{Cron: expr, Duration: "1h"}}
+		_, err := Validate(req)
+		require.ErrorContains(t, err, "maintenanceWindow.cron:", expr)
+	}
+	for _, expr := range []string{"@daily", "0 22 * * 6", "0 0 29 2 *"} {
+		req := RolloutRequest{Name: "w", Nodes: []string{"a"}, JobTemplate: "t",
+			MaintenanceWindow: &MaintenanceWindow{Cron: expr, Duration: "1h"}}
+		_, err := Validate(req)
+		require.NoError(t, err, expr)
+	}
+}
+
+// neverSchedule is a schedule with no next opening, as robfig/cron answers for 30 February.
+type neverSchedule struct{}
+
+func (neverSchedule) Next(time.Time) time.Time { return time.Time{} }
+
+// Window code cannot loop without bound: a schedule with no opening reads as closed for good
+// (the workflow then fails the rollout with InvalidRequest), at once.
+func TestCronWindowStateStopsOnAScheduleThatNeverOpens(t *testing.T) {
+	done := make(chan struct{})
+	var open bool
+	var until time.Time
+	go func() {
+		open, until = cronWindowState(windowSpec{cron: neverSchedule{}, duration: time.Hour}, time.UTC, time.Date(2026, 3, 2, 10, 0, 0, 0, time.UTC))
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("cronWindowState is still looping after 5 s")
+	}
+	require.False(t, open)
+	require.True(t, until.IsZero())
+}

@@ -65,7 +65,7 @@ func TestRecordReplayFixtures(t *testing.T) {
 	})
 	require.NotEmpty(t, rec.files)
 	for _, file := range rec.files {
-		require.NoError(t, workflows.ReplayerFor(file).ReplayWorkflowHistoryFromJSONFile(nil, file), "replaying %s", file)
+		require.NoError(t, workflows.ReplayFixture(file), "replaying %s", file)
 	}
 	t.Logf("recorded and replayed %d histories in %s", len(rec.files), rec.dir)
 }

@@ -1,0 +1,300 @@
+package workflows
+
+import (
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/noderollout/noderollout/activities"
+)
+
+// The one admission point of a rollout. Every feature that bounds when a node may start (abort,
+// hand-over, the failure budget, canaries, pause, the maintenance window, parallelism, the
+// per-domain limit, the cluster-wide budget) has its rule in startRefusal and nowhere else, and
+// every path that starts a node calls it immediately before the node's child workflow starts,
+// after whatever the node waited for: a wait for one rule never returns into a start that
+// skips another (versionAdmission).
+
+// versionAdmission marks runs whose node starts all pass startRefusal at the instant they
+// start, whose long waits watch the history's size, and whose canary stage can continue as
+// new. Runs before it keep the checks each wait made on its own.
+const versionAdmission = "one-admission-point"
+
+// refusal says why a node may not start now; the zero value admits it.
+type refusal struct {
+	rule string
+	// final: no node of this run may start any more, whatever it waits for.
+	final bool
+}
+
+func (f refusal) admits() bool { return f.rule == "" }
+
+// The rules, in the order startRefusal checks them; the words appear in node details.
+const (
+	refusedAborted       = "the rollout was aborted"
+	refusedHandingOver   = "this run hands its waiting nodes to the next"
+	refusedFailureBudget = "the failure budget is spent"
+	refusedCanaryFailed  = "a canary failed"
+	refusedCanariesFirst = "the canaries go first"
+	refusedPaused        = "the rollout is paused"
+	refusedWindowClosed  = "the maintenance window is closed"
+	refusedParallelism   = "parallelism is reached"
+	refusedDomainFull    = "its domain is at maxPerDomain"
+	refusedClusterSlot   = "it holds no slot of the cluster-wide budget"
+)
+
+// rolloutRefusal is the part of startRefusal that is the same for every node.
+func (r *rollout) rolloutRefusal(ctx workflow.Context) refusal {
+	switch {
+	case ctx.Err() != nil:
+		return refusal{rule: refusedAborted, final: true}
+	case r.handedOver != nil:
+		return refusal{rule: refusedHandingOver, final: true}
+	case r.budgetExceeded():
+		return refusal{rule: refusedFailureBudget, final: true}
+	case r.s.pace.canary != nil && r.pace.canaryStage == canaryStageRunning && r.p.Counts.Failures() > 0:
+		return refusal{rule: refusedCanaryFailed, final: true}
+	case r.p.Paused:
+		return refusal{rule: refusedPaused}
+	case !r.windowOpenNow(ctx):
+		return refusal{rule: refusedWindowClosed}
+	}
+	return refusal{}
+}
+
+// startRefusal answers "may this node start now?". reserved says the node already holds a
+// launch slot and its domain's (taken when it was picked, kept while it waits for a cluster
+// slot): its own reservation is then not counted against it, the nodes already started are.
+func (r *rollout) startRefusal(ctx workflow.Context, node, domain string, reserved bool) refusal {
+	if why := r.rolloutRefusal(ctx); !why.admits() {
+		return why
+	}
+	if r.s.pace.canary != nil && r.pace.canaryStage != canaryStageDone &&
+		(r.pace.canaryStage != canaryStageRunning || !r.pace.isCanary[node]) {
+		return refusal{rule: refusedCanariesFirst}
+	}
+	taken, takenInDomain := r.inFlight, r.pace.inFlight[domain]
+	if reserved {
+		taken, takenInDomain = r.started, r.pace.started[domain]
+	}
+	if taken >= r.win.size {
+		return refusal{rule: refusedParallelism}
+	}
+	if r.s.pace.maxPerDomain > 0 && takenInDomain >= r.s.pace.maxPerDomain {
+		return refusal{rule: refusedDomainFull}
+	}
+	if r.slots != nil && !r.slots.holds(node) {
+		return refusal{rule: refusedClusterSlot}
+	}
+	return refusal{}
+}
+
+// reserve and unreserve take and give back a node's launch slot and its domain's.
+func (r *rollout) reserve(node string) {
+	r.inFlight++
+	r.p.Counts.Running++
+	r.pace.take(node)
+}
+
+func (r *rollout) unreserve(node string) {
+	r.inFlight--
+	r.p.Counts.Running--
+	r.pace.release(node)
+}
+
+// admit waits until node may start and reports whether it may start now: true means every
+// rule holds at this instant, with the node reserved and holding its cluster slot, and the
+// caller starts the child before it yields; false means no node of this run may start any
+// more (what the node held is given back). A cluster slot is taken last, once every other rule
+// holds, and never kept while the node waits for another rule. *reserved says on entry and on
+// return whether the node holds its reservation; an error means the rollout was cancelled.
+func (r *rollout) admit(ctx workflow.Context, node string, reserved *bool) (bool, error) {
+	domain := r.pace.domainOf[node]
+	final := func() bool { return r.rolloutRefusal(ctx).final }
+	for {
+		why := r.startRefusal(ctx, node, domain, *reserved)
+		switch {
+		case why.admits():
+			if !*reserved {
+				r.reserve(node)
+				*reserved = true
+			}
+			return true, nil
+		case why.final:
+			r.slots.giveBack(ctx, node)
+			if *reserved {
+				r.unreserve(node)
+				*reserved = false
+			}
+			return false, nil
+		case why.rule == refusedClusterSlot:
+			if !*reserved {
+				r.reserve(node)
+				*reserved = true
+			}
+			if err := r.slots.acquire(ctx, node, func() { r.showProgress(ctx) }, final); err != nil {
+				return false, err
+			}
+			continue
+		}
+		r.slots.giveBack(ctx, node)
+		var err error
+		if why.rule == refusedWindowClosed {
+			err = r.awaitWindow(ctx, final)
+		} else {
+			err = workflow.Await(ctx, func() bool { return r.startRefusal(ctx, node, domain, *reserved).rule != why.rule })
+		}
+		if err != nil {
+			return false, err
+		}
+	}
+}
+
+// pickNext is the index in the queue of the first node that may go now (a node to skip
+// always may; one that lacks only a cluster slot may go and wait for it), or -1 with the
+// refusal that holds the queue back.
+func (r *rollout) pickNext(ctx workflow.Context) (int, refusal) {
+	for i, n := range r.queue {
+		if n.skip != "" {
+			return i, refusal{}
+		}
+	}
+	if why := r.rolloutRefusal(ctx); !why.admits() {
+		return -1, why
+	}
+	var first refusal
+	for i, n := range r.queue {
+		why := r.startRefusal(ctx, n.name, n.domain, false)
+		if why.admits() || why.rule == refusedClusterSlot {
+			return i, why
+		}
+		if first.admits() {
+			first = why
+		}
+	}
+	return -1, first
+}
+
+// nextAdmitted waits until a queued node may go and starts it (or records why it is skipped).
+// It reports false once no node may start any more; true with nothing started when the run's
+// history has grown as far as is safe, for the caller to continue as new. An error means the
+// rollout was cancelled.
+func (r *rollout) nextAdmitted(ctx workflow.Context, historyFull func() bool) (bool, error) {
+	var at int
+	for {
+		var why refusal
+		at, why = r.pickNext(ctx)
+		switch {
+		case at >= 0:
+		case why.final:
+			return false, nil
+		case historyFull():
+			return true, nil
+		case why.rule == refusedWindowClosed:
+			if err := r.awaitWindow(ctx, func() bool { return r.rolloutRefusal(ctx).final || historyFull() }); err != nil {
+				return false, err
+			}
+			continue
+		default:
+			err := workflow.Await(ctx, func() bool {
+				next, now := r.pickNext(ctx)
+				return next >= 0 || now.final || now.rule != why.rule || historyFull()
+			})
+			if err != nil {
+				return false, err
+			}
+			continue
+		}
+		break
+	}
+	next := r.queue[at]
+	r.queue = append(r.queue[:at:at], r.queue[at+1:]...)
+	if !r.s.pace.active() {
+		r.p.Cursor = next.name
+	}
+	if next.skip != "" {
+		r.recordSkip(ctx, next)
+		return true, nil
+	}
+	r.pace.assign(next)
+	r.reserve(next.name)
+	r.launchedThisRun++
+	if r.children != nil && r.startRefusal(ctx, next.name, next.domain, true).admits() {
+		r.children.add(next.name, r.startChild(ctx, next.name))
+	} else {
+		workflow.Go(ctx, func(ctx workflow.Context) {
+			r.settle(ctx, next.name, r.runAdmitted(ctx, next.name, false))
+		})
+	}
+	if r.s.delayBetweenNodes > 0 {
+		if err := r.delayNext(ctx, func() bool { return r.rolloutRefusal(ctx).final }); err != nil {
+			return false, err
+		}
+	}
+	return true, nil
+}
+
+// runAdmitted runs a node's child once admit lets it start, waiting while another rollout
+// holds the node (busy: it was already refused as busy, so the wait comes first). The node
+// arrives reserved; while it waits for the other rollout it gives its reservation back, so a
+// busy node never holds up the others.
+func (r *rollout) runAdmitted(ctx workflow.Context, node string, busy bool) nodeEnd {
+	reserved := true
+	recheck := busyNodeRecheck
+	for {
+		if busy {
+			if reserved {
+				r.unreserve(node)
+				reserved = false
+			}
+			r.waiting[node] = true
+			r.p.Counts.Waiting++
+			r.showProgress(ctx)
+			err := r.waitUntilFreed(ctx, node, recheck)
+			recheck = min(2*recheck, busyNodeMaxRecheck)
+			delete(r.waiting, node)
+			delete(r.freed, node)
+			r.p.Counts.Waiting--
+			if err != nil {
+				return nodeEnd{result: abortedWaiting(node, "another rollout to finish on the node"), started: true}
+			}
+		}
+		ok, err := r.admit(ctx, node, &reserved)
+		if err != nil {
+			return nodeEnd{result: abortedWaiting(node, "its turn"), holdsSlot: reserved, started: true}
+		}
+		if !ok {
+			return nodeEnd{} // back to pending: a later run, rollout or rerun covers it
+		}
+		child := r.startChild(ctx, node)
+		err = child.GetChildWorkflowExecution().Get(ctx, nil)
+		if err == nil {
+			var result NodeResult
+			err = child.Get(ctx, &result)
+			r.childStopped(node)
+			r.slots.release(ctx, node)
+			return nodeEnd{result: nodeResult(node, err, result), holdsSlot: true, started: true}
+		}
+		r.childStopped(node)
+		r.slots.release(ctx, node)
+		if !temporal.IsWorkflowExecutionAlreadyStartedError(err) {
+			return nodeEnd{result: nodeResult(node, err, NodeResult{}), holdsSlot: true, started: true}
+		}
+		busy = true
+	}
+}
+
+// childStopped counts a node's child as no longer running (it ended, or was refused because
+// another rollout holds the node).
+func (r *rollout) childStopped(node string) {
+	r.started--
+	d := r.pace.domainOf[node]
+	if r.pace.started[d]--; r.pace.started[d] <= 0 {
+		delete(r.pace.started, d)
+	}
+}
+
+// abortedWaiting is the result of a node the abort found waiting for something before it started.
+func abortedWaiting(node, what string) NodeResult {
+	return NodeResult{Node: node, Outcome: activities.OutcomeAborted, Reason: activities.ReasonAborted,
+		Message: "aborted while waiting for " + what}
+}
