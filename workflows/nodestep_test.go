@@ -32,7 +32,8 @@ func TestNodeAnswersWhichStepItIsAt(t *testing.T) {
 		}
 		var queryErr error
 		r.env.RegisterDelayedCallback(func() {
-			v, err := r.env.QueryWorkflow("step")
+			// The node runs as a rollout's child, under the node's workflow ID.
+			v, err := r.env.QueryWorkflowByID(NodeWorkflowID("node-a"), "step")
 			if queryErr = err; err == nil {
 				queryErr = v.Get(&got)
 			}
