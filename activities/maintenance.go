@@ -312,7 +312,6 @@ func (a *Activities) DrainNode(ctx context.Context, in DrainInput) (DrainResult,
 	blocked := map[string]string{} // pod -> why its last eviction was refused
 	backoff := a.drainRetry()
 	for {
-		activity.RecordHeartbeat(ctx, len(res.Evicted))
 		pods, err := a.podsOnNode(ctx, in.Node)
 		if err != nil {
 			return res, err
@@ -325,6 +324,9 @@ func (a *Activities) DrainNode(ctx context.Context, in DrainInput) (DrainResult,
 				return res, err
 			}
 		}
+		// Each round heartbeats the Pods evicted so far and those still on the node, which
+		// starter status shows: "drain (2 Pods left)".
+		activity.RecordHeartbeat(ctx, len(res.Evicted), len(left))
 		if len(refused) > 0 {
 			return res, temporal.NewNonRetryableApplicationError(fmt.Sprintf(
 				"drain of node %s refused: %s; set maintenance.drain.deleteEmptyDirData (local storage) or maintenance.drain.force (no controller) to allow it, or narrow maintenance.drain.podSelector",

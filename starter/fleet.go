@@ -2,18 +2,21 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
-	"os"
 	"reflect"
 	"strings"
+	"sync"
 	"text/tabwriter"
+	"time"
 
 	"github.com/spf13/cobra"
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/client"
-	"sigs.k8s.io/yaml"
+	"go.temporal.io/sdk/temporal"
 
+	"github.com/noderollout/noderollout/internal/didyoumean"
 	"github.com/noderollout/noderollout/workflows"
 )
 
@@ -25,13 +28,43 @@ func fleetCommand(a *app) *cobra.Command {
 		Short:   "Roll out over many clusters in waves (workflow FleetRollout, ID fleet-<name>)",
 	}
 	start := &cobra.Command{
-		Use:     "start -f FILE",
-		Short:   "Start a fleet rollout on the fleet task queue " + workflows.FleetTaskQueue,
-		Example: "  starter fleet start -f deploy/examples/fleet.yaml",
+		Use:   "start -f FILE [--wait] [--reason TEXT]",
+		Short: "Start a fleet rollout on the fleet task queue " + workflows.FleetTaskQueue,
+		Long: `Start a fleet rollout: workflow FleetRollout, ID fleet-<name>, on the fleet task
+queue. The file is checked first, without a server, as 'starter fleet validate'
+does. With --wait, follow it to the end; exit 1 if it fails.`,
+		Example: "  starter fleet start -f deploy/examples/fleet.yaml --wait",
 		Args:    cobra.NoArgs,
 		RunE:    run(a.startFleet),
 	}
 	fileFlag(start)
+	start.Flags().Bool("wait", false, "follow the fleet until it ends")
+	start.Flags().String("reason", "", "why, recorded with the requester (user@host) in the fleet's memo")
+	outputFlag(start)
+	validate := &cobra.Command{
+		Use:   "validate -f FILE",
+		Short: "Check a fleet rollout request offline; exit 2 if it is bad",
+		Long: `Check a fleet rollout request without any server: its own fields and the
+rollout every cluster runs, as FleetRollout checks them. One line per problem;
+exit code 2 if there is any.`,
+		Args: cobra.NoArgs,
+		RunE: run(a.validateFleet),
+	}
+	fileFlag(validate)
+	outputFlag(validate)
+	dryRun := &cobra.Command{
+		Use:   "dry-run -f FILE [--timeout DURATION]",
+		Short: "Show, cluster by cluster, the nodes and Jobs the fleet would create; create nothing",
+		Long: `Run a dry run of the fleet's rollout on every cluster it names, each on that
+cluster's task queue (so its worker must be up), at once: the nodes each would
+select and the Job each node would get. Nothing is written to any cluster and
+no fleet or rollout workflow is started. Exit 1 if a cluster's dry run fails.`,
+		Args: cobra.NoArgs,
+		RunE: run(a.dryRunFleet),
+	}
+	fileFlag(dryRun)
+	outputFlag(dryRun)
+	dryRun.Flags().Duration("timeout", defaultDryRunTimeout, "give up on a cluster whose dry run has not finished by then (no worker, say)")
 	status := &cobra.Command{
 		Use:   "status ID",
 		Short: "Show each cluster's state in a fleet rollout",
@@ -67,7 +100,7 @@ func fleetCommand(a *app) *cobra.Command {
 	for _, cmd := range steer {
 		idCommand(workflows.FleetIDPrefix, cmd)
 	}
-	fleet.AddCommand(start)
+	fleet.AddCommand(start, validate, dryRun)
 	fleet.AddCommand(steer...)
 	return fleet
 }
@@ -77,41 +110,54 @@ func (a *app) fleet() (client.Client, string, error) {
 	return a.target(workflows.FleetIDPrefix, workflows.FleetID)
 }
 
-// loadFleetRequest reads a fleet request (YAML or JSON) and checks it offline.
-func loadFleetRequest(path string) (workflows.FleetRequest, error) {
-	var req workflows.FleetRequest
-	data, err := os.ReadFile(path)
+// loadFleetRequest reads a fleet request (YAML or JSON; "-" is stdin) and checks it offline.
+func loadFleetRequest(path string, stdin io.Reader) (workflows.FleetRequest, error) {
+	name, data, err := readInput(path, stdin)
 	if err != nil {
-		return req, usageError{err.Error()}
+		return workflows.FleetRequest{}, err
 	}
-	asJSON, err := yaml.YAMLToJSON(data)
+	return parseFleetRequest(name, data)
+}
+
+// parseFleetRequest checks a fleet request as the FleetRollout workflow does, with its nested
+// rollout checked as 'starter validate' checks a rollout.
+func parseFleetRequest(name string, data []byte) (workflows.FleetRequest, error) {
+	var req workflows.FleetRequest
+	bad := func(problems ...string) (workflows.FleetRequest, error) {
+		return req, &invalidRequest{path: name, what: "fleet rollout request", problems: problems}
+	}
+	asJSON, lang, err := toJSON(name, data)
 	if err != nil {
-		return req, usageError{fmt.Sprintf("%s: not YAML or JSON: %s", path, err)}
+		return bad(err.Error())
+	}
+	var fields, rollout map[string]json.RawMessage
+	if err := json.Unmarshal(asJSON, &fields); err != nil {
+		return bad(fmt.Sprintf("the file must hold one %s object with the fleet request's fields (name, waves, rollout, ...); correct the %s", lang, lang))
+	}
+	if _, isFleet := fields["waves"]; !isFleet && fields["rollout"] == nil && (fields["nodeSelector"] != nil || fields["nodes"] != nil || fields["jobTemplate"] != nil) {
+		return bad(fmt.Sprintf("this is a rollout request, not a fleet's (it has no waves and no rollout): check it with 'starter validate -f %s'", name))
 	}
 	if err := json.Unmarshal(asJSON, &req); err != nil {
-		return req, usageError{fmt.Sprintf("%s: %s", path, err)}
+		return bad(err.Error())
 	}
 	// Unknown fields at any depth, with a suggestion: encoding/json would drop a misspelt
 	// maxFailedClusters and leave the budget at 0.
-	var fields, rollout map[string]json.RawMessage
-	_ = json.Unmarshal(asJSON, &fields)
-	problems := unknownFields(fields, reflect.TypeOf(req), "")
+	unknown := didyoumean.UnknownFields(fields, reflect.TypeOf(req), "")
 	// The rollout decodes itself (RolloutRequest.UnmarshalJSON), so the walk leaves it to us.
 	if json.Unmarshal(fields["rollout"], &rollout) == nil {
-		problems = append(problems, unknownFields(rollout, reflect.TypeOf(req.Rollout), "rollout.")...)
+		unknown = append(unknown, didyoumean.UnknownFields(rollout, reflect.TypeOf(req.Rollout), "rollout.", "progress")...)
 	}
+	problems := unknownFields(unknown)
 	if err := workflows.ValidateFleet(req); err != nil {
-		if len(problems) == 0 {
-			return req, usageError{fmt.Sprintf("%s: %s", path, humanError(err))}
-		}
 		for _, p := range validationProblems(err) {
-			if !strings.Contains(p, "unknown field") {
-				problems = append(problems, p)
+			if strings.Contains(p, "unknown field") && len(problems) > 0 || followsFromTypo(p, unknown) {
+				continue
 			}
+			problems = append(problems, strings.ReplaceAll(withTypeHint(p, fields), "correct the JSON", "correct the "+lang))
 		}
 	}
 	if len(problems) > 0 {
-		return req, usageError{fmt.Sprintf("%s is not a valid fleet rollout request:\n  %s", path, strings.Join(problems, "\n  "))}
+		return bad(problems...)
 	}
 	return req, nil
 }
@@ -121,7 +167,7 @@ func (a *app) startFleet() error {
 	if err != nil {
 		return err
 	}
-	req, err := loadFleetRequest(path)
+	req, err := a.fleetRequest(path)
 	if err != nil {
 		return err
 	}
@@ -130,18 +176,249 @@ func (a *app) startFleet() error {
 		return err
 	}
 	run, err := tc.ExecuteWorkflow(a.ctx, client.StartWorkflowOptions{
-		ID:                    workflows.FleetID(req.Name),
-		TaskQueue:             workflows.FleetTaskQueue,
-		WorkflowIDReusePolicy: enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE_FAILED_ONLY,
-		StaticSummary:         fmt.Sprintf("fleet rollout %s over %d waves", req.Name, len(req.Waves)),
+		ID:                       workflows.FleetID(req.Name),
+		TaskQueue:                workflows.FleetTaskQueue,
+		WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_FAIL,
+		WorkflowIDReusePolicy:    enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE_FAILED_ONLY,
+		StaticSummary:            fmt.Sprintf("fleet rollout %s over %d waves, requested by %s", req.Name, len(req.Waves), requester()),
 		// The fleet hands its requester to every cluster's rollout.
 		Memo: a.requesterMemo(),
 	}, workflows.FleetRolloutWorkflow, req)
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(a.out, "started fleet rollout %s (run %s)\n", run.GetID(), run.GetRunID())
+	s := started{Name: req.Name, WorkflowID: run.GetID(), RunID: run.GetRunID(), UI: a.uiLink(run.GetID())}
+	wait := a.flagBool("wait")
+	if wait && a.forMachines() {
+		return a.followFleet(run.GetID())
+	}
+	err = a.print(s, func(w io.Writer) error {
+		_, err := fmt.Fprintf(w, "started fleet rollout %s\n  workflow ID: %s\n  run ID:      %s\n  UI:          %s\n", s.Name, s.WorkflowID, s.RunID, s.UI)
+		return err
+	})
+	if err != nil || !wait {
+		return err
+	}
+	return a.followFleet(run.GetID())
+}
+
+// followFleet prints each change of the fleet's clusters until it ends, then its result; an
+// error when it did not succeed, so the exit code says so. With -o json|yaml it prints only
+// the ended fleet.
+func (a *app) followFleet(id string) error {
+	quiet := a.forMachines()
+	done := make(chan struct{})
+	var res workflows.FleetResult
+	var runErr error
+	go func() {
+		runErr = a.tc.GetWorkflow(a.ctx, id, "").Get(a.ctx, &res)
+		var appErr *temporal.ApplicationError
+		if errors.As(runErr, &appErr) && appErr.HasDetails() {
+			_ = appErr.Details(&res)
+		}
+		close(done)
+	}()
+	ticker := time.NewTicker(followInterval)
+	defer ticker.Stop()
+	last := ""
+	for {
+		select {
+		case <-done:
+			if err := a.print(res, func(w io.Writer) error { return printFleet(w, res) }); err != nil {
+				return err
+			}
+			if runErr != nil {
+				return runError{fmt.Errorf("fleet rollout %s failed: %s", id, humanError(runErr))}
+			}
+			return nil
+		case <-a.ctx.Done():
+			return a.ctx.Err()
+		case <-ticker.C:
+			if quiet {
+				continue
+			}
+			st, err := a.queryFleet(id)
+			if err != nil {
+				continue
+			}
+			if line := fleetLine(st); line != last {
+				fmt.Fprintln(a.out, line)
+				last = line
+			}
+		}
+	}
+}
+
+// fleetLine is one line of a fleet's progress: its phase and wave, and each cluster's state.
+func fleetLine(st workflows.FleetStatus) string {
+	parts := make([]string, 0, len(st.Clusters))
+	for _, c := range st.Clusters {
+		part := c.Cluster + " " + c.State
+		if c.Counts != nil && c.State == workflows.ClusterRunning {
+			part += fmt.Sprintf(" (%d/%d done)", c.Counts.Finished(), c.Counts.Finished()+c.Counts.Pending+c.Counts.Running+c.Counts.Waiting)
+		}
+		parts = append(parts, part)
+	}
+	return fmt.Sprintf("fleet %s: %s, wave %d of %d: %s", st.Name, st.Phase, st.Wave, st.Waves, strings.Join(parts, ", "))
+}
+
+func (a *app) queryFleet(id string) (workflows.FleetStatus, error) {
+	var st workflows.FleetStatus
+	v, err := a.tc.QueryWorkflow(a.ctx, id, "", workflows.QueryStatus)
+	if err != nil {
+		return st, err
+	}
+	return st, v.Get(&st)
+}
+
+// fleetValidation is what fleet validate prints with -o json|yaml.
+type fleetValidation struct {
+	File     string                  `json:"file"`
+	Valid    bool                    `json:"valid"`
+	Problems []string                `json:"problems,omitempty"`
+	Request  *workflows.FleetRequest `json:"request,omitempty"`
+}
+
+func (a *app) validateFleet() error {
+	path, err := a.filePath("the fleet request to check")
+	if err != nil {
+		return err
+	}
+	req, err := loadFleetRequest(path, a.in)
+	if path == "-" {
+		path = "stdin"
+	}
+	var inv *invalidRequest
+	if errors.As(err, &inv) && a.forMachines() {
+		if perr := a.print(fleetValidation{File: path, Valid: false, Problems: inv.problems}, nil); perr != nil {
+			return perr
+		}
+		return usageError{fmt.Sprintf("%s: %d problem(s)", path, len(inv.problems))}
+	}
+	if inv != nil {
+		return usageError{inv.Error()}
+	}
+	if err != nil {
+		return err
+	}
+	clusters := 0
+	for _, w := range req.Waves {
+		clusters += len(w)
+	}
+	return a.print(fleetValidation{File: path, Valid: true, Request: &req}, func(w io.Writer) error {
+		_, err := fmt.Fprintf(w, "%s: valid (fleet %s: %d clusters in %d waves, rollout %s)\n", path, req.Name, clusters, len(req.Waves), fleetRolloutName(req))
+		return err
+	})
+}
+
+func fleetRolloutName(req workflows.FleetRequest) string {
+	if req.Rollout.Name != "" {
+		return req.Rollout.Name
+	}
+	return req.Name
+}
+
+// clusterDryRun is one cluster's part of fleet dry-run.
+type clusterDryRun struct {
+	Cluster string                   `json:"cluster"`
+	Wave    int                      `json:"wave"`
+	Plan    *workflows.RolloutResult `json:"plan,omitempty"`
+	Error   string                   `json:"error,omitempty"`
+}
+
+func (a *app) dryRunFleet() error {
+	path, err := a.filePath("the fleet request (see deploy/examples/fleet.yaml)")
+	if err != nil {
+		return err
+	}
+	req, err := a.fleetRequest(path)
+	if err != nil {
+		return err
+	}
+	timeout, _ := a.cmd.Flags().GetDuration("timeout")
+	if timeout < time.Second {
+		return usageError{fmt.Sprintf("--timeout %s is too short; give 1s or more, e.g. --timeout 2m", timeout)}
+	}
+	tc, err := a.client()
+	if err != nil {
+		return err
+	}
+	rollout := req.Rollout
+	rollout.Name = fleetRolloutName(req)
+	base := req.TaskQueue
+	if base == "" {
+		base = workflows.TaskQueue
+	}
+	var plans []clusterDryRun
+	for w, wave := range req.Waves {
+		for _, c := range wave {
+			plans = append(plans, clusterDryRun{Cluster: c, Wave: w + 1})
+		}
+	}
+	var wg sync.WaitGroup
+	for i := range plans {
+		wg.Add(1)
+		go func(p *clusterDryRun) {
+			defer wg.Done()
+			cl := workflows.Cluster{Name: p.Cluster}
+			res, err := a.runDryRun(tc, cl.RolloutID(rollout.Name), workflows.ClusterTaskQueue(base, p.Cluster), rollout, timeout)
+			if err != nil {
+				p.Error = humanError(err)
+				return
+			}
+			p.Plan = &res
+		}(&plans[i])
+	}
+	wg.Wait()
+	failed := 0
+	for _, p := range plans {
+		if p.Error != "" {
+			failed++
+		}
+	}
+	err = a.print(plans, func(w io.Writer) error {
+		for i, p := range plans {
+			if i > 0 {
+				fmt.Fprintln(w)
+			}
+			fmt.Fprintf(w, "== cluster %s (wave %d)\n", p.Cluster, p.Wave)
+			if p.Error != "" {
+				fmt.Fprintf(w, "dry run failed: %s\n", p.Error)
+				continue
+			}
+			if err := printDryRun(w, rollout, *p.Plan); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	if failed > 0 {
+		return runError{fmt.Errorf("the dry run failed on %d of %d clusters", failed, len(plans))}
+	}
 	return nil
+}
+
+// printFleet draws the fleet's clusters.
+func printFleet(w io.Writer, st workflows.FleetStatus) error {
+	phase := st.Phase
+	if phase == "draining" {
+		phase = "draining (starting no more clusters)"
+	}
+	fmt.Fprintf(w, "fleet %s: %s, wave %d of %d, %d clusters failed (budget %d)\n",
+		st.Name, phase, st.Wave, st.Waves, st.FailedClusters, st.MaxFailedClusters)
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "WAVE\tCLUSTER\tSTATE\tSUCCEEDED\tFAILED\tROLLOUT\tMESSAGE")
+	for _, c := range st.Clusters {
+		ok, failed := "-", "-"
+		if c.Counts != nil {
+			ok, failed = fmt.Sprint(c.Counts.Succeeded), fmt.Sprint(c.Counts.Failures())
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\n", c.Wave, c.Cluster, c.State, ok, failed, c.WorkflowID, clipMessage(c.Message))
+	}
+	return tw.Flush()
 }
 
 func (a *app) fleetStatus() error {
@@ -149,30 +426,10 @@ func (a *app) fleetStatus() error {
 	if err != nil {
 		return err
 	}
-	var st workflows.FleetStatus
-	v, err := tc.QueryWorkflow(a.ctx, id, "", workflows.QueryStatus)
+	a.tc = tc
+	st, err := a.queryFleet(id)
 	if err != nil {
 		return err
 	}
-	if err := v.Get(&st); err != nil {
-		return err
-	}
-	return a.print(st, func(w io.Writer) error {
-		phase := st.Phase
-		if phase == "draining" {
-			phase = "draining (starting no more clusters)"
-		}
-		fmt.Fprintf(w, "fleet %s: %s, wave %d of %d, %d clusters failed (budget %d)\n",
-			st.Name, phase, st.Wave, st.Waves, st.FailedClusters, st.MaxFailedClusters)
-		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "WAVE\tCLUSTER\tSTATE\tSUCCEEDED\tFAILED\tROLLOUT\tMESSAGE")
-		for _, c := range st.Clusters {
-			ok, failed := "-", "-"
-			if c.Counts != nil {
-				ok, failed = fmt.Sprint(c.Counts.Succeeded), fmt.Sprint(c.Counts.Failures())
-			}
-			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\n", c.Wave, c.Cluster, c.State, ok, failed, c.WorkflowID, c.Message)
-		}
-		return tw.Flush()
-	})
+	return a.print(st, func(w io.Writer) error { return printFleet(w, st) })
 }

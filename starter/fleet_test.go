@@ -10,22 +10,22 @@ import (
 )
 
 func TestFleetExampleIsValidAndBadFleetFilesNameTheField(t *testing.T) {
-	req, err := loadFleetRequest(filepath.Join("..", "deploy", "examples", "fleet.yaml"))
+	req, err := loadFleetRequest(filepath.Join("..", "deploy", "examples", "fleet.yaml"), nil)
 	require.NoError(t, err)
 	require.Equal(t, [][]string{{"staging"}, {"eu-west", "us-east"}}, req.Waves)
 
 	bad := filepath.Join(t.TempDir(), "fleet.yaml")
 	require.NoError(t, os.WriteFile(bad, []byte("name: demo\nwaves: [[a], [a]]\nrollout: {nodes: [n1], parallelism: -1, jobTemplate: x}\n"), 0o600))
-	_, err = loadFleetRequest(bad)
-	var usage usageError
-	require.ErrorAs(t, err, &usage)
+	_, err = loadFleetRequest(bad, nil)
+	var inv *invalidRequest
+	require.ErrorAs(t, err, &inv)
 	require.Contains(t, err.Error(), `waves[1][0]: cluster "a" is listed twice`)
 	require.Contains(t, err.Error(), "rollout.parallelism: must be between 1 and 1000, got -1",
 		"the rollout's problems come with the fleet's own, named by their path in the file")
 
 	bad2 := filepath.Join(t.TempDir(), "fleet.yaml")
 	require.NoError(t, os.WriteFile(bad2, []byte("name: demo\nwaves: [[a]]\nrollout: {nodes: [n1], parallelism: -1, jobTemplate: x}\n"), 0o600))
-	_, err = loadFleetRequest(bad2)
+	_, err = loadFleetRequest(bad2, nil)
 	require.ErrorContains(t, err, "rollout.parallelism: must be between 1 and 1000, got -1", "the rollout each cluster runs is checked too")
 }
 

@@ -16,15 +16,20 @@ import (
 	"github.com/noderollout/noderollout/workflows"
 )
 
-// followInterval is how often --wait asks the rollout for its status.
-const followInterval = 2 * time.Second
+// followInterval is how often --wait and status -w ask the rollout for its status.
+var followInterval = 2 * time.Second
 
 // follow prints progress until the rollout ends, then its result; it returns an error when
 // the rollout did not succeed, or selected no node without --allow-empty, so the exit code
 // says so. With -o json|yaml it prints only the ended rollout's view.
+//
+// On a terminal the progress is one line redrawn in place, fitted to the terminal's width
+// each time (the window may have been resized). Anywhere else (a pipe, a CI log) it is one
+// line per change of the counts or the phase, with the time since the start: no carriage
+// return or escape sequence, and nothing while nothing changes.
 func (a *app) follow(id string) error {
 	tty, _ := terminal(a.out)
-	quiet := a.flagString("output") != "table"
+	quiet := a.forMachines()
 	done := make(chan struct{})
 	var res workflows.RolloutResult
 	var runErr error
@@ -35,13 +40,15 @@ func (a *app) follow(id string) error {
 	started := time.Now()
 	ticker := time.NewTicker(followInterval)
 	defer ticker.Stop()
-	lastLine := ""
-	lastPrinted := time.Time{}
+	drawn, last := false, ""
 	for {
 		select {
 		case <-done:
-			return a.ended(id, res, runErr, tty && !quiet && lastLine != "")
+			return a.ended(id, res, runErr, tty && drawn)
 		case <-a.ctx.Done():
+			if tty && drawn {
+				fmt.Fprintln(a.out)
+			}
 			return a.ctx.Err()
 		case <-ticker.C:
 			if quiet {
@@ -51,18 +58,30 @@ func (a *app) follow(id string) error {
 			if err != nil {
 				continue // between runs of a continue-as-new, or the worker is restarting
 			}
-			_, width := terminal(a.out) // read each time: the window may have been resized
-			line := progressLine(st, time.Since(started), width)
-			switch {
-			case tty:
-				fmt.Fprintf(a.out, "\r\033[K%s", line)
-			case line != lastLine && time.Since(lastPrinted) >= 10*time.Second || lastPrinted.IsZero():
-				fmt.Fprintln(a.out, line)
-				lastPrinted = time.Now()
+			if tty {
+				_, width := terminal(a.out)
+				fmt.Fprintf(a.out, "\r\033[K%s", progressLine(st, time.Since(started), width))
+				drawn = true
+				continue
 			}
-			lastLine = line
+			if line := changeLine(st); line != last {
+				fmt.Fprintf(a.out, "[%s] %s\n", time.Since(started).Round(time.Second), line)
+				last = line
+			}
 		}
 	}
+}
+
+// changeLine is the progress that is worth a line of its own when it changes: the counts and
+// the phase, not the rate or the ETA, which change every time.
+func changeLine(st workflows.RolloutStatus) string {
+	c := st.Counts
+	done := c.Finished()
+	line := fmt.Sprintf("%d/%d done, %d failed, %d in flight", done, max(st.Selected, done), c.Failures(), c.Running)
+	if c.Waiting > 0 {
+		line += fmt.Sprintf(", %d waiting", c.Waiting)
+	}
+	return line + " (" + st.Phase + ")"
 }
 
 // ended prints the ended rollout and decides the exit code.
@@ -71,7 +90,8 @@ func (a *app) ended(id string, res workflows.RolloutResult, runErr error, endLin
 	if runErr != nil {
 		status = enumspb.WORKFLOW_EXECUTION_STATUS_FAILED
 	}
-	empty := runErr == nil && res.Selected == 0 && !a.flagBool("allow-empty")
+	// Only start --wait says that an empty rollout failed: there it is what was just asked for.
+	empty := runErr == nil && res.Selected == 0 && a.cmd.Flags().Lookup("allow-empty") != nil && !a.flagBool("allow-empty")
 	err := a.print(endedView(id, status, res, runErr), func(w io.Writer) error {
 		if endLine {
 			fmt.Fprintln(w)
@@ -305,3 +325,5 @@ func terminal(w io.Writer) (bool, int) {
 	}
 	return true, width
 }
+
+func (v rolloutView) names() []string { return []string{v.Name} }

@@ -1,14 +1,17 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"slices"
 	"strings"
+	"sync"
 	"text/tabwriter"
 	"time"
 
 	commonpb "go.temporal.io/api/common/v1"
+	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/converter"
 
@@ -21,8 +24,9 @@ const maxInFlightShown = 50
 // nodeStep is what one node of a running rollout is doing now, read from its node workflow.
 type nodeStep struct {
 	Node string `json:"node"`
-	// Step: draining, health or soak, job running, deleting job, or job (created, watched or
-	// finalized inside a workflow task, where no activity shows).
+	// Step is the node workflow's step with its progress, as it answers the step query
+	// ("drain (3 Pods left)", "soak 12s/40s"); for node workflows from before that query,
+	// its pending activity: draining, health or soak, job running, deleting job, or job.
 	Step  string    `json:"step"`
 	Since time.Time `json:"since"`
 	// Attempt of the step's activity, when past the first.
@@ -50,16 +54,45 @@ func (a *app) inFlight(id string) ([]nodeStep, error) {
 	if err != nil {
 		return nil, fmt.Errorf("listing the rollout's node workflows: %w", err)
 	}
-	var steps []nodeStep
-	for _, e := range list.GetExecutions() {
-		d, err := a.tc.DescribeWorkflow(a.ctx, e.GetExecution().GetWorkflowId(), e.GetExecution().GetRunId())
-		if err != nil {
-			if a.ctx.Err() != nil {
-				return nil, err
+	// One description and one step query per node, several at once: a node whose worker is
+	// busy with its workflow task answers its query only when the task ends (a short Job is
+	// watched inside its first task, up to 20 s), and status must not wait for each in turn.
+	execs := list.GetExecutions()
+	found := make([]*nodeStep, len(execs))
+	var wg sync.WaitGroup
+	limit := make(chan struct{}, inFlightLookups)
+	for i, e := range execs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			limit <- struct{}{}
+			defer func() { <-limit }()
+			id, runID := e.GetExecution().GetWorkflowId(), e.GetExecution().GetRunId()
+			d, err := a.tc.DescribeWorkflow(a.ctx, id, runID)
+			if err != nil {
+				return // closed meanwhile
 			}
-			continue // closed meanwhile
+			step := stepOf(d.RawResponse)
+			// A node in the middle of a workflow task (a short Job is watched inside its first
+			// one, up to 20 s) would answer only when the task ends: its step is "job" then.
+			busy := d.RawResponse.GetPendingWorkflowTask().GetState() == enumspb.PENDING_WORKFLOW_TASK_STATE_STARTED
+			if !busy {
+				if q, ok := a.queryStep(id, runID); ok {
+					step = exactStep(step, q, d.RawResponse, time.Now())
+				}
+			}
+			found[i] = &step
+		}()
+	}
+	wg.Wait()
+	if err := a.ctx.Err(); err != nil {
+		return nil, err
+	}
+	var steps []nodeStep
+	for _, s := range found {
+		if s != nil {
+			steps = append(steps, *s)
 		}
-		steps = append(steps, stepOf(d.RawResponse))
 	}
 	// The longest at their step first: those are the ones to look at.
 	slices.SortStableFunc(steps, func(x, y nodeStep) int { return x.Since.Compare(y.Since) })
@@ -143,4 +176,74 @@ func printInFlight(w io.Writer, steps []nodeStep, err error, now time.Time) {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", s.Node, s.Step, now.Sub(s.Since).Round(time.Second), strings.Join(detail, "; "))
 	}
 	tw.Flush()
+}
+
+// stepQueryTimeout bounds the step query status asks each node workflow; inFlightLookups is
+// how many nodes it looks at at once.
+const (
+	stepQueryTimeout = 2 * time.Second
+	inFlightLookups  = 10
+)
+
+// queryStep asks a node workflow which step it is at; false when it cannot say (one from
+// before the query, or its worker is not answering).
+func (a *app) queryStep(id, runID string) (workflows.NodeStep, bool) {
+	var q workflows.NodeStep
+	ctx, cancel := context.WithTimeout(a.ctx, stepQueryTimeout)
+	defer cancel()
+	v, err := a.tc.QueryWorkflow(ctx, id, runID, workflows.QueryNodeStep)
+	if err != nil || v.Get(&q) != nil || q.Step == "" {
+		return q, false
+	}
+	return q, true
+}
+
+// exactStep is the node's step as its workflow names it, with the progress its pending
+// activity's heartbeat tells: the Pods a drain has left, how far a soak is.
+func exactStep(s nodeStep, q workflows.NodeStep, d *workflowservice.DescribeWorkflowExecutionResponse, now time.Time) nodeStep {
+	s.Since = q.Since
+	var details []*commonpb.Payload
+	for _, p := range d.GetPendingActivities() {
+		details = p.GetHeartbeatDetails().GetPayloads()
+		break
+	}
+	dc := converter.GetDefaultDataConverter()
+	length := time.Duration(q.Seconds) * time.Second
+	switch q.Step {
+	case workflows.NodeStepCordon:
+		s.Step = "cordon"
+	case workflows.NodeStepDrain:
+		s.Step = "drain"
+		var evicted, left int
+		if len(details) >= 2 && dc.FromPayload(details[0], &evicted) == nil && dc.FromPayload(details[1], &left) == nil {
+			s.Step = fmt.Sprintf("drain (%d %s left)", left, map[bool]string{true: "Pod", false: "Pods"}[left == 1])
+			s.Progress = fmt.Sprintf("%d evicted", evicted)
+		}
+	case workflows.NodeStepJob:
+		s.Step = "job running"
+		if q.Job != "" {
+			s.Progress = "Job " + q.Job
+		}
+	case workflows.NodeStepRelease:
+		s.Step = "deleting Job " + q.Job + ", waiting for its Pods to go"
+		s.Progress = ""
+	case workflows.NodeStepFinalize:
+		s.Step = "recording the outcome on the Node"
+	case workflows.NodeStepHealth:
+		s.Step = fmt.Sprintf("health: waiting for the node's conditions (timeout %s)", length)
+	case workflows.NodeStepSoak:
+		// The soak holds from the time the node was first seen healthy, which it heartbeats.
+		since := q.Since
+		var healthy time.Time
+		if len(details) > 0 && dc.FromPayload(details[0], &healthy) == nil && !healthy.IsZero() {
+			since = healthy
+		}
+		elapsed := min(max(now.Sub(since), 0), length).Round(time.Second)
+		s.Step = fmt.Sprintf("soak %s/%s", elapsed, length)
+	case workflows.NodeStepUncordon:
+		s.Step = "uncordon"
+	default:
+		s.Step = q.Step
+	}
+	return s
 }

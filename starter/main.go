@@ -11,6 +11,7 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
@@ -33,13 +34,20 @@ const (
 type app struct {
 	ctx     context.Context
 	environ []string
+	in      io.Reader // -f -
 	out     io.Writer
 	errOut  io.Writer
 	cfg     config.Config
 	cmd     *cobra.Command // the running subcommand, for its flags
 	args    []string
 	tc      client.Client
+	// timeout is --command-timeout; cancel ends the context it bounds.
+	timeout time.Duration
+	cancel  context.CancelFunc
 }
+
+// errCommandTimeout is why a command's context ends when --command-timeout passes.
+var errCommandTimeout = errors.New("command timed out")
 
 // usageError exits 2: the command line, file or request, not the system, is wrong.
 type usageError struct{ msg string }
@@ -53,19 +61,25 @@ func (e runError) Error() string { return e.err.Error() }
 func (e runError) Unwrap() error { return e.err }
 
 func main() {
-	os.Exit(runMain(os.Args[1:], os.Environ(), os.Stdout, os.Stderr))
+	os.Exit(runMain(os.Args[1:], os.Environ(), os.Stdin, os.Stdout, os.Stderr))
 }
 
-func runMain(args, environ []string, stdout, stderr io.Writer) int {
+func runMain(args, environ []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	a := &app{ctx: ctx, environ: environ, out: stdout, errOut: stderr}
+	a := &app{ctx: ctx, environ: environ, in: stdin, out: stdout, errOut: stderr}
 	defer a.close()
 	root := newRoot(a)
 	root.SetArgs(args)
 	root.SetOut(stdout)
 	root.SetErr(stderr)
 	cmd, err := root.ExecuteC()
+	if a.cancel != nil {
+		if errors.Is(context.Cause(a.ctx), errCommandTimeout) && err != nil {
+			err = runError{fmt.Errorf("gave up after --command-timeout %s: %w", a.timeout, err)}
+		}
+		a.cancel()
+	}
 	if err == nil {
 		return 0
 	}
@@ -109,18 +123,29 @@ the --config file; NODEROLLOUT_<FLAG> variables; flags.`,
 				return usageError{err.Error()}
 			}
 			a.cfg = cfg
+			if timeout, _ := cmd.Flags().GetDuration("command-timeout"); timeout > 0 {
+				a.timeout = timeout
+				a.ctx, a.cancel = context.WithTimeoutCause(a.ctx, timeout, errCommandTimeout)
+			}
 			return nil
 		},
+		Version: version.Get().String(),
 	}
+	root.SetVersionTemplate("starter {{.Version}}\n")
 	config.AddFlags(root.PersistentFlags(), false)
+	// As in the Temporal CLI: --address and --namespace name --temporal-address and
+	// --temporal-namespace on every command, and --command-timeout bounds any command.
+	root.SetGlobalNormalizationFunc(config.NormalizeFlagName)
+	root.PersistentFlags().Duration("command-timeout", 0, "give up on the command after this long, e.g. 30s (0: no limit; as the Temporal CLI's)")
 	wrapUsage(root, a.out)
 	root.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error {
 		return usageError{config.WithFlagHint(err, cmd.Flags()).Error()}
 	})
 	root.AddGroup(&cobra.Group{ID: "rollout", Title: "Rollouts:"}, &cobra.Group{ID: "steer", Title: "Steering a running rollout:"})
-	root.AddCommand(startCommand(a), dryRunCommand(a), validateCommand(a), statusCommand(a),
+	root.AddCommand(startCommand(a), dryRunCommand(a), validateCommand(a), listCommand(a), statusCommand(a),
 		signalCommand(a, "pause"), signalCommand(a, "resume"), setParallelismCommand(a), approveCommand(a), abortCommand(a),
 		fleetCommand(a), scheduleCommand(a), versionCommand(a))
+	a.completeIDs(root)
 	root.SetHelpCommandGroupID("")
 	root.SetCompletionCommandGroupID("")
 	return root
@@ -187,7 +212,7 @@ func (a *app) flagBool(name string) bool {
 
 // fileFlag adds -f/--file, with completion of YAML and JSON files.
 func fileFlag(cmd *cobra.Command) {
-	cmd.Flags().StringP("file", "f", "", "rollout request, YAML or JSON (fields: see README)")
+	cmd.Flags().StringP("file", "f", "", "rollout request, YAML or JSON (fields: see README); - reads standard input")
 	_ = cmd.MarkFlagFilename("file", "yaml", "yml", "json")
 }
 

@@ -30,7 +30,7 @@ func starter(t *testing.T, args ...string) (code int, stdout, stderr string) {
 	t.Helper()
 	var out, errOut bytes.Buffer
 	env := []string{"NODEROLLOUT_TEMPORAL_ADDRESS=" + closedAddress(t)}
-	code = runMain(args, env, &out, &errOut)
+	code = runMain(args, env, strings.NewReader(""), &out, &errOut)
 	return code, out.String(), errOut.String()
 }
 
@@ -101,7 +101,7 @@ func TestUnknownOutputFormatIsAnErrorOnEveryPrintingCommand(t *testing.T) {
 	} {
 		code, _, errOut := starter(t, append(args, "-o", "xml")...)
 		require.Equal(t, 2, code, args)
-		require.Contains(t, errOut, `-o "xml" is not an output format; use table, json, yaml`, args)
+		require.Contains(t, errOut, `-o "xml" is not an output format; use table, wide, json, yaml, name, jsonpath=`, args)
 	}
 }
 

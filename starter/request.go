@@ -4,9 +4,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"reflect"
+	"regexp"
 	"strings"
 
 	"go.temporal.io/sdk/temporal"
@@ -21,39 +23,138 @@ import (
 // invalidRequest is a request file that cannot run, with one line per problem.
 type invalidRequest struct {
 	path     string
+	what     string // "rollout request" when empty
 	problems []string
 }
 
 func (e *invalidRequest) Error() string {
-	return fmt.Sprintf("%s is not a valid rollout request:\n  %s", e.path, strings.Join(e.problems, "\n  "))
+	what := e.what
+	if what == "" {
+		what = "rollout request"
+	}
+	return fmt.Sprintf("%s is not a valid %s:\n  %s", e.path, what, strings.Join(e.problems, "\n  "))
 }
 
-// loadRequest reads a rollout request from a YAML or JSON file and checks it as fully as can
-// be done without a server: the workflow's own validation and the decoding of an inline Job
-// template that the worker does, with the same functions. In YAML, jobTemplate may be
-// written as the Job object itself; it is turned into the string the workflow takes.
+// maxRequestBytes is the largest request file the starter reads. Temporal refuses a workflow
+// input over 2 MB by default (its blob size limit), so a larger file could never start; it is
+// refused before it is parsed, which would cost seconds and memory for nothing.
+const maxRequestBytes = 2 << 20
+
+// readInput reads -f: a file, or standard input for "-" (as kubectl -f - does). name is how
+// messages call it.
+func readInput(path string, stdin io.Reader) (name string, data []byte, err error) {
+	name = path
+	var r io.Reader
+	if path == "-" {
+		name = "stdin"
+		if stdin == nil {
+			stdin = os.Stdin
+		}
+		r = stdin
+	} else {
+		f, err := os.Open(path)
+		if err != nil {
+			return name, nil, usageError{err.Error()}
+		}
+		defer f.Close()
+		if st, err := f.Stat(); err == nil && st.Mode().IsRegular() && st.Size() > maxRequestBytes {
+			return name, nil, tooLarge(name)
+		}
+		r = f
+	}
+	data, err = io.ReadAll(io.LimitReader(r, maxRequestBytes+1))
+	if err != nil {
+		return name, nil, usageError{fmt.Sprintf("reading %s: %v", name, err)}
+	}
+	if len(data) > maxRequestBytes {
+		return name, nil, tooLarge(name)
+	}
+	return name, data, nil
+}
+
+func tooLarge(name string) error {
+	return usageError{fmt.Sprintf("%s is larger than %d MiB, the most a request file may be (Temporal refuses a workflow input over 2 MB by default); not read. Select many nodes with nodeSelector rather than listing them", name, maxRequestBytes>>20)}
+}
+
+// language is the file's language by its extension, or for stdin by its first character.
+func language(name string, data []byte) string {
+	if strings.EqualFold(filepath.Ext(name), ".json") {
+		return "JSON"
+	}
+	if name == "stdin" && strings.HasPrefix(strings.TrimSpace(string(data)), "{") {
+		return "JSON"
+	}
+	return "YAML"
+}
+
+// toJSON converts a YAML or JSON request to JSON, strictly: a key given twice at any depth is
+// an error naming it (plain YAML decoding keeps the last and says nothing). A YAML error gets
+// a hint where the usual cause is known.
+func toJSON(name string, data []byte) ([]byte, string, error) {
+	lang := language(name, data)
+	asJSON, err := yaml.YAMLToJSONStrict(data)
+	if err == nil {
+		return asJSON, lang, nil
+	}
+	msg := strings.TrimPrefix(err.Error(), "error converting YAML to JSON: ")
+	if dup := duplicateKey.FindAllStringSubmatch(msg, -1); len(dup) > 0 {
+		lines := make([]string, len(dup))
+		for i, d := range dup {
+			lines[i] = fmt.Sprintf("line %s: key %s is given twice in one object; keep one (otherwise the last would silently win)", d[1], d[2])
+		}
+		return nil, lang, errors.New(strings.Join(lines, "\n  "))
+	}
+	msg = strings.ReplaceAll(strings.TrimPrefix(msg, "yaml: "), "\n", " ")
+	if line, ok := tabIndented(data); ok {
+		return nil, lang, fmt.Errorf("not %s: %s; YAML is indented with spaces, never tabs: line %d starts with a tab", lang, msg, line)
+	}
+	return nil, lang, fmt.Errorf("not %s: %s; correct the %s where the message points", lang, msg, lang)
+}
+
+var duplicateKey = regexp.MustCompile(`line (\d+): key ("(?:[^"\\]|\\.)*"|\S+) already set in map`)
+
+// tabIndented is the first line indented with a tab.
+func tabIndented(data []byte) (int, bool) {
+	for i, line := range strings.Split(string(data), "\n") {
+		indent := line[:len(line)-len(strings.TrimLeft(line, " \t"))]
+		if strings.Contains(indent, "\t") {
+			return i + 1, true
+		}
+	}
+	return 0, false
+}
+
+// loadRequest reads a rollout request from a YAML or JSON file; see parseRequest.
 func loadRequest(path string) (workflows.RolloutRequest, error) {
+	name, data, err := readInput(path, nil)
+	if err != nil {
+		return workflows.RolloutRequest{}, err
+	}
+	return parseRequest(name, data)
+}
+
+// parseRequest checks a rollout request as fully as can be done without a server: the
+// workflow's own validation and the decoding of an inline Job template that the worker does,
+// with the same functions. In YAML, jobTemplate may be written as the Job object itself; it is
+// turned into the string the workflow takes.
+func parseRequest(name string, data []byte) (workflows.RolloutRequest, error) {
 	var req workflows.RolloutRequest
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return req, usageError{err.Error()}
-	}
-	lang := "YAML"
-	if strings.EqualFold(filepath.Ext(path), ".json") {
-		lang = "JSON"
-	}
 	bad := func(problems ...string) (workflows.RolloutRequest, error) {
-		return req, &invalidRequest{path: path, problems: problems}
+		return req, &invalidRequest{path: name, problems: problems}
 	}
-	asJSON, err := yaml.YAMLToJSON(data)
+	asJSON, lang, err := toJSON(name, data)
 	if err != nil {
-		return bad(fmt.Sprintf("not %s: %s; correct the %s where the message points", lang, strings.TrimPrefix(err.Error(), "error converting YAML to JSON: "), lang))
+		return bad(err.Error())
 	}
 	var fields map[string]json.RawMessage
 	if err := json.Unmarshal(asJSON, &fields); err != nil {
 		return bad(fmt.Sprintf("the file must hold one %s object with the request's fields (name, nodeSelector, jobTemplate, ...); correct the %s", lang, lang))
 	}
-	problems := unknownFields(fields, reflect.TypeOf(req), "")
+	if fleetFile(asJSON) {
+		return bad(fmt.Sprintf("this is a fleet rollout request (it has waves and rollout): check it with 'starter fleet validate -f %s', start it with 'starter fleet start'", name))
+	}
+	unknown := didyoumean.UnknownFields(fields, reflect.TypeOf(req), "", "progress")
+	problems := unknownFields(unknown)
 	if tpl, ok := fields["jobTemplate"]; ok && len(tpl) > 0 && tpl[0] == '{' {
 		text, err := yaml.JSONToYAML(tpl)
 		if err != nil {
@@ -72,6 +173,10 @@ func loadRequest(path string) (workflows.RolloutRequest, error) {
 			if strings.Contains(p, "unknown field") && len(problems) > 0 {
 				continue // already named above, with a suggestion
 			}
+			if followsFromTypo(p, unknown) {
+				continue // the typo's consequence (a field left at its default): the typo says it all
+			}
+			p = withTypeHint(p, fields)
 			problems = append(problems, strings.ReplaceAll(p, "correct the JSON", "correct the "+lang))
 		}
 	}
@@ -91,6 +196,132 @@ func loadRequest(path string) (workflows.RolloutRequest, error) {
 		return bad(problems...)
 	}
 	return req, nil
+}
+
+// fleetFile tells a fleet request (waves and a rollout) given where a rollout request belongs.
+func fleetFile(asJSON []byte) bool {
+	var f struct {
+		Waves   json.RawMessage `json:"waves"`
+		Rollout json.RawMessage `json:"rollout"`
+	}
+	return json.Unmarshal(asJSON, &f) == nil && f.Waves != nil && f.Rollout != nil
+}
+
+// followsFromTypo tells a problem that a misspelt field causes: the field it was meant to be
+// is then missing or at its default, and validation says so ("batch.initial: ... got 0", "no
+// nodes are selected ... nodeSelector"). Only the typo is worth reading.
+func followsFromTypo(problem string, unknown []didyoumean.UnknownField) bool {
+	path, _, _ := strings.Cut(problem, ": ")
+	for _, u := range unknown {
+		meant := suggested(u.Hint)
+		if meant == "" {
+			continue
+		}
+		if path == meant || strings.HasPrefix(path, meant+".") {
+			return true
+		}
+		last := meant[strings.LastIndex(meant, ".")+1:]
+		if regexp.MustCompile(`\b` + regexp.QuoteMeta(last) + `\b`).MatchString(problem) {
+			return true
+		}
+	}
+	return false
+}
+
+// suggested is the field a did-you-mean hint names.
+func suggested(hint string) string {
+	_, rest, ok := strings.Cut(hint, `did you mean "`)
+	if !ok {
+		return ""
+	}
+	meant, _, _ := strings.Cut(rest, `"`)
+	return meant
+}
+
+var typeProblem = regexp.MustCompile(`^(\S+): must be a JSON (integer|string), got (\w+)`)
+
+// withTypeHint says how to write a value of the wrong type: a count as a number, a duration
+// with its unit. The decoder's own words ("must be a JSON string, got number") leave the reader
+// to guess that jobTimeout: 10 lacks a unit.
+func withTypeHint(problem string, fields map[string]json.RawMessage) string {
+	m := typeProblem.FindStringSubmatch(problem)
+	if m == nil {
+		return problem
+	}
+	path, want, got := m[1], m[2], m[3]
+	value, _ := valueAt(fields, path)
+	switch {
+	case want == "integer" && got == "string":
+		return fmt.Sprintf("%s: %s is not a number; write a whole number such as 10, without quotes", path, orSomething(value, "the text"))
+	case want == "integer":
+		return fmt.Sprintf("%s: %s is not a number; write a whole number such as 10", path, orSomething(value, "the value"))
+	case want == "string" && got == "number" && isDuration(fields, path):
+		return fmt.Sprintf("%s: %s has no unit; write a duration such as 10m (or 90s, 2h)", path, orSomething(value, "the number"))
+	}
+	return problem
+}
+
+func orSomething(value, something string) string {
+	if value == "" {
+		return something
+	}
+	return value
+}
+
+// valueAt is the raw JSON at a dotted path of objects.
+func valueAt(fields map[string]json.RawMessage, path string) (string, bool) {
+	parts := strings.Split(path, ".")
+	for i, p := range parts {
+		v, ok := fields[p]
+		if !ok {
+			return "", false
+		}
+		if i == len(parts)-1 {
+			return string(v), true
+		}
+		fields = nil
+		if json.Unmarshal(v, &fields) != nil {
+			return "", false
+		}
+	}
+	return "", false
+}
+
+// isDuration tells whether the string field at path is read as a duration: the workflow's
+// validation, given a value without a unit there, says so.
+func isDuration(fields map[string]json.RawMessage, path string) bool {
+	var probe any
+	b, _ := json.Marshal(fields)
+	if json.Unmarshal(b, &probe) != nil {
+		return false
+	}
+	obj, ok := probe.(map[string]any)
+	parts := strings.Split(path, ".")
+	for _, p := range parts[:len(parts)-1] {
+		if !ok {
+			return false
+		}
+		obj, ok = obj[p].(map[string]any)
+	}
+	if !ok {
+		return false
+	}
+	obj[parts[len(parts)-1]] = "1"
+	b, _ = json.Marshal(probe)
+	var req workflows.RolloutRequest
+	if json.Unmarshal(b, &req) != nil {
+		return false
+	}
+	_, err := workflows.Validate(req)
+	if err == nil {
+		return false
+	}
+	for _, p := range validationProblems(err) {
+		if strings.HasPrefix(p, path+": ") && strings.Contains(p, "is not a duration") {
+			return true
+		}
+	}
+	return false
 }
 
 // validationProblems splits a validation error into its problems: the field errors a
@@ -120,12 +351,11 @@ func validationProblems(err error) []string {
 	return []string{err.Error()}
 }
 
-// unknownFields names each field of the file the request type does not have, at any depth,
-// by its path after prefix, with the known field it was probably meant to be. progress is the
-// workflow's own, set when it continues as new.
-func unknownFields(fields map[string]json.RawMessage, t reflect.Type, prefix string) []string {
+// unknownFields is one problem per field of the file its request type does not have (from
+// didyoumean.UnknownFields), with the known field it was probably meant to be.
+func unknownFields(unknown []didyoumean.UnknownField) []string {
 	var problems []string
-	for _, f := range didyoumean.UnknownFields(fields, t, prefix, "progress") {
+	for _, f := range unknown {
 		problems = append(problems, fmt.Sprintf("%s: unknown field%s (names are case-sensitive; see README)", f.Path, f.Hint))
 	}
 	return problems

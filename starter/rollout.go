@@ -6,7 +6,6 @@ import (
 	"io"
 	"strconv"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -15,7 +14,10 @@ import (
 	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/temporal"
 
+	"github.com/noderollout/noderollout/activities/jobspec"
+	"github.com/noderollout/noderollout/internal/policy"
 	"github.com/noderollout/noderollout/workflows"
 )
 
@@ -40,19 +42,6 @@ With --wait, follow it to the end; exit 1 if it fails or selected no node.`,
 	return cmd
 }
 
-func dryRunCommand(a *app) *cobra.Command {
-	cmd := &cobra.Command{
-		Use:     "dry-run -f FILE",
-		GroupID: "rollout",
-		Short:   "Show the nodes and Jobs a rollout would create; create nothing",
-		Args:    cobra.NoArgs,
-		RunE:    run(a.dryRun),
-	}
-	fileFlag(cmd)
-	outputFlag(cmd)
-	return cmd
-}
-
 func validateCommand(a *app) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:     "validate -f FILE",
@@ -67,18 +56,24 @@ checked by the worker). One line per problem; exit code 2 if there is any.`,
 	}
 	fileFlag(cmd)
 	outputFlag(cmd)
+	cmd.Flags().String("policy-file", "", "also judge the request by this worker policy (the worker's --policy-file), offline")
+	_ = cmd.MarkFlagFilename("policy-file", "yaml", "yml", "json")
 	return cmd
 }
 
 func statusCommand(a *app) *cobra.Command {
 	cmd := idCommand(workflows.RolloutIDPrefix, &cobra.Command{
-		Use:     "status ID",
+		Use:     "status ID [-w]",
 		GroupID: "rollout",
 		Short:   "Show a rollout's progress, or its result once ended",
-		Args:    exactArgs(1, "ID"),
-		RunE:    run(a.showStatus),
+		Long: `Show a rollout's progress, or its result once ended. With -w, show it, then
+follow it to its end as start --wait does (one line per change when the output
+is not a terminal); exit 1 if it fails. Ctrl-C stops watching, not the rollout.`,
+		Args: exactArgs(1, "ID"),
+		RunE: run(a.showStatus),
 	})
 	outputFlag(cmd)
+	cmd.Flags().BoolP("watch", "w", false, "follow the rollout until it ends")
 	return cmd
 }
 
@@ -108,13 +103,19 @@ func setParallelismCommand(a *app) *cobra.Command {
 
 func abortCommand(a *app) *cobra.Command {
 	cmd := idCommand(workflows.RolloutIDPrefix, &cobra.Command{
-		Use:     "abort ID [--reason TEXT]",
+		Use:     "abort ID [--reason TEXT] [--wait]",
 		GroupID: "steer",
 		Short:   "Cancel a rollout: running Jobs are deleted",
-		Args:    exactArgs(1, "ID"),
-		RunE:    run(a.abort),
+		Long: `Cancel a rollout: it starts no more nodes, and each node in flight deletes its
+running Job and waits until the Job's Pods are gone. With --wait, return only
+once that is done: the rollout and every node workflow of it have ended, and
+a node workflow ends only when no Pod of a Job it made can run any more (Jobs
+that had ended before the abort stay as keepJobs says).`,
+		Args: exactArgs(1, "ID"),
+		RunE: run(a.abort),
 	})
 	cmd.Flags().String("reason", "aborted with starter", "why, recorded in the workflow history")
+	cmd.Flags().Bool("wait", false, "wait until the rollout and all its nodes have stopped (their Jobs and Pods gone)")
 	return cmd
 }
 
@@ -146,7 +147,21 @@ func (a *app) request() (workflows.RolloutRequest, error) {
 	if err != nil {
 		return workflows.RolloutRequest{}, err
 	}
-	req, err := loadRequest(path)
+	name, data, err := readInput(path, a.in)
+	if err != nil {
+		return workflows.RolloutRequest{}, err
+	}
+	req, err := parseRequest(name, data)
+	var inv *invalidRequest
+	if errors.As(err, &inv) {
+		return req, usageError{inv.Error()}
+	}
+	return req, err
+}
+
+// fleetRequest reads and checks a fleet request before anything dials Temporal.
+func (a *app) fleetRequest(path string) (workflows.FleetRequest, error) {
+	req, err := loadFleetRequest(path, a.in)
 	var inv *invalidRequest
 	if errors.As(err, &inv) {
 		return req, usageError{inv.Error()}
@@ -159,9 +174,18 @@ func (a *app) validate() error {
 	if err != nil {
 		return err
 	}
-	req, err := loadRequest(path)
+	name, data, err := readInput(path, a.in)
+	if err != nil {
+		return err
+	}
+	req, err := parseRequest(name, data)
+	path = name
+	policyFile := a.flagString("policy-file")
+	if err == nil && policyFile != "" {
+		err = judgeByPolicy(name, policyFile, req)
+	}
 	var inv *invalidRequest
-	if errors.As(err, &inv) && a.flagString("output") != "table" {
+	if errors.As(err, &inv) && a.forMachines() {
 		// Machines get the problems on stdout, in the format asked for, and still exit 2.
 		if perr := a.print(validation{File: path, Valid: false, Problems: inv.problems}, nil); perr != nil {
 			return perr
@@ -176,8 +200,62 @@ func (a *app) validate() error {
 	}
 	return a.print(validation{File: path, Valid: true, Request: &req}, func(w io.Writer) error {
 		_, err := fmt.Fprintf(w, "%s: valid (%s)\n", path, summary(req))
+		if err == nil && policyFile != "" {
+			_, err = fmt.Fprintf(w, "%s: allowed by the policy in %s%s\n", path, policyFile, policyCaveat(req))
+		}
 		return err
 	})
+}
+
+// judgeByPolicy judges a valid request by a worker policy, as the worker does before its first
+// node: the request (namespace, selector, parallelism), then an inline template as its Jobs
+// would have it. A policy file that does not load is a bad command line.
+func judgeByPolicy(name, policyFile string, req workflows.RolloutRequest) error {
+	pol, err := policy.Load(policyFile)
+	if err != nil {
+		return usageError{fmt.Sprintf("--policy-file: %v", err)}
+	}
+	parallelism := req.Parallelism
+	if parallelism == 0 {
+		parallelism = workflows.DefaultParallelism
+	}
+	r := policy.Request{Namespace: nsOrDefault(req.Namespace), NodeSelector: req.NodeSelector, Parallelism: parallelism}
+	if ref := req.JobTemplateRef; ref != nil {
+		r.TemplateNamespace = ref.Namespace
+	}
+	var problems []string
+	if err := pol.CheckRequest(r); err != nil {
+		problems = append(problems, err.Error())
+	}
+	if req.JobTemplate != "" {
+		job, err := jobspec.ParseTemplate(req.JobTemplate)
+		if err == nil {
+			job.Namespace = nsOrDefault(req.Namespace)
+			if err := pol.CheckJob(job); err != nil {
+				problems = append(problems, err.Error())
+			}
+		}
+	}
+	if len(problems) > 0 {
+		return &invalidRequest{path: name, what: "rollout request under the policy in " + policyFile, problems: problems}
+	}
+	return nil
+}
+
+// policyCaveat says what the worker judges that validate cannot: a template kept in a
+// ConfigMap, and the labels of nodes named one by one.
+func policyCaveat(req workflows.RolloutRequest) string {
+	var later []string
+	if req.JobTemplateRef != nil {
+		later = append(later, "the template in its ConfigMap")
+	}
+	if len(req.Nodes) > 0 {
+		later = append(later, "each named node's labels")
+	}
+	if len(later) == 0 {
+		return ""
+	}
+	return " (the worker judges " + strings.Join(later, " and ") + " when the rollout starts)"
 }
 
 // validation is what validate prints with -o json|yaml.
@@ -249,7 +327,7 @@ func (a *app) startRollout() error {
 	}
 	s := started{Name: req.Name, WorkflowID: run.GetID(), RunID: run.GetRunID(), UI: a.uiLink(run.GetID())}
 	wait := a.flagBool("wait")
-	if wait && a.flagString("output") != "table" {
+	if wait && a.forMachines() {
 		// One document on stdout: the rollout's view once it ended.
 		return a.follow(run.GetID())
 	}
@@ -265,57 +343,6 @@ func (a *app) startRollout() error {
 
 func (a *app) uiLink(id string) string {
 	return fmt.Sprintf("%s/namespaces/%s/workflows/%s", a.cfg.UIAddress, a.cfg.TemporalNamespace, id)
-}
-
-func (a *app) dryRun() error {
-	req, err := a.request()
-	if err != nil {
-		return err
-	}
-	tc, err := a.client()
-	if err != nil {
-		return err
-	}
-	req.DryRun = true
-	id := a.rolloutID(req.Name) + "-dry-run"
-	opts := a.startOptions(id, req)
-	opts.WorkflowIDReusePolicy = enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE
-	opts.WorkflowIDConflictPolicy = enumspb.WORKFLOW_ID_CONFLICT_POLICY_TERMINATE_EXISTING
-	run, err := tc.ExecuteWorkflow(a.ctx, opts, workflows.RolloutWorkflow, req)
-	if err != nil {
-		return err
-	}
-	var res workflows.RolloutResult
-	if err := run.Get(a.ctx, &res); err != nil {
-		return err
-	}
-	return a.print(res, func(w io.Writer) error {
-		fmt.Fprintf(w, "dry run of %s (template %s): %d nodes selected, %d would run, %d already done, %d missing\n",
-			req.Name, res.TemplateHash, res.Selected, res.Counts.Pending, res.Counts.Skipped, res.Counts.NodeGone)
-		if res.Selected == 0 {
-			fmt.Fprintf(w, "no node selected: check the selector (kubectl get nodes -l '%s')\n", req.NodeSelector)
-			return nil
-		}
-		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-		fmt.Fprintln(tw, "NODE\tJOB (name prefix) / SKIP")
-		for _, p := range res.Planned {
-			what := p.JobPrefix + "…"
-			if p.Skip != "" {
-				what = "skip: " + p.Skip
-			}
-			fmt.Fprintf(tw, "%s\t%s\n", p.Node, what)
-			if d := p.Drain; d != nil {
-				fmt.Fprintf(tw, "\t  drain would evict %d Pod(s): %s\n", len(d.Evict), strings.Join(d.Evict, ", "))
-				if len(d.Blocking) > 0 {
-					fmt.Fprintf(tw, "\t  blocked now by PodDisruptionBudget(s): %s\n", strings.Join(d.Blocking, ", "))
-				}
-				if len(d.Refused) > 0 {
-					fmt.Fprintf(tw, "\t  refused: %s\n", strings.Join(d.Refused, "; "))
-				}
-			}
-		}
-		return tw.Flush()
-	})
 }
 
 func (a *app) queryStatus(id string) (workflows.RolloutStatus, error) {
@@ -337,6 +364,10 @@ func (a *app) showStatus() error {
 		return err
 	}
 	status := desc.Status
+	watch := a.flagBool("watch")
+	if watch && status == enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING && a.forMachines() {
+		return a.follow(id) // one document, once it ended
+	}
 	if status != enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {
 		res, runErr := a.result(id)
 		view := withRequester(endedView(id, status, res, runErr), desc.Memo)
@@ -362,12 +393,17 @@ func (a *app) showStatus() error {
 	if stepsErr != nil {
 		view.InFlightError = stepsErr.Error()
 	}
-	return a.print(view, func(w io.Writer) error {
+	err = a.print(view, func(w io.Writer) error {
 		printRequester(w, view)
 		printStatus(w, st)
 		printInFlight(w, steps, stepsErr, time.Now())
 		return nil
 	})
+	if err != nil || !watch {
+		return err
+	}
+	fmt.Fprintf(a.out, "\nwatching %s until it ends (Ctrl-C stops watching; the rollout goes on)\n", id)
+	return a.follow(id)
 }
 
 // sendSignal sends the signal name to the workflow target resolves (a.rollout or a.fleet).
@@ -437,5 +473,62 @@ func (a *app) abort() error {
 		return err
 	}
 	fmt.Fprintf(a.out, "aborting %s (%s): running Jobs are being deleted\n", id, reason)
-	return nil
+	if !a.flagBool("wait") {
+		return nil
+	}
+	return a.awaitAbort(tc, id)
+}
+
+// abortPoll is how often abort --wait looks at the rollout's node workflows.
+var abortPoll = 2 * time.Second
+
+// awaitAbort waits until the rollout has closed and none of its node workflows runs, saying
+// how many are still stopping whenever that changes. A node workflow closes only once no Pod
+// of a Job it created can run (design: the node's lock), so then none can.
+func (a *app) awaitAbort(tc client.Client, id string) error {
+	closed := make(chan error, 1)
+	go func() {
+		var res workflows.RolloutResult
+		closed <- tc.GetWorkflow(a.ctx, id, "").Get(a.ctx, &res)
+	}()
+	rolloutClosed := false
+	last := -1
+	started := time.Now()
+	for {
+		n, err := a.runningNodes(tc, id)
+		if err != nil {
+			return err
+		}
+		if rolloutClosed && n == 0 {
+			fmt.Fprintf(a.out, "aborted %s after %s: the rollout and all its node workflows have ended; no Pod of its Jobs runs any more\n", id, time.Since(started).Round(time.Second))
+			return nil
+		}
+		if n != last {
+			fmt.Fprintf(a.out, "waiting: %d node(s) still deleting their Jobs and waiting for their Pods to go\n", n)
+			last = n
+		}
+		select {
+		case err := <-closed:
+			if err != nil && !temporal.IsCanceledError(err) && a.ctx.Err() != nil {
+				return a.ctx.Err()
+			}
+			rolloutClosed = true
+			continue
+		case <-a.ctx.Done():
+			return a.ctx.Err()
+		case <-time.After(abortPoll):
+		}
+	}
+}
+
+// runningNodes counts the rollout's node workflows still running, from visibility.
+func (a *app) runningNodes(tc client.Client, id string) (int, error) {
+	resp, err := tc.CountWorkflow(a.ctx, &workflowservice.CountWorkflowExecutionsRequest{
+		Namespace: a.cfg.TemporalNamespace,
+		Query:     fmt.Sprintf("ParentWorkflowId = '%s' AND ExecutionStatus = 'Running'", id),
+	})
+	if err != nil {
+		return 0, fmt.Errorf("counting the rollout's running node workflows: %w", err)
+	}
+	return int(resp.GetCount()), nil
 }

@@ -69,14 +69,17 @@ still runs, unless --allow-overlap.`,
 
 func (a *app) createSchedule() error {
 	name := a.args[0]
+	if err := checkName("schedule", name); err != nil {
+		return err
+	}
 	req, err := a.request()
 	if err != nil {
 		return err
 	}
 	cron := a.flagString("cron")
 	every, _ := a.cmd.Flags().GetDuration("every")
-	if (cron == "") == (every == 0) {
-		return usageError{"give exactly one of --cron or --every"}
+	if cron == "" && !a.cmd.Flags().Changed("every") {
+		return usageError{"give one of --cron or --every, e.g. --cron \"0 3 * * *\" or --every 24h"}
 	}
 	if err := checkSpec(cron, every); err != nil {
 		return err
@@ -185,11 +188,14 @@ func (a *app) listSchedules() error {
 }
 
 func (a *app) scheduleAction(what string) error {
+	name := a.args[0]
+	if err := checkName("schedule", name); err != nil {
+		return err
+	}
 	tc, err := a.client()
 	if err != nil {
 		return err
 	}
-	name := a.args[0]
 	h := tc.ScheduleClient().GetHandle(a.ctx, ScheduleIDPrefix+name)
 	switch what {
 	case "pause":

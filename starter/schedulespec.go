@@ -2,10 +2,13 @@ package main
 
 import (
 	"fmt"
+	"os"
 	"regexp"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/noderollout/noderollout/internal/didyoumean"
 )
 
 // The checks in this file refuse, before any request, the --cron and --every values the
@@ -27,8 +30,8 @@ import (
 //     Months may be names of 3 letters or more (jan, January), days of the week of 2 or more
 //     (mo, Mon); case does not matter; day of week 7 is Sunday, as 0 is. No ?, L or W.
 //
-// The zone's name is left to the server: it looks it up in its own zone database, which may
-// know a zone the starter's does not, and a check here must never refuse what it accepts.
+// The zone's name is looked up in the starter's own zone database (time/tzdata, embedded): a
+// misspelt zone is refused before dialling, which the server would refuse too.
 
 // minScheduleInterval is the server's shortest interval.
 const minScheduleInterval = time.Second
@@ -79,7 +82,7 @@ func checkEvery(every time.Duration) error {
 	case every < 0:
 		return usageError{fmt.Sprintf("--every %s is negative; give the interval between runs, e.g. --every 24h", every)}
 	case every < minScheduleInterval:
-		return usageError{fmt.Sprintf("--every %s is under %s, the shortest interval a Temporal Schedule takes; give e.g. --every 1m or --every 24h", every, minScheduleInterval)}
+		return usageError{fmt.Sprintf("--every must be at least %s, the shortest interval a Temporal Schedule takes, got %s; give e.g. --every 1m or --every 24h", minScheduleInterval, every)}
 	}
 	return nil
 }
@@ -118,11 +121,26 @@ func cutZone(expr string) (string, error) {
 	if !strings.HasPrefix(expr, "TZ=") && !strings.HasPrefix(expr, "CRON_TZ=") {
 		return expr, nil
 	}
-	_, rest, found := strings.Cut(expr, " ")
+	zone, rest, found := strings.Cut(expr, " ")
 	if !found {
 		return "", fmt.Errorf("a time zone with nothing after it; %s", cronFix)
 	}
+	_, zone, _ = strings.Cut(zone, "=")
+	if err := checkZone(zone); err != nil {
+		return "", err
+	}
 	return rest, nil
+}
+
+// checkZone refuses a time zone the starter's zone database (embedded, time/tzdata) does not
+// have. The server's is Go's too; a zone only a newer database has is rare enough that a
+// typo is the likelier cause.
+func checkZone(zone string) error {
+	// "" is UTC to the server as to time.LoadLocation; "Local" is the server's own zone.
+	if _, err := time.LoadLocation(zone); err == nil && zone != "Local" {
+		return nil
+	}
+	return fmt.Errorf("time zone %q is not an IANA zone name%s; write e.g. CRON_TZ=Europe/Berlin or CRON_TZ=UTC", zone, didyoumean.Hint(zone, zoneNames()))
 }
 
 // fieldsProblem checks the fields of a cron string, left to right.
@@ -250,4 +268,25 @@ func scheduleDuration(s string) (time.Duration, error) {
 		return 0, fmt.Errorf("%q is not a duration (a number and a unit s, m, h or d, e.g. 90m or 1d); %s", s, everyFix)
 	}
 	return d, nil
+}
+
+// zoneTables are where the system lists its zones, for a did-you-mean; absent, there is none.
+var zoneTables = []string{"/usr/share/zoneinfo/zone1970.tab", "/usr/share/zoneinfo/zone.tab"}
+
+// zoneNames are the zone names the system lists, and UTC.
+func zoneNames() []string {
+	names := []string{"UTC"}
+	for _, table := range zoneTables {
+		data, err := os.ReadFile(table)
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(string(data), "\n") {
+			if f := strings.Fields(line); len(f) >= 3 && !strings.HasPrefix(f[0], "#") {
+				names = append(names, f[2])
+			}
+		}
+		return names
+	}
+	return names
 }

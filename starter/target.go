@@ -9,6 +9,9 @@ import (
 	"github.com/spf13/cobra"
 	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/client"
+	k8svalidation "k8s.io/apimachinery/pkg/util/validation"
+
+	"github.com/noderollout/noderollout/workflows"
 )
 
 // idHelp is the help text of a command's ID argument, for workflow IDs prefix+<name>.
@@ -32,6 +35,10 @@ func idCommand(prefix string, cmd *cobra.Command) *cobra.Command {
 	}
 	cmd.Long += "\n" + idHelp(prefix)
 	idFlag(cmd)
+	if cmd.Annotations == nil {
+		cmd.Annotations = map[string]string{}
+	}
+	cmd.Annotations[annotationIDPrefix] = prefix
 	return cmd
 }
 
@@ -77,9 +84,42 @@ func workflowExists(ctx context.Context, d describer, id string) (bool, error) {
 	return err == nil, err
 }
 
+// checkName refuses, before anything dials, a name no rollout, fleet or schedule can have:
+// names are DNS-1123 labels (they go into label values and workflow IDs).
+func checkName(what, name string) error {
+	if errs := k8svalidation.IsDNS1123Label(name); len(errs) > 0 {
+		return usageError{fmt.Sprintf("%q is not a valid %s name: %s", name, what, strings.Join(errs, "; "))}
+	}
+	return nil
+}
+
+// checkIDArg refuses an ID argument that is neither a name nor a workflow ID of ours: a name,
+// or prefix followed by a name or by cluster:name. --id takes any workflow ID as is.
+func checkIDArg(arg, prefix, what string) error {
+	rest, isID := strings.CutPrefix(arg, prefix)
+	if !isID {
+		return checkName(what, arg)
+	}
+	for _, part := range strings.SplitN(rest, ":", 2) {
+		if len(k8svalidation.IsDNS1123Label(part)) > 0 {
+			return usageError{fmt.Sprintf("%q is not a valid %s name or workflow ID (%s<name>, %s<cluster>:<name>; names are DNS-1123 labels); pass --id to take it as a workflow ID as is", arg, what, prefix, prefix)}
+		}
+	}
+	return nil
+}
+
 // target dials Temporal and resolves the command's ID argument with resolveID, or takes it
 // as is with --id.
 func (a *app) target(prefix string, nameToID func(string) string) (client.Client, string, error) {
+	if !a.flagBool("id") {
+		what := map[string]string{workflows.FleetIDPrefix: "fleet rollout"}[prefix]
+		if what == "" {
+			what = "rollout"
+		}
+		if err := checkIDArg(a.args[0], prefix, what); err != nil {
+			return nil, "", err
+		}
+	}
 	tc, err := a.client()
 	if err != nil {
 		return nil, "", err

@@ -68,6 +68,7 @@ func parseFlags(args []string) (fs *pflag.FlagSet, showVersion bool, err error) 
 	versionFlag := fs.Bool("version", false, "print the version, commit, Go and Temporal SDK versions and exit")
 	fs.Usage = func() {
 		fmt.Fprintf(os.Stderr, `Usage: worker [flags]
+       worker version
 
 Runs the noderollout worker. Every flag can also be set as %s_<FLAG>
 (upper case, '-' as '_') or as a key in --config. Temporal's own settings
@@ -78,9 +79,16 @@ flags win over them.
 %s`, config.EnvPrefix, config.EnvPrefix, fs.FlagUsagesWrapped(80))
 	}
 	if err = fs.Parse(args); err != nil {
-		err = config.WithFlagHint(err, fs)
+		return fs, false, config.WithFlagHint(err, fs)
 	}
-	return fs, *versionFlag, err
+	// The worker takes flags only; "version" is the one word it knows, like starter version.
+	switch rest := fs.Args(); {
+	case len(rest) == 1 && rest[0] == "version":
+		return fs, true, nil
+	case len(rest) > 0:
+		return fs, false, fmt.Errorf("unexpected argument %q: the worker takes flags only (worker --help); worker version prints the version", rest[0])
+	}
+	return fs, *versionFlag, nil
 }
 
 func run(ctx context.Context, cfg config.Config, pol *policy.Policy) error {
@@ -111,13 +119,18 @@ func run(ctx context.Context, cfg config.Config, pol *policy.Policy) error {
 	if len(cfg.JobNamespaces) > 0 {
 		acts.Jobs = activities.NewJobWatcher(kube, cfg.JobNamespaces...)
 	}
+	// An unreachable API server is said at once and retried, visibly; a signal or the startup
+	// timeout ends the wait (exit 1).
+	if err := connect.WaitForKubernetes(ctx, kube.Discovery(), kubeHost(cfg), cfg.StartupTimeout, logger); err != nil {
+		return err
+	}
 	// The shared Job informer must be synced before any WaitJob runs, and must outlive the
 	// signal: while the worker stops, running activities still wait on it, so it stops only
-	// after they have.
+	// after they have. Waiting for its sync, though, ends on a signal like any other wait.
 	informerCtx, stopInformer := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopInformer()
-	if err := acts.Jobs.Start(informerCtx); err != nil {
-		return fmt.Errorf("starting the Job informer: %w", err)
+	if err := waitForInformer(ctx, informerCtx, acts.Jobs, cfg.StartupTimeout, logger); err != nil {
+		return err
 	}
 	// Checked once the informer synced, so the API server is known to answer: a version that
 	// cannot be read then is not just a server still starting. Too old exits 1, not 2: the
@@ -187,6 +200,42 @@ func run(ctx context.Context, cfg config.Config, pol *policy.Policy) error {
 	w.Stop()
 	stopInformer()
 	return nil
+}
+
+// waitForInformer starts the Job informer on informerCtx and waits for its cache to sync,
+// saying every 10 s that it still waits (RBAC refusing list or watch of Jobs keeps it
+// unsynced), until a signal (ctx) or the startup timeout.
+func waitForInformer(ctx, informerCtx context.Context, jobs *activities.JobWatcher, timeout time.Duration, logger *slog.Logger) error {
+	synced := make(chan error, 1)
+	go func() { synced <- jobs.Start(informerCtx) }()
+	started := time.Now()
+	deadline := time.After(timeout)
+	tick := time.NewTicker(10 * time.Second)
+	defer tick.Stop()
+	for {
+		select {
+		case err := <-synced:
+			if err != nil {
+				return fmt.Errorf("starting the Job informer: %w", err)
+			}
+			return nil
+		case <-tick.C:
+			logger.Warn("the Job informer has not synced yet; can the worker list and watch Jobs (RBAC)?", "waited", time.Since(started).Round(time.Second).String())
+		case <-deadline:
+			return fmt.Errorf("the Job informer did not sync within %s (--startup-timeout): can the worker list and watch Jobs (RBAC)?", timeout)
+		case <-ctx.Done():
+			return errors.New("stopped before the Job informer synced")
+		}
+	}
+}
+
+// kubeHost is the API server the worker talks to, for messages.
+func kubeHost(cfg config.Config) string {
+	rc, err := connect.KubeConfig(cfg)
+	if err != nil {
+		return "?"
+	}
+	return rc.Host
 }
 
 func identity() string {

@@ -168,6 +168,7 @@ func (n *nodeSteps) runMaintained(ctx workflow.Context) (NodeResult, error) {
 		Drain: m.Drain, PodSelector: m.PodSelector, DeleteEmptyDirData: m.DeleteEmptyDirData, Force: m.Force}
 	if m.Cordon {
 		workflow.SetCurrentDetails(ctx, fmt.Sprintf("cordoning node `%s`", in.Node))
+		setStep(ctx, NodeStepCordon, 0, "")
 		// Until the cordon answers, it may have gone through: UncordonNode reads our annotation.
 		n.mayHaveCordoned = true
 		var c activities.CordonResult
@@ -183,6 +184,7 @@ func (n *nodeSteps) runMaintained(ctx workflow.Context) (NodeResult, error) {
 	if m.Drain {
 		timeout := time.Duration(m.DrainTimeoutSeconds) * time.Second
 		workflow.SetCurrentDetails(ctx, fmt.Sprintf("draining node `%s` (timeout %v)", in.Node, timeout))
+		setStep(ctx, NodeStepDrain, m.DrainTimeoutSeconds, "")
 		drain := activities.DrainInput{Node: in.Node, Namespace: in.Namespace, PodSelector: m.PodSelector, DeleteEmptyDirData: m.DeleteEmptyDirData,
 			Force: m.Force, GracePeriodSeconds: m.GracePeriodSeconds, Deadline: workflow.Now(ctx).Add(timeout)}
 		err := workflow.ExecuteActivity(withMaintenanceActivity(ctx, timeout, "drain node "+in.Node), a.DrainNode, drain).Get(ctx, nil)
@@ -199,11 +201,13 @@ func (n *nodeSteps) runMaintained(ctx workflow.Context) (NodeResult, error) {
 	if m.Health {
 		timeout := time.Duration(m.HealthTimeoutSeconds) * time.Second
 		workflow.SetCurrentDetails(ctx, fmt.Sprintf("waiting for node `%s` to be healthy (%s, timeout %v)", in.Node, conditionList(m.Conditions), timeout))
+		setStep(ctx, NodeStepHealth, m.HealthTimeoutSeconds, "")
 		health := activities.HealthInput{Node: in.Node, Conditions: m.Conditions, HealthyBy: workflow.Now(ctx).Add(timeout)}
 		err := workflow.ExecuteActivity(withHealthActivity(ctx, timeout, "health gate on node "+in.Node), a.CheckNodeHealth, health).Get(ctx, nil)
 		if err == nil && m.SoakSeconds > 0 {
 			soak := time.Duration(m.SoakSeconds) * time.Second
 			workflow.SetCurrentDetails(ctx, fmt.Sprintf("soaking node `%s` for %v", in.Node, soak))
+			setStep(ctx, NodeStepSoak, m.SoakSeconds, "")
 			health.HealthyBy, health.HoldSeconds = workflow.Now(ctx), m.SoakSeconds
 			err = workflow.ExecuteActivity(withHealthActivity(ctx, soak, "soak node "+in.Node), a.CheckNodeHealth, health).Get(ctx, nil)
 		}
@@ -309,6 +313,7 @@ func (n *nodeSteps) leave(ctx workflow.Context) {
 func (n *nodeSteps) uncordon(ctx workflow.Context) error {
 	var a *activities.Activities
 	workflow.SetCurrentDetails(ctx, fmt.Sprintf("uncordoning node `%s` if we cordoned it", n.in.Node))
+	setStep(ctx, NodeStepUncordon, 0, "")
 	return workflow.ExecuteLocalActivity(withLocalAPIActivity(ctx, n.writeDeadline(), "uncordon node "+n.in.Node), a.UncordonNode,
 		activities.NodeInput{Rollout: n.in.Rollout, Node: n.in.Node}).Get(ctx, nil)
 }

@@ -111,6 +111,10 @@ func (c Cluster) checkLineage(ctx workflow.Context, in NodeRolloutInput) error {
 // runNode is a node's rollout from versionFieldGuarantees on; oneStep runs a watched Job with
 // RunJob.
 func runNode(ctx workflow.Context, in NodeRolloutInput, oneStep bool) (NodeResult, error) {
+	ctx, err := withStepQuery(ctx)
+	if err != nil {
+		return NodeResult{}, err
+	}
 	waiters := workflow.GetSignalChannel(ctx, SignalNotifyWhenFree)
 	n := nodeSteps{in: in, oneStep: oneStep}
 	result, err := n.run(ctx)
@@ -181,6 +185,7 @@ func (n *nodeSteps) runJob(ctx workflow.Context) (NodeResult, error) {
 	var run activities.RunJobResult
 	var err error
 	inOneStep := n.oneStep && in.WatchSeconds > 0
+	setStep(ctx, NodeStepJob, in.JobTimeoutSeconds, planned.Namespace+"/"+planned.Name)
 	if inOneStep {
 		workflow.SetCurrentDetails(ctx, fmt.Sprintf("Job `%s/%s` created and watched on node `%s`", planned.Namespace, planned.Name, in.Node))
 		watch := time.Duration(in.WatchSeconds) * time.Second
@@ -205,6 +210,7 @@ func (n *nodeSteps) runJob(ctx workflow.Context) (NodeResult, error) {
 		return n.finalize(ctx, &planned, end, result)
 	}
 	result.Job = job.Name
+	setStepJob(ctx, job.Namespace+"/"+job.Name)
 	if job.Finalized != "" {
 		// This run finished the node in a workflow task whose completion was lost, and now runs
 		// again from the start: the Node's marker holds the outcome; the Job may be gone.
@@ -282,6 +288,7 @@ func (n *nodeSteps) finalize(ctx workflow.Context, job *activities.JobRef, end a
 	var a *activities.Activities
 	in := n.in
 	var fin activities.FinalizeResult
+	setStep(ctx, NodeStepFinalize, 0, "")
 	err := workflow.ExecuteLocalActivity(withLocalAPIActivity(ctx, n.writeDeadline(), "finalize "+string(end.Outcome)), a.FinalizeJob, activities.FinalizeInput{
 		Rollout:      in.Rollout,
 		Node:         in.Node,
@@ -355,6 +362,7 @@ func release(ctx workflow.Context, job activities.JobRef, why string) {
 	cleanup, _ := workflow.NewDisconnectedContext(ctx)
 	details := fmt.Sprintf("deleting Job `%s/%s` (%s); node `%s` is held until its Pods are gone", job.Namespace, job.Name, why, job.Node)
 	workflow.SetCurrentDetails(ctx, details)
+	setStep(ctx, NodeStepRelease, 0, job.Namespace+"/"+job.Name)
 	backoff := releaseBackoff
 	for {
 		err := workflow.ExecuteActivity(withReleaseActivity(cleanup, "delete Job "+job.Name+" and wait for its Pods"), a.DeleteJob, job).Get(cleanup, nil)

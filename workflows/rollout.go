@@ -207,11 +207,15 @@ func (r *rollout) restore(ctx workflow.Context, carried *Progress) {
 func (r *rollout) prepare(ctx workflow.Context) error {
 	var a *activities.Activities
 	var prepared activities.PreparedTemplate
+	// A dry run writes nothing to the cluster, so it checks the template without storing it.
+	// Only the activity's input changes, not the commands a history records: dry runs running
+	// now replay as recorded, with no version.
+	store := r.guarantees && !r.req.DryRun
 	err := workflow.ExecuteActivity(withAPIActivity(ctx, "load and check the Job template"), a.PrepareTemplate, activities.PrepareTemplateInput{
 		Namespace:    r.namespace(),
 		Template:     r.req.JobTemplate,
 		TemplateRef:  r.req.JobTemplateRef,
-		Store:        r.guarantees,
+		Store:        store,
 		NodeSelector: r.req.NodeSelector,
 		Parallelism:  r.s.parallelism,
 		Cordon:       maintenanceCordons(r.req.Maintenance),

@@ -68,6 +68,7 @@ type Config struct {
 	Pprof                   bool          `mapstructure:"pprof"`
 	LogLevel                string        `mapstructure:"log-level"`
 	StopTimeout             time.Duration `mapstructure:"stop-timeout"`
+	StartupTimeout          time.Duration `mapstructure:"startup-timeout"`
 	NodeCheckInterval       time.Duration `mapstructure:"node-check-interval"`
 
 	// PEM data given inline by a Temporal profile or TEMPORAL_TLS_*_DATA instead of files.
@@ -94,8 +95,8 @@ type key struct {
 
 var keys = []key{
 	{"config", "", "config file (YAML, JSON or TOML) with any of these keys", "", false},
-	{"temporal-address", "127.0.0.1:7233", "Temporal frontend host:port (also TEMPORAL_ADDRESS)", "use host:port, e.g. 127.0.0.1:7233", false},
-	{"temporal-namespace", "default", "Temporal namespace (also TEMPORAL_NAMESPACE)", "", false},
+	{"temporal-address", "127.0.0.1:7233", "Temporal frontend host:port (also --address, TEMPORAL_ADDRESS)", "use host:port, e.g. 127.0.0.1:7233", false},
+	{"temporal-namespace", "default", "Temporal namespace (also --namespace, TEMPORAL_NAMESPACE)", "", false},
 	{"task-queue", workflows.TaskQueue, "Temporal task queue the worker polls", "omit it for the default " + workflows.TaskQueue, false},
 	{"cluster", "", "name of this cluster when many share one Temporal namespace: the task queue becomes <task-queue>-<cluster> and node workflow IDs noderollout-node-<cluster>:<node>; empty: a single cluster, today's names", "use a DNS-1123 label, e.g. eu-west-1", false},
 	{"cluster-budget", 0, "at most this many nodes of the cluster in flight across all rollouts, granted by one coordinator workflow per cluster; 0: no cluster-wide budget", "use a whole number of nodes, 0 for none", true},
@@ -116,21 +117,43 @@ var keys = []key{
 	{"pprof", false, "also serve Go profiles at /debug/pprof/ on metrics-listen (keep that address private)", "use true or false", true},
 	{"log-level", "info", "debug, info, warn or error", "use debug, info, warn or error", true},
 	{"stop-timeout", 30 * time.Second, "how long a stopping worker lets running activities finish", "write it like 30s", true},
+	{"startup-timeout", 2 * time.Minute, "how long a starting worker retries an unreachable Kubernetes API server (and waits for its Job informer) before it exits 1", "write it like 2m", true},
 	{"node-check-interval", 60 * time.Second, "how often a Job wait checks that its node still exists (one GET per running Job)", "write it like 60s", true},
 	{"policy-file", "", "policy (YAML/JSON) of namespaces, images, ServiceAccounts, host access, parallelism and nodes rollouts may use; empty: no limits (README: Security model)", "", true},
 	{"job-namespaces", "", "comma-separated namespaces the worker watches Jobs in (namespaced RBAC); empty: all", "write the namespaces comma-separated, e.g. maint,apps (or as a list in a file)", true},
 }
 
+// flagAliases are the Temporal CLI's names of our flags, so its habits work here too.
+var flagAliases = map[string]string{"address": "temporal-address", "namespace": "temporal-namespace"}
+
+// shorthands are the one-letter flags, as the Temporal CLI has them.
+var shorthands = map[string]string{"temporal-namespace": "n"}
+
+// NormalizeFlagName maps the Temporal CLI's flag names (--address, --namespace) to ours.
+func NormalizeFlagName(_ *pflag.FlagSet, name string) pflag.NormalizedName {
+	if ours, ok := flagAliases[name]; ok {
+		name = ours
+	}
+	return pflag.NormalizedName(name)
+}
+
+// ProfileFlag names the temporal.toml profile to read (as the Temporal CLI's --profile); it
+// is no key of its own, because it says where the keys' defaults come from.
+const ProfileFlag = "profile"
+
 // AddFlags declares the flags of the worker (worker=true) or the starter's connection flags,
-// each with the type of its default.
+// each with the type of its default, and the Temporal CLI's names for them (--address,
+// --namespace/-n, --profile).
 func AddFlags(fs *pflag.FlagSet, worker bool) {
+	fs.SetNormalizeFunc(NormalizeFlagName)
+	fs.String(ProfileFlag, "", "profile of temporal.toml to read (also TEMPORAL_PROFILE; default: default)")
 	for _, k := range keys {
 		if k.worker && !worker {
 			continue
 		}
 		switch d := k.def.(type) {
 		case string:
-			fs.String(k.name, d, k.usage)
+			fs.StringP(k.name, shorthands[k.name], d, k.usage)
 		case int:
 			fs.Int(k.name, d, k.usage)
 		case float64:
@@ -187,6 +210,9 @@ func Load(fs *pflag.FlagSet, args, env []string) (Config, error) {
 // function of its arguments.
 func FromFlags(fs *pflag.FlagSet, env []string) (Config, error) {
 	environ := envMap(env)
+	if f := fs.Lookup(ProfileFlag); f != nil && f.Changed {
+		environ["TEMPORAL_PROFILE"] = f.Value.String()
+	}
 	v := viper.New()
 	for _, k := range keys {
 		v.SetDefault(k.name, k.def)
@@ -428,6 +454,9 @@ func (c Config) validate() error {
 	if c.StopTimeout < 0 {
 		bad("stop-timeout", "is negative")
 	}
+	if c.StartupTimeout <= 0 {
+		bad("startup-timeout", "is not positive")
+	}
 	if c.NodeCheckInterval <= 0 {
 		bad("node-check-interval", "is not positive")
 	}
@@ -497,8 +526,28 @@ func (e envLookup) Environ() []string {
 func temporalProfile(environ map[string]string) (temporalSettings, error) {
 	s := temporalSettings{defaults: map[string]any{}}
 	file := environ["TEMPORAL_CONFIG_FILE"]
-	if file == "" {
+	if file != "" {
+		// Named explicitly, a file that is not there is a mistake (the SDK would go on without it).
+		if _, err := os.Stat(file); err != nil {
+			return s, fmt.Errorf("temporal client settings: TEMPORAL_CONFIG_FILE=%s: %w", file, err)
+		}
+	} else {
 		file = defaultTemporalConfigFile(environ)
+	}
+	if v, ok := environ["TEMPORAL_TLS"]; ok && v != "" {
+		switch strings.ToLower(v) {
+		case "1", "0", "true", "false":
+		default:
+			return s, fmt.Errorf("temporal client settings: TEMPORAL_TLS=%q is not a boolean; use true or false (or 1, 0)", v)
+		}
+	}
+	if p := environ["TEMPORAL_PROFILE"]; p != "" {
+		if _, err := os.Stat(file); file == "" || err != nil {
+			return s, fmt.Errorf("temporal client settings: profile %q is named (--profile or TEMPORAL_PROFILE) but there is no temporal.toml to hold it (looked at %q; TEMPORAL_CONFIG_FILE names another)", p, file)
+		}
+	}
+	if err := checkTemporalFile(file, environ["TEMPORAL_PROFILE"]); err != nil {
+		return s, err
 	}
 	prof, err := envconfig.LoadClientConfigProfile(envconfig.LoadClientConfigProfileOptions{
 		ConfigFilePath: file,
@@ -537,6 +586,48 @@ func temporalProfile(environ map[string]string) (temporalSettings, error) {
 		}
 	}
 	return s, nil
+}
+
+// temporalProfileKeys are the keys of a temporal.toml profile, for a did-you-mean.
+var temporalProfileKeys = []string{"address", "namespace", "api_key", "tls", "codec", "grpc_meta",
+	"disabled", "client_cert_path", "client_cert_data", "client_key_path", "client_key_data",
+	"server_ca_cert_path", "server_ca_cert_data", "server_name", "disable_host_verification", "endpoint", "auth"}
+
+// checkTemporalFile refuses keys of temporal.toml that its format does not have, in the
+// profile in use: a misspelt address would otherwise be ignored and the default used. Keys
+// of other profiles are not ours to judge.
+func checkTemporalFile(file, profile string) error {
+	if file == "" {
+		return nil
+	}
+	data, err := os.ReadFile(file)
+	if err != nil {
+		return nil // absent: the SDK's to judge (not there is fine), read again there
+	}
+	var conf envconfig.ClientConfig
+	err = conf.FromTOML(data, envconfig.ClientConfigFromTOMLOptions{Strict: true})
+	if err == nil {
+		return nil
+	}
+	list, ok := strings.CutPrefix(err.Error(), "key(s) unrecognized: ")
+	if !ok {
+		return fmt.Errorf("temporal client settings: %s: %w", file, err)
+	}
+	if profile == "" {
+		profile = "default"
+	}
+	var lines []string
+	for _, k := range strings.Split(list, ", ") {
+		if !strings.HasPrefix(k, "profile."+profile+".") {
+			continue
+		}
+		last := k[strings.LastIndex(k, ".")+1:]
+		lines = append(lines, k+": unknown key"+didyoumean.Hint(last, temporalProfileKeys))
+	}
+	if len(lines) == 0 {
+		return nil
+	}
+	return fmt.Errorf("temporal client settings: %s:\n  %s", file, strings.Join(lines, "\n  "))
 }
 
 // defaultTemporalConfigFile is where the Temporal CLI keeps temporal.toml, computed from env

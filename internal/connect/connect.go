@@ -5,9 +5,12 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
+	"strings"
+	"time"
 
 	"go.temporal.io/sdk/client"
 	sdklog "go.temporal.io/sdk/log"
@@ -114,6 +117,13 @@ func KubeConfig(c config.Config) (*rest.Config, error) {
 		if err != nil {
 			rules := clientcmd.NewDefaultClientConfigLoadingRules()
 			rc, err = clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{}).ClientConfig()
+			if clientcmd.IsEmptyConfig(err) {
+				// client-go's own words ("try setting KUBERNETES_MASTER") name a variable
+				// nothing reads any more; say where we looked.
+				return nil, config.BadValue("kubeconfig", fmt.Sprintf(
+					"no Kubernetes configuration found: no in-cluster config, --kubeconfig, $KUBECONFIG or ~/.kube/config (looked at %s); run the worker in a Pod with its ServiceAccount, or give --kubeconfig FILE",
+					strings.Join(rules.GetLoadingPrecedence(), ", ")))
+			}
 		}
 	}
 	if err != nil {
@@ -173,4 +183,36 @@ func kubernetesVersion(info *apiversion.Info) (*version.Version, string) {
 		}
 	}
 	return nil, ""
+}
+
+// WaitForKubernetes asks the API server for its version until it answers, logging each failed
+// try with the next one's time, so that a worker started against an unreachable cluster says
+// so within seconds instead of waiting silently. It gives up when ctx ends (a signal) or after
+// timeout.
+func WaitForKubernetes(ctx context.Context, d discovery.ServerVersionInterface, host string, timeout time.Duration, logger *slog.Logger) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	versions := discovery.ToServerVersionInterfaceWithContext(d)
+	backoff := time.Second
+	for attempt := 1; ; attempt++ {
+		tryCtx, tryCancel := context.WithTimeout(ctx, 10*time.Second)
+		_, err := versions.ServerVersionWithContext(tryCtx)
+		tryCancel()
+		if err == nil {
+			if attempt > 1 {
+				logger.Info("kubernetes API server reachable", "host", host, "attempt", attempt)
+			}
+			return nil
+		}
+		logger.Error("kubernetes API server not reachable; retrying", "host", host, "attempt", attempt, "retryIn", backoff.String(), "error", err)
+		select {
+		case <-ctx.Done():
+			if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+				return fmt.Errorf("the Kubernetes API server at %s was not reachable within %s (--startup-timeout): %w", host, timeout, err)
+			}
+			return fmt.Errorf("stopped before the Kubernetes API server at %s answered: %w", host, err)
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, 15*time.Second)
+	}
 }

@@ -258,7 +258,7 @@ func TestFaultAbortDeletesRunningJobs(t *testing.T) {
 	req.Parallelism = 4
 	run := Start(t, req)
 	midRollout(t, f, req.Name, 4)
-	// Past the 20 s watch, starter status shows each node's wait and, from its heartbeat, the
+	// Past the 20 s watch, starter status shows each node's wait and, from its step query, the
 	// very Job it waits for.
 	var shown string
 	waitFor(t, 50*time.Second, "starter status to name a running Job", func() bool {
@@ -268,7 +268,7 @@ func TestFaultAbortDeletesRunningJobs(t *testing.T) {
 			return false
 		}
 		for node, jobs := range f.Jobs(t, req.Name) {
-			if len(jobs) == 1 && regexp.MustCompile(`(?m)^`+regexp.QuoteMeta(node)+`\s+job running\s+\S+\s+Job `+regexp.QuoteMeta(jobs[0].Name)+`$`).MatchString(out) {
+			if len(jobs) == 1 && regexp.MustCompile(`(?m)^`+regexp.QuoteMeta(node)+`\s+job running\s+\S+\s+Job `+regexp.QuoteMeta(f.Namespace+"/"+jobs[0].Name)+`$`).MatchString(out) {
 				return true
 			}
 		}

@@ -282,10 +282,11 @@ func TestMaintenanceAbortDuringABlockedDrain(t *testing.T) {
 	})
 	// starter status names the node and its step, read from the node workflow.
 	var shown string
+	// The tenant under its budget is the one Pod the drain waits for.
 	waitFor(t, 30*time.Second, "starter status to show the node draining", func() bool {
 		out, code := runStarter(t, "status", req.Name)
 		shown = out
-		return code == 0 && strings.Contains(out, "IN FLIGHT (1)") && regexp.MustCompile(`(?m)^`+node+`\s+draining\s`).MatchString(out)
+		return code == 0 && strings.Contains(out, "IN FLIGHT (1)") && regexp.MustCompile(`(?m)^`+node+`\s+drain \(1 Pod left\)\s`).MatchString(out)
 	})
 	t.Logf("starter status mid-drain:\n%s", shown)
 	abortedAt := time.Now()

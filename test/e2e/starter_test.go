@@ -91,7 +91,7 @@ func TestTemporalCLIStartsARollout(t *testing.T) {
 	input := fmt.Sprintf(`{"name":%q,"namespace":%q,"nodeSelector":%q,"parallelism":5,"keepJobs":"always","jobTemplate":%q}`,
 		"from-cli-"+f.suffix, f.Namespace, f.Selector(), JobTemplate(time.Second, nil))
 	cmd := exec.Command(cli, "workflow", "start", "--address", stack.TemporalAddress,
-		"--type", workflows.RolloutWorkflow, "--task-queue", workflows.TaskQueue, "--workflow-id", "rollout-from-cli-"+f.suffix, "--input", input)
+		"--type", workflows.RolloutWorkflow, "--task-queue", suiteQueue, "--workflow-id", "rollout-from-cli-"+f.suffix, "--input", input)
 	out, err := cmd.CombinedOutput()
 	require.NoError(t, err, string(out))
 	res := Succeeded(t, stack.Temporal.GetWorkflow(context.Background(), "rollout-from-cli-"+f.suffix, ""))
