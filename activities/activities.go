@@ -51,6 +51,9 @@ type Activities struct {
 	// worker sets it from the API server's version (TrustsJobPodCounts); off, the Pods of every
 	// ended Job are listed, which is right on any version.
 	TrustJobPodCounts bool
+	// Lineage lets only node workflows a running Rollout started write to the cluster; nil
+	// (tests, tools) checks nothing.
+	Lineage *Lineage
 
 	waiting   atomic.Int64 // WaitJob calls in progress, for the running-Jobs gauge
 	templates templateCache

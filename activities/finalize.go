@@ -41,6 +41,10 @@ const (
 // marker is recorded) and deletes or keeps it per KeepJobs. Each step is idempotent, so a
 // retried attempt repeats harmlessly.
 func (a *Activities) FinalizeJob(ctx context.Context, in FinalizeInput) (FinalizeResult, error) {
+	// The outcome on the Node decides what a re-run skips: only a node of a Rollout records one.
+	if err := a.Lineage.checkCleanUp(ctx, in.TemplateHash); err != nil {
+		return FinalizeResult{}, err
+	}
 	var res FinalizeResult
 	failed := in.End.Outcome == OutcomeFailed || in.End.Outcome == OutcomeTimedOut
 	if failed && in.Job != nil {

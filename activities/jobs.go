@@ -24,6 +24,9 @@ import (
 // the Node's outcome marker record, so a node is never marked done for a template that did not
 // run there.
 func (a *Activities) CreateJob(ctx context.Context, in JobRequest) (JobRef, error) {
+	if err := a.Lineage.check(ctx, in.TemplateHash); err != nil {
+		return JobRef{}, err
+	}
 	switch {
 	case in.TemplateHash == "":
 		return JobRef{}, invalidRequest("templateHash", "required: the hash of the template the rollout prepared")

@@ -126,6 +126,9 @@ type DrainPlan struct {
 // not ours to uncordon. The write carries the resourceVersion read, so a cordon by someone
 // else in between is never mistaken for ours.
 func (a *Activities) CordonNode(ctx context.Context, in NodeInput) (CordonResult, error) {
+	if err := a.Lineage.check(ctx, ""); err != nil {
+		return CordonResult{}, err
+	}
 	for {
 		node, err := a.Kube.CoreV1().Nodes().Get(ctx, in.Node, metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
@@ -292,6 +295,9 @@ func (a *Activities) patchNode(ctx context.Context, node *corev1.Node, annotatio
 // is managed by no controller and the request did not say force.
 // It heartbeats; a retried attempt starts over from the Pods still there.
 func (a *Activities) DrainNode(ctx context.Context, in DrainInput) (DrainResult, error) {
+	if err := a.Lineage.check(ctx, ""); err != nil {
+		return DrainResult{}, err
+	}
 	rules, err := drainRules(in.PodSelector, in.DeleteEmptyDirData, in.Force)
 	if err != nil {
 		return DrainResult{}, err

@@ -43,6 +43,9 @@ const (
 	ErrAdmissionUnavailable = "AdmissionUnavailable"
 	// ErrPolicyDenied: the worker's policy (--policy-file) refuses the request or a Job.
 	ErrPolicyDenied = "PolicyDenied"
+	// ErrNotStartedByARollout: the workflow that called a writing activity is not a node
+	// workflow that a running Rollout started (see Lineage).
+	ErrNotStartedByARollout = "NotStartedByARollout"
 )
 
 // NonRetryableErrors lists every non-retryable error type above, for
@@ -50,7 +53,7 @@ const (
 // ErrQuotaExceeded is not among them: a full quota is retried until the node's deadline (a
 // Job that cannot fit any quota is refused non-retryably by the error itself).
 var NonRetryableErrors = []string{ErrInvalidRequest, ErrForeignObject, ErrForbidden, ErrNodeGone, ErrAdmissionDenied, ErrPolicyDenied,
-	ErrDrainTimedOut, ErrDrainRefused, ErrUnhealthy}
+	ErrDrainTimedOut, ErrDrainRefused, ErrUnhealthy, ErrNotStartedByARollout}
 
 // Reasons recorded in NodeResult.Reason when the Job itself cannot say. Together with the error
 // types above, the Job conditions' own reasons (BackoffLimitExceeded, DeadlineExceeded,

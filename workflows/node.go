@@ -85,7 +85,7 @@ func (c Cluster) NodeRolloutV3(ctx workflow.Context, in NodeRolloutInput) (NodeR
 }
 
 // ErrNotStartedByARollout is the error of a node workflow that a Rollout did not start.
-const ErrNotStartedByARollout = "NotStartedByARollout"
+const ErrNotStartedByARollout = activities.ErrNotStartedByARollout
 
 // checkLineage refuses a node workflow that a rollout did not start as its child under the
 // node's own workflow ID: the ID is the node's lock (one rollout per node at a time), and only
