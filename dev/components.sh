@@ -105,6 +105,9 @@ component_command() {
         --node-lease-duration-seconds 0
         --server-address "127.0.0.1:$KWOK_STUCK_PORT"
         --config "$stages/node-ready.yaml" --config "$stages/pod-delete.yaml") ;;
+    fakereboot)
+      # Reboots a kwok Node when a Pod annotated noderollout.dev/reboot-downtime runs on it.
+      CMD=("$FAKEREBOOT_BIN" --kubeconfig "$KUBECONFIG_FILE") ;;
     worker)
       CMD=("$WORKER_BIN" --kubeconfig "$KUBECONFIG_FILE"
         --temporal-address "127.0.0.1:$TEMPORAL_PORT"
@@ -141,6 +144,7 @@ component_ready() {
     kwok) curl -sf --max-time 5 "http://127.0.0.1:$KWOK_PORT/healthz" >/dev/null ;;
     kwok-stuck) curl -sf --max-time 5 "http://127.0.0.1:$KWOK_STUCK_PORT/healthz" >/dev/null ;;
     worker) curl -sf --max-time 5 "http://127.0.0.1:$WORKER_METRICS_PORT/readyz" >/dev/null ;;
+    fakereboot) is_running fakereboot ;;
   esac
 }
 

@@ -42,10 +42,12 @@ ENV_FILE=$STATE_DIR/env
 
 # The noderollout worker, when started by dev/worker.sh (make demo).
 WORKER_BIN=$STATE_DIR/bin/worker
+# The stack's fake reboots of kwok Nodes (dev/cmd/fakereboot), built by up.sh.
+FAKEREBOOT_BIN=$STATE_DIR/bin/fakereboot
 
 # Components in start order; down.sh stops them in reverse. up.sh starts all but the worker.
-COMPONENTS=(temporal etcd kube-apiserver kube-controller-manager kwok kwok-stuck worker)
-STACK_COMPONENTS=(temporal etcd kube-apiserver kube-controller-manager kwok kwok-stuck)
+COMPONENTS=(temporal etcd kube-apiserver kube-controller-manager kwok kwok-stuck fakereboot worker)
+STACK_COMPONENTS=(temporal etcd kube-apiserver kube-controller-manager kwok kwok-stuck fakereboot)
 
 # Seconds to wait for a component to become ready, and for one to exit after SIGTERM.
 READY_TIMEOUT=${READY_TIMEOUT:-120}
@@ -98,6 +100,7 @@ component_bin() {
     kube-apiserver) echo "$APISERVER_BIN" ;;
     kube-controller-manager) echo "$KCM_BIN" ;;
     kwok | kwok-stuck) echo "$KWOK_BIN" ;;
+    fakereboot) echo "$FAKEREBOOT_BIN" ;;
     worker) echo "$WORKER_BIN" ;;
     *) return 1 ;;
   esac

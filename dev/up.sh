@@ -107,7 +107,10 @@ wait_ready kube-apiserver
 start_component kube-controller-manager
 start_component kwok
 start_component kwok-stuck
-for c in temporal kube-controller-manager kwok kwok-stuck; do
+# The fake reboots are the project's own code, built here like the worker.
+(cd "$REPO_DIR" && go build -o "$FAKEREBOOT_BIN" ./dev/cmd/fakereboot) || die "building dev/cmd/fakereboot failed"
+start_component fakereboot
+for c in temporal kube-controller-manager kwok kwok-stuck fakereboot; do
   [ "$c" = temporal ] && $kube_only && continue
   wait_ready "$c"
 done
