@@ -51,6 +51,11 @@ type Activities struct {
 	// worker sets it from the API server's version (TrustsJobPodCounts); off, the Pods of every
 	// ended Job are listed, which is right on any version.
 	TrustJobPodCounts bool
+	// Prometheus is where metric gates ask (worker configuration); nil: a request with a
+	// metric gate is refused.
+	Prometheus *Prometheus
+	// MetricGatePoll, when set, replaces a metric gate's interval (tests).
+	MetricGatePoll time.Duration
 	// Lineage lets only node workflows a running Rollout started write to the cluster; nil
 	// (tests, tools) checks nothing.
 	Lineage *Lineage

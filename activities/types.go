@@ -53,7 +53,7 @@ const (
 // ErrQuotaExceeded is not among them: a full quota is retried until the node's deadline (a
 // Job that cannot fit any quota is refused non-retryably by the error itself).
 var NonRetryableErrors = []string{ErrInvalidRequest, ErrForeignObject, ErrForbidden, ErrNodeGone, ErrAdmissionDenied, ErrPolicyDenied,
-	ErrDrainTimedOut, ErrDrainRefused, ErrUnhealthy, ErrNotStartedByARollout}
+	ErrDrainTimedOut, ErrDrainRefused, ErrUnhealthy, ErrNotStartedByARollout, ErrNoPrometheus}
 
 // Reasons recorded in NodeResult.Reason when the Job itself cannot say. Together with the error
 // types above, the Job conditions' own reasons (BackoffLimitExceeded, DeadlineExceeded,

@@ -15,6 +15,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 	"k8s.io/apimachinery/pkg/util/rand"
+
+	"github.com/noderollout/noderollout/activities"
 )
 
 // pushAlert pushes (firing) or deletes (cleared) the series noderollout_e2e_alert{job=job} at
@@ -71,4 +73,25 @@ func TestStackPrometheusSeesPushedSeries(t *testing.T) {
 	waitFor(t, 15*time.Second, "the pushed series in Prometheus", func() bool { return promQuery(t, query) == 1 })
 	pushAlert(t, job, false)
 	waitFor(t, 15*time.Second, "the deleted series gone from Prometheus", func() bool { return promQuery(t, query) == 0 })
+}
+
+// The metric gate's watch against the stack's real Prometheus: it closes when the alert series
+// is pushed and opens again once the series has been gone for its for.
+func TestMetricGateWatchesTheStacksPrometheus(t *testing.T) {
+	job := "e2e-gate-" + rand.String(6)
+	p, err := activities.NewPrometheus(activities.Prometheus{URL: os.Getenv("PROMETHEUS_URL")})
+	require.NoError(t, err)
+	acts := activities.New(stack.Kube)
+	acts.Prometheus = p
+	query := fmt.Sprintf(`noderollout_e2e_alert{job=%q} > 0`, job)
+	pushAlert(t, job, true)
+	var res activities.MetricGateResult
+	require.NoError(t, runActivity(t, acts, acts.WatchMetricGate, activities.MetricGateInput{Query: query, IntervalSeconds: 1, Open: true}, &res))
+	require.False(t, res.Open)
+	require.Contains(t, res.Reason, "returned 1 series")
+	pushAlert(t, job, false)
+	start := time.Now()
+	require.NoError(t, runActivity(t, acts, acts.WatchMetricGate, activities.MetricGateInput{Query: query, IntervalSeconds: 1, ForSeconds: 3}, &res))
+	require.True(t, res.Open, res.Reason)
+	require.GreaterOrEqual(t, time.Since(start), 3*time.Second, "open only after three quiet seconds")
 }
