@@ -16,7 +16,7 @@ import (
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
 
-	"github.com/noderollout/noderollout/internal/didyoumean"
+	"github.com/noderollout/noderollout/api/didyoumean"
 	"github.com/noderollout/noderollout/workflows"
 )
 

@@ -16,7 +16,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/noderollout/noderollout/activities/jobspec"
-	"github.com/noderollout/noderollout/internal/didyoumean"
+	"github.com/noderollout/noderollout/api/didyoumean"
 	"github.com/noderollout/noderollout/workflows"
 )
 

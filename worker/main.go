@@ -171,7 +171,7 @@ func run(ctx context.Context, cfg config.Config, pol *policy.Policy) error {
 		},
 	})
 	cluster := workflows.Cluster{Name: cfg.Cluster, Budget: cfg.ClusterBudget}
-	cluster.Register(w)
+	workflows.OnCluster{Cluster: cluster}.Register(w)
 	// Only node workflows a running Rollout started write to the cluster.
 	acts.Lineage = &activities.Lineage{Temporal: tc, RolloutType: workflows.RolloutWorkflow,
 		NodeTypes: []string{workflows.NodeRolloutWorkflow, workflows.NodeRolloutV2Workflow, workflows.NodeRolloutV3Workflow}}

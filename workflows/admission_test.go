@@ -36,7 +36,7 @@ func newSlotEnv(t *testing.T) *slotEnv {
 	s := &slotEnv{env: newTestEnv(&ts), started: map[string]time.Time{}, took: 10 * time.Minute}
 	a := &activities.Activities{}
 	s.env.RegisterActivity(a)
-	s.env.RegisterWorkflowWithOptions(slotCluster.Rollout, workflow.RegisterOptions{Name: RolloutWorkflow})
+	s.env.RegisterWorkflowWithOptions(OnCluster{slotCluster}.Rollout, workflow.RegisterOptions{Name: RolloutWorkflow})
 	s.env.RegisterWorkflow(NodeRolloutV3)
 	s.env.OnActivity(a.PrepareTemplate, mock.Anything, mock.Anything).Return(activities.PreparedTemplate{Hash: "h1"}, nil).Maybe()
 	s.env.OnActivity(a.ListNodes, mock.Anything, mock.Anything).Return(

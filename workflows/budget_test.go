@@ -131,7 +131,7 @@ func budgetEnv(t *testing.T, budget int, took func(string) time.Duration) (*test
 	co := &activities.Coordination{}
 	env.RegisterActivity(a)
 	env.RegisterActivity(co)
-	Cluster{Name: budgetCluster.Name, Budget: budget}.Register(env)
+	OnCluster{Cluster{Name: budgetCluster.Name, Budget: budget}}.Register(env)
 	env.RegisterWorkflowWithOptions(budgetHarness, workflow.RegisterOptions{Name: "budgetHarness"})
 	env.OnActivity(a.PrepareTemplate, mock.Anything, mock.Anything).Return(activities.PreparedTemplate{Hash: "h"}, nil)
 	env.OnActivity(a.ListNodes, mock.Anything, mock.Anything).Return(func(_ context.Context, in activities.ListNodesInput) (activities.ListNodesResult, error) {
@@ -319,7 +319,7 @@ func TestAbortedRolloutReturnsEverySlotItAskedFor(t *testing.T) {
 	env := newTestEnv(ts)
 	a := &activities.Activities{}
 	env.RegisterActivity(a)
-	Cluster{Name: budgetCluster.Name, Budget: 2}.Register(env)
+	OnCluster{Cluster{Name: budgetCluster.Name, Budget: 2}}.Register(env)
 	env.OnActivity(a.PrepareTemplate, mock.Anything, mock.Anything).Return(activities.PreparedTemplate{Hash: "h"}, nil)
 	env.OnActivity(a.ListNodes, mock.Anything, mock.Anything).Return(func(_ context.Context, in activities.ListNodesInput) (activities.ListNodesResult, error) {
 		return activities.ListNodesResult{Nodes: in.Names, Total: len(in.Names)}, nil

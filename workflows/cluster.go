@@ -52,14 +52,18 @@ func (c Cluster) BudgetWorkflowID() string {
 	return BudgetIDPrefix + c.Name
 }
 
+// OnCluster is the workflows as the worker of one cluster runs them: the cluster names the
+// node workflows and the budget coordinator, and sets the cluster-wide budget.
+type OnCluster struct{ Cluster }
+
 // Rollout is the Rollout workflow as this cluster's worker runs it.
-func (c Cluster) Rollout(ctx workflow.Context, req RolloutRequest, carried *Progress) (RolloutResult, error) {
-	return rolloutIn(ctx, c, req, carried)
+func (c OnCluster) Rollout(ctx workflow.Context, req RolloutRequest, carried *Progress) (RolloutResult, error) {
+	return rolloutIn(ctx, c.Cluster, req, carried)
 }
 
 // Register registers every workflow the cluster's worker runs on its task queue (on a worker,
 // or on a replayer of the cluster's histories).
-func (c Cluster) Register(w worker.WorkflowRegistry) {
+func (c OnCluster) Register(w worker.WorkflowRegistry) {
 	w.RegisterWorkflowWithOptions(c.Rollout, workflow.RegisterOptions{Name: RolloutWorkflow})
 	w.RegisterWorkflowWithOptions(c.NodeRollout, workflow.RegisterOptions{Name: NodeRolloutWorkflow})
 	w.RegisterWorkflowWithOptions(c.NodeRolloutV2, workflow.RegisterOptions{Name: NodeRolloutV2Workflow})

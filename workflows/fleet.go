@@ -11,7 +11,6 @@ import (
 	"go.temporal.io/sdk/workflow"
 	"k8s.io/apimachinery/pkg/util/validation"
 
-	"github.com/noderollout/noderollout/activities"
 	"github.com/noderollout/noderollout/activities/jobspec"
 )
 
@@ -64,6 +63,17 @@ type FleetRequest struct {
 }
 
 type fleetRequestFields FleetRequest
+
+// OnlyLenientDecodingFailed says the request has problems that only the lenient decoding
+// finds (unknown fields, a rollout field of the wrong type), which encoding/json alone, as
+// fleets decoded before versionFleetUnknownFields, let through.
+func (r FleetRequest) OnlyLenientDecodingFailed() bool {
+	return len(r.decodeProblems) > 0 && !r.decodeFailed
+}
+
+// ForgetDecodeProblems drops the decoding's problems, as runs before versionFleetUnknownFields
+// did not see them.
+func (r *FleetRequest) ForgetDecodeProblems() { r.decodeProblems = nil }
 
 // UnmarshalJSON decodes leniently like RolloutRequest's, naming unknown fields at any depth
 // and the nested rollout's fields by their full path (rollout.batch.inital).
@@ -128,9 +138,9 @@ type FleetResult = FleetStatus
 func FleetRollout(ctx workflow.Context, req FleetRequest) (FleetResult, error) {
 	// Runs from before the check went on without the fields that did not decode. Only a
 	// request with such fields asks which run this is, so no other history gets a marker.
-	if len(req.decodeProblems) > 0 && !req.decodeFailed &&
+	if req.OnlyLenientDecodingFailed() &&
 		workflow.GetVersion(ctx, versionFleetUnknownFields, workflow.DefaultVersion, 1) == workflow.DefaultVersion {
-		req.decodeProblems = nil
+		req.ForgetDecodeProblems()
 	}
 	// Likewise runs from before the nested check started their clusters with the rollout; only
 	// a fleet whose rollout has problems asks, so valid fleets' histories get no marker.
@@ -357,6 +367,16 @@ func (f *fleet) showProgress(ctx workflow.Context) {
 // the fleet's own and those of the rollout it runs (nested, see nestedRolloutProblems), in one
 // InvalidRequest.
 func validateFleet(req *FleetRequest, nested []*jobspec.FieldError) error {
+	ps := fleetProblems(req, nested)
+	if len(ps) == 0 {
+		return nil
+	}
+	return invalidRequestError("invalid fleet rollout request: ", ps)
+}
+
+// fleetProblems checks the fleet's own fields and fills defaults; nested are the problems of
+// the rollout it runs.
+func fleetProblems(req *FleetRequest, nested []*jobspec.FieldError) []*jobspec.FieldError {
 	ps := decodeFieldErrors(req.decodeProblems)
 	add := func(field, what, fix string) { ps = append(ps, problem(field, what, fix)) }
 	if errs := validation.IsDNS1123Label(req.Name); len(errs) > 0 {
@@ -390,16 +410,7 @@ func validateFleet(req *FleetRequest, nested []*jobspec.FieldError) error {
 	if req.MaxFailedClusters < 0 {
 		add("maxFailedClusters", "is negative", "use 0 (stop at the first failed cluster) or more")
 	}
-	ps = append(ps, nested...)
-	if len(ps) == 0 {
-		return nil
-	}
-	msgs := make([]string, len(ps))
-	for i, p := range ps {
-		msgs[i] = p.Error()
-	}
-	return temporal.NewNonRetryableApplicationError("invalid fleet rollout request: "+strings.Join(msgs, "; "),
-		activities.ErrInvalidRequest, nil, ps)
+	return append(ps, nested...)
 }
 
 // nestedRolloutProblems is Rollout's static check (check) of the rollout every cluster runs,

@@ -412,7 +412,7 @@ func (m *model) newEnv(t *testing.T, now time.Time, run int) (*testsuite.TestWor
 	if run > 1 {
 		env.SetContinuedExecutionRunID(fmt.Sprintf("run-%d", run-1))
 	}
-	m.cluster.Register(env)
+	OnCluster{m.cluster}.Register(env)
 	env.RegisterWorkflowWithOptions(holdNode, workflow.RegisterOptions{Name: "hold"})
 	env.RegisterWorkflowWithOptions(m.harness, workflow.RegisterOptions{Name: modelRoot})
 	env.RegisterActivity(&activities.Activities{})

@@ -38,11 +38,11 @@ type NodeRolloutInput struct {
 // succeed fails this workflow with ErrNodeFailed and the NodeResult as details, so the UI shows
 // it red. Rollouts that found the node busy are told when it ends.
 func NodeRollout(ctx workflow.Context, in NodeRolloutInput) (NodeResult, error) {
-	return Cluster{}.NodeRollout(ctx, in)
+	return OnCluster{}.NodeRollout(ctx, in)
 }
 
 // NodeRollout is NodeRollout as the cluster's worker runs it.
-func (c Cluster) NodeRollout(ctx workflow.Context, in NodeRolloutInput) (NodeResult, error) {
+func (c OnCluster) NodeRollout(ctx workflow.Context, in NodeRolloutInput) (NodeResult, error) {
 	if err := c.checkLineage(ctx, in); err != nil {
 		return NodeResult{}, err
 	}
@@ -58,11 +58,11 @@ func (c Cluster) NodeRollout(ctx workflow.Context, in NodeRolloutInput) (NodeRes
 // workflow task instead of running old code on a new node, so the task goes to a newer worker
 // during a rolling update.
 func NodeRolloutV2(ctx workflow.Context, in NodeRolloutInput) (NodeResult, error) {
-	return Cluster{}.NodeRolloutV2(ctx, in)
+	return OnCluster{}.NodeRolloutV2(ctx, in)
 }
 
 // NodeRolloutV2 is NodeRolloutV2 as the cluster's worker runs it.
-func (c Cluster) NodeRolloutV2(ctx workflow.Context, in NodeRolloutInput) (NodeResult, error) {
+func (c OnCluster) NodeRolloutV2(ctx workflow.Context, in NodeRolloutInput) (NodeResult, error) {
 	if err := c.checkLineage(ctx, in); err != nil {
 		return NodeResult{}, err
 	}
@@ -73,11 +73,11 @@ func (c Cluster) NodeRolloutV2(ctx workflow.Context, in NodeRolloutInput) (NodeR
 // local activity (RunJob): one marker in its history instead of three. Parents from the second
 // version of versionNodeV2 on start it.
 func NodeRolloutV3(ctx workflow.Context, in NodeRolloutInput) (NodeResult, error) {
-	return Cluster{}.NodeRolloutV3(ctx, in)
+	return OnCluster{}.NodeRolloutV3(ctx, in)
 }
 
 // NodeRolloutV3 is NodeRolloutV3 as the cluster's worker runs it.
-func (c Cluster) NodeRolloutV3(ctx workflow.Context, in NodeRolloutInput) (NodeResult, error) {
+func (c OnCluster) NodeRolloutV3(ctx workflow.Context, in NodeRolloutInput) (NodeResult, error) {
 	if err := c.checkLineage(ctx, in); err != nil {
 		return NodeResult{}, err
 	}
@@ -92,7 +92,7 @@ const ErrNotStartedByARollout = activities.ErrNotStartedByARollout
 // a Rollout applies the policy's cap, the cluster-wide budget and the pacing before a node
 // starts. It makes no command, so it changes no history of a node a rollout started; the
 // worker's activities check the parent itself before they touch the cluster.
-func (c Cluster) checkLineage(ctx workflow.Context, in NodeRolloutInput) error {
+func (c OnCluster) checkLineage(ctx workflow.Context, in NodeRolloutInput) error {
 	info := workflow.GetInfo(ctx)
 	want := c.NodeWorkflowID(in.Node)
 	switch {

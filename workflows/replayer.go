@@ -20,7 +20,7 @@ var BudgetFixtureCluster = Cluster{Name: "fixture-budget", Budget: 2}
 // that recorded the fixture file ran them.
 func ReplayerFor(file string) worker.WorkflowReplayer {
 	replayer := worker.NewWorkflowReplayer()
-	fixtureCluster(file).Register(replayer)
+	OnCluster{fixtureCluster(file)}.Register(replayer)
 	replayer.RegisterWorkflowWithOptions(FleetRollout, workflow.RegisterOptions{Name: FleetRolloutWorkflow})
 	return replayer
 }

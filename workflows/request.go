@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/noderollout/noderollout/activities"
-	"github.com/noderollout/noderollout/internal/didyoumean"
+	"github.com/noderollout/noderollout/api/didyoumean"
 )
 
 // Defaults and limits of RolloutRequest, documented in README's request table.
@@ -107,6 +107,10 @@ func (v *IntOrPercent) UnmarshalJSON(b []byte) error {
 }
 
 type rolloutRequestFields RolloutRequest
+
+// CarriedProgress is the continue-as-new state of a run from before versionFieldGuarantees,
+// which carried it inside the request as "progress"; nil in any other request.
+func (r RolloutRequest) CarriedProgress() *Progress { return r.legacyProgress }
 
 // UnmarshalJSON decodes leniently and remembers what was wrong for validation to report:
 // type mismatches, and unknown fields at any depth (a misspelt batch.inital would otherwise

@@ -87,7 +87,7 @@ func Rollout(ctx workflow.Context, req RolloutRequest, carried *Progress) (Rollo
 func rolloutIn(ctx workflow.Context, cluster Cluster, req RolloutRequest, carried *Progress) (RolloutResult, error) {
 	continued := workflow.GetInfo(ctx).ContinuedExecutionRunID != ""
 	if carried == nil {
-		carried = req.legacyProgress
+		carried = req.CarriedProgress()
 	}
 	if carried != nil && !continued {
 		return RolloutResult{}, temporal.NewNonRetryableApplicationError(

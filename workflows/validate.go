@@ -63,12 +63,17 @@ func validate(req RolloutRequest, continued bool) (settings, error) {
 	if len(problems) == 0 {
 		return s, nil
 	}
+	return s, invalidRequestError("invalid rollout request: ", problems)
+}
+
+// invalidRequestError is the non-retryable InvalidRequest naming every problem, which it
+// carries as details.
+func invalidRequestError(what string, problems []*jobspec.FieldError) error {
 	msgs := make([]string, len(problems))
 	for i, p := range problems {
 		msgs[i] = p.Error()
 	}
-	return s, temporal.NewNonRetryableApplicationError(
-		"invalid rollout request: "+strings.Join(msgs, "; "), activities.ErrInvalidRequest, nil, problems)
+	return temporal.NewNonRetryableApplicationError(what+strings.Join(msgs, "; "), activities.ErrInvalidRequest, nil, problems)
 }
 
 func problem(field, what, fix string) *jobspec.FieldError {

@@ -24,7 +24,7 @@ import (
 	"github.com/spf13/viper"
 	"go.temporal.io/sdk/contrib/envconfig"
 
-	"github.com/noderollout/noderollout/internal/didyoumean"
+	"github.com/noderollout/noderollout/api/didyoumean"
 	"github.com/noderollout/noderollout/workflows"
 )
 
