@@ -19,6 +19,7 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/noderollout/noderollout/activities/jobspec"
+	"github.com/noderollout/noderollout/api"
 	"github.com/noderollout/noderollout/internal/policy"
 )
 
@@ -33,7 +34,7 @@ func finalize(t *testing.T, a *Activities, in FinalizeInput) (FinalizeResult, er
 	return res, nil
 }
 
-func finalizeInput(job *batchv1.Job, outcome Outcome, keep KeepJobs) FinalizeInput {
+func finalizeInput(job *batchv1.Job, outcome api.Outcome, keep api.KeepJobs) FinalizeInput {
 	ref := refOf(job, "node-a")
 	return FinalizeInput{
 		Rollout: "kata", Node: "node-a", TemplateHash: testHash, Job: &ref,
@@ -74,7 +75,7 @@ func TestFinalizeJobSucceeded(t *testing.T) {
 	cs := fake.NewClientset(testNode("node-a", map[string]string{"keep": "me"}), job)
 	a := newActivities(cs)
 
-	res, err := finalize(t, a, finalizeInput(job, OutcomeSucceeded, KeepFailed))
+	res, err := finalize(t, a, finalizeInput(job, api.OutcomeSucceeded, api.KeepFailed))
 	require.NoError(t, err)
 	require.Equal(t, FinalizeResult{}, res)
 	// Without the informer's cache, the finalizer's removal reads the Job first.
@@ -111,7 +112,7 @@ func TestFinalizeJobWritesAtOnceWhenTheNodeIsKnown(t *testing.T) {
 	keepDeletedJobs(cs)
 	a := startedActivities(t, cs)
 	cs.ClearActions()
-	in := finalizeInput(job, OutcomeSucceeded, KeepFailed)
+	in := finalizeInput(job, api.OutcomeSucceeded, api.KeepFailed)
 	in.Job.NodeUID = "uid-node-node-a" // CreateJob read it
 
 	res, err := finalize(t, a, in)
@@ -139,7 +140,7 @@ func TestFinalizeJobWritesAtOnceWhenTheNodeIsKnown(t *testing.T) {
 	keepDeletedJobs(cs)
 	a = startedActivities(t, cs)
 	cs.ClearActions()
-	in = finalizeInput(failedJob, OutcomeFailed, KeepNever)
+	in = finalizeInput(failedJob, api.OutcomeFailed, api.KeepNever)
 	in.Node, in.Job.Node, in.Job.NodeUID = "node-b", "node-b", "uid-node-node-b"
 	res, err = finalize(t, a, in)
 	require.NoError(t, err)
@@ -162,7 +163,7 @@ func TestFinalizeJobFailedCollectsPodDiagnosis(t *testing.T) {
 	)
 	a := newActivities(cs)
 
-	res, err := finalize(t, a, finalizeInput(job, OutcomeFailed, KeepFailed))
+	res, err := finalize(t, a, finalizeInput(job, api.OutcomeFailed, api.KeepFailed))
 	require.NoError(t, err)
 	require.Equal(t, FinalizeResult{LogTail: "fake logs", ExitCode: new(int32(3)), TerminationMessage: "disk full"}, res)
 	require.Equal(t, []string{"list pods", "get pods/log", "patch nodes", "create events", "get jobs", "patch jobs"}, actions(cs),
@@ -191,7 +192,7 @@ func TestFinalizeJobLogErrorIsIgnored(t *testing.T) {
 		return true, nil, errors.New("the kubelet is unreachable")
 	})
 	a := newActivities(cs)
-	res, err := finalize(t, a, finalizeInput(job, OutcomeTimedOut, KeepNever))
+	res, err := finalize(t, a, finalizeInput(job, api.OutcomeTimedOut, api.KeepNever))
 	require.NoError(t, err)
 	require.Equal(t, FinalizeResult{ExitCode: new(int32(2))}, res)
 	requireBackgroundDelete(t, cs, job.Name)
@@ -200,22 +201,22 @@ func TestFinalizeJobLogErrorIsIgnored(t *testing.T) {
 
 func TestFinalizeJobKeepJobs(t *testing.T) {
 	for _, tc := range []struct {
-		keep    KeepJobs
-		outcome Outcome
+		keep    api.KeepJobs
+		outcome api.Outcome
 		deleted bool
 	}{
-		{KeepNever, OutcomeSucceeded, true},
-		{KeepNever, OutcomeFailed, true},
-		{KeepNever, OutcomeTimedOut, true},
-		{KeepFailed, OutcomeSucceeded, true},
-		{KeepFailed, OutcomeFailed, false},
-		{KeepFailed, OutcomeTimedOut, false},
-		{KeepFailed, OutcomeNodeGone, true},
-		{KeepAlways, OutcomeSucceeded, false},
-		{KeepAlways, OutcomeFailed, false},
-		{KeepAlways, OutcomeTimedOut, false},
-		{"", OutcomeFailed, false}, // unset means failed
-		{"", OutcomeSucceeded, true},
+		{api.KeepNever, api.OutcomeSucceeded, true},
+		{api.KeepNever, api.OutcomeFailed, true},
+		{api.KeepNever, api.OutcomeTimedOut, true},
+		{api.KeepFailed, api.OutcomeSucceeded, true},
+		{api.KeepFailed, api.OutcomeFailed, false},
+		{api.KeepFailed, api.OutcomeTimedOut, false},
+		{api.KeepFailed, api.OutcomeNodeGone, true},
+		{api.KeepAlways, api.OutcomeSucceeded, false},
+		{api.KeepAlways, api.OutcomeFailed, false},
+		{api.KeepAlways, api.OutcomeTimedOut, false},
+		{"", api.OutcomeFailed, false}, // unset means failed
+		{"", api.OutcomeSucceeded, true},
 	} {
 		t.Run(string(tc.keep)+"/"+string(tc.outcome), func(t *testing.T) {
 			job := ourJob(t, testRequest("node-a"))
@@ -242,7 +243,7 @@ func TestFinalizeJobRetriesConflictOnNode(t *testing.T) {
 		return true, nil, apierrors.NewConflict(corev1.Resource("nodes"), "node-a", errors.New("the object has been modified"))
 	})
 	a := newActivities(cs)
-	_, err := finalize(t, a, finalizeInput(job, OutcomeSucceeded, KeepNever))
+	_, err := finalize(t, a, finalizeInput(job, api.OutcomeSucceeded, api.KeepNever))
 	require.NoError(t, err)
 	require.Equal(t, 3, countActions(cs, "patch", "nodes"))
 	node, err := cs.CoreV1().Nodes().Get(t.Context(), "node-a", metav1.GetOptions{})
@@ -255,8 +256,8 @@ func TestFinalizeJobForbiddenIsNotRetried(t *testing.T) {
 	cs := fake.NewClientset(testNode("node-a", nil), job)
 	failOn(cs, "patch", "nodes", forbidden("nodes"))
 	a := newActivities(cs)
-	_, err := finalize(t, a, finalizeInput(job, OutcomeSucceeded, KeepNever))
-	appErr := requireAppError(t, err, ErrForbidden, true)
+	_, err := finalize(t, a, finalizeInput(job, api.OutcomeSucceeded, api.KeepNever))
+	appErr := requireAppError(t, err, api.ErrForbidden, true)
 	require.Contains(t, appErr.Error(), "patch")
 	require.Equal(t, []string{"patch nodes"}, actions(cs))
 }
@@ -265,7 +266,7 @@ func TestFinalizeJobNodeGone(t *testing.T) {
 	job := ourJob(t, testRequest("node-a"))
 	cs := fake.NewClientset(job)
 	a := newActivities(cs)
-	_, err := finalize(t, a, finalizeInput(job, OutcomeNodeGone, KeepFailed))
+	_, err := finalize(t, a, finalizeInput(job, api.OutcomeNodeGone, api.KeepFailed))
 	require.NoError(t, err)
 	require.Equal(t, []string{"patch nodes", "get jobs", "patch jobs", "delete jobs"}, actions(cs), "no Event about a Node that is gone")
 }
@@ -274,7 +275,7 @@ func TestFinalizeJobWithoutJob(t *testing.T) {
 	cs := fake.NewClientset(testNode("node-a", nil))
 	a := newActivities(cs)
 	in := FinalizeInput{Rollout: "kata", Node: "node-a", TemplateHash: testHash,
-		End: JobEnd{Outcome: OutcomeFailed, Reason: ReasonAborted}, KeepJobs: KeepNever}
+		End: JobEnd{Outcome: api.OutcomeFailed, Reason: api.ReasonAborted}, KeepJobs: api.KeepNever}
 	res, err := finalize(t, a, in)
 	require.NoError(t, err)
 	require.Equal(t, FinalizeResult{}, res)
@@ -285,7 +286,7 @@ func TestFinalizeJobSkippedKeepsMarker(t *testing.T) {
 	marker := doneMarker(testHash)
 	cs := fake.NewClientset(testNode("node-a", marker))
 	a := newActivities(cs)
-	in := FinalizeInput{Rollout: "kata", Node: "node-a", TemplateHash: testHash, End: JobEnd{Outcome: OutcomeSkipped}}
+	in := FinalizeInput{Rollout: "kata", Node: "node-a", TemplateHash: testHash, End: JobEnd{Outcome: api.OutcomeSkipped}}
 	_, err := finalize(t, a, in)
 	require.NoError(t, err)
 	require.Equal(t, []string{"get nodes", "create events"}, actions(cs))
@@ -296,7 +297,7 @@ func TestFinalizeJobRetryDoesNotDuplicateEvent(t *testing.T) {
 	job := ourJob(t, testRequest("node-a"))
 	cs := fake.NewClientset(testNode("node-a", nil), job)
 	a := newActivities(cs)
-	in := finalizeInput(job, OutcomeFailed, KeepFailed)
+	in := finalizeInput(job, api.OutcomeFailed, api.KeepFailed)
 	_, err := finalize(t, a, in)
 	require.NoError(t, err)
 	_, err = finalize(t, a, in)
@@ -316,13 +317,13 @@ func TestFinalizeJobRetryDoesNotDuplicateEvent(t *testing.T) {
 func TestFinalizeJobReleasesOurFinalizer(t *testing.T) {
 	for _, tc := range []struct {
 		name      string
-		keep      KeepJobs
+		keep      api.KeepJobs
 		finalizer bool
 		wantPatch bool
 	}{
-		{"kept", KeepAlways, true, true},
-		{"deleted", KeepNever, true, true},
-		{"made by an older release", KeepAlways, false, false},
+		{"kept", api.KeepAlways, true, true},
+		{"deleted", api.KeepNever, true, true},
+		{"made by an older release", api.KeepAlways, false, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			job := ourJob(t, testRequest("node-a"))
@@ -333,7 +334,7 @@ func TestFinalizeJobReleasesOurFinalizer(t *testing.T) {
 			keepDeletedJobs(cs)
 			a := startedActivities(t, cs)
 			cs.ClearActions()
-			_, err := finalize(t, a, finalizeInput(job, OutcomeSucceeded, tc.keep))
+			_, err := finalize(t, a, finalizeInput(job, api.OutcomeSucceeded, tc.keep))
 			require.NoError(t, err)
 			got := actions(cs)
 			require.Equal(t, tc.wantPatch, slices.Contains(got, "patch jobs"), "%v", got)
@@ -379,7 +380,7 @@ func TestFinalizeJobSaysWhyThePodNeverRan(t *testing.T) {
 			}
 			cs := fake.NewClientset(objs...)
 			a := newActivities(cs)
-			in := finalizeInput(job, OutcomeTimedOut, KeepNever)
+			in := finalizeInput(job, api.OutcomeTimedOut, api.KeepNever)
 			in.End.PodReason = tc.fromWait
 			res, err := finalize(t, a, in)
 			require.NoError(t, err)
@@ -424,7 +425,7 @@ func TestFinalizeJobLogTailEndsWithTheLastLine(t *testing.T) {
 	log.WriteString("FATAL: checksum mismatch for kata-runtime.tar.zst\n")
 	kubeletLogs(cs, log.String())
 	a := newActivities(cs)
-	res, err := finalize(t, a, finalizeInput(job, OutcomeFailed, KeepFailed))
+	res, err := finalize(t, a, finalizeInput(job, api.OutcomeFailed, api.KeepFailed))
 	require.NoError(t, err)
 	require.LessOrEqual(t, len(res.LogTail), LogTailBytes)
 	require.True(t, strings.HasSuffix(res.LogTail, "FATAL: checksum mismatch for kata-runtime.tar.zst\n"),
@@ -437,7 +438,7 @@ func TestFinalizeJobEventPerRunWithoutJob(t *testing.T) {
 	cs := fake.NewClientset(testNode("node-a", nil))
 	a := newActivities(cs)
 	in := FinalizeInput{Rollout: "kata", Node: "node-a", TemplateHash: testHash, RunID: "run-1",
-		End: JobEnd{Outcome: OutcomeDrainTimedOut, Reason: ErrDrainTimedOut, Message: "tenant/web-1 left"}}
+		End: JobEnd{Outcome: api.OutcomeDrainTimedOut, Reason: api.ErrDrainTimedOut, Message: "tenant/web-1 left"}}
 	_, err := finalize(t, a, in)
 	require.NoError(t, err)
 	_, err = finalize(t, a, in)
@@ -488,7 +489,7 @@ func TestFinalizeJobWithholdsTheLogTailOfAPodThatReadsSecrets(t *testing.T) {
 			if c.setup != nil {
 				c.setup(a)
 			}
-			res, err := finalize(t, a, finalizeInput(job, OutcomeFailed, KeepFailed))
+			res, err := finalize(t, a, finalizeInput(job, api.OutcomeFailed, api.KeepFailed))
 			require.NoError(t, err)
 			require.Equal(t, int32(3), *res.ExitCode)
 			require.Equal(t, "disk full", res.TerminationMessage)

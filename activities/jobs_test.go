@@ -15,6 +15,7 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/noderollout/noderollout/activities/jobspec"
+	"github.com/noderollout/noderollout/api"
 )
 
 func createJob(t *testing.T, a *Activities, in JobRequest) (JobRef, error) {
@@ -33,7 +34,7 @@ func TestCreateJob(t *testing.T) {
 	stampCreatedJobs(cs)
 	a := newActivities(cs)
 	in := testRequest("node-a")
-	in.Owner = &OwnerRef{APIVersion: "v1", Kind: "ConfigMap", Name: "kata", UID: "uid-owner"}
+	in.Owner = &api.OwnerRef{APIVersion: "v1", Kind: "ConfigMap", Name: "kata", UID: "uid-owner"}
 
 	ref, err := createJob(t, a, in)
 	require.NoError(t, err)
@@ -65,7 +66,7 @@ func TestCreateJobNodeGone(t *testing.T) {
 	stampCreatedJobs(cs)
 	a := newActivities(cs)
 	_, err := createJob(t, a, testRequest("node-a"))
-	appErr := requireAppError(t, err, ErrNodeGone, true)
+	appErr := requireAppError(t, err, api.ErrNodeGone, true)
 	require.Contains(t, appErr.Error(), `"node-a"`)
 	// The cached read said NotFound and a quorum read confirmed it; the Job made meanwhile is
 	// deleted again, our finalizer taken off.
@@ -104,7 +105,7 @@ func TestCreateJobAfterALostTaskCreatesNothingForAFinalizedRun(t *testing.T) {
 
 	ref, err := createJob(t, a, in)
 	require.NoError(t, err)
-	require.Equal(t, OutcomeFailed, ref.Finalized)
+	require.Equal(t, api.OutcomeFailed, ref.Finalized)
 	require.Equal(t, jobspec.JobName("kata", "node-a", "run-1"), ref.Name)
 	require.Equal(t, []string{"get nodes"}, actions(cs))
 	require.Equal(t, "", cs.Actions()[0].(k8stesting.GetActionImpl).GetOptions.ResourceVersion, "a quorum read")
@@ -135,7 +136,7 @@ func TestCreateJobAfterALostTaskOnAGoneNodeCreatesNothing(t *testing.T) {
 	cs := fake.NewClientset()
 	a := newActivities(cs)
 	_, err := createJob(t, a, in)
-	requireAppError(t, err, ErrNodeGone, true)
+	requireAppError(t, err, api.ErrNodeGone, true)
 	require.Equal(t, []string{"get nodes", "get jobs"}, actions(cs), "only a look for a Job an earlier attempt made")
 }
 
@@ -171,7 +172,7 @@ func TestCreateJobRefusesForeignObject(t *testing.T) {
 			cs := fake.NewClientset(testNode("node-a", nil), existing)
 			a := newActivities(cs)
 			_, err := createJob(t, a, in)
-			appErr := requireAppError(t, err, ErrForeignObject, true)
+			appErr := requireAppError(t, err, api.ErrForeignObject, true)
 			require.Contains(t, appErr.Error(), testNamespace+"/"+existing.Name)
 			require.ElementsMatch(t, []string{"get nodes", "create jobs", "get jobs"}, actions(cs))
 		})
@@ -186,9 +187,9 @@ func TestCreateJobErrors(t *testing.T) {
 		nonRetryable bool
 		wantText     string
 	}{
-		{"forbidden", forbidden("jobs"), ErrForbidden, true, "grant"},
-		{"invalid", apierrors.NewInvalid(batchv1.SchemeGroupVersion.WithKind("Job").GroupKind(), "j", nil), ErrInvalidRequest, true, "rejected"},
-		{"namespace deleted", apierrors.NewNotFound(batchv1.Resource("namespaces"), testNamespace), ErrInvalidRequest, true, "namespace"},
+		{"forbidden", forbidden("jobs"), api.ErrForbidden, true, "grant"},
+		{"invalid", apierrors.NewInvalid(batchv1.SchemeGroupVersion.WithKind("Job").GroupKind(), "j", nil), api.ErrInvalidRequest, true, "rejected"},
+		{"namespace deleted", apierrors.NewNotFound(batchv1.Resource("namespaces"), testNamespace), api.ErrInvalidRequest, true, "namespace"},
 		{"server error", apierrors.NewInternalError(errors.New("boom")), "", false, "boom"},
 		{"throttled", apierrors.NewTooManyRequests("slow down", 1), "", false, "slow down"},
 	} {
@@ -211,7 +212,7 @@ func TestCreateJobBadTemplate(t *testing.T) {
 	in.Template = "apiVersion: v1\nkind: Pod\n"
 	in.TemplateHash = jobspec.TemplateHash(in.Template)
 	_, err := createJob(t, a, in)
-	requireAppError(t, err, ErrInvalidRequest, true)
+	requireAppError(t, err, api.ErrInvalidRequest, true)
 	require.Zero(t, countActions(cs, "create", "jobs"))
 }
 
@@ -234,7 +235,7 @@ func TestCreateJobRetryOnAGoneNodeRemovesTheJobItMade(t *testing.T) {
 	cs := fake.NewClientset(made)
 	a := newActivities(cs)
 	_, err := createJob(t, a, in)
-	requireAppError(t, err, ErrNodeGone, true)
+	requireAppError(t, err, api.ErrNodeGone, true)
 	require.Zero(t, countJobs(t, cs), "the Job the earlier attempt made is deleted")
 
 	// Someone else's Job under the name is left alone.
@@ -243,7 +244,7 @@ func TestCreateJobRetryOnAGoneNodeRemovesTheJobItMade(t *testing.T) {
 	cs = fake.NewClientset(foreign)
 	a = newActivities(cs)
 	_, err = createJob(t, a, in)
-	requireAppError(t, err, ErrNodeGone, true)
+	requireAppError(t, err, api.ErrNodeGone, true)
 	require.Equal(t, 1, countJobs(t, cs))
 }
 
@@ -266,10 +267,10 @@ func TestCreateJobTakesAnInlineTemplateOnlyUnderItsOwnHash(t *testing.T) {
 			req := testRequest("node-a")
 			req.TemplateHash = hash
 			_, err := newEnv(a).ExecuteActivity(a.CreateJob, req)
-			appErr := requireAppError(t, err, ErrInvalidRequest, true)
+			appErr := requireAppError(t, err, api.ErrInvalidRequest, true)
 			require.Contains(t, appErr.Message(), "templateHash")
 			_, err = newEnv(a).ExecuteActivity(a.RunJob, RunJobInput{Job: req, WatchSeconds: 1})
-			requireAppError(t, err, ErrInvalidRequest, true)
+			requireAppError(t, err, api.ErrInvalidRequest, true)
 			require.Zero(t, countActions(cs, "create", "jobs"))
 		})
 	}

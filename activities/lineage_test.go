@@ -3,6 +3,7 @@ package activities
 import (
 	"testing"
 
+	"github.com/noderollout/noderollout/api"
 	"github.com/stretchr/testify/mock"
 	"github.com/stretchr/testify/require"
 	commonpb "go.temporal.io/api/common/v1"
@@ -78,7 +79,7 @@ func TestCreateJobOnlyForANodeOfARunningRollout(t *testing.T) {
 				tc.client.AssertNumberOfCalls(t, "DescribeWorkflow", 2)
 				return
 			}
-			appErr := requireAppError(t, err, ErrNotStartedByARollout, true)
+			appErr := requireAppError(t, err, api.ErrNotStartedByARollout, true)
 			require.Contains(t, appErr.Error(), tc.refusal)
 			require.Zero(t, countActions(cs, "create", "jobs"), "nothing written")
 		})

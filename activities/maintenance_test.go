@@ -20,6 +20,7 @@ import (
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/noderollout/noderollout/activities/evictable"
+	"github.com/noderollout/noderollout/api"
 )
 
 // tenantPod is a ReplicaSet's Pod on node.
@@ -134,7 +135,7 @@ func TestDrainTimesOutOnABudgetThatNeverAllows(t *testing.T) {
 	_, err := drain(t, a, DrainInput{Node: "n1", Deadline: time.Now().Add(50 * time.Millisecond)})
 	var appErr *temporal.ApplicationError
 	require.ErrorAs(t, err, &appErr)
-	require.Equal(t, ErrDrainTimedOut, appErr.Type())
+	require.Equal(t, api.ErrDrainTimedOut, appErr.Type())
 	require.True(t, appErr.NonRetryable())
 	require.Contains(t, appErr.Message(), "tenant/web-1 (")
 	require.Contains(t, appErr.Message(), "disruption budget")
@@ -169,7 +170,7 @@ func TestDrainRefusesLocalStorageUnlessAllowed(t *testing.T) {
 	_, err := drain(t, a, DrainInput{Node: "n1"})
 	var appErr *temporal.ApplicationError
 	require.ErrorAs(t, err, &appErr)
-	require.Equal(t, ErrDrainRefused, appErr.Type())
+	require.Equal(t, api.ErrDrainRefused, appErr.Type())
 	require.Contains(t, appErr.Message(), "tenant/cache-1")
 	require.Contains(t, appErr.Message(), "maintenance.drain.deleteEmptyDirData")
 	require.Empty(t, e.asked, "nothing is evicted when one Pod is refused")
@@ -292,7 +293,7 @@ func TestHealthSoakFailsWhenTheNodeTurnsNotReady(t *testing.T) {
 		HealthyBy: time.Now(), HoldSeconds: 60})
 	var appErr *temporal.ApplicationError
 	require.ErrorAs(t, err, &appErr)
-	require.Equal(t, ErrUnhealthy, appErr.Type())
+	require.Equal(t, api.ErrUnhealthy, appErr.Type())
 	require.Contains(t, appErr.Message(), "stopped being healthy")
 	require.Contains(t, appErr.Message(), "Ready=False")
 }
@@ -305,7 +306,7 @@ func TestHealthGateTimesOut(t *testing.T) {
 		Conditions: map[string]string{"Ready": "True", "GPUDriverReady": "True"}, HealthyBy: time.Now().Add(20 * time.Millisecond)})
 	var appErr *temporal.ApplicationError
 	require.ErrorAs(t, err, &appErr)
-	require.Equal(t, ErrUnhealthy, appErr.Type())
+	require.Equal(t, api.ErrUnhealthy, appErr.Type())
 	require.Contains(t, appErr.Message(), "GPUDriverReady is not reported")
 
 	_, err = newEnv(a).ExecuteActivity(a.CheckNodeHealth, HealthInput{Node: "n1",
@@ -323,9 +324,9 @@ func TestPlanDrainNamesPodsAndBlockingBudgets(t *testing.T) {
 	a := New(fake.NewClientset(pdb, tenantPod("web-1", "n1", nil), tenantPod("web-2", "n2", nil)))
 	val, err := newEnv(a).ExecuteActivity(a.PlanDrain, DrainPlanInput{Nodes: []string{"n1", "n3"}})
 	require.NoError(t, err)
-	var plans []DrainPlan
+	var plans []api.DrainPlan
 	require.NoError(t, val.Get(&plans))
-	require.Equal(t, []DrainPlan{{Node: "n1", Evict: []string{"tenant/web-1"}, Blocking: []string{"tenant/web"}}, {Node: "n3"}}, plans)
+	require.Equal(t, []api.DrainPlan{{Node: "n1", Evict: []string{"tenant/web-1"}, Blocking: []string{"tenant/web"}}, {Node: "n3"}}, plans)
 }
 
 // TestDrainWaitsForATerminatingPodWithLocalStorage: a Pod with an emptyDir that is already
@@ -400,9 +401,9 @@ func TestPlanDrainNamesABudgetOverTheWholeNamespace(t *testing.T) {
 	a := New(fake.NewClientset(budget("all", &metav1.LabelSelector{}), budget("none", nil), tenantPod("web-1", "n1", nil)))
 	val, err := newEnv(a).ExecuteActivity(a.PlanDrain, DrainPlanInput{Nodes: []string{"n1"}})
 	require.NoError(t, err)
-	var plans []DrainPlan
+	var plans []api.DrainPlan
 	require.NoError(t, val.Get(&plans))
-	require.Equal(t, []DrainPlan{{Node: "n1", Evict: []string{"tenant/web-1"}, Blocking: []string{"tenant/all"}}}, plans)
+	require.Equal(t, []api.DrainPlan{{Node: "n1", Evict: []string{"tenant/web-1"}, Blocking: []string{"tenant/all"}}}, plans)
 }
 
 // TestDrainEvictsOnlyThePodItListed: a StatefulSet's Pod listed on the node is deleted and made
@@ -479,7 +480,7 @@ func TestDrainRefusesUnmanagedPodsUnlessForced(t *testing.T) {
 	e := &evictions{}
 	a := drainEnv(t, e, tenantPod("web-1", "n1", nil), bare)
 	_, err := drain(t, a, DrainInput{Node: "n1"})
-	appErr := requireAppError(t, err, ErrDrainRefused, true)
+	appErr := requireAppError(t, err, api.ErrDrainRefused, true)
 	require.Contains(t, appErr.Message(), "tenant/bare-1 is managed by no controller")
 	require.Contains(t, appErr.Message(), "maintenance.drain.force")
 	require.Empty(t, e.asked, "nothing is evicted when one Pod is refused")
@@ -604,6 +605,6 @@ func TestHealthGateAndSoakOutlastAnAPIServerOutage(t *testing.T) {
 	// Unhealthy for good after the outage: the soak still breaks, once the grace is over.
 	a = outage(t, 3, 18, 1000)
 	_, err = newEnv(a).ExecuteActivity(a.CheckNodeHealth, HealthInput{Node: "n1", Conditions: ready, HealthyBy: t0, HoldSeconds: 300})
-	appErr := requireAppError(t, err, ErrUnhealthy, true)
+	appErr := requireAppError(t, err, api.ErrUnhealthy, true)
 	require.Contains(t, appErr.Message(), "Ready=Unknown")
 }

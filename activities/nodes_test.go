@@ -16,6 +16,7 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/noderollout/noderollout/activities/jobspec"
+	"github.com/noderollout/noderollout/api"
 )
 
 const testHash = "0123456789"
@@ -32,7 +33,7 @@ func listNodes(t *testing.T, a *Activities, in ListNodesInput) (ListNodesResult,
 }
 
 func doneMarker(hash string) map[string]string {
-	return map[string]string{jobspec.NodeMarkerKey("kata"): jobspec.NodeMarker(hash, string(OutcomeSucceeded))}
+	return map[string]string{jobspec.NodeMarkerKey("kata"): jobspec.NodeMarker(hash, string(api.OutcomeSucceeded))}
 }
 
 func TestListNodesExplicitNames(t *testing.T) {
@@ -40,7 +41,7 @@ func TestListNodesExplicitNames(t *testing.T) {
 		testNode("a", nil),
 		testNode("b", doneMarker(testHash)),
 		testNode("c", doneMarker("another")), // done for another template: runs again
-		testNode("e", map[string]string{jobspec.NodeMarkerKey("kata"): jobspec.NodeMarker(testHash, string(OutcomeFailed))}),
+		testNode("e", map[string]string{jobspec.NodeMarkerKey("kata"): jobspec.NodeMarker(testHash, string(api.OutcomeFailed))}),
 		testNode("f", nil),
 	)
 	a := newActivities(cs)
@@ -290,7 +291,7 @@ func TestListNodesInvalidSelectors(t *testing.T) {
 			cs := fake.NewClientset()
 			a := newActivities(cs)
 			_, err := listNodes(t, a, tc.in)
-			appErr := requireAppError(t, err, ErrInvalidRequest, true)
+			appErr := requireAppError(t, err, api.ErrInvalidRequest, true)
 			require.Contains(t, appErr.Error(), tc.field)
 			require.Empty(t, cs.Actions())
 		})
@@ -302,7 +303,7 @@ func TestListNodesSelectorRejectedByServer(t *testing.T) {
 	failOn(cs, "list", "nodes", apierrors.NewBadRequest(`field label not supported: spec.foo`))
 	a := newActivities(cs)
 	_, err := listNodes(t, a, ListNodesInput{Selector: "kata=true", FieldSelector: "spec.foo=x", Limit: 1})
-	appErr := requireAppError(t, err, ErrInvalidRequest, true)
+	appErr := requireAppError(t, err, api.ErrInvalidRequest, true)
 	require.Contains(t, appErr.Error(), "fieldSelector")
 }
 
@@ -311,7 +312,7 @@ func TestListNodesForbiddenIsNotRetried(t *testing.T) {
 	failOn(cs, "list", "nodes", forbidden("nodes"))
 	a := newActivities(cs)
 	_, err := listNodes(t, a, ListNodesInput{Selector: "kata=true", Limit: 1})
-	appErr := requireAppError(t, err, ErrForbidden, true)
+	appErr := requireAppError(t, err, api.ErrForbidden, true)
 	require.Contains(t, appErr.Error(), "list nodes")
 	require.Equal(t, 1, countActions(cs, "list", "nodes"))
 }

@@ -9,6 +9,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 
+	"github.com/noderollout/noderollout/api"
 	"github.com/noderollout/noderollout/internal/policy"
 )
 
@@ -101,7 +102,7 @@ func TestEveryDisruptiveActivityAsksThePolicyFirst(t *testing.T) {
 				require.NotEmpty(t, nodeWrites(e))
 				return
 			}
-			appErr := requireAppError(t, err, ErrPolicyDenied, true)
+			appErr := requireAppError(t, err, api.ErrPolicyDenied, true)
 			require.Contains(t, appErr.Message(), `"`+c.rule+`"`)
 			require.Empty(t, nodeWrites(e), "nothing is written: %v", actions(e.cs))
 		})
@@ -138,6 +139,6 @@ func TestDrainPolicyJudgesOnlyWhatItEvicts(t *testing.T) {
 	require.NoError(t, err)
 	a.Policy = p
 	_, err = drain(t, a, DrainInput{Node: "n1", Namespace: "ops", Deadline: time.Now().Add(time.Second)})
-	appErr := requireAppError(t, err, ErrDrainTimedOut, true)
+	appErr := requireAppError(t, err, api.ErrDrainTimedOut, true)
 	require.Equal(t, []string{"web-1"}, e.asked, "%s %v", appErr.Message(), actions(e.cs))
 }

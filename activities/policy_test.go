@@ -10,6 +10,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/noderollout/noderollout/activities/jobspec"
+	"github.com/noderollout/noderollout/api"
 	"github.com/noderollout/noderollout/internal/policy"
 )
 
@@ -46,7 +47,7 @@ func TestPrepareTemplateEnforcesThePolicy(t *testing.T) {
 			"      hostPID: true\n", "busybox:1.36"), Parallelism: 1}},
 		{"namespace", policy.RuleNamespaces, "namespace", PrepareTemplateInput{Namespace: "default", Template: testTemplate, Parallelism: 1}},
 		{"template namespace", policy.RuleNamespaces, "jobTemplateRef.namespace", PrepareTemplateInput{Namespace: "apps",
-			TemplateRef: &TemplateRef{Namespace: "secrets", Name: "x"}, Parallelism: 1}},
+			TemplateRef: &api.TemplateRef{Namespace: "secrets", Name: "x"}, Parallelism: 1}},
 		{"image", policy.RuleImages, "jobTemplate.spec.template.spec.containers[0].image", PrepareTemplateInput{Namespace: "apps",
 			Template: templateWith("", "evil.example.com/miner"), Parallelism: 1}},
 		{"privileged", policy.RulePrivileged, "jobTemplate.spec.template.spec.containers[0].securityContext.privileged", PrepareTemplateInput{
@@ -71,7 +72,7 @@ func TestPrepareTemplateEnforcesThePolicy(t *testing.T) {
 				require.NoError(t, err)
 				return
 			}
-			appErr := requireAppError(t, err, ErrPolicyDenied, true)
+			appErr := requireAppError(t, err, api.ErrPolicyDenied, true)
 			require.Contains(t, appErr.Message(), `"`+c.rule+`"`)
 			require.Contains(t, appErr.Message(), c.field)
 			var v PolicyViolation
@@ -80,7 +81,7 @@ func TestPrepareTemplateEnforcesThePolicy(t *testing.T) {
 			require.Zero(t, countActions(cs, "get", "configmaps"), "a denied template namespace is not even read")
 		})
 	}
-	require.Contains(t, NonRetryableErrors, ErrPolicyDenied)
+	require.Contains(t, NonRetryableErrors, api.ErrPolicyDenied)
 }
 
 func TestCreateJobChecksEveryRenderedJob(t *testing.T) {
@@ -90,7 +91,7 @@ func TestCreateJobChecksEveryRenderedJob(t *testing.T) {
 	in.Template = templateWith("", "evil.example.com/miner:1") // as if the ConfigMap changed
 	in.TemplateHash = jobspec.TemplateHash(in.Template)
 	_, err := createJob(t, a, in)
-	appErr := requireAppError(t, err, ErrPolicyDenied, true)
+	appErr := requireAppError(t, err, api.ErrPolicyDenied, true)
 	require.Contains(t, appErr.Message(), `"images"`)
 	require.Zero(t, countActions(cs, "create", "jobs"), "no Job is created")
 
@@ -108,7 +109,7 @@ func TestCreateJobKeepsOffProtectedNodes(t *testing.T) {
 	in := testRequest("cp-1")
 	in.Namespace = "apps"
 	_, err := createJob(t, a, in)
-	appErr := requireAppError(t, err, ErrPolicyDenied, true)
+	appErr := requireAppError(t, err, api.ErrPolicyDenied, true)
 	require.Contains(t, appErr.Message(), `"protectedNodeLabels"`)
 	require.Contains(t, appErr.Message(), "cp-1")
 	require.Zero(t, countActions(cs, "create", "jobs"))
@@ -121,7 +122,7 @@ func TestCreateJobKeepsOffProtectedNodes(t *testing.T) {
 	// kube-system may reach the control plane? Not in this policy either: protectedNodes unset.
 	in = testRequest("cp-1")
 	_, err = createJob(t, a, in)
-	requireAppError(t, err, ErrPolicyDenied, true)
+	requireAppError(t, err, api.ErrPolicyDenied, true)
 }
 
 func TestRequesterOnTheJobAndTheNode(t *testing.T) {
@@ -137,7 +138,7 @@ func TestRequesterOnTheJobAndTheNode(t *testing.T) {
 	require.Equal(t, "alice@laptop", job.Annotations[AnnotationRequester])
 	require.Equal(t, "kata", job.Labels[jobspec.LabelRollout])
 
-	fin := finalizeInput(job, OutcomeSucceeded, KeepAlways)
+	fin := finalizeInput(job, api.OutcomeSucceeded, api.KeepAlways)
 	fin.Job = &ref
 	fin.Requester = "alice@laptop"
 	_, err = finalize(t, a, fin)

@@ -14,6 +14,7 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/noderollout/noderollout/activities/jobspec"
+	"github.com/noderollout/noderollout/api"
 )
 
 func runJob(t *testing.T, a *Activities, in RunJobInput) RunJobResult {
@@ -43,12 +44,12 @@ func TestRunJobRunsAShortJobToItsEndOnce(t *testing.T) {
 	stampCreatedJobs(cs)
 	completeOnCreate(cs)
 	a := startedActivities(t, cs)
-	in := RunJobInput{Job: testRequest("node-a"), WatchSeconds: 60, TimeoutSeconds: 3600, KeepJobs: KeepFailed}
+	in := RunJobInput{Job: testRequest("node-a"), WatchSeconds: 60, TimeoutSeconds: 3600, KeepJobs: api.KeepFailed}
 
 	r := runJob(t, a, in)
 	require.True(t, r.Done, "%+v", r)
 	require.False(t, r.Running)
-	require.Equal(t, OutcomeSucceeded, r.End.Outcome)
+	require.Equal(t, api.OutcomeSucceeded, r.End.Outcome)
 	name := jobspec.JobName("kata", "node-a", "run-1")
 	require.Equal(t, name, r.Job.Name)
 	node, err := cs.CoreV1().Nodes().Get(t.Context(), "node-a", metav1.GetOptions{})
@@ -60,7 +61,7 @@ func TestRunJobRunsAShortJobToItsEndOnce(t *testing.T) {
 
 	in.Job.FirstTask = false
 	again := runJob(t, a, in)
-	require.Equal(t, OutcomeSucceeded, again.Job.Finalized)
+	require.Equal(t, api.OutcomeSucceeded, again.Job.Finalized)
 	require.False(t, again.Done)
 	require.Equal(t, 1, countActions(cs, "create", "jobs"), "the repeat created no second Job")
 }
@@ -92,5 +93,5 @@ func TestRunJobReturnsTheEndWhenFinalizeFails(t *testing.T) {
 	r := runJob(t, a, RunJobInput{Job: testRequest("node-a"), WatchSeconds: 60, TimeoutSeconds: 3600})
 	require.False(t, r.Done)
 	require.False(t, r.Running)
-	require.Equal(t, OutcomeSucceeded, r.End.Outcome)
+	require.Equal(t, api.OutcomeSucceeded, r.End.Outcome)
 }

@@ -13,6 +13,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/noderollout/noderollout/activities/jobspec"
+	"github.com/noderollout/noderollout/api"
 )
 
 func TestStoredTemplateTravelsAsItsHashAlone(t *testing.T) {
@@ -65,14 +66,14 @@ func TestStoredTemplateThatChangedOrVanishedIsRefused(t *testing.T) {
 	cs := fake.NewClientset(testNS(testNamespace), testNode("node-a", nil), tampered)
 	a := newActivities(cs)
 	_, err := newEnv(a).ExecuteActivity(a.CreateJob, req)
-	requireAppError(t, err, ErrForeignObject, true)
+	requireAppError(t, err, api.ErrForeignObject, true)
 	_, err = newEnv(a).ExecuteActivity(a.PrepareTemplate, PrepareTemplateInput{Namespace: testNamespace, Template: testTemplate, Store: true})
-	requireAppError(t, err, ErrForeignObject, true)
+	requireAppError(t, err, api.ErrForeignObject, true)
 
 	cs = fake.NewClientset(testNS(testNamespace), testNode("node-a", nil))
 	a = newActivities(cs)
 	_, err = newEnv(a).ExecuteActivity(a.CreateJob, req)
-	appErr := requireAppError(t, err, ErrInvalidRequest, true)
+	appErr := requireAppError(t, err, api.ErrInvalidRequest, true)
 	require.Contains(t, appErr.Message(), "was deleted while the rollout ran")
 	require.Zero(t, countActions(cs, "create", "jobs"))
 }
@@ -106,7 +107,7 @@ func TestStoredTemplateCannotBePlantedUnderACollidingName(t *testing.T) {
 			a := newActivities(cs)
 			val, err := newEnv(a).ExecuteActivity(a.PrepareTemplate, PrepareTemplateInput{Namespace: testNamespace, Template: approved, Store: true})
 			if err != nil {
-				requireAppError(t, err, ErrForeignObject, true)
+				requireAppError(t, err, api.ErrForeignObject, true)
 				return
 			}
 			var prepared PreparedTemplate
@@ -115,7 +116,7 @@ func TestStoredTemplateCannotBePlantedUnderACollidingName(t *testing.T) {
 			req.Template, req.TemplateHash = "", prepared.Hash
 			_, err = newEnv(a).ExecuteActivity(a.CreateJob, req)
 			if err != nil {
-				requireAppError(t, err, ErrForeignObject, true)
+				requireAppError(t, err, api.ErrForeignObject, true)
 				return
 			}
 			job, err := cs.BatchV1().Jobs(testNamespace).Get(t.Context(), jobspec.JobName("kata", "node-a", "run-1"), metav1.GetOptions{})

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/noderollout/noderollout/api"
 	"github.com/stretchr/testify/require"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -115,7 +116,7 @@ func TestWaitJobCompletesWhileWaiting(t *testing.T) {
 
 	r := receive(t, result, "WaitJob to return")
 	require.NoError(t, r.err)
-	require.Equal(t, JobEnd{Outcome: OutcomeSucceeded, Reason: "CompletionsReached",
+	require.Equal(t, JobEnd{Outcome: api.OutcomeSucceeded, Reason: "CompletionsReached",
 		Message: "Reached expected number of succeeded pods", FinishedAt: t0.Add(time.Minute)}, r.end)
 	require.Zero(t, countActions(cs, "get", "jobs"), "the informer, not GETs, reports the Job")
 }
@@ -125,12 +126,12 @@ func TestWaitJobFinishedOutcomes(t *testing.T) {
 		name    string
 		typ     batchv1.JobConditionType
 		reason  string
-		outcome Outcome
+		outcome api.Outcome
 	}{
-		{"failed", batchv1.JobFailed, "BackoffLimitExceeded", OutcomeFailed},
-		{"failed after failure target", batchv1.JobFailed, "PodFailurePolicy", OutcomeFailed},
-		{"active deadline", batchv1.JobFailed, batchv1.JobReasonDeadlineExceeded, OutcomeTimedOut},
-		{"complete after success criteria met", batchv1.JobComplete, "SuccessPolicy", OutcomeSucceeded},
+		{"failed", batchv1.JobFailed, "BackoffLimitExceeded", api.OutcomeFailed},
+		{"failed after failure target", batchv1.JobFailed, "PodFailurePolicy", api.OutcomeFailed},
+		{"active deadline", batchv1.JobFailed, batchv1.JobReasonDeadlineExceeded, api.OutcomeTimedOut},
+		{"complete after success criteria met", batchv1.JobComplete, "SuccessPolicy", api.OutcomeSucceeded},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			job := ourJob(t, testRequest("node-a"))
@@ -163,8 +164,8 @@ func TestWaitJobDeletedWhileWaiting(t *testing.T) {
 
 	r := receive(t, result, "WaitJob to return")
 	require.NoError(t, r.err)
-	require.Equal(t, OutcomeFailed, r.end.Outcome)
-	require.Equal(t, ReasonJobDeleted, r.end.Reason)
+	require.Equal(t, api.OutcomeFailed, r.end.Outcome)
+	require.Equal(t, api.ReasonJobDeleted, r.end.Reason)
 	require.Zero(t, countActions(cs, "get", "jobs"), "the informer saw the deletion")
 	require.Equal(t, 1, countActions(cs, "list", "pods"), "the deleted Job's Pods are looked for once")
 }
@@ -177,7 +178,7 @@ func TestWaitJobMissingFromCacheAndServer(t *testing.T) {
 	result, _ := waitJob(t, newEnv(a), a, WaitJobInput{Job: refOf(job, "node-a")})
 	r := receive(t, result, "WaitJob to return")
 	require.NoError(t, r.err)
-	require.Equal(t, ReasonJobDeleted, r.end.Reason)
+	require.Equal(t, api.ReasonJobDeleted, r.end.Reason)
 	require.Equal(t, 1, countActions(cs, "get", "jobs"))
 	require.Zero(t, countActions(cs, "delete", "jobs"), "nothing to delete")
 }
@@ -195,7 +196,7 @@ func TestWaitJobTrustsTheInformerForANewJob(t *testing.T) {
 	require.NoError(t, err)
 	r := receive(t, result, "WaitJob to return")
 	require.NoError(t, r.err)
-	require.Equal(t, OutcomeSucceeded, r.end.Outcome)
+	require.Equal(t, api.OutcomeSucceeded, r.end.Outcome)
 	require.Zero(t, countActions(cs, "get", "jobs"), "no polling read")
 }
 
@@ -209,7 +210,7 @@ func TestWaitJobReplacedByAnotherJob(t *testing.T) {
 	result, _ := waitJob(t, newEnv(a), a, WaitJobInput{Job: ref})
 	r := receive(t, result, "WaitJob to return")
 	require.NoError(t, r.err)
-	require.Equal(t, ReasonJobDeleted, r.end.Reason)
+	require.Equal(t, api.ReasonJobDeleted, r.end.Reason)
 	_, err := cs.BatchV1().Jobs(testNamespace).Get(t.Context(), job.Name, metav1.GetOptions{})
 	require.NoError(t, err, "someone else's Job is left alone")
 }
@@ -224,8 +225,8 @@ func TestWaitJobPastDeadlineDeletesJob(t *testing.T) {
 	result, _ := waitJob(t, newEnv(a), a, WaitJobInput{Job: refOf(job, "node-a"), TimeoutSeconds: 1800})
 	r := receive(t, result, "WaitJob to return")
 	require.NoError(t, r.err)
-	require.Equal(t, OutcomeTimedOut, r.end.Outcome)
-	require.Equal(t, ReasonJobTimeout, r.end.Reason)
+	require.Equal(t, api.OutcomeTimedOut, r.end.Outcome)
+	require.Equal(t, api.ReasonJobTimeout, r.end.Reason)
 	require.Equal(t, t0.Add(31*time.Minute), r.end.FinishedAt)
 	requireDelete(t, cs, job.Name, metav1.DeletePropagationForeground)
 	_, err := cs.BatchV1().Jobs(testNamespace).Get(t.Context(), job.Name, metav1.GetOptions{})
@@ -250,7 +251,7 @@ func TestWaitJobDeadlineReachedWhileWaiting(t *testing.T) {
 
 	r := receive(t, result, "WaitJob to return")
 	require.NoError(t, r.err)
-	require.Equal(t, OutcomeTimedOut, r.end.Outcome)
+	require.Equal(t, api.OutcomeTimedOut, r.end.Outcome)
 	requireDelete(t, cs, job.Name, metav1.DeletePropagationForeground)
 }
 
@@ -268,8 +269,8 @@ func TestWaitJobNodeDeleted(t *testing.T) {
 
 	r := receive(t, result, "WaitJob to return")
 	require.NoError(t, r.err)
-	require.Equal(t, OutcomeNodeGone, r.end.Outcome)
-	require.Equal(t, ReasonNodeDeleted, r.end.Reason)
+	require.Equal(t, api.OutcomeNodeGone, r.end.Outcome)
+	require.Equal(t, api.ReasonNodeDeleted, r.end.Reason)
 	requireDelete(t, cs, job.Name, metav1.DeletePropagationForeground)
 }
 
@@ -315,7 +316,7 @@ func TestWaitJobFinishedThenDeleted(t *testing.T) {
 	st, err := w.check(t.Context())
 	require.NoError(t, err)
 	require.Equal(t, jobEnded, st.kind)
-	require.Equal(t, OutcomeSucceeded, st.end.Outcome)
+	require.Equal(t, api.OutcomeSucceeded, st.end.Outcome)
 }
 
 func TestJobWatcherIgnoresOtherJobs(t *testing.T) {
@@ -367,7 +368,7 @@ func TestWaitJobAwaitsThePodsOfAFinishedJob(t *testing.T) {
 	require.NoError(t, err)
 	r := receive(t, result, "WaitJob to return")
 	require.NoError(t, r.err)
-	require.Equal(t, OutcomeSucceeded, r.end.Outcome)
+	require.Equal(t, api.OutcomeSucceeded, r.end.Outcome)
 	require.Zero(t, countActions(cs, "delete", "jobs"), "a finished Job is left to FinalizeJob")
 }
 
@@ -385,7 +386,7 @@ func TestWaitJobTrustsTheJobControllersPodCount(t *testing.T) {
 	result, _ := waitJob(t, newEnv(a), a, WaitJobInput{Job: refOf(job, "node-a")})
 	r := receive(t, result, "WaitJob to return")
 	require.NoError(t, r.err)
-	require.Equal(t, OutcomeSucceeded, r.end.Outcome)
+	require.Equal(t, api.OutcomeSucceeded, r.end.Outcome)
 	require.Empty(t, actions(cs), "no Pod list, no Job GET")
 }
 
@@ -411,7 +412,7 @@ func TestWaitJobOnA130ClusterListsThePodsAfterFailJob(t *testing.T) {
 	require.NoError(t, cs.CoreV1().Pods(testNamespace).Delete(t.Context(), pod.Name, metav1.DeleteOptions{}))
 	r := receive(t, result, "WaitJob to return once the Pod is gone")
 	require.NoError(t, r.err)
-	require.Equal(t, OutcomeFailed, r.end.Outcome)
+	require.Equal(t, api.OutcomeFailed, r.end.Outcome)
 }
 
 // Only 1.31 and later are trusted; so is not a version the worker could not read.
@@ -443,7 +444,7 @@ func TestWaitJobWaitsForFailedAfterFailureTarget(t *testing.T) {
 	r := receive(t, result, "WaitJob to return")
 	require.NoError(t, r.err)
 	// Finished when Failed came, not at FailureTarget (t0+1m).
-	require.Equal(t, JobEnd{Outcome: OutcomeFailed, Reason: "PodFailurePolicy", Message: "container exited 3", FinishedAt: t0.Add(3 * time.Minute)}, r.end)
+	require.Equal(t, JobEnd{Outcome: api.OutcomeFailed, Reason: "PodFailurePolicy", Message: "container exited 3", FinishedAt: t0.Add(3 * time.Minute)}, r.end)
 	require.Zero(t, countActions(cs, "delete", "jobs"))
 }
 
@@ -453,8 +454,8 @@ func TestWaitJobWaitsForFailedAfterFailureTarget(t *testing.T) {
 func TestWaitJobDeletesAJobStuckInFailureTarget(t *testing.T) {
 	for _, tc := range []struct {
 		typ     batchv1.JobConditionType
-		outcome Outcome
-	}{{batchv1.JobFailureTarget, OutcomeFailed}, {batchv1.JobSuccessCriteriaMet, OutcomeSucceeded}} {
+		outcome api.Outcome
+	}{{batchv1.JobFailureTarget, api.OutcomeFailed}, {batchv1.JobSuccessCriteriaMet, api.OutcomeSucceeded}} {
 		t.Run(string(tc.typ), func(t *testing.T) {
 			job := withCondition(ourJob(t, testRequest("node-a")), tc.typ, "BackoffLimitExceeded", "Job has reached the specified backoff limit")
 			job.Status.Terminating = new(int32(1))
@@ -471,7 +472,7 @@ func TestWaitJobDeletesAJobStuckInFailureTarget(t *testing.T) {
 			r := receive(t, result, "WaitJob to return")
 			require.NoError(t, r.err)
 			require.Equal(t, tc.outcome, r.end.Outcome)
-			require.Equal(t, ReasonTerminationStuck, r.end.Reason)
+			require.Equal(t, api.ReasonTerminationStuck, r.end.Reason)
 			require.Contains(t, r.end.Message, "BackoffLimitExceeded")
 			require.Contains(t, r.end.Message, "did not stop within 5m0s")
 			requireDelete(t, cs, job.Name, metav1.DeletePropagationForeground)
@@ -500,8 +501,8 @@ func TestWaitJobTimeoutAwaitsThePodsAndSaysWhyThePodNeverRan(t *testing.T) {
 	require.NoError(t, cs.CoreV1().Pods(testNamespace).Delete(t.Context(), pod.Name, metav1.DeleteOptions{}))
 	r := receive(t, result, "WaitJob to return")
 	require.NoError(t, r.err)
-	require.Equal(t, OutcomeTimedOut, r.end.Outcome)
-	require.Equal(t, ReasonJobTimeout, r.end.Reason)
+	require.Equal(t, api.OutcomeTimedOut, r.end.Outcome)
+	require.Equal(t, api.ReasonJobTimeout, r.end.Reason)
 	require.Equal(t, `ImagePullBackOff: Back-off pulling image "busybox:nope"`, r.end.PodReason)
 }
 
@@ -518,7 +519,7 @@ func TestWaitJobNodeGoneBoundsThePodWait(t *testing.T) {
 	result, _ := waitJob(t, newEnv(a), a, WaitJobInput{Job: refOf(job, "node-a")})
 	r := receive(t, result, "WaitJob to return")
 	require.NoError(t, r.err)
-	require.Equal(t, OutcomeNodeGone, r.end.Outcome)
+	require.Equal(t, api.OutcomeNodeGone, r.end.Outcome)
 	require.Contains(t, r.end.Message, "1 Pod(s) of it had not gone after 200ms")
 	requireDelete(t, cs, job.Name, metav1.DeletePropagationForeground)
 }
@@ -535,7 +536,7 @@ func TestWaitJobFinishedJobHeldByOurFinalizer(t *testing.T) {
 	}{
 		{"completed, then deleted by its TTL", batchv1.JobComplete, t0.Add(2 * time.Minute), "CompletionsReached"},
 		{"failed, then deleted by its TTL", batchv1.JobFailed, t0.Add(2 * time.Minute), "BackoffLimitExceeded"},
-		{"deleted while running, failed meanwhile", batchv1.JobFailed, t0.Add(30 * time.Second), ReasonJobDeleted},
+		{"deleted while running, failed meanwhile", batchv1.JobFailed, t0.Add(30 * time.Second), api.ReasonJobDeleted},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			job := withCondition(ourJob(t, testRequest("node-a")), tc.typ, tc.wantReason, "") // at t0+1m
@@ -562,11 +563,11 @@ func TestWaitJobErrorsLeaveTheJobToTheCaller(t *testing.T) {
 		deadline bool
 		wantType string
 	}{
-		{"reading the Job refused", "get", forbidden("jobs"), false, ErrForbidden},
-		{"delete at the deadline refused by RBAC", "delete", forbidden("jobs"), true, ErrForbidden},
+		{"reading the Job refused", "get", forbidden("jobs"), false, api.ErrForbidden},
+		{"delete at the deadline refused by RBAC", "delete", forbidden("jobs"), true, api.ErrForbidden},
 		{"delete at the deadline denied by a webhook", "delete",
-			apierrors.NewForbidden(gr, "j", errors.New(`admission webhook "freeze.example.com" denied the request: change freeze`)), true, ErrAdmissionDenied},
-		{"finalizer removal refused", "patch", forbidden("jobs"), true, ErrForbidden},
+			apierrors.NewForbidden(gr, "j", errors.New(`admission webhook "freeze.example.com" denied the request: change freeze`)), true, api.ErrAdmissionDenied},
+		{"finalizer removal refused", "patch", forbidden("jobs"), true, api.ErrForbidden},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			job := ourJob(t, testRequest("node-a"))
@@ -601,7 +602,7 @@ func TestWaitJobDoesNotHeartbeatBeforeTheFirstInterval(t *testing.T) {
 	require.NoError(t, err)
 	var end JobEnd
 	require.NoError(t, val.Get(&end))
-	require.Equal(t, OutcomeSucceeded, end.Outcome)
+	require.Equal(t, api.OutcomeSucceeded, end.Outcome)
 	require.Zero(t, heartbeats.Load())
 }
 
@@ -627,7 +628,7 @@ func TestWaitJobListsThePodsWhenAFinishedJobStillCountsThemTerminating(t *testin
 	require.NoError(t, cs.CoreV1().Pods(testNamespace).Delete(t.Context(), pod.Name, metav1.DeleteOptions{}))
 	r := receive(t, result, "WaitJob to return once the Pod is gone")
 	require.NoError(t, r.err)
-	require.Equal(t, OutcomeTimedOut, r.end.Outcome)
+	require.Equal(t, api.OutcomeTimedOut, r.end.Outcome)
 	require.Zero(t, countActions(cs, "delete", "jobs"), "a finished Job is left to FinalizeJob")
 }
 
@@ -661,7 +662,7 @@ func TestWaitJobListsThePodsWhenAFinishedJobCountsNoneTerminating(t *testing.T) 
 	require.NoError(t, cs.CoreV1().Pods(testNamespace).Delete(t.Context(), pod.Name, metav1.DeleteOptions{}))
 	r := receive(t, result, "WaitJob to return once the Pod is gone")
 	require.NoError(t, r.err)
-	require.Equal(t, OutcomeFailed, r.end.Outcome)
+	require.Equal(t, api.OutcomeFailed, r.end.Outcome)
 }
 
 // TestWaitJobDecidedBeforeItsDeadline: a Job whose outcome was decided before its deadline
@@ -690,7 +691,7 @@ func TestWaitJobDecidedBeforeItsDeadline(t *testing.T) {
 	require.NoError(t, err)
 	r := receive(t, result, "WaitJob to return")
 	require.NoError(t, r.err)
-	require.Equal(t, OutcomeSucceeded, r.end.Outcome, "%+v", r.end)
+	require.Equal(t, api.OutcomeSucceeded, r.end.Outcome, "%+v", r.end)
 	require.Zero(t, countActions(cs, "delete", "jobs"))
 }
 
@@ -709,6 +710,6 @@ func TestWaitJobRetriedAfterItsNodeWentStillSaysNodeGone(t *testing.T) {
 	result, _ := waitJob(t, newEnv(a), a, WaitJobInput{Job: refOf(job, "node-a")})
 	r := receive(t, result, "WaitJob to return")
 	require.NoError(t, r.err)
-	require.Equal(t, OutcomeNodeGone, r.end.Outcome, "%+v", r.end)
-	require.Equal(t, ReasonNodeDeleted, r.end.Reason)
+	require.Equal(t, api.OutcomeNodeGone, r.end.Outcome, "%+v", r.end)
+	require.Equal(t, api.ReasonNodeDeleted, r.end.Reason)
 }

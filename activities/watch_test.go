@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/noderollout/noderollout/api"
 	"github.com/stretchr/testify/require"
 	batchv1 "k8s.io/api/batch/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -35,6 +36,6 @@ func TestWatchJobEndsOrSaysRunning(t *testing.T) {
 	w = JobWatch{}
 	require.NoError(t, val.Get(&w))
 	require.False(t, w.Running)
-	require.Equal(t, OutcomeSucceeded, w.End.Outcome)
+	require.Equal(t, api.OutcomeSucceeded, w.End.Outcome)
 	require.Equal(t, "CompletionsReached", w.End.Reason)
 }

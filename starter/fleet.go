@@ -16,6 +16,7 @@ import (
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
 
+	"github.com/noderollout/noderollout/api"
 	"github.com/noderollout/noderollout/api/didyoumean"
 	"github.com/noderollout/noderollout/workflows"
 )
@@ -29,7 +30,7 @@ func fleetCommand(a *app) *cobra.Command {
 	}
 	start := &cobra.Command{
 		Use:   "start -f FILE [--wait] [--reason TEXT]",
-		Short: "Start a fleet rollout on the fleet task queue " + workflows.FleetTaskQueue,
+		Short: "Start a fleet rollout on the fleet task queue " + api.FleetTaskQueue,
 		Long: `Start a fleet rollout: workflow FleetRollout, ID fleet-<name>, on the fleet task
 queue. The file is checked first, without a server, as 'starter fleet validate'
 does. With --wait, follow it to the end; exit 1 if it fails.`,
@@ -73,7 +74,7 @@ no fleet or rollout workflow is started. Exit 1 if a cluster's dry run fails.`,
 	}
 	outputFlag(status)
 	steer := []*cobra.Command{status}
-	for _, s := range []string{workflows.SignalPause, workflows.SignalResume} {
+	for _, s := range []string{api.SignalPause, api.SignalResume} {
 		steer = append(steer, &cobra.Command{
 			Use:   s + " ID",
 			Short: s + " the fleet: the next wave and every running cluster's rollout",
@@ -98,7 +99,7 @@ no fleet or rollout workflow is started. Exit 1 if a cluster's dry run fails.`,
 		}),
 	})
 	for _, cmd := range steer {
-		idCommand(workflows.FleetIDPrefix, cmd)
+		idCommand(api.FleetIDPrefix, cmd)
 	}
 	fleet.AddCommand(start, validate, dryRun)
 	fleet.AddCommand(steer...)
@@ -107,23 +108,23 @@ no fleet or rollout workflow is started. Exit 1 if a cluster's dry run fails.`,
 
 // fleet is the Temporal client and the workflow ID of the fleet rollout the command names.
 func (a *app) fleet() (client.Client, string, error) {
-	return a.target(workflows.FleetIDPrefix, workflows.FleetID)
+	return a.target(api.FleetIDPrefix, api.FleetID)
 }
 
 // loadFleetRequest reads a fleet request (YAML or JSON; "-" is stdin) and checks it offline.
-func loadFleetRequest(path string, stdin io.Reader) (workflows.FleetRequest, error) {
+func loadFleetRequest(path string, stdin io.Reader) (api.FleetRequest, error) {
 	name, data, err := readInput(path, stdin)
 	if err != nil {
-		return workflows.FleetRequest{}, err
+		return api.FleetRequest{}, err
 	}
 	return parseFleetRequest(name, data)
 }
 
 // parseFleetRequest checks a fleet request as the FleetRollout workflow does, with its nested
 // rollout checked as 'starter validate' checks a rollout.
-func parseFleetRequest(name string, data []byte) (workflows.FleetRequest, error) {
-	var req workflows.FleetRequest
-	bad := func(problems ...string) (workflows.FleetRequest, error) {
+func parseFleetRequest(name string, data []byte) (api.FleetRequest, error) {
+	var req api.FleetRequest
+	bad := func(problems ...string) (api.FleetRequest, error) {
 		return req, &invalidRequest{path: name, what: "fleet rollout request", problems: problems}
 	}
 	asJSON, lang, err := toJSON(name, data)
@@ -176,14 +177,14 @@ func (a *app) startFleet() error {
 		return err
 	}
 	run, err := tc.ExecuteWorkflow(a.ctx, client.StartWorkflowOptions{
-		ID:                       workflows.FleetID(req.Name),
-		TaskQueue:                workflows.FleetTaskQueue,
+		ID:                       api.FleetID(req.Name),
+		TaskQueue:                api.FleetTaskQueue,
 		WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_FAIL,
 		WorkflowIDReusePolicy:    enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE_FAILED_ONLY,
 		StaticSummary:            fmt.Sprintf("fleet rollout %s over %d waves, requested by %s", req.Name, len(req.Waves), requester()),
 		// The fleet hands its requester to every cluster's rollout.
 		Memo: a.requesterMemo(),
-	}, workflows.FleetRolloutWorkflow, req)
+	}, api.FleetRolloutWorkflow, req)
 	if err != nil {
 		return err
 	}
@@ -208,7 +209,7 @@ func (a *app) startFleet() error {
 func (a *app) followFleet(id string) error {
 	quiet := a.forMachines()
 	done := make(chan struct{})
-	var res workflows.FleetResult
+	var res api.FleetResult
 	var runErr error
 	go func() {
 		runErr = a.tc.GetWorkflow(a.ctx, id, "").Get(a.ctx, &res)
@@ -250,11 +251,11 @@ func (a *app) followFleet(id string) error {
 }
 
 // fleetLine is one line of a fleet's progress: its phase and wave, and each cluster's state.
-func fleetLine(st workflows.FleetStatus) string {
+func fleetLine(st api.FleetStatus) string {
 	parts := make([]string, 0, len(st.Clusters))
 	for _, c := range st.Clusters {
 		part := c.Cluster + " " + c.State
-		if c.Counts != nil && c.State == workflows.ClusterRunning {
+		if c.Counts != nil && c.State == api.ClusterRunning {
 			part += fmt.Sprintf(" (%d/%d done)", c.Counts.Finished(), c.Counts.Finished()+c.Counts.Pending+c.Counts.Running+c.Counts.Waiting)
 		}
 		parts = append(parts, part)
@@ -262,9 +263,9 @@ func fleetLine(st workflows.FleetStatus) string {
 	return fmt.Sprintf("fleet %s: %s, wave %d of %d: %s", st.Name, st.Phase, st.Wave, st.Waves, strings.Join(parts, ", "))
 }
 
-func (a *app) queryFleet(id string) (workflows.FleetStatus, error) {
-	var st workflows.FleetStatus
-	v, err := a.tc.QueryWorkflow(a.ctx, id, "", workflows.QueryStatus)
+func (a *app) queryFleet(id string) (api.FleetStatus, error) {
+	var st api.FleetStatus
+	v, err := a.tc.QueryWorkflow(a.ctx, id, "", api.QueryStatus)
 	if err != nil {
 		return st, err
 	}
@@ -273,10 +274,10 @@ func (a *app) queryFleet(id string) (workflows.FleetStatus, error) {
 
 // fleetValidation is what fleet validate prints with -o json|yaml.
 type fleetValidation struct {
-	File     string                  `json:"file"`
-	Valid    bool                    `json:"valid"`
-	Problems []string                `json:"problems,omitempty"`
-	Request  *workflows.FleetRequest `json:"request,omitempty"`
+	File     string            `json:"file"`
+	Valid    bool              `json:"valid"`
+	Problems []string          `json:"problems,omitempty"`
+	Request  *api.FleetRequest `json:"request,omitempty"`
 }
 
 func (a *app) validateFleet() error {
@@ -311,7 +312,7 @@ func (a *app) validateFleet() error {
 	})
 }
 
-func fleetRolloutName(req workflows.FleetRequest) string {
+func fleetRolloutName(req api.FleetRequest) string {
 	if req.Rollout.Name != "" {
 		return req.Rollout.Name
 	}
@@ -320,10 +321,10 @@ func fleetRolloutName(req workflows.FleetRequest) string {
 
 // clusterDryRun is one cluster's part of fleet dry-run.
 type clusterDryRun struct {
-	Cluster string                   `json:"cluster"`
-	Wave    int                      `json:"wave"`
-	Plan    *workflows.RolloutResult `json:"plan,omitempty"`
-	Error   string                   `json:"error,omitempty"`
+	Cluster string             `json:"cluster"`
+	Wave    int                `json:"wave"`
+	Plan    *api.RolloutResult `json:"plan,omitempty"`
+	Error   string             `json:"error,omitempty"`
 }
 
 func (a *app) dryRunFleet() error {
@@ -347,7 +348,7 @@ func (a *app) dryRunFleet() error {
 	rollout.Name = fleetRolloutName(req)
 	base := req.TaskQueue
 	if base == "" {
-		base = workflows.TaskQueue
+		base = api.TaskQueue
 	}
 	var plans []clusterDryRun
 	for w, wave := range req.Waves {
@@ -360,8 +361,8 @@ func (a *app) dryRunFleet() error {
 		wg.Add(1)
 		go func(p *clusterDryRun) {
 			defer wg.Done()
-			cl := workflows.Cluster{Name: p.Cluster}
-			res, err := a.runDryRun(tc, cl.RolloutID(rollout.Name), workflows.ClusterTaskQueue(base, p.Cluster), rollout, timeout)
+			cl := api.Cluster{Name: p.Cluster}
+			res, err := a.runDryRun(tc, cl.RolloutID(rollout.Name), api.ClusterTaskQueue(base, p.Cluster), rollout, timeout)
 			if err != nil {
 				p.Error = humanError(err)
 				return
@@ -402,7 +403,7 @@ func (a *app) dryRunFleet() error {
 }
 
 // printFleet draws the fleet's clusters.
-func printFleet(w io.Writer, st workflows.FleetStatus) error {
+func printFleet(w io.Writer, st api.FleetStatus) error {
 	phase := st.Phase
 	if phase == "draining" {
 		phase = "draining (starting no more clusters)"

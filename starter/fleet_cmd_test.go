@@ -6,25 +6,24 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/noderollout/noderollout/api"
 	"github.com/spf13/cobra"
 	"github.com/stretchr/testify/require"
-
-	"github.com/noderollout/noderollout/workflows"
 )
 
 // fleet start takes what start takes: --wait follows the fleet to its end, -o prints it as
 // JSON or YAML, --reason goes into the memo with the requester.
 func TestFleetStartWaitOutputAndReason(t *testing.T) {
 	fleet := filepath.Join("..", "deploy", "examples", "fleet.yaml")
-	ended := workflows.FleetResult{Name: "kata", Phase: "done", Wave: 2, Waves: 2,
-		Clusters: []workflows.ClusterRollout{{Cluster: "staging", Wave: 1, State: workflows.ClusterSucceeded}}}
+	ended := api.FleetResult{Name: "kata", Phase: "done", Wave: 2, Waves: 2,
+		Clusters: []api.ClusterRollout{{Cluster: "staging", Wave: 1, State: api.ClusterSucceeded}}}
 	c := &startRecorder{result: ended}
 	a, out := commandApp(t, c, fleetSub("start"), "-f", fleet, "--wait", "-o", "json", "--reason", "CVE-1")
 	require.NoError(t, a.startFleet())
 	require.Len(t, c.started, 1)
-	require.Equal(t, workflows.FleetID("kata-deploy"), c.started[0].ID)
-	require.Equal(t, "CVE-1", c.started[0].Memo[workflows.MemoReason])
-	var got workflows.FleetResult
+	require.Equal(t, api.FleetID("kata-deploy"), c.started[0].ID)
+	require.Equal(t, "CVE-1", c.started[0].Memo[api.MemoReason])
+	var got api.FleetResult
 	require.NoError(t, json.Unmarshal(out.Bytes(), &got), out.String())
 	require.Equal(t, ended, got)
 }
@@ -53,9 +52,9 @@ func TestFleetDryRunAsksEveryClusterAndStartsNoFleet(t *testing.T) {
 	}
 	require.Len(t, queues, 3, "one dry run per cluster")
 	for _, cl := range []string{"staging", "eu-west", "us-east"} {
-		id, ok := queues[workflows.ClusterTaskQueue(workflows.TaskQueue, cl)]
+		id, ok := queues[api.ClusterTaskQueue(api.TaskQueue, cl)]
 		require.True(t, ok, cl)
-		require.True(t, strings.HasPrefix(id, DryRunIDPrefix+workflows.Cluster{Name: cl}.RolloutID("kata-deploy")+":"), id)
+		require.True(t, strings.HasPrefix(id, DryRunIDPrefix+api.Cluster{Name: cl}.RolloutID("kata-deploy")+":"), id)
 		require.Contains(t, out.String(), "== cluster "+cl)
 	}
 }

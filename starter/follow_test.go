@@ -6,9 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/noderollout/noderollout/api"
 	"github.com/stretchr/testify/require"
-
-	"github.com/noderollout/noderollout/workflows"
 )
 
 // The node tables and the in-flight table cut a message past 100 bytes, marking the cut; one of
@@ -17,7 +16,7 @@ func TestTablesClipLongMessagesAt100Bytes(t *testing.T) {
 	whole, long := strings.Repeat("w", 100), strings.Repeat("l", 100)+"z"
 	now := time.Now()
 	var b bytes.Buffer
-	printNodes(&b, "FAILED NODES", []workflows.NodeResult{{Node: "a", Message: whole}, {Node: "b", Message: long}})
+	printNodes(&b, "FAILED NODES", []api.NodeResult{{Node: "a", Message: whole}, {Node: "b", Message: long}})
 	printInFlight(&b, []nodeStep{{Node: "c", Step: "job", Since: now, LastFailure: long}}, nil, now)
 	out := b.String()
 	require.Contains(t, out, whole+"\n")

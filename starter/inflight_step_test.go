@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/noderollout/noderollout/api"
 	"github.com/stretchr/testify/require"
 	commonpb "go.temporal.io/api/common/v1"
 	enumspb "go.temporal.io/api/enums/v1"
@@ -13,8 +14,6 @@ import (
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/converter"
 	"google.golang.org/protobuf/types/known/timestamppb"
-
-	"github.com/noderollout/noderollout/workflows"
 )
 
 // nodesAtSteps is a rollout's running node workflows: each described with its pending
@@ -63,25 +62,25 @@ func TestInFlightNamesTheExactStep(t *testing.T) {
 	}
 	c := nodesAtSteps{
 		described: map[string]*workflowservice.DescribeWorkflowExecutionResponse{
-			workflows.NodeWorkflowID("a"): describedNode(workflows.NodeWorkflowID("a"), started, pending("DrainNode", heartbeat(1, 3))),
-			workflows.NodeWorkflowID("b"): describedNode(workflows.NodeWorkflowID("b"), started, pending("CheckNodeHealth", heartbeat(now.Add(-12*time.Second)))),
-			workflows.NodeWorkflowID("c"): describedNode(workflows.NodeWorkflowID("c"), started, pending("CheckNodeHealth", heartbeat(time.Time{}))),
-			workflows.NodeWorkflowID("d"): describedNode(workflows.NodeWorkflowID("d"), started),
+			api.NodeWorkflowID("a"): describedNode(api.NodeWorkflowID("a"), started, pending("DrainNode", heartbeat(1, 3))),
+			api.NodeWorkflowID("b"): describedNode(api.NodeWorkflowID("b"), started, pending("CheckNodeHealth", heartbeat(now.Add(-12*time.Second)))),
+			api.NodeWorkflowID("c"): describedNode(api.NodeWorkflowID("c"), started, pending("CheckNodeHealth", heartbeat(time.Time{}))),
+			api.NodeWorkflowID("d"): describedNode(api.NodeWorkflowID("d"), started),
 		},
 		steps: map[string]map[string]any{
-			workflows.NodeWorkflowID("a"): {"step": "drain", "since": started, "seconds": 600},
-			workflows.NodeWorkflowID("b"): {"step": "soak", "since": now.Add(-12 * time.Second), "seconds": 40},
-			workflows.NodeWorkflowID("c"): {"step": "health", "since": started, "seconds": 300},
-			workflows.NodeWorkflowID("d"): {"step": "delete", "since": started, "job": "maint/patch-d-x"},
+			api.NodeWorkflowID("a"): {"step": "drain", "since": started, "seconds": 600},
+			api.NodeWorkflowID("b"): {"step": "soak", "since": now.Add(-12 * time.Second), "seconds": 40},
+			api.NodeWorkflowID("c"): {"step": "health", "since": started, "seconds": 300},
+			api.NodeWorkflowID("d"): {"step": "delete", "since": started, "job": "maint/patch-d-x"},
 		},
 	}
 	// A node inside a workflow task answers its query only when the task ends: not asked.
-	busy := describedNode(workflows.NodeWorkflowID("e"), started)
+	busy := describedNode(api.NodeWorkflowID("e"), started)
 	busy.PendingWorkflowTask = &workflowpb.PendingWorkflowTaskInfo{State: enumspb.PENDING_WORKFLOW_TASK_STATE_STARTED}
-	c.described[workflows.NodeWorkflowID("e")] = busy
-	c.steps[workflows.NodeWorkflowID("e")] = map[string]any{"step": "drain", "since": started}
+	c.described[api.NodeWorkflowID("e")] = busy
+	c.steps[api.NodeWorkflowID("e")] = map[string]any{"step": "drain", "since": started}
 	a := &app{ctx: context.Background(), tc: c}
-	steps, err := a.inFlight(workflows.RolloutID("kata"))
+	steps, err := a.inFlight(api.RolloutID("kata"))
 	require.NoError(t, err)
 	got := map[string]string{}
 	for _, s := range steps {

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/noderollout/noderollout/api"
 	"github.com/stretchr/testify/require"
 	commonpb "go.temporal.io/api/common/v1"
 	failurepb "go.temporal.io/api/failure/v1"
@@ -15,8 +16,6 @@ import (
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/converter"
 	"google.golang.org/protobuf/types/known/timestamppb"
-
-	"github.com/noderollout/noderollout/workflows"
 )
 
 func describedNode(id string, started time.Time, pending ...*workflowpb.PendingActivityInfo) *workflowservice.DescribeWorkflowExecutionResponse {
@@ -35,11 +34,11 @@ func TestStepOfANodeWorkflow(t *testing.T) {
 	require.NoError(t, err)
 
 	// No regular activity pending: the Job is made, watched or finalized in a workflow task.
-	s := stepOf(describedNode(workflows.NodeWorkflowID("web-1"), started))
+	s := stepOf(describedNode(api.NodeWorkflowID("web-1"), started))
 	require.Equal(t, nodeStep{Node: "web-1", Step: "job", Since: started}, s)
 
 	// A drain on its third attempt, in a cluster-scoped node workflow.
-	s = stepOf(describedNode(workflows.Cluster{Name: "prod"}.NodeWorkflowID("web-2"), started,
+	s = stepOf(describedNode(api.Cluster{Name: "prod"}.NodeWorkflowID("web-2"), started,
 		&workflowpb.PendingActivityInfo{ActivityType: &commonpb.ActivityType{Name: "DrainNode"}, Attempt: 3,
 			LastStartedTime: timestamppb.New(drainStarted), HeartbeatDetails: evicted,
 			LastFailure: &failurepb.Failure{Message: "eviction of pod db/db-0: connection refused"}}))
@@ -47,7 +46,7 @@ func TestStepOfANodeWorkflow(t *testing.T) {
 		Progress: "2 Pod(s) evicted", LastFailure: "eviction of pod db/db-0: connection refused"}, s)
 
 	// A long Job's wait on its first attempt, before its first heartbeat: no attempt, no Job.
-	s = stepOf(describedNode(workflows.NodeWorkflowID("web-3"), started,
+	s = stepOf(describedNode(api.NodeWorkflowID("web-3"), started,
 		&workflowpb.PendingActivityInfo{ActivityType: &commonpb.ActivityType{Name: "WaitJob"}, Attempt: 1, LastStartedTime: timestamppb.New(drainStarted)}))
 	require.Equal(t, nodeStep{Node: "web-3", Step: "job running", Since: drainStarted}, s)
 
@@ -55,7 +54,7 @@ func TestStepOfANodeWorkflow(t *testing.T) {
 	jobName, err := converter.GetDefaultDataConverter().ToPayloads("patch-web-3-x7k2")
 	require.NoError(t, err)
 	for activityType, step := range map[string]string{"WaitJob": "job running", "DeleteJob": "deleting job"} {
-		s = stepOf(describedNode(workflows.NodeWorkflowID("web-3"), started,
+		s = stepOf(describedNode(api.NodeWorkflowID("web-3"), started,
 			&workflowpb.PendingActivityInfo{ActivityType: &commonpb.ActivityType{Name: activityType}, Attempt: 1,
 				LastStartedTime: timestamppb.New(drainStarted), HeartbeatDetails: jobName}))
 		require.Equal(t, nodeStep{Node: "web-3", Step: step, Since: drainStarted, Progress: "Job patch-web-3-x7k2"}, s)

@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/noderollout/noderollout/activities/jobspec"
+	"github.com/noderollout/noderollout/api"
 	"github.com/noderollout/noderollout/api/didyoumean"
 	"github.com/noderollout/noderollout/workflows"
 )
@@ -125,10 +126,10 @@ func tabIndented(data []byte) (int, bool) {
 }
 
 // loadRequest reads a rollout request from a YAML or JSON file; see parseRequest.
-func loadRequest(path string) (workflows.RolloutRequest, error) {
+func loadRequest(path string) (api.RolloutRequest, error) {
 	name, data, err := readInput(path, nil)
 	if err != nil {
-		return workflows.RolloutRequest{}, err
+		return api.RolloutRequest{}, err
 	}
 	return parseRequest(name, data)
 }
@@ -137,9 +138,9 @@ func loadRequest(path string) (workflows.RolloutRequest, error) {
 // workflow's own validation and the decoding of an inline Job template that the worker does,
 // with the same functions. In YAML, jobTemplate may be written as the Job object itself; it is
 // turned into the string the workflow takes.
-func parseRequest(name string, data []byte) (workflows.RolloutRequest, error) {
-	var req workflows.RolloutRequest
-	bad := func(problems ...string) (workflows.RolloutRequest, error) {
+func parseRequest(name string, data []byte) (api.RolloutRequest, error) {
+	var req api.RolloutRequest
+	bad := func(problems ...string) (api.RolloutRequest, error) {
 		return req, &invalidRequest{path: name, problems: problems}
 	}
 	asJSON, lang, err := toJSON(name, data)
@@ -180,10 +181,10 @@ func parseRequest(name string, data []byte) (workflows.RolloutRequest, error) {
 			problems = append(problems, strings.ReplaceAll(p, "correct the JSON", "correct the "+lang))
 		}
 	}
-	if p := workflows.CheckTimeZone(req); p != "" {
+	if p := api.CheckTimeZone(req); p != "" {
 		problems = append(problems, p)
 	}
-	if req.JobTemplate != "" && len(req.JobTemplate) <= jobspec.MaxTemplateBytes {
+	if req.JobTemplate != "" && len(req.JobTemplate) <= api.MaxTemplateBytes {
 		// The worker checks the template the same way before the first Job; here it is the
 		// same check before anything starts.
 		if _, err := jobspec.ParseTemplate(req.JobTemplate); err != nil {
@@ -308,7 +309,7 @@ func isDuration(fields map[string]json.RawMessage, path string) bool {
 	}
 	obj[parts[len(parts)-1]] = "1"
 	b, _ = json.Marshal(probe)
-	var req workflows.RolloutRequest
+	var req api.RolloutRequest
 	if json.Unmarshal(b, &req) != nil {
 		return false
 	}
@@ -329,7 +330,7 @@ func isDuration(fields map[string]json.RawMessage, path string) bool {
 func validationProblems(err error) []string {
 	var appErr *temporal.ApplicationError
 	if errors.As(err, &appErr) && appErr.HasDetails() {
-		var fes []*jobspec.FieldError
+		var fes []*api.FieldError
 		if appErr.Details(&fes) == nil && len(fes) > 0 {
 			out := make([]string, len(fes))
 			for i, fe := range fes {

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/noderollout/noderollout/api"
 	"github.com/stretchr/testify/require"
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/workflowservice/v1"
@@ -15,8 +16,6 @@ import (
 	"go.temporal.io/sdk/converter"
 	"go.temporal.io/sdk/temporal"
 	"google.golang.org/grpc"
-
-	"github.com/noderollout/noderollout/workflows"
 )
 
 // progressing is a rollout that moves through statuses, one per status query, and ends once
@@ -24,13 +23,13 @@ import (
 type progressing struct {
 	client.Client
 	mu       sync.Mutex
-	statuses []workflows.RolloutStatus
+	statuses []api.RolloutStatus
 	asked    int
 	ended    chan struct{}
-	result   workflows.RolloutResult
+	result   api.RolloutResult
 }
 
-func newProgressing(statuses ...workflows.RolloutStatus) *progressing {
+func newProgressing(statuses ...api.RolloutStatus) *progressing {
 	return &progressing{statuses: statuses, ended: make(chan struct{})}
 }
 
@@ -62,13 +61,13 @@ func (r waitingRun) Get(ctx context.Context, res any) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	}
-	*res.(*workflows.RolloutResult) = r.p.result
+	*res.(*api.RolloutResult) = r.p.result
 	return nil
 }
 
-func running(done, failed, inFlight int, phase string) workflows.RolloutStatus {
-	return workflows.RolloutStatus{Name: "kata", Phase: phase, Selected: 10, ListingDone: true,
-		Counts: workflows.Counts{Succeeded: done - failed, Failed: failed, Running: inFlight}}
+func running(done, failed, inFlight int, phase string) api.RolloutStatus {
+	return api.RolloutStatus{Name: "kata", Phase: phase, Selected: 10, ListingDone: true,
+		Counts: api.Counts{Succeeded: done - failed, Failed: failed, Running: inFlight}}
 }
 
 // Into a pipe or a CI log, progress is one line per change: no carriage return, no escape
@@ -85,7 +84,7 @@ func TestFollowWritesOneLinePerChangeWhenNotATerminal(t *testing.T) {
 		running(5, 1, 3, "paused"),
 		running(10, 1, 0, "running"),
 	)
-	p.result = workflows.RolloutResult{Name: "kata", Selected: 10, Counts: workflows.Counts{Succeeded: 9, Failed: 1}}
+	p.result = api.RolloutResult{Name: "kata", Selected: 10, Counts: api.Counts{Succeeded: 9, Failed: 1}}
 	var out bytes.Buffer
 	a := &app{ctx: context.Background(), tc: p, out: &out}
 	a.cmd = startCommand(a)
@@ -125,7 +124,7 @@ func TestStatusWatchFollowsToTheEnd(t *testing.T) {
 	defer func(d time.Duration) { followInterval = d }(followInterval)
 	followInterval = 5 * time.Millisecond
 	p := newProgressing(running(0, 0, 2, "running"), running(4, 0, 2, "running"), running(10, 0, 0, "running"))
-	p.result = workflows.RolloutResult{Name: "kata", Selected: 10, Counts: workflows.Counts{Succeeded: 10}}
+	p.result = api.RolloutResult{Name: "kata", Selected: 10, Counts: api.Counts{Succeeded: 10}}
 	a, out := commandApp(t, watched{p}, statusCommand, "kata", "-w")
 	require.NoError(t, a.showStatus())
 	text := out.String()

@@ -1,10 +1,9 @@
 package workflows
 
 import (
+	"github.com/noderollout/noderollout/api"
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/workflow"
-
-	"github.com/noderollout/noderollout/activities"
 )
 
 // The one admission point of a rollout. Every feature that bounds when a node may start (abort,
@@ -51,7 +50,7 @@ func (r *rollout) rolloutRefusal(ctx workflow.Context) refusal {
 		return refusal{rule: refusedHandingOver, final: true}
 	case r.budgetExceeded():
 		return refusal{rule: refusedFailureBudget, final: true}
-	case r.s.pace.canary != nil && r.pace.canaryStage == canaryStageRunning && r.p.Counts.Failures() > 0:
+	case r.s.Pacing.Canary != nil && r.pace.canaryStage == canaryStageRunning && r.p.Counts.Failures() > 0:
 		return refusal{rule: refusedCanaryFailed, final: true}
 	case r.p.Paused:
 		return refusal{rule: refusedPaused}
@@ -68,7 +67,7 @@ func (r *rollout) startRefusal(ctx workflow.Context, node, domain string, reserv
 	if why := r.rolloutRefusal(ctx); !why.admits() {
 		return why
 	}
-	if r.s.pace.canary != nil && r.pace.canaryStage != canaryStageDone &&
+	if r.s.Pacing.Canary != nil && r.pace.canaryStage != canaryStageDone &&
 		(r.pace.canaryStage != canaryStageRunning || !r.pace.isCanary[node]) {
 		return refusal{rule: refusedCanariesFirst}
 	}
@@ -79,7 +78,7 @@ func (r *rollout) startRefusal(ctx workflow.Context, node, domain string, reserv
 	if taken >= r.win.size {
 		return refusal{rule: refusedParallelism}
 	}
-	if r.s.pace.maxPerDomain > 0 && takenInDomain >= r.s.pace.maxPerDomain {
+	if r.s.Pacing.MaxPerDomain > 0 && takenInDomain >= r.s.Pacing.MaxPerDomain {
 		return refusal{rule: refusedDomainFull}
 	}
 	if r.slots != nil && !r.slots.holds(node) {
@@ -217,7 +216,7 @@ func (r *rollout) nextAdmitted(ctx workflow.Context, historyFull func() bool) (b
 	}
 	next := r.queue[at]
 	r.queue = append(r.queue[:at:at], r.queue[at+1:]...)
-	if !r.s.pace.active() {
+	if !r.s.Pacing.Active() {
 		r.p.Cursor = next.name
 	}
 	if next.skip != "" {
@@ -234,7 +233,7 @@ func (r *rollout) nextAdmitted(ctx workflow.Context, historyFull func() bool) (b
 			r.settle(ctx, next.name, r.runAdmitted(ctx, next.name, false))
 		})
 	}
-	if r.s.delayBetweenNodes > 0 {
+	if r.s.DelayBetweenNodes > 0 {
 		if err := r.delayNext(ctx, func() bool { return r.rolloutRefusal(ctx).final }); err != nil {
 			return false, err
 		}
@@ -284,7 +283,7 @@ func (r *rollout) runAdmitted(ctx workflow.Context, node string, busy bool) node
 		child := r.startChild(ctx, node)
 		err = child.GetChildWorkflowExecution().Get(ctx, nil)
 		if err == nil {
-			var result NodeResult
+			var result api.NodeResult
 			err = child.Get(ctx, &result)
 			r.childStopped(node)
 			r.slots.release(ctx, node)
@@ -293,7 +292,7 @@ func (r *rollout) runAdmitted(ctx workflow.Context, node string, busy bool) node
 		r.childStopped(node)
 		r.slots.release(ctx, node)
 		if !temporal.IsWorkflowExecutionAlreadyStartedError(err) {
-			return nodeEnd{result: nodeResult(node, err, NodeResult{}), holdsSlot: true, started: true}
+			return nodeEnd{result: nodeResult(node, err, api.NodeResult{}), holdsSlot: true, started: true}
 		}
 		busy = true
 	}
@@ -310,7 +309,7 @@ func (r *rollout) childStopped(node string) {
 }
 
 // abortedWaiting is the result of a node the abort found waiting for something before it started.
-func abortedWaiting(node, what string) NodeResult {
-	return NodeResult{Node: node, Outcome: activities.OutcomeAborted, Reason: activities.ReasonAborted,
+func abortedWaiting(node, what string) api.NodeResult {
+	return api.NodeResult{Node: node, Outcome: api.OutcomeAborted, Reason: api.ReasonAborted,
 		Message: "aborted while waiting for " + what}
 }

@@ -13,13 +13,14 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/noderollout/noderollout/activities"
+	"github.com/noderollout/noderollout/api"
 )
 
 // Every node start passes the one admission point (startRefusal) at the instant it starts,
 // whatever it waited for before: these tests make a node wait for a slot of the cluster-wide
 // budget while another rule turns against it, then grant the slot.
 
-var slotCluster = Cluster{Name: "c1", Budget: 5}
+var slotCluster = api.Cluster{Name: "c1", Budget: 5}
 
 // slotEnv runs a Rollout on slotCluster whose budget coordinator is the test: slot requests
 // are recorded, and grants arrive when the test sends them. Nodes named fail-* fail.
@@ -36,7 +37,7 @@ func newSlotEnv(t *testing.T) *slotEnv {
 	s := &slotEnv{env: newTestEnv(&ts), started: map[string]time.Time{}, took: 10 * time.Minute}
 	a := &activities.Activities{}
 	s.env.RegisterActivity(a)
-	s.env.RegisterWorkflowWithOptions(OnCluster{slotCluster}.Rollout, workflow.RegisterOptions{Name: RolloutWorkflow})
+	s.env.RegisterWorkflowWithOptions(OnCluster{slotCluster}.Rollout, workflow.RegisterOptions{Name: api.RolloutWorkflow})
 	s.env.RegisterWorkflow(NodeRolloutV3)
 	s.env.OnActivity(a.PrepareTemplate, mock.Anything, mock.Anything).Return(activities.PreparedTemplate{Hash: "h1"}, nil).Maybe()
 	s.env.OnActivity(a.ListNodes, mock.Anything, mock.Anything).Return(
@@ -45,18 +46,18 @@ func newSlotEnv(t *testing.T) *slotEnv {
 		}).Maybe()
 	s.env.OnSignalExternalWorkflow(mock.Anything, slotCluster.BudgetWorkflowID(), "", mock.Anything, mock.Anything).Return(nil).Maybe()
 	s.env.OnWorkflow(NodeRolloutV3, mock.Anything, mock.Anything).Return(
-		func(ctx workflow.Context, in NodeRolloutInput) (NodeResult, error) {
+		func(ctx workflow.Context, in NodeRolloutInput) (api.NodeResult, error) {
 			s.mu.Lock()
 			s.started[in.Node] = workflow.Now(ctx)
 			s.mu.Unlock()
 			if err := workflow.Sleep(ctx, s.took); err != nil {
-				return NodeResult{}, err
+				return api.NodeResult{}, err
 			}
 			if len(in.Node) > 5 && in.Node[:5] == "fail-" {
-				res := NodeResult{Node: in.Node, Outcome: activities.OutcomeFailed, Reason: "BackoffLimitExceeded"}
-				return res, temporal.NewNonRetryableApplicationError("node failed", ErrNodeFailed, nil, res)
+				res := api.NodeResult{Node: in.Node, Outcome: api.OutcomeFailed, Reason: "BackoffLimitExceeded"}
+				return res, temporal.NewNonRetryableApplicationError("node failed", api.ErrNodeFailed, nil, res)
 			}
-			return NodeResult{Node: in.Node, Outcome: activities.OutcomeSucceeded}, nil
+			return api.NodeResult{Node: in.Node, Outcome: api.OutcomeSucceeded}, nil
 		}).Maybe()
 	return s
 }
@@ -82,8 +83,8 @@ func TestNodeWaitingForAClusterSlotDoesNotStartOverTheFailureBudget(t *testing.T
 	s.grant("fail-a", time.Second)
 	s.grant("b", 18*time.Minute)
 	s.grant("c", 28*time.Minute)
-	req := RolloutRequest{Name: "r", Namespace: "jobs", Nodes: []string{"b", "c", "fail-a"}, JobTemplate: sampleTemplate, Parallelism: 3}
-	s.env.ExecuteWorkflow(RolloutWorkflow, req)
+	req := api.RolloutRequest{Name: "r", Namespace: "jobs", Nodes: []string{"b", "c", "fail-a"}, JobTemplate: sampleTemplate, Parallelism: 3}
+	s.env.ExecuteWorkflow(api.RolloutWorkflow, req)
 	require.True(t, s.env.IsWorkflowCompleted())
 	require.ErrorContains(t, s.env.GetWorkflowError(), "over the budget")
 	_, ok := s.startedAt("b")
@@ -97,9 +98,9 @@ func TestCanaryWaitingForAClusterSlotDoesNotStartAfterACanaryFailed(t *testing.T
 	s := newSlotEnv(t)
 	s.grant("fail-a", time.Second)
 	s.grant("b", 20*time.Minute)
-	req := RolloutRequest{Name: "r", Namespace: "jobs", Nodes: []string{"b", "fail-a", "z"}, JobTemplate: sampleTemplate,
-		Parallelism: 2, MaxFailures: "100%", Canary: &Canary{Nodes: []string{"b", "fail-a"}}}
-	s.env.ExecuteWorkflow(RolloutWorkflow, req)
+	req := api.RolloutRequest{Name: "r", Namespace: "jobs", Nodes: []string{"b", "fail-a", "z"}, JobTemplate: sampleTemplate,
+		Parallelism: 2, MaxFailures: "100%", Canary: &api.Canary{Nodes: []string{"b", "fail-a"}}}
+	s.env.ExecuteWorkflow(api.RolloutWorkflow, req)
 	require.True(t, s.env.IsWorkflowCompleted())
 	require.ErrorContains(t, s.env.GetWorkflowError(), "no other node was started")
 	_, ok := s.startedAt("b")
@@ -113,16 +114,16 @@ func TestNodeGrantedAClusterSlotOutsideTheWindowWaitsForTheWindow(t *testing.T) 
 	s.env.SetStartTime(start)
 	s.grant("a", time.Minute)
 	s.grant("b", time.Hour) // 11:00, the window was 10:00-10:30
-	req := RolloutRequest{Name: "r", Namespace: "jobs", Nodes: []string{"a", "b"}, JobTemplate: sampleTemplate, Parallelism: 2,
-		MaintenanceWindow: &MaintenanceWindow{Start: "10:00", Duration: "30m"}}
+	req := api.RolloutRequest{Name: "r", Namespace: "jobs", Nodes: []string{"a", "b"}, JobTemplate: sampleTemplate, Parallelism: 2,
+		MaintenanceWindow: &api.MaintenanceWindow{Start: "10:00", Duration: "30m"}}
 	// The second grant is taken back and asked for again at the next opening: grant it then too.
 	s.grant("b", 24*time.Hour+time.Minute)
-	s.env.ExecuteWorkflow(RolloutWorkflow, req)
+	s.env.ExecuteWorkflow(api.RolloutWorkflow, req)
 	require.True(t, s.env.IsWorkflowCompleted())
 	require.NoError(t, s.env.GetWorkflowError())
 	at, ok := s.startedAt("b")
 	require.True(t, ok)
-	open, _ := windowState(windowSpec{days: [7]bool{true, true, true, true, true, true, true}, hour: 10, duration: 30 * time.Minute}, time.UTC, at)
+	open, _ := api.WindowState(*mustSettings(t, req).Pacing.Window, time.UTC, at)
 	require.True(t, open, "b started at %s, outside the 10:00-10:30 window", at.Format(time.RFC3339))
 }
 
@@ -130,12 +131,12 @@ func TestNodeGrantedAClusterSlotOutsideTheWindowWaitsForTheWindow(t *testing.T) 
 func TestNodeGrantedAClusterSlotWhilePausedWaitsForResume(t *testing.T) {
 	s := newSlotEnv(t)
 	start := s.env.Now()
-	s.env.RegisterDelayedCallback(func() { s.env.SignalWorkflow(SignalPause, nil) }, 5*time.Minute)
+	s.env.RegisterDelayedCallback(func() { s.env.SignalWorkflow(api.SignalPause, nil) }, 5*time.Minute)
 	s.grant("a", 10*time.Minute)
-	s.env.RegisterDelayedCallback(func() { s.env.SignalWorkflow(SignalResume, nil) }, time.Hour)
+	s.env.RegisterDelayedCallback(func() { s.env.SignalWorkflow(api.SignalResume, nil) }, time.Hour)
 	s.grant("a", time.Hour+time.Minute)
-	req := RolloutRequest{Name: "r", Namespace: "jobs", Nodes: []string{"a"}, JobTemplate: sampleTemplate}
-	s.env.ExecuteWorkflow(RolloutWorkflow, req)
+	req := api.RolloutRequest{Name: "r", Namespace: "jobs", Nodes: []string{"a"}, JobTemplate: sampleTemplate}
+	s.env.ExecuteWorkflow(api.RolloutWorkflow, req)
 	require.True(t, s.env.IsWorkflowCompleted())
 	require.NoError(t, s.env.GetWorkflowError())
 	at, ok := s.startedAt("a")

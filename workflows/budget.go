@@ -8,23 +8,19 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/noderollout/noderollout/activities"
+	"github.com/noderollout/noderollout/api"
 )
 
 // Names of the cluster-wide disruption budget: one ClusterBudget workflow per cluster grants
 // slots to the nodes of every rollout on it.
 const (
-	ClusterBudgetWorkflow = "ClusterBudget"
-	// BudgetIDPrefix + cluster is the coordinator's workflow ID (without a cluster:
-	// "noderollout-budget").
-	BudgetIDPrefix = "noderollout-budget-"
+
 	// SignalSlotAcquire (a SlotRequest) asks the coordinator for a slot; it answers with
 	// SignalSlotGranted (a SlotGrant) to the asking rollout run once one is free.
 	SignalSlotAcquire = "acquireSlot"
 	SignalSlotGranted = "slotGranted"
 	// SignalSlotRelease (a SlotRelease) gives a slot back, or withdraws a request not yet granted.
 	SignalSlotRelease = "releaseSlot"
-	// QueryBudget returns the coordinator's BudgetStatus.
-	QueryBudget = "budget"
 
 	// versionClusterBudget marks rollouts that take a cluster slot for each node. Only workers
 	// with a budget ask for it, so rollouts without one keep today's commands exactly.
@@ -50,8 +46,8 @@ var (
 // SlotRequest asks for one slot of the cluster's budget. Budget is the asking worker's
 // configured size; the coordinator applies the latest it has been told.
 type SlotRequest struct {
-	Holder activities.SlotHolder `json:"holder"`
-	Budget int                   `json:"budget"`
+	Holder api.SlotHolder `json:"holder"`
+	Budget int            `json:"budget"`
 }
 
 // SlotGrant tells a rollout run that its node workflow may start.
@@ -61,25 +57,16 @@ type SlotGrant struct {
 
 // SlotRelease returns the holder's slot (or drops its request).
 type SlotRelease struct {
-	Holder activities.SlotHolder `json:"holder"`
+	Holder api.SlotHolder `json:"holder"`
 }
 
 // BudgetState is the coordinator's whole state, carried over continue-as-new.
 type BudgetState struct {
-	Budget  int                     `json:"budget"`
-	Holders []activities.SlotHolder `json:"holders,omitempty"`
-	Queue   []SlotRequest           `json:"queue,omitempty"`
+	Budget  int              `json:"budget"`
+	Holders []api.SlotHolder `json:"holders,omitempty"`
+	Queue   []SlotRequest    `json:"queue,omitempty"`
 	// Reclaimed counts slots taken back from holders that were gone.
 	Reclaimed int `json:"reclaimed,omitempty"`
-}
-
-// BudgetStatus answers QueryBudget.
-type BudgetStatus struct {
-	Budget    int                     `json:"budget"`
-	InUse     int                     `json:"inUse"`
-	Holders   []activities.SlotHolder `json:"holders"`
-	Queued    []activities.SlotHolder `json:"queued"`
-	Reclaimed int                     `json:"reclaimed"`
 }
 
 // ClusterBudget grants slots first come, first served, never more than the budget at once.
@@ -91,11 +78,11 @@ type BudgetStatus struct {
 // takes every node workflow still running on the cluster as a holder (versionBudgetRebuild):
 // their rollouts hold slots whatever state was lost, and would otherwise be granted again.
 func ClusterBudget(ctx workflow.Context, state BudgetState) error {
-	c := &coordinator{state: state, holders: map[string]activities.SlotHolder{}, reclaimWait: reclaimInterval}
+	c := &coordinator{state: state, holders: map[string]api.SlotHolder{}, reclaimWait: reclaimInterval}
 	for _, h := range state.Holders {
 		c.holders[h.Key()] = h
 	}
-	if err := workflow.SetQueryHandler(ctx, QueryBudget, func() (BudgetStatus, error) { return c.status(), nil }); err != nil {
+	if err := workflow.SetQueryHandler(ctx, api.QueryBudget, func() (api.BudgetStatus, error) { return c.status(), nil }); err != nil {
 		return err
 	}
 	if workflow.GetInfo(ctx).ContinuedExecutionRunID == "" &&
@@ -121,7 +108,7 @@ func ClusterBudget(ctx workflow.Context, state BudgetState) error {
 				case release.ReceiveAsync(&rel):
 					c.release(rel.Holder)
 				default:
-					return workflow.NewContinueAsNewError(ctx, ClusterBudgetWorkflow, c.carry())
+					return workflow.NewContinueAsNewError(ctx, api.ClusterBudgetWorkflow, c.carry())
 				}
 			}
 		}
@@ -155,7 +142,7 @@ func ClusterBudget(ctx workflow.Context, state BudgetState) error {
 
 type coordinator struct {
 	state       BudgetState
-	holders     map[string]activities.SlotHolder
+	holders     map[string]api.SlotHolder
 	reclaimWait time.Duration
 }
 
@@ -177,7 +164,7 @@ func (c *coordinator) request(req SlotRequest) {
 	c.state.Queue = append(c.state.Queue, req)
 }
 
-func (c *coordinator) release(h activities.SlotHolder) {
+func (c *coordinator) release(h api.SlotHolder) {
 	if _, held := c.holders[h.Key()]; held {
 		c.reclaimWait = reclaimInterval
 	}
@@ -220,7 +207,7 @@ func (c *coordinator) grant(ctx workflow.Context) {
 // last second or so; such a node's rollout asks again if its grant was lost (request).
 func (c *coordinator) rebuild(ctx workflow.Context) error {
 	var co *activities.Coordination
-	var running []activities.SlotHolder
+	var running []api.SlotHolder
 	actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
 		StartToCloseTimeout: time.Minute,
 		RetryPolicy:         apiRetry,
@@ -228,7 +215,7 @@ func (c *coordinator) rebuild(ctx workflow.Context) error {
 	})
 	err := workflow.ExecuteActivity(actx, co.NodeHolders, activities.NodeHoldersInput{
 		TaskQueue:     workflow.GetInfo(ctx).TaskQueueName,
-		WorkflowTypes: []string{NodeRolloutWorkflow, NodeRolloutV2Workflow, NodeRolloutV3Workflow},
+		WorkflowTypes: []string{api.NodeRolloutWorkflow, api.NodeRolloutV2Workflow, api.NodeRolloutV3Workflow},
 	}).Get(ctx, &running)
 	if err != nil {
 		return err
@@ -242,11 +229,11 @@ func (c *coordinator) rebuild(ctx workflow.Context) error {
 // reclaim frees the slots of holders that are gone.
 func (c *coordinator) reclaim(ctx workflow.Context) {
 	var co *activities.Coordination
-	held := make([]activities.SlotHolder, 0, len(c.holders))
+	held := make([]api.SlotHolder, 0, len(c.holders))
 	for _, k := range workflow.DeterministicKeys(c.holders) {
 		held = append(held, c.holders[k])
 	}
-	var gone []activities.SlotHolder
+	var gone []api.SlotHolder
 	actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
 		StartToCloseTimeout: time.Minute,
 		RetryPolicy:         &temporal.RetryPolicy{MaximumAttempts: 3},
@@ -275,20 +262,20 @@ func (c *coordinator) dueToContinueAsNew(ctx workflow.Context) bool {
 
 func (c *coordinator) carry() BudgetState {
 	s := c.state
-	s.Holders = make([]activities.SlotHolder, 0, len(c.holders))
+	s.Holders = make([]api.SlotHolder, 0, len(c.holders))
 	for _, k := range workflow.DeterministicKeys(c.holders) {
 		s.Holders = append(s.Holders, c.holders[k])
 	}
 	return s
 }
 
-func (c *coordinator) status() BudgetStatus {
+func (c *coordinator) status() api.BudgetStatus {
 	s := c.carry()
-	queued := make([]activities.SlotHolder, len(c.state.Queue))
+	queued := make([]api.SlotHolder, len(c.state.Queue))
 	for i, q := range c.state.Queue {
 		queued[i] = q.Holder
 	}
-	return BudgetStatus{Budget: s.Budget, InUse: len(s.Holders), Holders: s.Holders, Queued: queued, Reclaimed: s.Reclaimed}
+	return api.BudgetStatus{Budget: s.Budget, InUse: len(s.Holders), Holders: s.Holders, Queued: queued, Reclaimed: s.Reclaimed}
 }
 
 func (c *coordinator) showProgress(ctx workflow.Context) {
@@ -300,7 +287,7 @@ func (c *coordinator) showProgress(ctx workflow.Context) {
 // starts and gives it back when that ends. nil when the worker has no budget, so such rollouts
 // make exactly the commands they made before budgets existed.
 type clusterSlots struct {
-	cluster   Cluster
+	cluster   api.Cluster
 	taskQueue string
 	self      workflow.Execution
 	granted   map[string]bool // node workflow IDs granted and not yet taken
@@ -309,7 +296,7 @@ type clusterSlots struct {
 	grants    workflow.ReceiveChannel
 }
 
-func newClusterSlots(ctx workflow.Context, c Cluster) *clusterSlots {
+func newClusterSlots(ctx workflow.Context, c api.Cluster) *clusterSlots {
 	if c.Budget <= 0 || workflow.GetVersion(ctx, versionClusterBudget, workflow.DefaultVersion, 1) != 1 {
 		return nil
 	}
@@ -335,8 +322,8 @@ func newClusterSlots(ctx workflow.Context, c Cluster) *clusterSlots {
 	return s
 }
 
-func (s *clusterSlots) holder(node string) activities.SlotHolder {
-	return activities.SlotHolder{Rollout: s.self.ID, RolloutRun: s.self.RunID, Node: s.cluster.NodeWorkflowID(node)}
+func (s *clusterSlots) holder(node string) api.SlotHolder {
+	return api.SlotHolder{Rollout: s.self.ID, RolloutRun: s.self.RunID, Node: s.cluster.NodeWorkflowID(node)}
 }
 
 // acquire waits for a slot for node; progress shows the wait. On an error (the rollout was
@@ -357,7 +344,7 @@ func (s *clusterSlots) acquire(ctx workflow.Context, node string, progress func(
 		var co *activities.Coordination
 		err := workflow.ExecuteActivity(withAPIActivity(ctx, "start the cluster's budget coordinator"), co.SignalWithStart, activities.SignalWithStartInput{
 			WorkflowID:  s.cluster.BudgetWorkflowID(),
-			Workflow:    ClusterBudgetWorkflow,
+			Workflow:    api.ClusterBudgetWorkflow,
 			TaskQueue:   s.taskQueue,
 			Signal:      SignalSlotAcquire,
 			SignalArg:   req,

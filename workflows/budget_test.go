@@ -16,9 +16,10 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/noderollout/noderollout/activities"
+	"github.com/noderollout/noderollout/api"
 )
 
-var budgetCluster = Cluster{Name: "c1"}
+var budgetCluster = api.Cluster{Name: "c1"}
 
 // budgetRollout is one rollout the harness starts on cluster c1.
 type budgetRollout struct {
@@ -39,11 +40,11 @@ type budgetPlan struct {
 
 type budgetOutcome struct {
 	ID     string
-	Result RolloutResult
+	Result api.RolloutResult
 	Err    string
 }
 
-var ghostHolder = activities.SlotHolder{Rollout: "terminated-rollout", RolloutRun: "its-run", Node: budgetCluster.NodeWorkflowID("ghost")}
+var ghostHolder = api.SlotHolder{Rollout: "terminated-rollout", RolloutRun: "its-run", Node: budgetCluster.NodeWorkflowID("ghost")}
 
 // budgetHarness runs the coordinator and the plan's rollouts side by side, as siblings, and
 // fails if they have not all ended within plan.Limit.
@@ -68,11 +69,11 @@ func budgetHarness(ctx workflow.Context, plan budgetPlan) ([]budgetOutcome, erro
 		workflow.Go(ctx, func(ctx workflow.Context) {
 			defer func() { ended++ }()
 			_ = workflow.Sleep(ctx, r.StartAfter)
-			req := RolloutRequest{Name: r.ID, Namespace: "jobs", Nodes: r.Nodes, JobTemplate: sampleTemplate, Parallelism: r.Parallelism, MaxFailures: "100%"}
-			var result RolloutResult
+			req := api.RolloutRequest{Name: r.ID, Namespace: "jobs", Nodes: r.Nodes, JobTemplate: sampleTemplate, Parallelism: r.Parallelism, MaxFailures: "100%"}
+			var result api.RolloutResult
 			err := workflow.ExecuteChildWorkflow(workflow.WithChildOptions(ctx, workflow.ChildWorkflowOptions{
 				WorkflowID: r.ID, WaitForCancellation: true,
-			}), RolloutWorkflow, req).Get(ctx, &result)
+			}), api.RolloutWorkflow, req).Get(ctx, &result)
 			outcomes[i] = budgetOutcome{ID: r.ID, Result: result}
 			if err != nil {
 				outcomes[i].Err = err.Error()
@@ -99,10 +100,10 @@ type nodeTracker struct {
 	started    map[string]time.Time
 	took       func(node string) time.Duration
 	// looked is every set of holders GoneHolders was asked about; only ghostHolder is gone.
-	looked [][]activities.SlotHolder
+	looked [][]api.SlotHolder
 }
 
-func (n *nodeTracker) run(ctx workflow.Context, in NodeRolloutInput) (NodeResult, error) {
+func (n *nodeTracker) run(ctx workflow.Context, in NodeRolloutInput) (api.NodeResult, error) {
 	n.mu.Lock()
 	n.live++
 	n.peak = max(n.peak, n.live)
@@ -113,13 +114,13 @@ func (n *nodeTracker) run(ctx workflow.Context, in NodeRolloutInput) (NodeResult
 	n.live--
 	n.mu.Unlock()
 	if err != nil {
-		return NodeResult{}, err
+		return api.NodeResult{}, err
 	}
 	if strings.HasPrefix(in.Node, "fail-") {
 		// What a child whose activities gave up (its worker's Kubernetes access lost) returns.
-		return NodeResult{}, temporal.NewApplicationError("activity CreateJob failed: connection refused", "ActivityFailed")
+		return api.NodeResult{}, temporal.NewApplicationError("activity CreateJob failed: connection refused", "ActivityFailed")
 	}
-	return NodeResult{Node: in.Node, Outcome: activities.OutcomeSucceeded}, nil
+	return api.NodeResult{Node: in.Node, Outcome: api.OutcomeSucceeded}, nil
 }
 
 // budgetEnv registers the harness, the cluster's workflows with budget, and the mocks.
@@ -131,7 +132,7 @@ func budgetEnv(t *testing.T, budget int, took func(string) time.Duration) (*test
 	co := &activities.Coordination{}
 	env.RegisterActivity(a)
 	env.RegisterActivity(co)
-	OnCluster{Cluster{Name: budgetCluster.Name, Budget: budget}}.Register(env)
+	OnCluster{api.Cluster{Name: budgetCluster.Name, Budget: budget}}.Register(env)
 	env.RegisterWorkflowWithOptions(budgetHarness, workflow.RegisterOptions{Name: "budgetHarness"})
 	env.OnActivity(a.PrepareTemplate, mock.Anything, mock.Anything).Return(activities.PreparedTemplate{Hash: "h"}, nil)
 	env.OnActivity(a.ListNodes, mock.Anything, mock.Anything).Return(func(_ context.Context, in activities.ListNodesInput) (activities.ListNodesResult, error) {
@@ -140,9 +141,9 @@ func budgetEnv(t *testing.T, budget int, took func(string) time.Duration) (*test
 	tracker := &nodeTracker{started: map[string]time.Time{}, took: took}
 	env.OnWorkflow(NodeRolloutV3, mock.Anything, mock.Anything).Return(tracker.run)
 	env.OnActivity(co.NodeHolders, mock.Anything, mock.Anything).Return(nil, nil).Maybe()
-	env.OnActivity(co.GoneHolders, mock.Anything, mock.Anything).Return(func(_ context.Context, held []activities.SlotHolder) ([]activities.SlotHolder, error) {
+	env.OnActivity(co.GoneHolders, mock.Anything, mock.Anything).Return(func(_ context.Context, held []api.SlotHolder) ([]api.SlotHolder, error) {
 		tracker.looked = append(tracker.looked, held)
-		var gone []activities.SlotHolder
+		var gone []api.SlotHolder
 		for _, h := range held {
 			if h.Rollout == ghostHolder.Rollout {
 				gone = append(gone, h)
@@ -216,7 +217,7 @@ func TestClusterSlotOfATerminatedRolloutIsReclaimed(t *testing.T) {
 	require.Equal(t, 2, out[0].Result.Counts.Succeeded)
 	require.Equal(t, 1, nodes.peak)
 	require.NotEmpty(t, nodes.looked)
-	require.Equal(t, []activities.SlotHolder{ghostHolder}, nodes.looked[0], "the full budget's holders are looked at")
+	require.Equal(t, []api.SlotHolder{ghostHolder}, nodes.looked[0], "the full budget's holders are looked at")
 }
 
 // The coordinator continues as new with its holders and queue, and the next run goes on
@@ -224,7 +225,7 @@ func TestClusterSlotOfATerminatedRolloutIsReclaimed(t *testing.T) {
 func TestBudgetCoordinatorContinuesAsNewWithItsHolders(t *testing.T) {
 	ts := &testsuite.WorkflowTestSuite{}
 	env := newTestEnv(ts)
-	env.RegisterWorkflowWithOptions(ClusterBudget, workflow.RegisterOptions{Name: ClusterBudgetWorkflow})
+	env.RegisterWorkflowWithOptions(ClusterBudget, workflow.RegisterOptions{Name: api.ClusterBudgetWorkflow})
 	co := &activities.Coordination{}
 	env.RegisterActivity(co)
 	env.OnActivity(co.NodeHolders, mock.Anything, mock.Anything).Return(nil, nil).Maybe()
@@ -232,8 +233,8 @@ func TestBudgetCoordinatorContinuesAsNewWithItsHolders(t *testing.T) {
 	var grants []string
 	env.OnSignalExternalWorkflow(mock.Anything, mock.Anything, mock.Anything, SignalSlotGranted, mock.Anything).Return(
 		func(_, _, _, _ string, arg any) error { grants = append(grants, arg.(SlotGrant).Node); return nil })
-	holder := func(i int) activities.SlotHolder {
-		return activities.SlotHolder{Rollout: "r", RolloutRun: "run", Node: budgetCluster.NodeWorkflowID(string(rune('a' + i)))}
+	holder := func(i int) api.SlotHolder {
+		return api.SlotHolder{Rollout: "r", RolloutRun: "run", Node: budgetCluster.NodeWorkflowID(string(rune('a' + i)))}
 	}
 	for i := range 12 {
 		env.RegisterDelayedCallback(func() {
@@ -247,7 +248,7 @@ func TestBudgetCoordinatorContinuesAsNewWithItsHolders(t *testing.T) {
 			}
 		}, time.Duration(i+1)*time.Second)
 	}
-	env.ExecuteWorkflow(ClusterBudgetWorkflow, BudgetState{Budget: 3})
+	env.ExecuteWorkflow(api.ClusterBudgetWorkflow, BudgetState{Budget: 3})
 	require.True(t, env.IsWorkflowCompleted())
 	var can *workflow.ContinueAsNewError
 	require.ErrorAs(t, env.GetWorkflowError(), &can)
@@ -270,7 +271,7 @@ func TestBudgetCoordinatorContinuesAsNewWithItsHolders(t *testing.T) {
 	// The next run: one holder returns its slot, and the oldest waiting request gets it.
 	next := newTestEnv(ts)
 	next.SetContinuedExecutionRunID("run-1")
-	next.RegisterWorkflowWithOptions(ClusterBudget, workflow.RegisterOptions{Name: ClusterBudgetWorkflow})
+	next.RegisterWorkflowWithOptions(ClusterBudget, workflow.RegisterOptions{Name: api.ClusterBudgetWorkflow})
 	next.RegisterActivity(co)
 	next.OnActivity(co.GoneHolders, mock.Anything, mock.Anything).Return(nil, nil).Maybe()
 	var nextGrants []string
@@ -283,31 +284,31 @@ func TestBudgetCoordinatorContinuesAsNewWithItsHolders(t *testing.T) {
 		next.SignalWorkflow(SignalSlotRelease, SlotRelease{Holder: carried.Holders[0]})
 	}, time.Minute)
 	next.RegisterDelayedCallback(func() {
-		v, err := next.QueryWorkflow(QueryBudget)
+		v, err := next.QueryWorkflow(api.QueryBudget)
 		require.NoError(t, err)
-		var st BudgetStatus
+		var st api.BudgetStatus
 		require.NoError(t, v.Get(&st))
 		require.Equal(t, 3, st.InUse)
 		require.Len(t, st.Queued, len(carried.Queue)-1)
 		next.CancelWorkflow()
 	}, 2*time.Minute)
-	next.ExecuteWorkflow(ClusterBudgetWorkflow, carried)
+	next.ExecuteWorkflow(api.ClusterBudgetWorkflow, carried)
 	require.Equal(t, []string{carried.Queue[0].Holder.Node}, nextGrants)
 }
 
 // Without a cluster name every ID and the task queue are today's, so running histories and
 // deployments are untouched; with one they are qualified and cannot collide with them.
 func TestClusterNamesQualifyOnlyWhenSet(t *testing.T) {
-	none := Cluster{}
-	require.Equal(t, NodeWorkflowID("n1"), none.NodeWorkflowID("n1"))
+	none := api.Cluster{}
+	require.Equal(t, api.NodeWorkflowID("n1"), none.NodeWorkflowID("n1"))
 	require.Equal(t, "noderollout-node-n1", none.NodeWorkflowID("n1"))
-	require.Equal(t, RolloutID("r"), none.RolloutID("r"))
-	require.Equal(t, TaskQueue, ClusterTaskQueue(TaskQueue, ""))
-	eu := Cluster{Name: "eu"}
+	require.Equal(t, api.RolloutID("r"), none.RolloutID("r"))
+	require.Equal(t, api.TaskQueue, api.ClusterTaskQueue(api.TaskQueue, ""))
+	eu := api.Cluster{Name: "eu"}
 	require.Equal(t, "noderollout-node-eu:n1", eu.NodeWorkflowID("n1"))
 	require.Equal(t, "rollout-eu:r", eu.RolloutID("r"))
 	require.Equal(t, "noderollout-budget-eu", eu.BudgetWorkflowID())
-	require.Equal(t, "noderollout-eu", ClusterTaskQueue(TaskQueue, "eu"))
+	require.Equal(t, "noderollout-eu", api.ClusterTaskQueue(api.TaskQueue, "eu"))
 	// A node named like a qualified one in a cluster-less install gets another ID.
 	require.NotEqual(t, none.NodeWorkflowID("eu-n1"), eu.NodeWorkflowID("n1"))
 }
@@ -319,7 +320,7 @@ func TestAbortedRolloutReturnsEverySlotItAskedFor(t *testing.T) {
 	env := newTestEnv(ts)
 	a := &activities.Activities{}
 	env.RegisterActivity(a)
-	OnCluster{Cluster{Name: budgetCluster.Name, Budget: 2}}.Register(env)
+	OnCluster{api.Cluster{Name: budgetCluster.Name, Budget: 2}}.Register(env)
 	env.OnActivity(a.PrepareTemplate, mock.Anything, mock.Anything).Return(activities.PreparedTemplate{Hash: "h"}, nil)
 	env.OnActivity(a.ListNodes, mock.Anything, mock.Anything).Return(func(_ context.Context, in activities.ListNodesInput) (activities.ListNodesResult, error) {
 		return activities.ListNodesResult{Nodes: in.Names, Total: len(in.Names)}, nil
@@ -350,15 +351,15 @@ func TestAbortedRolloutReturnsEverySlotItAskedFor(t *testing.T) {
 			env.SignalWorkflow(SignalSlotGranted, SlotGrant{Node: n})
 		}
 	}, time.Minute)
-	var waiting RolloutStatus
+	var waiting api.RolloutStatus
 	env.RegisterDelayedCallback(func() {
-		v, err := env.QueryWorkflow(QueryStatus)
+		v, err := env.QueryWorkflow(api.QueryStatus)
 		require.NoError(t, err)
 		require.NoError(t, v.Get(&waiting))
 		env.CancelWorkflow()
 	}, time.Hour)
 	env.SetTestTimeout(time.Minute)
-	env.ExecuteWorkflow(RolloutWorkflow, RolloutRequest{Name: "aborted", Namespace: "jobs", Nodes: names("n-", 4), JobTemplate: sampleTemplate, Parallelism: 4})
+	env.ExecuteWorkflow(api.RolloutWorkflow, api.RolloutRequest{Name: "aborted", Namespace: "jobs", Nodes: names("n-", 4), JobTemplate: sampleTemplate, Parallelism: 4})
 	require.True(t, env.IsWorkflowCompleted())
 	require.True(t, temporal.IsCanceledError(env.GetWorkflowError()), "%v", env.GetWorkflowError())
 	require.Len(t, tracker.started, 2, "only granted nodes started")
@@ -375,8 +376,8 @@ func TestRestartedCoordinatorCountsTheNodesStillRunning(t *testing.T) {
 	env := newTestEnv(ts)
 	co := &activities.Coordination{}
 	env.RegisterActivity(co)
-	env.RegisterWorkflowWithOptions(ClusterBudget, workflow.RegisterOptions{Name: ClusterBudgetWorkflow})
-	running := []activities.SlotHolder{
+	env.RegisterWorkflowWithOptions(ClusterBudget, workflow.RegisterOptions{Name: api.ClusterBudgetWorkflow})
+	running := []api.SlotHolder{
 		{Rollout: "rollout-c1:old", RolloutRun: "run-a", Node: budgetCluster.NodeWorkflowID("x")},
 		{Rollout: "rollout-c1:old", RolloutRun: "run-a", Node: budgetCluster.NodeWorkflowID("y")},
 	}
@@ -390,7 +391,7 @@ func TestRestartedCoordinatorCountsTheNodesStillRunning(t *testing.T) {
 		granted = append(granted, arg.(SlotGrant).Node)
 		return nil
 	}).Maybe()
-	newcomer := activities.SlotHolder{Rollout: "rollout-c1:new", RolloutRun: "run-b", Node: budgetCluster.NodeWorkflowID("z")}
+	newcomer := api.SlotHolder{Rollout: "rollout-c1:new", RolloutRun: "run-b", Node: budgetCluster.NodeWorkflowID("z")}
 	env.RegisterDelayedCallback(func() {
 		env.SignalWorkflow(SignalSlotAcquire, SlotRequest{Holder: newcomer, Budget: 2})
 	}, time.Second)
@@ -402,7 +403,7 @@ func TestRestartedCoordinatorCountsTheNodesStillRunning(t *testing.T) {
 		env.SignalWorkflow(SignalSlotRelease, SlotRelease{Holder: running[0]})
 	}, time.Hour)
 	env.RegisterDelayedCallback(env.CancelWorkflow, 2*time.Hour)
-	env.ExecuteWorkflow(ClusterBudgetWorkflow, BudgetState{Budget: 2})
+	env.ExecuteWorkflow(api.ClusterBudgetWorkflow, BudgetState{Budget: 2})
 	require.Empty(t, before, "nothing is granted while the nodes that survived the restart hold the budget")
 	require.Equal(t, []string{newcomer.Node}, granted, "granted once one of them ended")
 }

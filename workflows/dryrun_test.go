@@ -10,6 +10,7 @@ import (
 	"go.temporal.io/sdk/testsuite"
 
 	"github.com/noderollout/noderollout/activities"
+	"github.com/noderollout/noderollout/api"
 )
 
 // A dry run writes nothing to the cluster: PrepareTemplate checks the template but does not
@@ -30,9 +31,9 @@ func TestDryRunStoresNoTemplate(t *testing.T) {
 	})
 	req := request("node-a", "node-b")
 	req.DryRun = true
-	env.ExecuteWorkflow(RolloutWorkflow, req)
+	env.ExecuteWorkflow(api.RolloutWorkflow, req)
 	require.NoError(t, env.GetWorkflowError())
-	var res RolloutResult
+	var res api.RolloutResult
 	require.NoError(t, env.GetWorkflowResult(&res))
 	require.Len(t, res.Planned, 2)
 	require.Equal(t, "h", res.TemplateHash)
@@ -46,9 +47,9 @@ func TestDryRunStoresNoTemplate(t *testing.T) {
 	prepared = nil
 	env.OnActivity(a.PrepareTemplate, mock.Anything, mock.Anything).Return(func(_ context.Context, in activities.PrepareTemplateInput) (activities.PreparedTemplate, error) {
 		prepared = append(prepared, in)
-		return activities.PreparedTemplate{}, temporal.NewNonRetryableApplicationError("stop here", activities.ErrInvalidRequest, nil)
+		return activities.PreparedTemplate{}, temporal.NewNonRetryableApplicationError("stop here", api.ErrInvalidRequest, nil)
 	})
-	env.ExecuteWorkflow(RolloutWorkflow, request("node-a"))
+	env.ExecuteWorkflow(api.RolloutWorkflow, request("node-a"))
 	require.Len(t, prepared, 1)
 	require.True(t, prepared[0].Store)
 }

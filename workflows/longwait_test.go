@@ -17,6 +17,7 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/noderollout/noderollout/activities"
+	"github.com/noderollout/noderollout/api"
 )
 
 // Every loop that can wait long watches the history's size (row 3 of the seams issue): a
@@ -32,12 +33,12 @@ func holdNode(ctx workflow.Context, d time.Duration) error {
 }
 
 // heldThenRollout starts a holder for each of held, then runs the rollout in this workflow.
-func heldThenRollout(ctx workflow.Context, held []string, hold time.Duration, req RolloutRequest, carried *Progress) (RolloutResult, error) {
+func heldThenRollout(ctx workflow.Context, held []string, hold time.Duration, req api.RolloutRequest, carried *api.Progress) (api.RolloutResult, error) {
 	for _, n := range held {
-		workflow.ExecuteChildWorkflow(workflow.WithChildOptions(ctx, workflow.ChildWorkflowOptions{WorkflowID: NodeWorkflowID(n)}), "hold", hold)
+		workflow.ExecuteChildWorkflow(workflow.WithChildOptions(ctx, workflow.ChildWorkflowOptions{WorkflowID: api.NodeWorkflowID(n)}), "hold", hold)
 	}
 	if err := workflow.Sleep(ctx, time.Minute); err != nil {
-		return RolloutResult{}, err
+		return api.RolloutResult{}, err
 	}
 	return Rollout(ctx, req, carried)
 }
@@ -66,11 +67,11 @@ func longWaitEnv(t *testing.T, took func(node string) time.Duration) (*testsuite
 		}
 		return res, nil
 	}).Maybe()
-	env.OnWorkflow(NodeRolloutV3, mock.Anything, mock.Anything).Return(func(ctx workflow.Context, in NodeRolloutInput) (NodeResult, error) {
+	env.OnWorkflow(NodeRolloutV3, mock.Anything, mock.Anything).Return(func(ctx workflow.Context, in NodeRolloutInput) (api.NodeResult, error) {
 		if err := workflow.Sleep(ctx, took(in.Node)); err != nil {
-			return NodeResult{}, err
+			return api.NodeResult{}, err
 		}
-		return NodeResult{Node: in.Node, Outcome: activities.OutcomeSucceeded}, nil
+		return api.NodeResult{Node: in.Node, Outcome: api.OutcomeSucceeded}, nil
 	}).Maybe()
 	env.SetTestTimeout(2 * time.Minute)
 	return env, meter
@@ -93,19 +94,19 @@ func TestAWeekOfWaitingForHeldNodesContinuesAsNew(t *testing.T) {
 		}
 		return time.Minute
 	})
-	req := RolloutRequest{Name: "week", Nodes: append([]string{"a-1", "a-2"}, held...), JobTemplate: sampleTemplate,
-		Parallelism: 50, Topology: &Topology{Key: zoneKey, MaxPerDomain: 1}}
-	env.ExecuteWorkflow("held-then-rollout", held, 8*24*time.Hour, req, (*Progress)(nil))
+	req := api.RolloutRequest{Name: "week", Nodes: append([]string{"a-1", "a-2"}, held...), JobTemplate: sampleTemplate,
+		Parallelism: 50, Topology: &api.Topology{Key: zoneKey, MaxPerDomain: 1}}
+	env.ExecuteWorkflow("held-then-rollout", held, 8*24*time.Hour, req, (*api.Progress)(nil))
 	require.True(t, env.IsWorkflowCompleted())
 	var can *workflow.ContinueAsNewError
 	require.True(t, errors.As(env.GetWorkflowError(), &can), "the run continues as new: %v", env.GetWorkflowError())
 	require.Less(t, meter.peak, serverHistoryWarning, "one run's history stays below the server's warning")
-	var next RolloutRequest
-	var carried *Progress
+	var next api.RolloutRequest
+	var carried *api.Progress
 	require.NoError(t, converterFromEnv().FromPayloads(can.Input, &next, &carried))
 	require.Len(t, carried.WaitingNodes, 40, "the held nodes are handed to the next run")
 	require.Equal(t, 1, carried.Counts.Succeeded, "a-1 finished")
-	require.Equal(t, []PacedNode{{Name: "a-2", Domain: "zone-a"}}, carried.Pacing.Queue)
+	require.Equal(t, []api.PacedNode{{Name: "a-2", Domain: "zone-a"}}, carried.Pacing.Queue)
 }
 
 // The canary stage waits the same way for canaries another rollout holds: it continues as new
@@ -123,15 +124,15 @@ func TestCanaryStageHeldForAWeekContinuesAsNewAndResumes(t *testing.T) {
 	}
 	env, meter := longWaitEnv(t, took)
 	canaries := append([]string{"c-1"}, held...)
-	req := RolloutRequest{Name: "week", Nodes: append([]string{"z-1"}, canaries...), JobTemplate: sampleTemplate,
-		Parallelism: 50, Canary: &Canary{Nodes: canaries}}
-	env.ExecuteWorkflow("held-then-rollout", held, 8*24*time.Hour, req, (*Progress)(nil))
+	req := api.RolloutRequest{Name: "week", Nodes: append([]string{"z-1"}, canaries...), JobTemplate: sampleTemplate,
+		Parallelism: 50, Canary: &api.Canary{Nodes: canaries}}
+	env.ExecuteWorkflow("held-then-rollout", held, 8*24*time.Hour, req, (*api.Progress)(nil))
 	require.True(t, env.IsWorkflowCompleted())
 	var can *workflow.ContinueAsNewError
 	require.True(t, errors.As(env.GetWorkflowError(), &can), "the run continues as new: %v", env.GetWorkflowError())
 	require.Less(t, meter.peak, serverHistoryWarning)
-	var next RolloutRequest
-	var carried *Progress
+	var next api.RolloutRequest
+	var carried *api.Progress
 	require.NoError(t, converterFromEnv().FromPayloads(can.Input, &next, &carried))
 	require.Len(t, carried.WaitingNodes, 40)
 	require.Equal(t, canaryStageRunning, carried.Pacing.CanaryStage)
@@ -151,7 +152,7 @@ func TestCanaryStageHeldForAWeekContinuesAsNewAndResumes(t *testing.T) {
 	env2.ExecuteWorkflow("held-then-rollout", held, 2*time.Hour, next, carried)
 	require.True(t, env2.IsWorkflowCompleted())
 	require.NoError(t, env2.GetWorkflowError())
-	var res RolloutResult
+	var res api.RolloutResult
 	require.NoError(t, env2.GetWorkflowResult(&res))
 	require.Equal(t, 42, res.Counts.Succeeded, "every canary once, then z-1")
 	require.Len(t, listed, 1, "the canaries are not listed again, only the rest of the rollout")

@@ -16,6 +16,7 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/noderollout/noderollout/activities"
+	"github.com/noderollout/noderollout/api"
 )
 
 type NodeSuite struct {
@@ -37,7 +38,7 @@ func (s *NodeSuite) AfterTest(_, _ string) { s.env.AssertExpectations(s.T()) }
 
 func nodeInput() NodeRolloutInput {
 	return NodeRolloutInput{Rollout: "demo", Namespace: "jobs", Node: "node-a", Template: sampleTemplate,
-		TemplateHash: "h1", JobTimeoutSeconds: 600, JobTTLSeconds: 3600, KeepJobs: activities.KeepFailed}
+		TemplateHash: "h1", JobTimeoutSeconds: 600, JobTTLSeconds: 3600, KeepJobs: api.KeepFailed}
 }
 
 func (s *NodeSuite) TestCreateWaitFinalize() {
@@ -47,15 +48,15 @@ func (s *NodeSuite) TestCreateWaitFinalize() {
 			in.JobTimeoutSeconds == 600 && in.TTLSecondsAfterFinished == 3600
 	})).Return(job, nil).Once()
 	s.env.OnActivity(s.a.WaitJob, mock.Anything, activities.WaitJobInput{Job: job, TimeoutSeconds: 600}).
-		Return(activities.JobEnd{Outcome: activities.OutcomeSucceeded, Reason: "Completed"}, nil).Once()
+		Return(activities.JobEnd{Outcome: api.OutcomeSucceeded, Reason: "Completed"}, nil).Once()
 	s.env.OnActivity(s.a.FinalizeJob, mock.Anything, mock.MatchedBy(func(in activities.FinalizeInput) bool {
-		return in.Job != nil && in.Job.UID == "u1" && in.End.Outcome == activities.OutcomeSucceeded && in.KeepJobs == activities.KeepFailed
+		return in.Job != nil && in.Job.UID == "u1" && in.End.Outcome == api.OutcomeSucceeded && in.KeepJobs == api.KeepFailed
 	})).Return(activities.FinalizeResult{}, nil).Once()
-	executeNodeAsChild(s.env, NodeRollout, NodeRolloutWorkflow, nodeInput())
+	executeNodeAsChild(s.env, NodeRollout, api.NodeRolloutWorkflow, nodeInput())
 	s.Require().NoError(s.env.GetWorkflowError())
-	var r NodeResult
+	var r api.NodeResult
 	s.Require().NoError(s.env.GetWorkflowResult(&r))
-	s.Equal(activities.OutcomeSucceeded, r.Outcome)
+	s.Equal(api.OutcomeSucceeded, r.Outcome)
 	s.Equal("node-a", r.Node)
 	s.Equal(job.Name, r.Job)
 }
@@ -65,46 +66,46 @@ func (s *NodeSuite) TestFailedJobFailsTheWorkflowWithTheResult() {
 	code := int32(3)
 	s.env.OnActivity(s.a.CreateJob, mock.Anything, mock.Anything).Return(job, nil)
 	s.env.OnActivity(s.a.WaitJob, mock.Anything, mock.Anything).
-		Return(activities.JobEnd{Outcome: activities.OutcomeFailed, Reason: "BackoffLimitExceeded", Message: "Job has reached the specified backoff limit"}, nil)
+		Return(activities.JobEnd{Outcome: api.OutcomeFailed, Reason: "BackoffLimitExceeded", Message: "Job has reached the specified backoff limit"}, nil)
 	s.env.OnActivity(s.a.FinalizeJob, mock.Anything, mock.Anything).
 		Return(activities.FinalizeResult{LogTail: "boom", ExitCode: &code}, nil)
-	executeNodeAsChild(s.env, NodeRollout, NodeRolloutWorkflow, nodeInput())
+	executeNodeAsChild(s.env, NodeRollout, api.NodeRolloutWorkflow, nodeInput())
 	r := s.failedResult()
-	s.Equal(activities.OutcomeFailed, r.Outcome)
+	s.Equal(api.OutcomeFailed, r.Outcome)
 	s.Equal("BackoffLimitExceeded", r.Reason)
 	s.Equal("boom", r.LogTail)
 	s.Equal(int32(3), *r.ExitCode)
 }
 
-func (s *NodeSuite) failedResult() NodeResult {
+func (s *NodeSuite) failedResult() api.NodeResult {
 	var appErr *temporal.ApplicationError
 	s.Require().True(errors.As(s.env.GetWorkflowError(), &appErr), "%v", s.env.GetWorkflowError())
-	s.Equal(ErrNodeFailed, appErr.Type())
-	var r NodeResult
+	s.Equal(api.ErrNodeFailed, appErr.Type())
+	var r api.NodeResult
 	s.Require().NoError(appErr.Details(&r))
 	return r
 }
 
 func (s *NodeSuite) TestNodeGoneBeforeCreate() {
 	s.env.OnActivity(s.a.CreateJob, mock.Anything, mock.Anything).Return(activities.JobRef{},
-		temporal.NewNonRetryableApplicationError("node node-a not found", activities.ErrNodeGone, nil)).Once()
+		temporal.NewNonRetryableApplicationError("node node-a not found", api.ErrNodeGone, nil)).Once()
 	s.env.OnActivity(s.a.FinalizeJob, mock.Anything, mock.MatchedBy(func(in activities.FinalizeInput) bool {
-		return in.Job == nil && in.End.Outcome == activities.OutcomeNodeGone
+		return in.Job == nil && in.End.Outcome == api.OutcomeNodeGone
 	})).Return(activities.FinalizeResult{}, nil).Once()
-	executeNodeAsChild(s.env, NodeRollout, NodeRolloutWorkflow, nodeInput())
+	executeNodeAsChild(s.env, NodeRollout, api.NodeRolloutWorkflow, nodeInput())
 	r := s.failedResult()
-	s.Equal(activities.OutcomeNodeGone, r.Outcome)
-	s.Equal(activities.ReasonNodeDeleted, r.Reason)
+	s.Equal(api.OutcomeNodeGone, r.Outcome)
+	s.Equal(api.ReasonNodeDeleted, r.Reason)
 }
 
 func (s *NodeSuite) TestForeignObjectIsAFailureNotARetry() {
 	s.env.OnActivity(s.a.CreateJob, mock.Anything, mock.Anything).Return(activities.JobRef{},
-		temporal.NewNonRetryableApplicationError("Job jobs/demo-node-a-abcde exists and is not ours", activities.ErrForeignObject, nil)).Once()
+		temporal.NewNonRetryableApplicationError("Job jobs/demo-node-a-abcde exists and is not ours", api.ErrForeignObject, nil)).Once()
 	s.env.OnActivity(s.a.FinalizeJob, mock.Anything, mock.Anything).Return(activities.FinalizeResult{}, nil).Once()
-	executeNodeAsChild(s.env, NodeRollout, NodeRolloutWorkflow, nodeInput())
+	executeNodeAsChild(s.env, NodeRollout, api.NodeRolloutWorkflow, nodeInput())
 	r := s.failedResult()
-	s.Equal(activities.OutcomeFailed, r.Outcome)
-	s.Equal(activities.ErrForeignObject, r.Reason)
+	s.Equal(api.OutcomeFailed, r.Outcome)
+	s.Equal(api.ErrForeignObject, r.Reason)
 }
 
 // TestCancelDeletesRunningJobsAndStartsNoMore aborts a real Rollout (with real NodeRollout
@@ -158,12 +159,12 @@ func TestCancelDeletesRunningJobsAndStartsNoMore(t *testing.T) {
 		env.CancelWorkflow()
 	}, time.Second)
 	env.SetTestTimeout(time.Minute)
-	env.ExecuteWorkflow(RolloutWorkflow, req)
+	env.ExecuteWorkflow(api.RolloutWorkflow, req)
 	require.True(t, env.IsWorkflowCompleted())
 	require.True(t, temporal.IsCanceledError(env.GetWorkflowError()), "%v", env.GetWorkflowError())
 	var canceled *temporal.CanceledError
 	require.True(t, errors.As(env.GetWorkflowError(), &canceled))
-	var result RolloutResult
+	var result api.RolloutResult
 	require.NoError(t, canceled.Details(&result))
 	require.Equal(t, 3, result.Counts.Aborted, "aborted nodes have their own outcome")
 	require.Zero(t, result.Counts.Failures(), "an abort is not charged to the failure budget")
@@ -182,20 +183,20 @@ func TestBusyNodeWaitsForTheOtherRollout(t *testing.T) {
 	}
 	var mu sync.Mutex
 	spans := map[string][]span{}
-	env.OnWorkflow(NodeRolloutV2, mock.Anything, mock.Anything).Return(func(ctx workflow.Context, in NodeRolloutInput) (NodeResult, error) {
+	env.OnWorkflow(NodeRolloutV2, mock.Anything, mock.Anything).Return(func(ctx workflow.Context, in NodeRolloutInput) (api.NodeResult, error) {
 		start := workflow.Now(ctx)
 		if err := workflow.Sleep(ctx, 10*time.Minute); err != nil {
-			return NodeResult{}, err
+			return api.NodeResult{}, err
 		}
 		mu.Lock()
 		spans[in.Node] = append(spans[in.Node], span{in.Rollout, start, workflow.Now(ctx)})
 		mu.Unlock()
-		return NodeResult{Node: in.Node, Outcome: activities.OutcomeSucceeded}, nil
+		return api.NodeResult{Node: in.Node, Outcome: api.OutcomeSucceeded}, nil
 	})
 	env.ExecuteWorkflow("both")
 	require.True(t, env.IsWorkflowCompleted())
 	require.NoError(t, env.GetWorkflowError())
-	var results []RolloutResult
+	var results []api.RolloutResult
 	require.NoError(t, env.GetWorkflowResult(&results))
 	require.Equal(t, 2, results[0].Counts.Succeeded)
 	require.Equal(t, 2, results[1].Counts.Succeeded)
@@ -210,29 +211,29 @@ func TestBusyNodeWaitsForTheOtherRollout(t *testing.T) {
 
 // bothRollouts starts rollout "first" over a and shared, and a minute later "second" over
 // shared and z.
-func bothRollouts(ctx workflow.Context) ([]RolloutResult, error) {
-	first := workflow.ExecuteChildWorkflow(workflow.WithChildOptions(ctx, workflow.ChildWorkflowOptions{WorkflowID: RolloutID("first")}),
-		RolloutWorkflow, RolloutRequest{Name: "first", Nodes: []string{"a", "shared"}, JobTemplate: sampleTemplate})
+func bothRollouts(ctx workflow.Context) ([]api.RolloutResult, error) {
+	first := workflow.ExecuteChildWorkflow(workflow.WithChildOptions(ctx, workflow.ChildWorkflowOptions{WorkflowID: api.RolloutID("first")}),
+		api.RolloutWorkflow, api.RolloutRequest{Name: "first", Nodes: []string{"a", "shared"}, JobTemplate: sampleTemplate})
 	if err := workflow.Sleep(ctx, time.Minute); err != nil {
 		return nil, err
 	}
-	second := workflow.ExecuteChildWorkflow(workflow.WithChildOptions(ctx, workflow.ChildWorkflowOptions{WorkflowID: RolloutID("second")}),
-		RolloutWorkflow, RolloutRequest{Name: "second", Nodes: []string{"shared", "z"}, JobTemplate: sampleTemplate})
-	var r1, r2 RolloutResult
+	second := workflow.ExecuteChildWorkflow(workflow.WithChildOptions(ctx, workflow.ChildWorkflowOptions{WorkflowID: api.RolloutID("second")}),
+		api.RolloutWorkflow, api.RolloutRequest{Name: "second", Nodes: []string{"shared", "z"}, JobTemplate: sampleTemplate})
+	var r1, r2 api.RolloutResult
 	if err := first.Get(ctx, &r1); err != nil {
 		return nil, err
 	}
 	if err := second.Get(ctx, &r2); err != nil {
 		return nil, err
 	}
-	return []RolloutResult{r1, r2}, nil
+	return []api.RolloutResult{r1, r2}, nil
 }
 
 // A node workflow runs only as a Rollout's child under the node's own workflow ID: started
 // directly, or as a child under another ID, it refuses before any activity touches the
 // cluster (row 7 of the seams issue).
 func TestNodeWorkflowStartedOutsideARolloutIsRefused(t *testing.T) {
-	for name, fn := range map[string]any{NodeRolloutWorkflow: NodeRollout, NodeRolloutV2Workflow: NodeRolloutV2, NodeRolloutV3Workflow: NodeRolloutV3} {
+	for name, fn := range map[string]any{api.NodeRolloutWorkflow: NodeRollout, api.NodeRolloutV2Workflow: NodeRolloutV2, api.NodeRolloutV3Workflow: NodeRolloutV3} {
 		t.Run(name+"/directly", func(t *testing.T) {
 			var ts testsuite.WorkflowTestSuite
 			env := newTestEnv(&ts)

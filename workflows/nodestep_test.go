@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/noderollout/noderollout/api"
 	"github.com/stretchr/testify/require"
 )
 
@@ -33,7 +34,7 @@ func TestNodeAnswersWhichStepItIsAt(t *testing.T) {
 		var queryErr error
 		r.env.RegisterDelayedCallback(func() {
 			// The node runs as a rollout's child, under the node's workflow ID.
-			v, err := r.env.QueryWorkflowByID(NodeWorkflowID("node-a"), "step")
+			v, err := r.env.QueryWorkflowByID(api.NodeWorkflowID("node-a"), "step")
 			if queryErr = err; err == nil {
 				queryErr = v.Get(&got)
 			}

@@ -12,6 +12,7 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/noderollout/noderollout/activities"
+	"github.com/noderollout/noderollout/api"
 )
 
 // Tests of NodeRolloutV3: a watched Job runs as one RunJob local activity, and the node goes on
@@ -25,11 +26,11 @@ func TestParentStartsNodeRolloutV3WithTheWatch(t *testing.T) {
 		return activities.ListNodesResult{Nodes: in.Names, Total: len(in.Names)}, nil
 	})
 	var got []NodeRolloutInput
-	env.OnWorkflow(NodeRolloutV3, mock.Anything, mock.Anything).Return(func(_ workflow.Context, in NodeRolloutInput) (NodeResult, error) {
+	env.OnWorkflow(NodeRolloutV3, mock.Anything, mock.Anything).Return(func(_ workflow.Context, in NodeRolloutInput) (api.NodeResult, error) {
 		got = append(got, in)
-		return NodeResult{Node: in.Node, Outcome: activities.OutcomeSucceeded}, nil
+		return api.NodeResult{Node: in.Node, Outcome: api.OutcomeSucceeded}, nil
 	})
-	env.ExecuteWorkflow(RolloutWorkflow, request("n1", "n2"))
+	env.ExecuteWorkflow(api.RolloutWorkflow, request("n1", "n2"))
 	require.NoError(t, env.GetWorkflowError())
 	require.Len(t, got, 2)
 	for _, in := range got {
@@ -75,17 +76,17 @@ func separateSteps(env *testsuite.TestWorkflowEnvironment, a *activities.Activit
 func TestShortJobIsOneRunJob(t *testing.T) {
 	env, a := nodeEnv(t)
 	env.OnActivity(a.RunJob, mock.Anything, mock.MatchedBy(func(in activities.RunJobInput) bool {
-		return in.WatchSeconds == nodeWatchSeconds && in.TimeoutSeconds == 600 && in.KeepJobs == activities.KeepFailed &&
+		return in.WatchSeconds == nodeWatchSeconds && in.TimeoutSeconds == 600 && in.KeepJobs == api.KeepFailed &&
 			in.Job.Node == "node-a" && in.Job.RunID != "" && in.Job.TemplateHash == "h1"
 	})).Return(activities.RunJobResult{Job: oneStepJob, Done: true,
-		End: activities.JobEnd{Outcome: activities.OutcomeSucceeded, Reason: "Completed"}}, nil).Once()
+		End: activities.JobEnd{Outcome: api.OutcomeSucceeded, Reason: "Completed"}}, nil).Once()
 	ran := separateSteps(env, a, "create", "watch", "wait", "finalize")
-	executeNodeAsChild(env, NodeRolloutV3, NodeRolloutV3Workflow, watchedInput())
+	executeNodeAsChild(env, NodeRolloutV3, api.NodeRolloutV3Workflow, watchedInput())
 	require.Empty(t, *ran, "steps RunJob had done ran again on their own")
 	require.NoError(t, env.GetWorkflowError())
-	var r NodeResult
+	var r api.NodeResult
 	require.NoError(t, env.GetWorkflowResult(&r))
-	require.Equal(t, activities.OutcomeSucceeded, r.Outcome)
+	require.Equal(t, api.OutcomeSucceeded, r.Outcome)
 	require.Equal(t, "Completed", r.Reason)
 	require.Equal(t, oneStepJob.Name, r.Job)
 	env.AssertExpectations(t)
@@ -95,29 +96,29 @@ func TestRunJobOutlastedIsLeftToWaitJobThenFinalized(t *testing.T) {
 	env, a := nodeEnv(t)
 	env.OnActivity(a.RunJob, mock.Anything, mock.Anything).Return(activities.RunJobResult{Job: oneStepJob, Running: true}, nil).Once()
 	env.OnActivity(a.WaitJob, mock.Anything, activities.WaitJobInput{Job: oneStepJob, TimeoutSeconds: 600}).
-		Return(activities.JobEnd{Outcome: activities.OutcomeFailed, Reason: "BackoffLimitExceeded"}, nil).Once()
+		Return(activities.JobEnd{Outcome: api.OutcomeFailed, Reason: "BackoffLimitExceeded"}, nil).Once()
 	env.OnActivity(a.FinalizeJob, mock.Anything, mock.MatchedBy(func(in activities.FinalizeInput) bool {
-		return in.Job != nil && in.Job.UID == "u1" && in.End.Outcome == activities.OutcomeFailed
+		return in.Job != nil && in.Job.UID == "u1" && in.End.Outcome == api.OutcomeFailed
 	})).Return(activities.FinalizeResult{}, nil).Once()
 	ran := separateSteps(env, a, "create", "watch")
-	executeNodeAsChild(env, NodeRolloutV3, NodeRolloutV3Workflow, watchedInput())
+	executeNodeAsChild(env, NodeRolloutV3, api.NodeRolloutV3Workflow, watchedInput())
 	require.Empty(t, *ran, "steps RunJob had done ran again on their own")
 	var appErr *temporal.ApplicationError
 	require.ErrorAs(t, env.GetWorkflowError(), &appErr)
-	require.Equal(t, ErrNodeFailed, appErr.Type())
+	require.Equal(t, api.ErrNodeFailed, appErr.Type())
 	env.AssertExpectations(t)
 }
 
 // The Job ended but RunJob's finalize failed: the node finalizes again on its own.
 func TestRunJobWhoseFinalizeFailedFinalizesAgain(t *testing.T) {
 	env, a := nodeEnv(t)
-	end := activities.JobEnd{Outcome: activities.OutcomeSucceeded, Reason: "Completed"}
+	end := activities.JobEnd{Outcome: api.OutcomeSucceeded, Reason: "Completed"}
 	env.OnActivity(a.RunJob, mock.Anything, mock.Anything).Return(activities.RunJobResult{Job: oneStepJob, End: end}, nil).Once()
 	env.OnActivity(a.FinalizeJob, mock.Anything, mock.MatchedBy(func(in activities.FinalizeInput) bool {
 		return in.Job != nil && in.Job.UID == "u1" && in.End == end
 	})).Return(activities.FinalizeResult{}, nil).Once()
 	ran := separateSteps(env, a, "create", "watch", "wait")
-	executeNodeAsChild(env, NodeRolloutV3, NodeRolloutV3Workflow, watchedInput())
+	executeNodeAsChild(env, NodeRolloutV3, api.NodeRolloutV3Workflow, watchedInput())
 	require.Empty(t, *ran, "steps RunJob had done ran again on their own")
 	require.NoError(t, env.GetWorkflowError())
 	env.AssertExpectations(t)
@@ -127,12 +128,12 @@ func TestRunJobWhoseFinalizeFailedFinalizesAgain(t *testing.T) {
 func TestRunJobRefusedCreateFinalizesWithoutAJob(t *testing.T) {
 	env, a := nodeEnv(t)
 	env.OnActivity(a.RunJob, mock.Anything, mock.Anything).
-		Return(activities.RunJobResult{}, temporal.NewNonRetryableApplicationError("bad template", activities.ErrInvalidRequest, nil)).Once()
+		Return(activities.RunJobResult{}, temporal.NewNonRetryableApplicationError("bad template", api.ErrInvalidRequest, nil)).Once()
 	env.OnActivity(a.FinalizeJob, mock.Anything, mock.MatchedBy(func(in activities.FinalizeInput) bool {
-		return in.Job == nil && in.End.Outcome == activities.OutcomeFailed
+		return in.Job == nil && in.End.Outcome == api.OutcomeFailed
 	})).Return(activities.FinalizeResult{}, nil).Once()
 	ran := separateSteps(env, a, "create", "watch", "wait")
-	executeNodeAsChild(env, NodeRolloutV3, NodeRolloutV3Workflow, watchedInput())
+	executeNodeAsChild(env, NodeRolloutV3, api.NodeRolloutV3Workflow, watchedInput())
 	require.Empty(t, *ran, "steps RunJob had done ran again on their own")
 	require.Error(t, env.GetWorkflowError())
 	env.AssertExpectations(t)
@@ -153,7 +154,7 @@ func TestAbortDuringRunJobDeletesTheJob(t *testing.T) {
 		return nil
 	})
 	ran := separateSteps(env, a, "create", "watch", "wait", "finalize")
-	executeNodeAsChild(env, NodeRolloutV3, NodeRolloutV3Workflow, watchedInput())
+	executeNodeAsChild(env, NodeRolloutV3, api.NodeRolloutV3Workflow, watchedInput())
 	require.Empty(t, *ran, "steps RunJob had done ran again on their own")
 	var canceled *temporal.CanceledError
 	require.ErrorAs(t, env.GetWorkflowError(), &canceled)
@@ -167,14 +168,14 @@ func TestRunJobThatFindsTheRunsOutcomeReportsIt(t *testing.T) {
 	env, a := nodeEnv(t)
 	found := oneStepJob
 	found.UID = ""
-	found.Finalized = activities.OutcomeFailed
+	found.Finalized = api.OutcomeFailed
 	env.OnActivity(a.RunJob, mock.Anything, mock.Anything).Return(activities.RunJobResult{Job: found}, nil).Once()
 	ran := separateSteps(env, a, "create", "watch", "wait", "finalize")
-	executeNodeAsChild(env, NodeRolloutV3, NodeRolloutV3Workflow, watchedInput())
+	executeNodeAsChild(env, NodeRolloutV3, api.NodeRolloutV3Workflow, watchedInput())
 	require.Empty(t, *ran, "steps RunJob had done ran again on their own")
 	var appErr *temporal.ApplicationError
 	require.ErrorAs(t, env.GetWorkflowError(), &appErr)
-	require.Equal(t, ErrNodeFailed, appErr.Type())
+	require.Equal(t, api.ErrNodeFailed, appErr.Type())
 	env.AssertExpectations(t)
 }
 
@@ -182,10 +183,10 @@ func TestRunJobThatFindsTheRunsOutcomeReportsIt(t *testing.T) {
 func TestNodeRolloutV3WithoutAWatchTakesTheSeparateSteps(t *testing.T) {
 	env, a := nodeEnv(t)
 	env.OnActivity(a.CreateJob, mock.Anything, mock.Anything).Return(oneStepJob, nil).Once()
-	env.OnActivity(a.WaitJob, mock.Anything, mock.Anything).Return(activities.JobEnd{Outcome: activities.OutcomeSucceeded}, nil).Once()
+	env.OnActivity(a.WaitJob, mock.Anything, mock.Anything).Return(activities.JobEnd{Outcome: api.OutcomeSucceeded}, nil).Once()
 	env.OnActivity(a.FinalizeJob, mock.Anything, mock.Anything).Return(activities.FinalizeResult{}, nil).Once()
 	env.OnActivity(a.RunJob, mock.Anything, mock.Anything).Return(activities.RunJobResult{}, nil).Never()
-	executeNodeAsChild(env, NodeRolloutV3, NodeRolloutV3Workflow, nodeInput())
+	executeNodeAsChild(env, NodeRolloutV3, api.NodeRolloutV3Workflow, nodeInput())
 	require.NoError(t, env.GetWorkflowError())
 	env.AssertExpectations(t)
 }

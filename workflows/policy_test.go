@@ -10,6 +10,7 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/noderollout/noderollout/activities"
+	"github.com/noderollout/noderollout/api"
 )
 
 // The policy's maxParallelism, learnt at PrepareTemplate, also bounds setParallelism later.
@@ -21,26 +22,26 @@ func TestSetParallelismStaysWithinThePolicy(t *testing.T) {
 	env.RegisterWorkflow(NodeRollout)
 	env.RegisterWorkflow(NodeRolloutV2)
 	env.RegisterWorkflow(NodeRolloutV3)
-	env.RegisterWorkflowWithOptions(Rollout, workflow.RegisterOptions{Name: RolloutWorkflow})
+	env.RegisterWorkflowWithOptions(Rollout, workflow.RegisterOptions{Name: api.RolloutWorkflow})
 	jobsOutlastTheWatch(env)
 	env.OnActivity(a.PrepareTemplate, mock.Anything, mock.Anything).Return(
 		activities.PreparedTemplate{Template: sampleTemplate, Hash: "h1", MaxParallelism: 5}, nil)
 	env.OnActivity(a.ListNodes, mock.Anything, mock.Anything).Return(activities.ListNodesResult{Nodes: []string{"n1"}, Total: 1}, nil)
 	env.OnWorkflow(NodeRolloutV2, mock.Anything, mock.Anything).Return(
-		func(ctx workflow.Context, in NodeRolloutInput) (NodeResult, error) {
-			return NodeResult{Node: in.Node, Outcome: activities.OutcomeSucceeded}, nil
+		func(ctx workflow.Context, in NodeRolloutInput) (api.NodeResult, error) {
+			return api.NodeResult{Node: in.Node, Outcome: api.OutcomeSucceeded}, nil
 		}).After(time.Hour)
 	var over, within error
 	accepted := false
 	env.RegisterDelayedCallback(func() {
-		env.UpdateWorkflow(UpdateSetParallelism, "over", &testsuite.TestUpdateCallback{
+		env.UpdateWorkflow(api.UpdateSetParallelism, "over", &testsuite.TestUpdateCallback{
 			OnReject: func(err error) { over = err }, OnAccept: func() {}, OnComplete: func(any, error) {},
-		}, SetParallelismRequest{Parallelism: 6})
-		env.UpdateWorkflow(UpdateSetParallelism, "within", &testsuite.TestUpdateCallback{
+		}, api.SetParallelismRequest{Parallelism: 6})
+		env.UpdateWorkflow(api.UpdateSetParallelism, "within", &testsuite.TestUpdateCallback{
 			OnReject: func(err error) { within = err }, OnAccept: func() { accepted = true }, OnComplete: func(any, error) {},
-		}, SetParallelismRequest{Parallelism: 5})
+		}, api.SetParallelismRequest{Parallelism: 5})
 	}, time.Minute)
-	env.ExecuteWorkflow(RolloutWorkflow, RolloutRequest{Name: "kata", NodeSelector: "a=b", JobTemplate: sampleTemplate, Parallelism: 2})
+	env.ExecuteWorkflow(api.RolloutWorkflow, api.RolloutRequest{Name: "kata", NodeSelector: "a=b", JobTemplate: sampleTemplate, Parallelism: 2})
 	require.NoError(t, env.GetWorkflowError())
 	require.ErrorContains(t, over, "maxParallelism")
 	require.NoError(t, within)
@@ -54,26 +55,26 @@ func TestSetParallelismBeforeTheTemplateIsPreparedStaysWithinThePolicy(t *testin
 	a := &activities.Activities{}
 	env.RegisterActivity(a)
 	env.RegisterWorkflow(NodeRolloutV3)
-	env.RegisterWorkflowWithOptions(Rollout, workflow.RegisterOptions{Name: RolloutWorkflow})
+	env.RegisterWorkflowWithOptions(Rollout, workflow.RegisterOptions{Name: api.RolloutWorkflow})
 	env.OnActivity(a.PrepareTemplate, mock.Anything, mock.Anything).After(10*time.Minute).Return(
 		activities.PreparedTemplate{Template: sampleTemplate, Hash: "h1", MaxParallelism: 5}, nil)
 	env.OnActivity(a.ListNodes, mock.Anything, mock.Anything).Return(activities.ListNodesResult{Nodes: []string{"n1"}, Total: 1}, nil)
-	env.OnWorkflow(NodeRolloutV3, mock.Anything, mock.Anything).After(time.Hour).Return(NodeResult{Outcome: activities.OutcomeSucceeded}, nil)
+	env.OnWorkflow(NodeRolloutV3, mock.Anything, mock.Anything).After(time.Hour).Return(api.NodeResult{Outcome: api.OutcomeSucceeded}, nil)
 	var updateErr error
 	completed := false
 	env.RegisterDelayedCallback(func() {
-		env.UpdateWorkflow(UpdateSetParallelism, "early", &testsuite.TestUpdateCallback{
+		env.UpdateWorkflow(api.UpdateSetParallelism, "early", &testsuite.TestUpdateCallback{
 			OnReject: func(err error) { updateErr = err }, OnAccept: func() {},
 			OnComplete: func(_ any, err error) { completed, updateErr = true, err },
-		}, SetParallelismRequest{Parallelism: 1000})
+		}, api.SetParallelismRequest{Parallelism: 1000})
 	}, time.Second)
-	var st RolloutStatus
+	var st api.RolloutStatus
 	env.RegisterDelayedCallback(func() {
-		v, err := env.QueryWorkflow(QueryStatus)
+		v, err := env.QueryWorkflow(api.QueryStatus)
 		require.NoError(t, err)
 		require.NoError(t, v.Get(&st))
 	}, 11*time.Minute)
-	env.ExecuteWorkflow(RolloutWorkflow, RolloutRequest{Name: "kata", NodeSelector: "a=b", JobTemplate: sampleTemplate, Parallelism: 2})
+	env.ExecuteWorkflow(api.RolloutWorkflow, api.RolloutRequest{Name: "kata", NodeSelector: "a=b", JobTemplate: sampleTemplate, Parallelism: 2})
 	require.NoError(t, env.GetWorkflowError())
 	require.True(t, completed, "the update completes once the cap is known")
 	require.ErrorContains(t, updateErr, "allows at most 5, got 1000")

@@ -14,6 +14,7 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/noderollout/noderollout/activities"
+	"github.com/noderollout/noderollout/api"
 )
 
 // The requester in the memo reaches every Job and Node marker; the policy gets the selector
@@ -26,9 +27,9 @@ func TestRequesterAndPolicyInputsReachTheActivities(t *testing.T) {
 	env.RegisterWorkflow(NodeRollout)
 	env.RegisterWorkflow(NodeRolloutV2)
 	env.RegisterWorkflow(NodeRolloutV3)
-	env.RegisterWorkflowWithOptions(Rollout, workflow.RegisterOptions{Name: RolloutWorkflow})
+	env.RegisterWorkflowWithOptions(Rollout, workflow.RegisterOptions{Name: api.RolloutWorkflow})
 	jobsOutlastTheWatch(env)
-	env.SetMemoOnStart(map[string]any{MemoRequester: "alice@laptop"})
+	env.SetMemoOnStart(map[string]any{api.MemoRequester: "alice@laptop"})
 
 	var mu sync.Mutex
 	var prepared activities.PrepareTemplateInput
@@ -46,7 +47,7 @@ func TestRequesterAndPolicyInputsReachTheActivities(t *testing.T) {
 			created = append(created, in.Requester)
 			return activities.JobRef{Namespace: in.Namespace, Name: "j-" + in.Node, UID: "u-" + in.Node, Node: in.Node}, nil
 		})
-	env.OnActivity(a.WaitJob, mock.Anything, mock.Anything).Return(activities.JobEnd{Outcome: activities.OutcomeSucceeded}, nil)
+	env.OnActivity(a.WaitJob, mock.Anything, mock.Anything).Return(activities.JobEnd{Outcome: api.OutcomeSucceeded}, nil)
 	env.OnActivity(a.FinalizeJob, mock.Anything, mock.Anything).Return(
 		func(_ context.Context, in activities.FinalizeInput) (activities.FinalizeResult, error) {
 			mu.Lock()
@@ -58,8 +59,8 @@ func TestRequesterAndPolicyInputsReachTheActivities(t *testing.T) {
 	env.OnActivity(a.CordonNode, mock.Anything, mock.Anything).Return(activities.CordonResult{WeCordoned: true}, nil)
 	env.OnActivity(a.UncordonNode, mock.Anything, mock.Anything).Return(activities.UncordonResult{Uncordoned: true}, nil)
 
-	env.ExecuteWorkflow(RolloutWorkflow, RolloutRequest{Name: "kata", Namespace: "jobs", NodeSelector: "pool=a",
-		JobTemplate: sampleTemplate, Parallelism: 7, Maintenance: &Maintenance{Cordon: true}})
+	env.ExecuteWorkflow(api.RolloutWorkflow, api.RolloutRequest{Name: "kata", Namespace: "jobs", NodeSelector: "pool=a",
+		JobTemplate: sampleTemplate, Parallelism: 7, Maintenance: &api.Maintenance{Cordon: true}})
 	require.NoError(t, env.GetWorkflowError())
 	require.Equal(t, "pool=a", prepared.NodeSelector)
 	require.Equal(t, 7, prepared.Parallelism)
@@ -108,11 +109,11 @@ func TestFleetPassesItsRequesterToTheClusterRollouts(t *testing.T) {
 	env, _ := fleetEnv(t)
 	memos := &childMemos{memos: map[string]map[string]any{}}
 	env.SetWorkerOptions(worker.Options{DeadlockDetectionTimeout: 30 * time.Second, Interceptors: []interceptor.WorkerInterceptor{memos}})
-	require.NoError(t, env.SetMemoOnStart(map[string]any{MemoRequester: "alice@laptop", MemoReason: "CVE-1"}))
-	env.ExecuteWorkflow(FleetRolloutWorkflow, fleetRequest(0))
+	require.NoError(t, env.SetMemoOnStart(map[string]any{api.MemoRequester: "alice@laptop", api.MemoReason: "CVE-1"}))
+	env.ExecuteWorkflow(api.FleetRolloutWorkflow, fleetRequest(0))
 	require.NoError(t, env.GetWorkflowError())
 	require.Len(t, memos.memos, 4)
 	for id, memo := range memos.memos {
-		require.Equal(t, map[string]any{MemoRequester: "alice@laptop", MemoReason: "CVE-1"}, memo, id)
+		require.Equal(t, map[string]any{api.MemoRequester: "alice@laptop", api.MemoReason: "CVE-1"}, memo, id)
 	}
 }

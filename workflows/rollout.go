@@ -13,6 +13,7 @@ import (
 
 	"github.com/noderollout/noderollout/activities"
 	"github.com/noderollout/noderollout/activities/jobspec"
+	"github.com/noderollout/noderollout/api"
 )
 
 // Tuning of the Rollout workflow that is not part of the request.
@@ -79,24 +80,24 @@ const (
 // Rollout runs NodeRollout on every selected node, at most a window of them at a time.
 // Validation comes first and fails the workflow with a non-retryable InvalidRequest. carried is
 // the state a previous run handed over when it continued as new; callers never set it.
-func Rollout(ctx workflow.Context, req RolloutRequest, carried *Progress) (RolloutResult, error) {
-	return rolloutIn(ctx, Cluster{}, req, carried)
+func Rollout(ctx workflow.Context, req api.RolloutRequest, carried *api.Progress) (api.RolloutResult, error) {
+	return rolloutIn(ctx, api.Cluster{}, req, carried)
 }
 
 // rolloutIn is Rollout on a worker of the given cluster.
-func rolloutIn(ctx workflow.Context, cluster Cluster, req RolloutRequest, carried *Progress) (RolloutResult, error) {
+func rolloutIn(ctx workflow.Context, cluster api.Cluster, req api.RolloutRequest, carried *api.Progress) (api.RolloutResult, error) {
 	continued := workflow.GetInfo(ctx).ContinuedExecutionRunID != ""
 	if carried == nil {
 		carried = req.CarriedProgress()
 	}
 	if carried != nil && !continued {
-		return RolloutResult{}, temporal.NewNonRetryableApplicationError(
+		return api.RolloutResult{}, temporal.NewNonRetryableApplicationError(
 			"invalid rollout request: progress: is internal state that only the workflow itself sets when it continues as new; start the rollout with the request alone",
-			activities.ErrInvalidRequest, nil)
+			api.ErrInvalidRequest, nil)
 	}
 	s, err := validate(req, continued)
 	if err != nil {
-		return RolloutResult{}, err
+		return api.RolloutResult{}, err
 	}
 	r := &rollout{req: req, s: s, requester: requesterOf(ctx), cluster: cluster}
 	r.guarantees = workflow.GetVersion(ctx, versionFieldGuarantees, workflow.DefaultVersion, 1) == 1
@@ -108,7 +109,7 @@ func rolloutIn(ctx workflow.Context, cluster Cluster, req RolloutRequest, carrie
 	// Handlers come before the first blocking call, so status and setParallelism work while
 	// the template is being prepared.
 	if err := r.registerHandlers(ctx); err != nil {
-		return RolloutResult{}, err
+		return api.RolloutResult{}, err
 	}
 	if !req.DryRun {
 		r.slots = newClusterSlots(ctx, cluster)
@@ -121,7 +122,7 @@ func rolloutIn(ctx workflow.Context, cluster Cluster, req RolloutRequest, carrie
 	}
 	if carried == nil {
 		if err := r.prepare(ctx); err != nil {
-			return RolloutResult{}, err
+			return api.RolloutResult{}, err
 		}
 	}
 	r.prepared = true
@@ -140,9 +141,9 @@ type queuedNode struct {
 }
 
 type rollout struct {
-	req RolloutRequest
-	s   settings
-	p   Progress
+	req api.RolloutRequest
+	s   api.Settings
+	p   api.Progress
 	win window
 	// pace is the state of the request's pacing (windows, domains, canaries, order).
 	pace pacer
@@ -151,7 +152,7 @@ type rollout struct {
 	inFlight        int // nodes holding a window slot: started, or reserved while they wait for a cluster slot
 	started         int // nodes whose child workflow has started and not yet ended
 	waiting         map[string]bool
-	recent          []NodeResult
+	recent          []api.NodeResult
 	launchedThisRun int
 	canAtLimits     bool             // continue as new near the history limits rather than when suggested
 	guarantees      bool             // versionFieldGuarantees applies to this run
@@ -168,7 +169,7 @@ type rollout struct {
 	done     bool
 	// handedOver holds the waiting nodes this run hands to the next one; once set, none of
 	// them starts here.
-	handedOver []PacedNode
+	handedOver []api.PacedNode
 
 	// freed marks busy nodes whose holder said it finished; signals holds the channels whose
 	// pending signals must be read before the run may continue as new.
@@ -177,7 +178,7 @@ type rollout struct {
 
 	requester string // from the memo, for the Jobs and Node markers
 
-	cluster Cluster
+	cluster api.Cluster
 	slots   *clusterSlots // the cluster-wide budget; nil without one
 
 	// children waits on the children that started without waiting; nil in runs before
@@ -186,19 +187,19 @@ type rollout struct {
 }
 
 // restore takes over carried progress, or starts it afresh on the first run.
-func (r *rollout) restore(ctx workflow.Context, carried *Progress) {
+func (r *rollout) restore(ctx workflow.Context, carried *api.Progress) {
 	r.waiting = map[string]bool{}
 	r.freed = map[string]bool{}
 	if carried != nil {
 		r.p = *carried
-		r.pace = newPacer(r.s.pace, carried.Pacing)
+		r.pace = newPacer(r.s.Pacing, carried.Pacing)
 		r.queue = restoredQueue(carried.Pacing)
-		r.win = resumeWindow(r.s.batch, r.p.Parallelism, r.p.Window)
+		r.win = resumeWindow(r.s.Batch, r.p.Parallelism, r.p.Window)
 		return
 	}
-	r.p = Progress{Parallelism: r.s.parallelism, StartedAt: workflow.Now(ctx)}
-	r.pace = newPacer(r.s.pace, nil)
-	r.win = newWindow(r.s.batch, r.s.parallelism)
+	r.p = api.Progress{Parallelism: r.s.Parallelism, StartedAt: workflow.Now(ctx)}
+	r.pace = newPacer(r.s.Pacing, nil)
+	r.win = newWindow(r.s.Batch, r.s.Parallelism)
 }
 
 // prepare loads and checks the template once, before any node starts. From
@@ -217,8 +218,8 @@ func (r *rollout) prepare(ctx workflow.Context) error {
 		TemplateRef:  r.req.JobTemplateRef,
 		Store:        store,
 		NodeSelector: r.req.NodeSelector,
-		Parallelism:  r.s.parallelism,
-		Cordon:       maintenanceCordons(r.req.Maintenance),
+		Parallelism:  r.s.Parallelism,
+		Cordon:       api.MaintenanceCordons(r.req.Maintenance),
 		Drain:        r.req.Maintenance != nil && r.req.Maintenance.Drain != nil,
 	}).Get(ctx, &prepared)
 	if err != nil {
@@ -245,38 +246,38 @@ func (r *rollout) prepare(ctx workflow.Context) error {
 
 func (r *rollout) namespace() string {
 	if r.req.Namespace == "" {
-		return DefaultNamespace
+		return api.DefaultNamespace
 	}
 	return r.req.Namespace
 }
 
 func (r *rollout) registerHandlers(ctx workflow.Context) error {
-	if err := workflow.SetQueryHandler(ctx, QueryStatus, func() (RolloutStatus, error) { return r.status(), nil }); err != nil {
+	if err := workflow.SetQueryHandler(ctx, api.QueryStatus, func() (api.RolloutStatus, error) { return r.status(), nil }); err != nil {
 		return err
 	}
-	err := workflow.SetUpdateHandlerWithOptions(ctx, UpdateSetParallelism,
-		func(ctx workflow.Context, in SetParallelismRequest) (SetParallelismResult, error) {
+	err := workflow.SetUpdateHandlerWithOptions(ctx, api.UpdateSetParallelism,
+		func(ctx workflow.Context, in api.SetParallelismRequest) (api.SetParallelismResult, error) {
 			// Before the template is prepared the worker's cap (policy maxParallelism) is not
 			// known yet: the update waits for it, so the cap holds from the first instant.
 			// versionCapBeforePrepare is asked only on that path.
 			if !r.prepared && workflow.GetVersion(ctx, versionCapBeforePrepare, workflow.DefaultVersion, 1) == 1 {
 				if err := workflow.Await(ctx, func() bool { return r.prepared }); err != nil {
-					return SetParallelismResult{}, err
+					return api.SetParallelismResult{}, err
 				}
 				if limit := r.p.MaxParallelism; limit > 0 && in.Parallelism > limit {
-					return SetParallelismResult{}, temporal.NewNonRetryableApplicationError(fmt.Sprintf(
-						"parallelism: the worker's policy (maxParallelism) allows at most %d, got %d", limit, in.Parallelism), activities.ErrPolicyDenied, nil)
+					return api.SetParallelismResult{}, temporal.NewNonRetryableApplicationError(fmt.Sprintf(
+						"parallelism: the worker's policy (maxParallelism) allows at most %d, got %d", limit, in.Parallelism), api.ErrPolicyDenied, nil)
 				}
 			}
 			previous := r.win.ceiling
 			r.win.setCeiling(in.Parallelism)
 			r.p.Parallelism = in.Parallelism
 			r.showProgress(ctx)
-			return SetParallelismResult{Previous: previous, Parallelism: in.Parallelism}, nil
+			return api.SetParallelismResult{Previous: previous, Parallelism: in.Parallelism}, nil
 		},
-		workflow.UpdateHandlerOptions{Validator: func(in SetParallelismRequest) error {
-			if in.Parallelism < 1 || in.Parallelism > MaxParallelism {
-				return fmt.Errorf("parallelism: must be between 1 and %d, got %d", MaxParallelism, in.Parallelism)
+		workflow.UpdateHandlerOptions{Validator: func(in api.SetParallelismRequest) error {
+			if in.Parallelism < 1 || in.Parallelism > api.MaxParallelism {
+				return fmt.Errorf("parallelism: must be between 1 and %d, got %d", api.MaxParallelism, in.Parallelism)
 			}
 			if limit := r.p.MaxParallelism; limit > 0 && in.Parallelism > limit {
 				return fmt.Errorf("parallelism: the worker's policy (maxParallelism) allows at most %d, got %d", limit, in.Parallelism)
@@ -289,8 +290,8 @@ func (r *rollout) registerHandlers(ctx workflow.Context) error {
 	if err := r.registerApprove(ctx); err != nil {
 		return err
 	}
-	pause := workflow.GetSignalChannel(ctx, SignalPause)
-	resume := workflow.GetSignalChannel(ctx, SignalResume)
+	pause := workflow.GetSignalChannel(ctx, api.SignalPause)
+	resume := workflow.GetSignalChannel(ctx, api.SignalResume)
 	freed := workflow.GetSignalChannel(ctx, SignalNodeFree)
 	r.signals = []workflow.ReceiveChannel{pause, resume, freed}
 	workflow.Go(ctx, func(ctx workflow.Context) {
@@ -317,12 +318,12 @@ func (r *rollout) registerHandlers(ctx workflow.Context) error {
 
 // run launches nodes until every one is handled, the failure budget is spent, the run has
 // launched its share (continue-as-new), or the rollout is cancelled.
-func (r *rollout) run(ctx workflow.Context) (RolloutResult, error) {
+func (r *rollout) run(ctx workflow.Context) (api.RolloutResult, error) {
 	r.canAtLimits = workflow.GetVersion(ctx, versionHistoryLimits, workflow.DefaultVersion, 1) == 1
 	r.stopWaits = workflow.GetVersion(ctx, versionStopWaits, workflow.DefaultVersion, 1) == 1
 	r.admission = workflow.GetVersion(ctx, versionAdmission, workflow.DefaultVersion, 1) == 1
 	if err := r.checkWindow(ctx); err != nil {
-		return RolloutResult{}, err
+		return api.RolloutResult{}, err
 	}
 	if stop, res, err := r.runCanaries(ctx); stop {
 		return res, err
@@ -401,7 +402,7 @@ func (r *rollout) drain(ctx workflow.Context, continuing, mayHandOver bool) (han
 		return false, workflow.Await(ctx, settled)
 	}
 	for _, node := range workflow.DeterministicKeys(r.waiting) {
-		r.handedOver = append(r.handedOver, PacedNode{Name: node, Domain: r.pace.domainOf[node]})
+		r.handedOver = append(r.handedOver, api.PacedNode{Name: node, Domain: r.pace.domainOf[node]})
 	}
 	return true, nil
 }
@@ -459,7 +460,7 @@ func (r *rollout) startNext(ctx workflow.Context, stop func() bool) (bool, error
 	} else {
 		r.queue = append(r.queue[:at], r.queue[at+1:]...)
 	}
-	if !r.s.pace.active() {
+	if !r.s.Pacing.Active() {
 		r.p.Cursor = next.name
 	}
 	switch next.skip {
@@ -468,7 +469,7 @@ func (r *rollout) startNext(ctx workflow.Context, stop func() bool) (bool, error
 	default:
 		r.pace.assign(next)
 		r.launch(ctx, next.name)
-		if r.s.delayBetweenNodes > 0 {
+		if r.s.DelayBetweenNodes > 0 {
 			if err := r.delayNext(ctx, stop); err != nil {
 				return false, err
 			}
@@ -480,11 +481,11 @@ func (r *rollout) startNext(ctx workflow.Context, stop func() bool) (bool, error
 // recordSkip records a listed node that is not run: done for this template, or missing.
 func (r *rollout) recordSkip(ctx workflow.Context, n queuedNode) {
 	if n.skip == "missing" {
-		r.record(ctx, NodeResult{Node: n.name, Outcome: activities.OutcomeNodeGone, Reason: "NodeNotFound",
+		r.record(ctx, api.NodeResult{Node: n.name, Outcome: api.OutcomeNodeGone, Reason: "NodeNotFound",
 			Message: "no Node named " + n.name})
 		return
 	}
-	r.record(ctx, NodeResult{Node: n.name, Outcome: activities.OutcomeSkipped, Reason: "AlreadyDone"})
+	r.record(ctx, api.NodeResult{Node: n.name, Outcome: api.OutcomeSkipped, Reason: "AlreadyDone"})
 }
 
 // delayNext waits delayBetweenNodes before the next node may start. From versionStopWaits on
@@ -492,10 +493,10 @@ func (r *rollout) recordSkip(ctx workflow.Context, n queuedNode) {
 // next. versionCutDelay is asked only then, so a delay that runs its course adds no marker.
 func (r *rollout) delayNext(ctx workflow.Context, stop func() bool) error {
 	if !r.stopWaits {
-		return workflow.Sleep(ctx, r.s.delayBetweenNodes)
+		return workflow.Sleep(ctx, r.s.DelayBetweenNodes)
 	}
 	timerCtx, cancelTimer := workflow.WithCancel(ctx)
-	timer := workflow.NewTimer(timerCtx, r.s.delayBetweenNodes)
+	timer := workflow.NewTimer(timerCtx, r.s.DelayBetweenNodes)
 	if err := workflow.Await(ctx, func() bool { return timer.IsReady() || stop() }); err != nil {
 		return err
 	}
@@ -508,11 +509,11 @@ func (r *rollout) delayNext(ctx workflow.Context, stop func() bool) error {
 
 // listingFailed ends a rollout whose node listing failed for good, after every node in flight
 // has finished, with what was done so far.
-func (r *rollout) listingFailed(ctx workflow.Context, err error) (RolloutResult, error) {
+func (r *rollout) listingFailed(ctx workflow.Context, err error) (api.RolloutResult, error) {
 	r.done = true
 	result := r.result(ctx)
 	var appErr *temporal.ApplicationError
-	errType := ErrRolloutFailed
+	errType := api.ErrRolloutFailed
 	msg := err.Error()
 	if errors.As(err, &appErr) {
 		errType, msg = appErr.Type(), appErr.Message()
@@ -531,7 +532,7 @@ func (r *rollout) dueToContinueAsNew(ctx workflow.Context) bool {
 		events:    info.GetCurrentHistoryLength(),
 		bytes:     info.GetCurrentHistorySize(),
 		suggested: info.GetContinueAsNewSuggested(),
-	}, r.s.continueAsNewAfter, r.drainingNodes(), r.canAtLimits)
+	}, r.s.ContinueAsNewAfter, r.drainingNodes(), r.canAtLimits)
 }
 
 // drainingNodes is how many nodes can still add to the history once the run decides to
@@ -575,7 +576,7 @@ func (r *rollout) listMore(ctx workflow.Context) error {
 		Rerun:         r.req.Rerun,
 		After:         r.p.Cursor,
 		Limit:         listPageSize,
-		Labels:        r.s.pace.labelKeys(),
+		Labels:        r.s.Pacing.LabelKeys(),
 	}).Get(ctx, &page)
 	if err != nil {
 		return asWorkflowError(err)
@@ -634,7 +635,7 @@ func (r *rollout) launch(ctx workflow.Context, node string) {
 
 // nodeEnd is how a node's turn in this run ended.
 type nodeEnd struct {
-	result NodeResult
+	result api.NodeResult
 	// holdsSlot says the node still holds its window slot; started, that it ran at all (a
 	// waiting node is not started once the failure budget is spent).
 	holdsSlot, started bool
@@ -658,7 +659,7 @@ func (r *rollout) settle(ctx workflow.Context, node string, end nodeEnd) {
 // childEnded settles a child that the collector saw end. A child refused because another
 // rollout holds the node goes on in a coroutine of its own, which waits for the node.
 func (r *rollout) childEnded(ctx workflow.Context, node string, child workflow.Future) {
-	var result NodeResult
+	var result api.NodeResult
 	err := child.Get(ctx, &result)
 	r.childStopped(node)
 	if temporal.IsWorkflowExecutionAlreadyStartedError(err) {
@@ -679,11 +680,11 @@ func (r *rollout) startChild(ctx workflow.Context, node string) workflow.ChildWo
 		Template:          r.p.Template,
 		TemplateHash:      r.p.TemplateHash,
 		Owner:             r.req.Owner,
-		JobTimeoutSeconds: int64(r.s.jobTimeout / time.Second),
-		JobTTLSeconds:     int32(r.s.jobTTL / time.Second),
-		KeepJobs:          r.s.keepJobs,
+		JobTimeoutSeconds: int64(r.s.JobTimeout / time.Second),
+		JobTTLSeconds:     int32(r.s.JobTTL / time.Second),
+		KeepJobs:          r.s.KeepJobs,
 		Requester:         r.requester,
-		Maintenance:       nodeMaintenance(r.req.Maintenance),
+		Maintenance:       api.ResolveMaintenance(r.req.Maintenance),
 	}
 	nodeWorkflow := any(NodeRollout)
 	if r.nodeVersion >= 1 {
@@ -732,7 +733,7 @@ func (r *rollout) runNode(ctx workflow.Context, node string, busy bool) nodeEnd 
 			delete(r.freed, node)
 			r.p.Counts.Waiting--
 			if waitErr != nil {
-				return nodeEnd{result: NodeResult{Node: node, Outcome: activities.OutcomeAborted, Reason: activities.ReasonAborted,
+				return nodeEnd{result: api.NodeResult{Node: node, Outcome: api.OutcomeAborted, Reason: api.ReasonAborted,
 					Message: "aborted while waiting for another rollout to finish on the node"}, started: true}
 			}
 			if r.handedOver != nil {
@@ -750,13 +751,13 @@ func (r *rollout) runNode(ctx workflow.Context, node string, busy bool) nodeEnd 
 			r.pace.take(node)
 		}
 		if err := r.slots.acquire(ctx, node, func() { r.showProgress(ctx) }, nil); err != nil {
-			return nodeEnd{result: NodeResult{Node: node, Outcome: activities.OutcomeAborted, Reason: activities.ReasonAborted,
+			return nodeEnd{result: api.NodeResult{Node: node, Outcome: api.OutcomeAborted, Reason: api.ReasonAborted,
 				Message: "aborted while waiting for a slot of the cluster-wide budget"}, holdsSlot: true, started: true}
 		}
 		child := r.startChild(ctx, node)
 		err := child.GetChildWorkflowExecution().Get(ctx, nil)
 		if err == nil {
-			var result NodeResult
+			var result api.NodeResult
 			err = child.Get(ctx, &result)
 			r.childStopped(node)
 			r.slots.release(ctx, node)
@@ -765,7 +766,7 @@ func (r *rollout) runNode(ctx workflow.Context, node string, busy bool) nodeEnd 
 		r.childStopped(node)
 		r.slots.release(ctx, node)
 		if !temporal.IsWorkflowExecutionAlreadyStartedError(err) {
-			return nodeEnd{result: nodeResult(node, err, NodeResult{}), holdsSlot: true, started: true}
+			return nodeEnd{result: nodeResult(node, err, api.NodeResult{}), holdsSlot: true, started: true}
 		}
 		busy = true
 	}
@@ -812,32 +813,32 @@ func (r *rollout) waitUntilFreed(ctx workflow.Context, node string, recheck time
 
 // nodeResult reads a child's outcome: its result, the NodeResult carried by ErrNodeFailed, or
 // a failure made from any other error.
-func nodeResult(node string, err error, result NodeResult) NodeResult {
+func nodeResult(node string, err error, result api.NodeResult) api.NodeResult {
 	if err == nil {
 		return result
 	}
 	var appErr *temporal.ApplicationError
-	if errors.As(err, &appErr) && appErr.Type() == ErrNodeFailed && appErr.HasDetails() {
-		var carried NodeResult
+	if errors.As(err, &appErr) && appErr.Type() == api.ErrNodeFailed && appErr.HasDetails() {
+		var carried api.NodeResult
 		if appErr.Details(&carried) == nil {
 			return carried
 		}
 	}
 	if temporal.IsCanceledError(err) {
-		return NodeResult{Node: node, Outcome: activities.OutcomeAborted, Reason: activities.ReasonAborted, Message: err.Error()}
+		return api.NodeResult{Node: node, Outcome: api.OutcomeAborted, Reason: api.ReasonAborted, Message: err.Error()}
 	}
-	return NodeResult{Node: node, Outcome: activities.OutcomeFailed, Reason: "NodeRolloutFailed", Message: err.Error()}
+	return api.NodeResult{Node: node, Outcome: api.OutcomeFailed, Reason: "NodeRolloutFailed", Message: err.Error()}
 }
 
 // record counts a node's final outcome.
-func (r *rollout) record(ctx workflow.Context, result NodeResult) {
-	r.p.Counts.add(result.Outcome)
+func (r *rollout) record(ctx workflow.Context, result api.NodeResult) {
+	r.p.Counts.Add(result.Outcome)
 	switch result.Outcome {
-	case activities.OutcomeSucceeded:
+	case api.OutcomeSucceeded:
 		r.win.succeeded()
-	case activities.OutcomeFailed, activities.OutcomeTimedOut, activities.OutcomeDrainTimedOut, activities.OutcomeUnhealthy:
+	case api.OutcomeFailed, api.OutcomeTimedOut, api.OutcomeDrainTimedOut, api.OutcomeUnhealthy:
 		r.win.failed()
-		if len(r.p.Failures) < MaxReportedFailures {
+		if len(r.p.Failures) < api.MaxReportedFailures {
 			r.p.Failures = append(r.p.Failures, result)
 		}
 	}
@@ -849,7 +850,7 @@ func (r *rollout) record(ctx workflow.Context, result NodeResult) {
 }
 
 func (r *rollout) budgetExceeded() bool {
-	return !r.s.failureBudget.allows(r.p.Counts.Failures(), r.p.Selected)
+	return !r.s.FailureBudget.Allows(r.p.Counts.Failures(), r.p.Selected)
 }
 
 // noneMayStart says that no node may start any more, not even one that waited for another
@@ -862,14 +863,14 @@ func (r *rollout) noneMayStart() bool {
 }
 
 // cancelled waits for every child to delete its Job, then ends the workflow as cancelled.
-func (r *rollout) cancelled(ctx workflow.Context) (RolloutResult, error) {
+func (r *rollout) cancelled(ctx workflow.Context) (api.RolloutResult, error) {
 	r.draining = true
 	cleanup, _ := workflow.NewDisconnectedContext(ctx)
 	_ = workflow.Await(cleanup, func() bool { return r.inFlight == 0 && len(r.waiting) == 0 })
 	return r.result(cleanup), temporal.NewCanceledError(r.result(cleanup))
 }
 
-func (r *rollout) continueAsNew(ctx workflow.Context) (RolloutResult, error) {
+func (r *rollout) continueAsNew(ctx workflow.Context) (api.RolloutResult, error) {
 	// A signal or update that arrived in the same workflow task as the decision is handled
 	// first: the root coroutine runs before the one that reads the signals, and the state is
 	// copied below.
@@ -891,7 +892,7 @@ func (r *rollout) continueAsNew(ctx workflow.Context) (RolloutResult, error) {
 	// Listed but unlaunched nodes are listed again after the cursor by the next run, or
 	// (pacing) carried as they are.
 	progress.ListingDone = r.p.ListingDone && len(r.queue) == 0
-	if r.s.pace.active() {
+	if r.s.Pacing.Active() {
 		progress.ListingDone = r.p.ListingDone
 		progress.Pacing = r.pace.carried(r.queue)
 	}
@@ -899,14 +900,14 @@ func (r *rollout) continueAsNew(ctx workflow.Context) (RolloutResult, error) {
 		progress.WaitingNodes = r.handedOver
 		progress.Counts.Waiting = 0 // nothing else is in flight: every waiting node is handed over
 	}
-	progress.Failures = make([]NodeResult, len(r.p.Failures))
+	progress.Failures = make([]api.NodeResult, len(r.p.Failures))
 	for i, f := range r.p.Failures {
 		progress.Failures[i] = carriedFailure(f)
 	}
-	return RolloutResult{}, workflow.NewContinueAsNewError(ctx, RolloutWorkflow, r.req, &progress)
+	return api.RolloutResult{}, workflow.NewContinueAsNewError(ctx, api.RolloutWorkflow, r.req, &progress)
 }
 
-func (r *rollout) finish(ctx workflow.Context) (RolloutResult, error) {
+func (r *rollout) finish(ctx workflow.Context) (api.RolloutResult, error) {
 	r.done = true
 	result := r.result(ctx)
 	if !r.budgetExceeded() {
@@ -917,12 +918,12 @@ func (r *rollout) finish(ctx workflow.Context) (RolloutResult, error) {
 		names = append(names, f.Node+" ("+string(f.Outcome)+" "+f.Reason+")")
 	}
 	msg := fmt.Sprintf("rollout %s stopped: %d of %d selected nodes failed, over the budget of %s; failed: %s",
-		r.req.Name, result.Counts.Failures(), result.Selected, r.s.failureBudget, strings.Join(names, ", "))
-	return result, temporal.NewNonRetryableApplicationError(msg, ErrFailureBudgetExceeded, nil, result)
+		r.req.Name, result.Counts.Failures(), result.Selected, r.s.FailureBudget, strings.Join(names, ", "))
+	return result, temporal.NewNonRetryableApplicationError(msg, api.ErrFailureBudgetExceeded, nil, result)
 }
 
-func (r *rollout) result(ctx workflow.Context) RolloutResult {
-	return RolloutResult{
+func (r *rollout) result(ctx workflow.Context) api.RolloutResult {
+	return api.RolloutResult{
 		Name:           r.req.Name,
 		TemplateHash:   r.p.TemplateHash,
 		Selected:       r.p.Selected,
@@ -935,11 +936,11 @@ func (r *rollout) result(ctx workflow.Context) RolloutResult {
 }
 
 // dryRun lists every selected node and says what would happen to it, starting nothing.
-func (r *rollout) dryRun(ctx workflow.Context) (RolloutResult, error) {
-	var planned []PlannedNode
+func (r *rollout) dryRun(ctx workflow.Context) (api.RolloutResult, error) {
+	var planned []api.PlannedNode
 	for !r.p.ListingDone {
 		if err := r.listMore(ctx); err != nil {
-			return RolloutResult{}, err // nothing was started: there is nothing to drain
+			return api.RolloutResult{}, err // nothing was started: there is nothing to drain
 		}
 		for _, n := range r.queue {
 			r.p.Cursor = n.name
@@ -951,8 +952,8 @@ func (r *rollout) dryRun(ctx workflow.Context) (RolloutResult, error) {
 			default:
 				r.p.Counts.Pending++
 			}
-			if len(planned) < MaxExplicitNodes {
-				p := PlannedNode{Node: n.name, Skip: n.skip}
+			if len(planned) < api.MaxExplicitNodes {
+				p := api.PlannedNode{Node: n.name, Skip: n.skip}
 				if n.skip == "" {
 					p.JobPrefix = jobspec.JobNamePrefix(r.req.Name, n.name)
 				}
@@ -962,7 +963,7 @@ func (r *rollout) dryRun(ctx workflow.Context) (RolloutResult, error) {
 		r.queue = nil
 	}
 	if err := planDrains(ctx, r.req.Maintenance, planned); err != nil {
-		return RolloutResult{}, err
+		return api.RolloutResult{}, err
 	}
 	result := r.result(ctx)
 	result.Planned = planned
@@ -970,7 +971,7 @@ func (r *rollout) dryRun(ctx workflow.Context) (RolloutResult, error) {
 }
 
 // status answers the status query.
-func (r *rollout) status() RolloutStatus {
+func (r *rollout) status() api.RolloutStatus {
 	c := r.p.Counts
 	c.Pending = max(0, r.p.Selected-c.Finished()-c.Running-c.Waiting)
 	phase := "running"
@@ -985,11 +986,11 @@ func (r *rollout) status() RolloutStatus {
 		phase = r.pace.phaseWord()
 	}
 	waiting := workflow.DeterministicKeys(r.waiting)
-	var pacing *PacingStatus
-	if r.s.pace.active() {
+	var pacing *api.PacingStatus
+	if r.s.Pacing.Active() {
 		pacing = r.pace.status()
 	}
-	return RolloutStatus{
+	return api.RolloutStatus{
 		Pacing:                pacing,
 		Name:                  r.req.Name,
 		Phase:                 phase,
@@ -1001,8 +1002,8 @@ func (r *rollout) status() RolloutStatus {
 		Counts:                c,
 		Waiting:               waiting,
 		WaitingForClusterSlot: r.slots.waitingNodes(),
-		Recent:                append([]NodeResult(nil), r.recent...),
-		Failures:              append([]NodeResult(nil), r.p.Failures...),
+		Recent:                append([]api.NodeResult(nil), r.recent...),
+		Failures:              append([]api.NodeResult(nil), r.p.Failures...),
 		ContinuedAsNew:        r.p.ContinuedAsNew,
 		TemplateHash:          r.p.TemplateHash,
 		StartedAt:             r.p.StartedAt,

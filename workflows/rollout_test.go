@@ -20,6 +20,7 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/noderollout/noderollout/activities"
+	"github.com/noderollout/noderollout/api"
 )
 
 const sampleTemplate = `apiVersion: batch/v1
@@ -46,7 +47,7 @@ type RolloutSuite struct {
 	runs  []nodeRun
 	live  int
 	peak  int
-	jobFn func(ctx workflow.Context, in NodeRolloutInput) (NodeResult, error)
+	jobFn func(ctx workflow.Context, in NodeRolloutInput) (api.NodeResult, error)
 	// prepareErr and listFn replace the template and node listing behaviour in one test.
 	prepareErr error
 	listFn     func(context.Context, activities.ListNodesInput) (activities.ListNodesResult, error)
@@ -82,7 +83,7 @@ func (s *RolloutSuite) SetupTest() {
 			return s.listFn(ctx, in)
 		}).Maybe()
 	s.env.OnWorkflow(NodeRolloutV2, mock.Anything, mock.Anything).Return(
-		func(ctx workflow.Context, in NodeRolloutInput) (NodeResult, error) { return s.jobFn(ctx, in) }).Maybe()
+		func(ctx workflow.Context, in NodeRolloutInput) (api.NodeResult, error) { return s.jobFn(ctx, in) }).Maybe()
 }
 
 func (s *RolloutSuite) AfterTest(_, _ string) { s.env.AssertExpectations(s.T()) }
@@ -127,13 +128,13 @@ func (s *RolloutSuite) listNodes(_ context.Context, in activities.ListNodesInput
 }
 
 // succeedAfter is a child that runs for d of virtual time and succeeds, recording concurrency.
-func (s *RolloutSuite) succeedAfter(d time.Duration) func(workflow.Context, NodeRolloutInput) (NodeResult, error) {
+func (s *RolloutSuite) succeedAfter(d time.Duration) func(workflow.Context, NodeRolloutInput) (api.NodeResult, error) {
 	return s.runFor(func(string) (time.Duration, bool) { return d, true })
 }
 
 // runFor is a child whose duration and success depend on the node.
-func (s *RolloutSuite) runFor(plan func(node string) (time.Duration, bool)) func(workflow.Context, NodeRolloutInput) (NodeResult, error) {
-	return func(ctx workflow.Context, in NodeRolloutInput) (NodeResult, error) {
+func (s *RolloutSuite) runFor(plan func(node string) (time.Duration, bool)) func(workflow.Context, NodeRolloutInput) (api.NodeResult, error) {
+	return func(ctx workflow.Context, in NodeRolloutInput) (api.NodeResult, error) {
 		s.mu.Lock()
 		s.live++
 		s.peak = max(s.peak, s.live)
@@ -147,23 +148,23 @@ func (s *RolloutSuite) runFor(plan func(node string) (time.Duration, bool)) func
 		s.runs[i].finish = workflow.Now(ctx)
 		s.mu.Unlock()
 		if err != nil {
-			return NodeResult{}, err
+			return api.NodeResult{}, err
 		}
 		if !ok {
-			res := NodeResult{Node: in.Node, Outcome: activities.OutcomeFailed, Reason: "BackoffLimitExceeded"}
-			return res, temporal.NewNonRetryableApplicationError("node failed", ErrNodeFailed, nil, res)
+			res := api.NodeResult{Node: in.Node, Outcome: api.OutcomeFailed, Reason: "BackoffLimitExceeded"}
+			return res, temporal.NewNonRetryableApplicationError("node failed", api.ErrNodeFailed, nil, res)
 		}
-		return NodeResult{Node: in.Node, Outcome: activities.OutcomeSucceeded}, nil
+		return api.NodeResult{Node: in.Node, Outcome: api.OutcomeSucceeded}, nil
 	}
 }
 
-func request(nodes ...string) RolloutRequest {
-	return RolloutRequest{Name: "demo", Namespace: "jobs", Nodes: nodes, JobTemplate: sampleTemplate}
+func request(nodes ...string) api.RolloutRequest {
+	return api.RolloutRequest{Name: "demo", Namespace: "jobs", Nodes: nodes, JobTemplate: sampleTemplate}
 }
 
-func (s *RolloutSuite) result() RolloutResult {
+func (s *RolloutSuite) result() api.RolloutResult {
 	s.True(s.env.IsWorkflowCompleted())
-	var r RolloutResult
+	var r api.RolloutResult
 	s.Require().NoError(s.env.GetWorkflowError())
 	s.Require().NoError(s.env.GetWorkflowResult(&r))
 	return r
@@ -172,7 +173,7 @@ func (s *RolloutSuite) result() RolloutResult {
 func (s *RolloutSuite) TestHappyPathRunsEveryNodeOnceWithinParallelism() {
 	req := request(nodeNames(23)...)
 	req.Parallelism = 5
-	s.env.ExecuteWorkflow(RolloutWorkflow, req)
+	s.env.ExecuteWorkflow(api.RolloutWorkflow, req)
 	r := s.result()
 	s.Equal(23, r.Counts.Succeeded)
 	s.Equal(23, r.Selected)
@@ -195,7 +196,7 @@ func (s *RolloutSuite) TestParallelismNeverExceededWithUnevenJobs() {
 	})
 	req := request(nodeNames(40)...)
 	req.Parallelism = 7
-	s.env.ExecuteWorkflow(RolloutWorkflow, req)
+	s.env.ExecuteWorkflow(api.RolloutWorkflow, req)
 	s.Equal(40, s.result().Counts.Succeeded)
 	s.Equal(7, s.peak)
 	for _, run := range s.runs {
@@ -206,8 +207,8 @@ func (s *RolloutSuite) TestParallelismNeverExceededWithUnevenJobs() {
 func (s *RolloutSuite) TestWindowGrowsExponentiallyWhileNodesSucceed() {
 	req := request(nodeNames(15)...)
 	req.Parallelism = 8
-	req.Batch = &Batch{Initial: 1, Growth: GrowthExponential}
-	s.env.ExecuteWorkflow(RolloutWorkflow, req)
+	req.Batch = &api.Batch{Initial: 1, Growth: api.GrowthExponential}
+	s.env.ExecuteWorkflow(api.RolloutWorkflow, req)
 	s.Equal(15, s.result().Counts.Succeeded)
 	// Window 1, then 2, 4, 8: the waves start at minutes 0, 1, 2, 3 (and 4 for the rest).
 	starts := map[time.Duration]int{}
@@ -224,15 +225,15 @@ func (s *RolloutSuite) TestFailureBudgetStopsLaunchesAndFailsWithSummary() {
 	req := request(nodeNames(20)...)
 	req.Parallelism = 1
 	req.MaxFailures = "1"
-	s.env.ExecuteWorkflow(RolloutWorkflow, req)
+	s.env.ExecuteWorkflow(api.RolloutWorkflow, req)
 	err := s.env.GetWorkflowError()
 	var appErr *temporal.ApplicationError
 	s.Require().True(errors.As(err, &appErr), "%v", err)
-	s.Equal(ErrFailureBudgetExceeded, appErr.Type())
+	s.Equal(api.ErrFailureBudgetExceeded, appErr.Type())
 	s.Contains(appErr.Message(), "node-00002")
 	s.Contains(appErr.Message(), "node-00004")
 	s.Len(s.runs, 5, "no node may start after the second failure")
-	var r RolloutResult
+	var r api.RolloutResult
 	s.Require().NoError(appErr.Details(&r))
 	s.Equal(3, r.Counts.Succeeded)
 	s.Equal(2, r.Counts.Failed)
@@ -242,7 +243,7 @@ func (s *RolloutSuite) TestPercentBudgetAllowsFailuresWithinShare() {
 	s.jobFn = s.runFor(func(node string) (time.Duration, bool) { return time.Minute, node != "node-00003" })
 	req := request(nodeNames(10)...)
 	req.MaxFailures = "10%"
-	s.env.ExecuteWorkflow(RolloutWorkflow, req)
+	s.env.ExecuteWorkflow(api.RolloutWorkflow, req)
 	r := s.result()
 	s.Equal(9, r.Counts.Succeeded)
 	s.Equal(1, r.Counts.Failed)
@@ -260,7 +261,7 @@ func (s *RolloutSuite) TestOneSlowFailingNodeDoesNotDelayOthers() {
 	req := request(nodeNames(10)...)
 	req.Parallelism = 2
 	req.MaxFailures = "1"
-	s.env.ExecuteWorkflow(RolloutWorkflow, req)
+	s.env.ExecuteWorkflow(api.RolloutWorkflow, req)
 	r := s.result()
 	s.Equal(9, r.Counts.Succeeded)
 	var slowEnd, lastFast time.Time
@@ -278,20 +279,20 @@ func (s *RolloutSuite) TestOneSlowFailingNodeDoesNotDelayOthers() {
 func (s *RolloutSuite) TestPauseStopsLaunchesAndResumeRestarts() {
 	req := request(nodeNames(6)...)
 	req.Parallelism = 1
-	var atPause, atResume RolloutStatus
-	s.env.RegisterDelayedCallback(func() { s.env.SignalWorkflow(SignalPause, nil) }, 90*time.Second)
+	var atPause, atResume api.RolloutStatus
+	s.env.RegisterDelayedCallback(func() { s.env.SignalWorkflow(api.SignalPause, nil) }, 90*time.Second)
 	s.env.RegisterDelayedCallback(func() {
-		v, err := s.env.QueryWorkflow(QueryStatus)
+		v, err := s.env.QueryWorkflow(api.QueryStatus)
 		s.Require().NoError(err)
 		s.Require().NoError(v.Get(&atPause))
-		s.env.SignalWorkflow(SignalResume, nil)
+		s.env.SignalWorkflow(api.SignalResume, nil)
 	}, time.Hour)
 	s.env.RegisterDelayedCallback(func() {
-		v, err := s.env.QueryWorkflow(QueryStatus)
+		v, err := s.env.QueryWorkflow(api.QueryStatus)
 		s.Require().NoError(err)
 		s.Require().NoError(v.Get(&atResume))
 	}, time.Hour+time.Second)
-	s.env.ExecuteWorkflow(RolloutWorkflow, req)
+	s.env.ExecuteWorkflow(api.RolloutWorkflow, req)
 	r := s.result()
 	s.Equal(6, r.Counts.Succeeded)
 	s.True(atPause.Paused)
@@ -309,24 +310,24 @@ func (s *RolloutSuite) TestSetParallelismUpdateResizesTheWindow() {
 	req := request(nodeNames(30)...)
 	req.Parallelism = 2
 	var rejected, accepted error
-	var res SetParallelismResult
+	var res api.SetParallelismResult
 	s.env.RegisterDelayedCallback(func() {
-		s.env.UpdateWorkflow(UpdateSetParallelism, "bad", &testsuite.TestUpdateCallback{
+		s.env.UpdateWorkflow(api.UpdateSetParallelism, "bad", &testsuite.TestUpdateCallback{
 			OnReject: func(err error) { rejected = err },
 			OnAccept: func() { s.Fail("parallelism 0 must be rejected") },
-		}, SetParallelismRequest{Parallelism: 0})
-		s.env.UpdateWorkflow(UpdateSetParallelism, "good", &testsuite.TestUpdateCallback{
+		}, api.SetParallelismRequest{Parallelism: 0})
+		s.env.UpdateWorkflow(api.UpdateSetParallelism, "good", &testsuite.TestUpdateCallback{
 			OnReject:   func(err error) { accepted = err },
 			OnAccept:   func() {},
-			OnComplete: func(v interface{}, err error) { res = v.(SetParallelismResult); accepted = err },
-		}, SetParallelismRequest{Parallelism: 6})
+			OnComplete: func(v interface{}, err error) { res = v.(api.SetParallelismResult); accepted = err },
+		}, api.SetParallelismRequest{Parallelism: 6})
 	}, 150*time.Second)
-	s.env.ExecuteWorkflow(RolloutWorkflow, req)
+	s.env.ExecuteWorkflow(api.RolloutWorkflow, req)
 	s.Equal(30, s.result().Counts.Succeeded)
 	s.Require().Error(rejected)
 	s.Contains(rejected.Error(), "parallelism")
 	s.NoError(accepted)
-	s.Equal(SetParallelismResult{Previous: 2, Parallelism: 6}, res)
+	s.Equal(api.SetParallelismResult{Previous: 2, Parallelism: 6}, res)
 	for _, run := range s.runs {
 		limit := 2
 		if run.start.Sub(s.runs[0].start) >= 150*time.Second {
@@ -340,8 +341,8 @@ func (s *RolloutSuite) TestSetParallelismUpdateResizesTheWindow() {
 func (s *RolloutSuite) TestRerunSkipsDoneNodesUnlessAsked() {
 	s.fleet = nodeNames(8)
 	s.done["node-00001"], s.done["node-00005"] = true, true
-	req := RolloutRequest{Name: "demo", NodeSelector: "pool=a", JobTemplate: sampleTemplate}
-	s.env.ExecuteWorkflow(RolloutWorkflow, req)
+	req := api.RolloutRequest{Name: "demo", NodeSelector: "pool=a", JobTemplate: sampleTemplate}
+	s.env.ExecuteWorkflow(api.RolloutWorkflow, req)
 	r := s.result()
 	s.Equal(6, r.Counts.Succeeded)
 	s.Equal(2, r.Counts.Skipped)
@@ -353,8 +354,8 @@ func (s *RolloutSuite) TestRerunSkipsDoneNodesUnlessAsked() {
 func (s *RolloutSuite) TestRerunTrueRunsDoneNodesToo() {
 	s.fleet = nodeNames(8)
 	s.done["node-00001"] = true
-	req := RolloutRequest{Name: "demo", NodeSelector: "pool=a", JobTemplate: sampleTemplate, Rerun: true}
-	s.env.ExecuteWorkflow(RolloutWorkflow, req)
+	req := api.RolloutRequest{Name: "demo", NodeSelector: "pool=a", JobTemplate: sampleTemplate, Rerun: true}
+	s.env.ExecuteWorkflow(api.RolloutWorkflow, req)
 	r := s.result()
 	s.Equal(8, r.Counts.Succeeded)
 	s.Equal(0, r.Counts.Skipped)
@@ -363,8 +364,8 @@ func (s *RolloutSuite) TestRerunTrueRunsDoneNodesToo() {
 func (s *RolloutSuite) TestDryRunStartsNoChild() {
 	s.fleet = nodeNames(5)
 	s.done["node-00002"] = true
-	req := RolloutRequest{Name: "demo", NodeSelector: "pool=a", JobTemplate: sampleTemplate, DryRun: true}
-	s.env.ExecuteWorkflow(RolloutWorkflow, req)
+	req := api.RolloutRequest{Name: "demo", NodeSelector: "pool=a", JobTemplate: sampleTemplate, DryRun: true}
+	s.env.ExecuteWorkflow(api.RolloutWorkflow, req)
 	r := s.result()
 	s.Empty(s.runs)
 	s.Require().Len(r.Planned, 5)
@@ -377,23 +378,23 @@ func (s *RolloutSuite) TestDryRunStartsNoChild() {
 func (s *RolloutSuite) TestInvalidRequestFailsAtOnceNamingTheField() {
 	req := request("node-a")
 	req.Parallelism = -3
-	s.env.ExecuteWorkflow(RolloutWorkflow, req)
+	s.env.ExecuteWorkflow(api.RolloutWorkflow, req)
 	err := s.env.GetWorkflowError()
 	var appErr *temporal.ApplicationError
 	s.Require().True(errors.As(err, &appErr), "%v", err)
-	s.Equal(activities.ErrInvalidRequest, appErr.Type())
+	s.Equal(api.ErrInvalidRequest, appErr.Type())
 	s.True(appErr.NonRetryable())
 	s.Contains(appErr.Message(), "parallelism")
 }
 
 func (s *RolloutSuite) TestTemplateProblemFromActivityIsInvalidRequest() {
-	s.prepareErr = temporal.NewNonRetryableApplicationError("jobTemplateRef: ConfigMap jobs/missing not found", activities.ErrInvalidRequest, nil)
+	s.prepareErr = temporal.NewNonRetryableApplicationError("jobTemplateRef: ConfigMap jobs/missing not found", api.ErrInvalidRequest, nil)
 	req := request("node-a")
-	req.JobTemplate, req.JobTemplateRef = "", &activities.TemplateRef{Name: "missing"}
-	s.env.ExecuteWorkflow(RolloutWorkflow, req)
+	req.JobTemplate, req.JobTemplateRef = "", &api.TemplateRef{Name: "missing"}
+	s.env.ExecuteWorkflow(api.RolloutWorkflow, req)
 	var appErr *temporal.ApplicationError
 	s.Require().True(errors.As(s.env.GetWorkflowError(), &appErr))
-	s.Equal(activities.ErrInvalidRequest, appErr.Type())
+	s.Equal(api.ErrInvalidRequest, appErr.Type())
 	s.Contains(appErr.Message(), "jobTemplateRef")
 }
 
@@ -401,7 +402,7 @@ func (s *RolloutSuite) TestMissingExplicitNodesBecomeNodeGone() {
 	s.listFn = func(context.Context, activities.ListNodesInput) (activities.ListNodesResult, error) {
 		return activities.ListNodesResult{Nodes: []string{"a", "c"}, Missing: []string{"b"}, Next: "c", Total: 3}, nil
 	}
-	s.env.ExecuteWorkflow(RolloutWorkflow, request("a", "b", "c"))
+	s.env.ExecuteWorkflow(api.RolloutWorkflow, request("a", "b", "c"))
 	r := s.result()
 	s.Equal(2, r.Counts.Succeeded)
 	s.Equal(1, r.Counts.NodeGone)
@@ -420,8 +421,8 @@ func TestContinueAsNewCarriesCursorCountersAndFailures(t *testing.T) {
 	req.MaxFailures = "5"
 	req.ContinueAsNewAfter = 1000
 	runs := 0
-	var final RolloutResult
-	var carried *Progress
+	var final api.RolloutResult
+	var carried *api.Progress
 	for {
 		runs++
 		require.LessOrEqual(t, runs, 10, "the rollout should end within a few runs")
@@ -435,16 +436,16 @@ func TestContinueAsNewCarriesCursorCountersAndFailures(t *testing.T) {
 		fleet := &RolloutSuite{fleet: nodeNames(n), done: map[string]bool{}}
 		env.OnActivity(a.ListNodes, mock.Anything, mock.Anything).Return(fleet.listNodes)
 		env.OnActivity(a.PrepareTemplate, mock.Anything, mock.Anything).Return(activities.PreparedTemplate{Template: sampleTemplate, Hash: "h"}, nil).Maybe()
-		env.OnWorkflow(NodeRolloutV2, mock.Anything, mock.Anything).Return(func(ctx workflow.Context, in NodeRolloutInput) (NodeResult, error) {
+		env.OnWorkflow(NodeRolloutV2, mock.Anything, mock.Anything).Return(func(ctx workflow.Context, in NodeRolloutInput) (api.NodeResult, error) {
 			started[in.Node]++
 			if err := workflow.Sleep(ctx, time.Second); err != nil {
-				return NodeResult{}, err
+				return api.NodeResult{}, err
 			}
 			if failing[in.Node] {
-				res := NodeResult{Node: in.Node, Outcome: activities.OutcomeFailed, Reason: "BackoffLimitExceeded"}
-				return res, temporal.NewNonRetryableApplicationError("failed", ErrNodeFailed, nil, res)
+				res := api.NodeResult{Node: in.Node, Outcome: api.OutcomeFailed, Reason: "BackoffLimitExceeded"}
+				return res, temporal.NewNonRetryableApplicationError("failed", api.ErrNodeFailed, nil, res)
 			}
-			return NodeResult{Node: in.Node, Outcome: activities.OutcomeSucceeded}, nil
+			return api.NodeResult{Node: in.Node, Outcome: api.OutcomeSucceeded}, nil
 		})
 		if carried != nil {
 			env.SetContinuedExecutionRunID(fmt.Sprintf("run-%d", runs-1))
@@ -454,8 +455,8 @@ func TestContinueAsNewCarriesCursorCountersAndFailures(t *testing.T) {
 		err := env.GetWorkflowError()
 		var can *workflow.ContinueAsNewError
 		if errors.As(err, &can) {
-			require.Equal(t, RolloutWorkflow, can.WorkflowType.Name)
-			var next RolloutRequest
+			require.Equal(t, api.RolloutWorkflow, can.WorkflowType.Name)
+			var next api.RolloutRequest
 			require.NoError(t, converterFromEnv().FromPayloads(can.Input, &next, &carried))
 			require.NotNil(t, carried)
 			require.Equal(t, runs, carried.ContinuedAsNew)

@@ -14,6 +14,7 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/noderollout/noderollout/activities"
+	"github.com/noderollout/noderollout/api"
 )
 
 // How a rollout stops: once no node may start any more (its failure budget spent, a canary
@@ -33,13 +34,13 @@ func (s *RolloutSuite) TestOverBudgetRolloutDoesNotWaitForTheNextWindow() {
 	})
 	req := request(nodeNames(6)...)
 	req.Parallelism = 2
-	req.MaintenanceWindow = &MaintenanceWindow{Start: "10:00", Duration: "30m", TimeZone: "UTC"}
-	s.env.ExecuteWorkflow(RolloutWorkflow, req)
+	req.MaintenanceWindow = &api.MaintenanceWindow{Start: "10:00", Duration: "30m", TimeZone: "UTC"}
+	s.env.ExecuteWorkflow(api.RolloutWorkflow, req)
 	err := s.env.GetWorkflowError()
 	var appErr *temporal.ApplicationError
 	s.Require().True(errors.As(err, &appErr), "%v", err)
-	s.Equal(ErrFailureBudgetExceeded, appErr.Type())
-	var r RolloutResult
+	s.Equal(api.ErrFailureBudgetExceeded, appErr.Type())
+	var r api.RolloutResult
 	s.Require().NoError(appErr.Details(&r))
 	s.Equal(1, r.Counts.Failed)
 	s.Equal(3, r.Counts.Succeeded, "node-00001..3 ran before the window closed")
@@ -64,15 +65,15 @@ func (s *RolloutSuite) TestOverBudgetRolloutOfAnOldRunSitsTheDelayOut() {
 
 // overBudgetDuringAnHourlongDelay runs three nodes an hour apart with no failure allowed; the
 // first fails after a minute.
-func (s *RolloutSuite) overBudgetDuringAnHourlongDelay() RolloutResult {
+func (s *RolloutSuite) overBudgetDuringAnHourlongDelay() api.RolloutResult {
 	s.jobFn = s.runFor(func(node string) (time.Duration, bool) { return time.Minute, node != "node-00000" })
 	req := request(nodeNames(3)...)
 	req.DelayBetweenNodes = "1h"
-	s.env.ExecuteWorkflow(RolloutWorkflow, req)
+	s.env.ExecuteWorkflow(api.RolloutWorkflow, req)
 	var appErr *temporal.ApplicationError
 	s.Require().True(errors.As(s.env.GetWorkflowError(), &appErr), "%v", s.env.GetWorkflowError())
-	s.Equal(ErrFailureBudgetExceeded, appErr.Type())
-	var r RolloutResult
+	s.Equal(api.ErrFailureBudgetExceeded, appErr.Type())
+	var r api.RolloutResult
 	s.Require().NoError(appErr.Details(&r))
 	s.Len(s.runs, 1, "no node starts once the budget is spent")
 	return r
@@ -81,17 +82,17 @@ func (s *RolloutSuite) overBudgetDuringAnHourlongDelay() RolloutResult {
 // secondOfBoth runs rollout first over a and shared, then a minute later rollout second (over
 // shared and z unless given), and returns second's result and error type (the result from the
 // error's details when it failed).
-func secondOfBoth(ctx workflow.Context, req *RolloutRequest) (secondResult, error) {
-	first := workflow.ExecuteChildWorkflow(workflow.WithChildOptions(ctx, workflow.ChildWorkflowOptions{WorkflowID: RolloutID("first")}),
-		RolloutWorkflow, RolloutRequest{Name: "first", Nodes: []string{"a", "shared"}, JobTemplate: sampleTemplate})
+func secondOfBoth(ctx workflow.Context, req *api.RolloutRequest) (secondResult, error) {
+	first := workflow.ExecuteChildWorkflow(workflow.WithChildOptions(ctx, workflow.ChildWorkflowOptions{WorkflowID: api.RolloutID("first")}),
+		api.RolloutWorkflow, api.RolloutRequest{Name: "first", Nodes: []string{"a", "shared"}, JobTemplate: sampleTemplate})
 	if err := workflow.Sleep(ctx, time.Minute); err != nil {
 		return secondResult{}, err
 	}
 	if req == nil {
-		req = &RolloutRequest{Name: "second", Nodes: []string{"shared", "z"}, JobTemplate: sampleTemplate}
+		req = &api.RolloutRequest{Name: "second", Nodes: []string{"shared", "z"}, JobTemplate: sampleTemplate}
 	}
-	second := workflow.ExecuteChildWorkflow(workflow.WithChildOptions(ctx, workflow.ChildWorkflowOptions{WorkflowID: RolloutID("second")}),
-		RolloutWorkflow, *req)
+	second := workflow.ExecuteChildWorkflow(workflow.WithChildOptions(ctx, workflow.ChildWorkflowOptions{WorkflowID: api.RolloutID("second")}),
+		api.RolloutWorkflow, *req)
 	var r secondResult
 	err := second.Get(ctx, &r.Result)
 	var appErr *temporal.ApplicationError
@@ -106,8 +107,8 @@ func secondOfBoth(ctx workflow.Context, req *RolloutRequest) (secondResult, erro
 }
 
 type secondResult struct {
-	Result  RolloutResult `json:"result"`
-	ErrType string        `json:"errType,omitempty"`
+	Result  api.RolloutResult `json:"result"`
+	ErrType string            `json:"errType,omitempty"`
 }
 
 // pairEnv is a test environment for secondOfBoth: shared is held by rollout first for two
@@ -129,7 +130,7 @@ func pairEnv(t *testing.T) (env *testsuite.TestWorkflowEnvironment, zFailed func
 	var mu sync.Mutex
 	var failedAt time.Time
 	started := map[string][]string{}
-	env.OnWorkflow(NodeRolloutV2, mock.Anything, mock.Anything).Return(func(ctx workflow.Context, in NodeRolloutInput) (NodeResult, error) {
+	env.OnWorkflow(NodeRolloutV2, mock.Anything, mock.Anything).Return(func(ctx workflow.Context, in NodeRolloutInput) (api.NodeResult, error) {
 		mu.Lock()
 		started[in.Node] = append(started[in.Node], in.Rollout)
 		mu.Unlock()
@@ -138,16 +139,16 @@ func pairEnv(t *testing.T) (env *testsuite.TestWorkflowEnvironment, zFailed func
 			d = time.Minute
 		}
 		if err := workflow.Sleep(ctx, d); err != nil {
-			return NodeResult{}, err
+			return api.NodeResult{}, err
 		}
 		if in.Node == "z" {
 			mu.Lock()
 			failedAt = workflow.Now(ctx)
 			mu.Unlock()
-			res := NodeResult{Node: in.Node, Outcome: activities.OutcomeFailed, Reason: "BackoffLimitExceeded"}
-			return res, temporal.NewNonRetryableApplicationError("failed", ErrNodeFailed, nil, res)
+			res := api.NodeResult{Node: in.Node, Outcome: api.OutcomeFailed, Reason: "BackoffLimitExceeded"}
+			return res, temporal.NewNonRetryableApplicationError("failed", api.ErrNodeFailed, nil, res)
 		}
-		return NodeResult{Node: in.Node, Outcome: activities.OutcomeSucceeded}, nil
+		return api.NodeResult{Node: in.Node, Outcome: api.OutcomeSucceeded}, nil
 	})
 	zFailed = func() time.Time { mu.Lock(); defer mu.Unlock(); return failedAt }
 	starts = func(node string) []string { mu.Lock(); defer mu.Unlock(); return started[node] }
@@ -164,7 +165,7 @@ func TestOverBudgetRolloutDoesNotWaitForABusyNode(t *testing.T) {
 	require.NoError(t, env.GetWorkflowError())
 	var r secondResult
 	require.NoError(t, env.GetWorkflowResult(&r))
-	require.Equal(t, ErrFailureBudgetExceeded, r.ErrType)
+	require.Equal(t, api.ErrFailureBudgetExceeded, r.ErrType)
 	require.Equal(t, 1, r.Result.Counts.Failed)
 	require.Equal(t, []string{"first"}, starts("shared"))
 	require.False(t, zFailed().IsZero())
@@ -177,13 +178,13 @@ func TestOverBudgetRolloutDoesNotWaitForABusyNode(t *testing.T) {
 // rollout does not wait for that node.
 func TestFailedCanaryDoesNotWaitForOrStartABusyCanary(t *testing.T) {
 	env, zFailed, starts := pairEnv(t)
-	env.ExecuteWorkflow("second-of-both", &RolloutRequest{Name: "second", Nodes: []string{"shared", "z", "other"}, JobTemplate: sampleTemplate,
-		MaxFailures: "1", Canary: &Canary{Nodes: []string{"shared", "z"}}})
+	env.ExecuteWorkflow("second-of-both", &api.RolloutRequest{Name: "second", Nodes: []string{"shared", "z", "other"}, JobTemplate: sampleTemplate,
+		MaxFailures: "1", Canary: &api.Canary{Nodes: []string{"shared", "z"}}})
 	require.True(t, env.IsWorkflowCompleted())
 	require.NoError(t, env.GetWorkflowError())
 	var r secondResult
 	require.NoError(t, env.GetWorkflowResult(&r))
-	require.Equal(t, ErrCanaryFailed, r.ErrType)
+	require.Equal(t, api.ErrCanaryFailed, r.ErrType)
 	require.Equal(t, []string{"first"}, starts("shared"), "no node starts after a canary failed")
 	require.Empty(t, starts("other"))
 	require.Less(t, r.Result.FinishedAt.Sub(zFailed()), time.Minute,

@@ -1,15 +1,18 @@
 package workflows
 
 import (
+	"testing"
 	"time"
 
 	"github.com/stretchr/testify/mock"
+	"github.com/stretchr/testify/require"
 
 	"go.temporal.io/sdk/testsuite"
 	"go.temporal.io/sdk/worker"
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/noderollout/noderollout/activities"
+	"github.com/noderollout/noderollout/api"
 )
 
 // newTestEnv is a test environment whose deadlock detector tolerates a starved CPU: the SDK's
@@ -27,9 +30,9 @@ func newTestEnv(ts *testsuite.WorkflowTestSuite) *testsuite.TestWorkflowEnvironm
 // without such a parent (checkLineage).
 const childOfARollout = "child-of-a-rollout"
 
-func asChildOfARollout(ctx workflow.Context, nodeWorkflow string, in NodeRolloutInput) (NodeResult, error) {
-	var res NodeResult
-	err := workflow.ExecuteChildWorkflow(nodeChildOptions(ctx, in.Rollout, in.Node, NodeWorkflowID(in.Node)), nodeWorkflow, in).Get(ctx, &res)
+func asChildOfARollout(ctx workflow.Context, nodeWorkflow string, in NodeRolloutInput) (api.NodeResult, error) {
+	var res api.NodeResult
+	err := workflow.ExecuteChildWorkflow(nodeChildOptions(ctx, in.Rollout, in.Node, api.NodeWorkflowID(in.Node)), nodeWorkflow, in).Get(ctx, &res)
 	return res, err
 }
 
@@ -48,4 +51,12 @@ func jobsOutlastTheWatch(env *testsuite.TestWorkflowEnvironment) {
 func executeNodeAsChild(env *testsuite.TestWorkflowEnvironment, fn any, name string, in NodeRolloutInput) {
 	env.RegisterWorkflowWithOptions(fn, workflow.RegisterOptions{Name: name, DisableAlreadyRegisteredCheck: true})
 	env.ExecuteWorkflow(childOfARollout, name, in)
+}
+
+// mustSettings is the request's settings; the request must be valid.
+func mustSettings(t *testing.T, req api.RolloutRequest) api.Settings {
+	t.Helper()
+	s, problems := api.Check(req, false)
+	require.Empty(t, problems)
+	return s
 }

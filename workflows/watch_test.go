@@ -11,6 +11,7 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/noderollout/noderollout/activities"
+	"github.com/noderollout/noderollout/api"
 )
 
 // Tests of the local watch: a node whose parent set WatchSeconds watches its Job from a local
@@ -30,12 +31,12 @@ func TestShortJobEndsWithinTheWatchWithoutWaitJob(t *testing.T) {
 	env.OnActivity(a.WatchJob, mock.Anything, activities.WatchJobInput{
 		WaitJobInput: activities.WaitJobInput{Job: watchedJob, TimeoutSeconds: 600},
 		ForSeconds:   nodeWatchSeconds,
-	}).Return(activities.JobWatch{End: activities.JobEnd{Outcome: activities.OutcomeSucceeded, Reason: "Completed"}}, nil).Once()
+	}).Return(activities.JobWatch{End: activities.JobEnd{Outcome: api.OutcomeSucceeded, Reason: "Completed"}}, nil).Once()
 	env.OnActivity(a.WaitJob, mock.Anything, mock.Anything).Return(activities.JobEnd{}, errors.New("WaitJob must not run")).Never()
 	env.OnActivity(a.FinalizeJob, mock.Anything, mock.MatchedBy(func(in activities.FinalizeInput) bool {
-		return in.Job != nil && in.Job.UID == "u1" && in.End.Outcome == activities.OutcomeSucceeded
+		return in.Job != nil && in.Job.UID == "u1" && in.End.Outcome == api.OutcomeSucceeded
 	})).Return(activities.FinalizeResult{}, nil).Once()
-	executeNodeAsChild(env, NodeRolloutV2, NodeRolloutV2Workflow, watchedInput())
+	executeNodeAsChild(env, NodeRolloutV2, api.NodeRolloutV2Workflow, watchedInput())
 	require.NoError(t, env.GetWorkflowError())
 	env.AssertExpectations(t)
 }
@@ -45,14 +46,14 @@ func TestJobThatOutlastsTheWatchIsLeftToWaitJob(t *testing.T) {
 	env.OnActivity(a.CreateJob, mock.Anything, mock.Anything).Return(watchedJob, nil).Once()
 	env.OnActivity(a.WatchJob, mock.Anything, mock.Anything).Return(activities.JobWatch{Running: true}, nil).Once()
 	env.OnActivity(a.WaitJob, mock.Anything, activities.WaitJobInput{Job: watchedJob, TimeoutSeconds: 600}).
-		Return(activities.JobEnd{Outcome: activities.OutcomeFailed, Reason: "BackoffLimitExceeded"}, nil).Once()
+		Return(activities.JobEnd{Outcome: api.OutcomeFailed, Reason: "BackoffLimitExceeded"}, nil).Once()
 	env.OnActivity(a.FinalizeJob, mock.Anything, mock.MatchedBy(func(in activities.FinalizeInput) bool {
-		return in.End.Outcome == activities.OutcomeFailed
+		return in.End.Outcome == api.OutcomeFailed
 	})).Return(activities.FinalizeResult{}, nil).Once()
-	executeNodeAsChild(env, NodeRolloutV2, NodeRolloutV2Workflow, watchedInput())
+	executeNodeAsChild(env, NodeRolloutV2, api.NodeRolloutV2Workflow, watchedInput())
 	var appErr *temporal.ApplicationError
 	require.ErrorAs(t, env.GetWorkflowError(), &appErr)
-	require.Equal(t, ErrNodeFailed, appErr.Type())
+	require.Equal(t, api.ErrNodeFailed, appErr.Type())
 	env.AssertExpectations(t)
 }
 
@@ -73,12 +74,12 @@ func TestAbortDuringTheWatchDeletesTheJob(t *testing.T) {
 		deleted = append(deleted, j.Name)
 		return nil
 	})
-	executeNodeAsChild(env, NodeRolloutV2, NodeRolloutV2Workflow, watchedInput())
+	executeNodeAsChild(env, NodeRolloutV2, api.NodeRolloutV2Workflow, watchedInput())
 	var canceled *temporal.CanceledError
 	require.ErrorAs(t, env.GetWorkflowError(), &canceled)
-	var r NodeResult
+	var r api.NodeResult
 	require.NoError(t, canceled.Details(&r))
-	require.Equal(t, activities.OutcomeAborted, r.Outcome)
+	require.Equal(t, api.OutcomeAborted, r.Outcome)
 	require.Equal(t, []string{watchedJob.Name}, deleted)
 }
 
@@ -88,7 +89,7 @@ func TestWatchRefusedDeletesTheJob(t *testing.T) {
 	env, a := nodeEnv(t)
 	env.OnActivity(a.CreateJob, mock.Anything, mock.Anything).Return(watchedJob, nil).Once()
 	env.OnActivity(a.WatchJob, mock.Anything, mock.Anything).Return(activities.JobWatch{},
-		temporal.NewNonRetryableApplicationError("get jobs: forbidden", activities.ErrForbidden, nil)).Once()
+		temporal.NewNonRetryableApplicationError("get jobs: forbidden", api.ErrForbidden, nil)).Once()
 	env.OnActivity(a.WaitJob, mock.Anything, mock.Anything).Return(activities.JobEnd{}, nil).Never()
 	var deleted int
 	env.OnActivity(a.DeleteJob, mock.Anything, mock.Anything).Return(func(context.Context, activities.JobRef) error {
@@ -96,7 +97,7 @@ func TestWatchRefusedDeletesTheJob(t *testing.T) {
 		return nil
 	})
 	env.OnActivity(a.FinalizeJob, mock.Anything, mock.Anything).Return(activities.FinalizeResult{}, nil).Once()
-	executeNodeAsChild(env, NodeRolloutV2, NodeRolloutV2Workflow, watchedInput())
+	executeNodeAsChild(env, NodeRolloutV2, api.NodeRolloutV2Workflow, watchedInput())
 	require.Error(t, env.GetWorkflowError())
 	require.Equal(t, 1, deleted)
 }
@@ -106,15 +107,15 @@ func TestParentSetsTheWatchOnPlainNodesOnly(t *testing.T) {
 	for _, maintained := range []bool{false, true} {
 		env, _ := rolloutEnv(t)
 		var got []NodeRolloutInput
-		env.OnWorkflow(NodeRolloutV2, mock.Anything, mock.Anything).Return(func(_ workflow.Context, in NodeRolloutInput) (NodeResult, error) {
+		env.OnWorkflow(NodeRolloutV2, mock.Anything, mock.Anything).Return(func(_ workflow.Context, in NodeRolloutInput) (api.NodeResult, error) {
 			got = append(got, in)
-			return NodeResult{Node: in.Node, Outcome: activities.OutcomeSucceeded}, nil
+			return api.NodeResult{Node: in.Node, Outcome: api.OutcomeSucceeded}, nil
 		})
 		req := request("n1", "n2")
 		if maintained {
-			req.Maintenance = &Maintenance{Cordon: true}
+			req.Maintenance = &api.Maintenance{Cordon: true}
 		}
-		env.ExecuteWorkflow(RolloutWorkflow, req)
+		env.ExecuteWorkflow(api.RolloutWorkflow, req)
 		require.NoError(t, env.GetWorkflowError())
 		require.Len(t, got, 2)
 		for _, in := range got {
@@ -134,18 +135,18 @@ func TestRepeatedFirstTaskReportsTheOutcomeOnTheNode(t *testing.T) {
 	env, a := nodeEnv(t)
 	finalized := watchedJob
 	finalized.UID = ""
-	finalized.Finalized = activities.OutcomeSucceeded
+	finalized.Finalized = api.OutcomeSucceeded
 	env.OnActivity(a.CreateJob, mock.Anything, mock.Anything).Return(finalized, nil).Once()
 	env.OnActivity(a.WatchJob, mock.Anything, mock.Anything).Return(activities.JobWatch{}, errors.New("WatchJob must not run")).Never()
 	env.OnActivity(a.WaitJob, mock.Anything, mock.Anything).Return(activities.JobEnd{}, errors.New("WaitJob must not run")).Never()
 	env.OnActivity(a.FinalizeJob, mock.Anything, mock.Anything).Return(activities.FinalizeResult{}, errors.New("FinalizeJob must not run")).Never()
-	executeNodeAsChild(env, NodeRolloutV2, NodeRolloutV2Workflow, watchedInput())
+	executeNodeAsChild(env, NodeRolloutV2, api.NodeRolloutV2Workflow, watchedInput())
 	require.NoError(t, env.GetWorkflowError())
-	var r NodeResult
+	var r api.NodeResult
 	require.NoError(t, env.GetWorkflowResult(&r))
-	require.Equal(t, activities.OutcomeSucceeded, r.Outcome)
+	require.Equal(t, api.OutcomeSucceeded, r.Outcome)
 	require.Equal(t, watchedJob.Name, r.Job)
-	require.Equal(t, activities.ReasonRecordedOnNode, r.Reason)
+	require.Equal(t, api.ReasonRecordedOnNode, r.Reason)
 	env.AssertExpectations(t)
 }
 
@@ -157,11 +158,11 @@ func TestFinalizeIsToldTheRun(t *testing.T) {
 		runID = in.RunID
 		return watchedJob, nil
 	}).Once()
-	env.OnActivity(a.WatchJob, mock.Anything, mock.Anything).Return(activities.JobWatch{End: activities.JobEnd{Outcome: activities.OutcomeSucceeded}}, nil).Once()
+	env.OnActivity(a.WatchJob, mock.Anything, mock.Anything).Return(activities.JobWatch{End: activities.JobEnd{Outcome: api.OutcomeSucceeded}}, nil).Once()
 	env.OnActivity(a.FinalizeJob, mock.Anything, mock.MatchedBy(func(in activities.FinalizeInput) bool {
 		return runID != "" && in.RunID == runID
 	})).Return(activities.FinalizeResult{}, nil).Once()
-	executeNodeAsChild(env, NodeRolloutV2, NodeRolloutV2Workflow, watchedInput())
+	executeNodeAsChild(env, NodeRolloutV2, api.NodeRolloutV2Workflow, watchedInput())
 	require.NoError(t, env.GetWorkflowError())
 	env.AssertExpectations(t)
 }

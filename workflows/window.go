@@ -1,5 +1,7 @@
 package workflows
 
+import "github.com/noderollout/noderollout/api"
+
 // window is the number of nodes allowed in flight: it starts at the batch's initial size,
 // grows each time a whole window of nodes has succeeded in a row, and never exceeds the
 // parallelism ceiling (which an update may change at any time).
@@ -11,14 +13,14 @@ type window struct {
 	streak  int // successes since the window last grew or a node failed
 }
 
-func newWindow(b Batch, ceiling int) window {
+func newWindow(b api.Batch, ceiling int) window {
 	w := window{size: b.Initial, ceiling: ceiling, growth: b.Growth, step: b.Step}
 	w.clamp()
 	return w
 }
 
 // resume restores a window carried across continue-as-new.
-func resumeWindow(b Batch, ceiling, size int) window {
+func resumeWindow(b api.Batch, ceiling, size int) window {
 	w := newWindow(b, ceiling)
 	if size > 0 {
 		w.size = size
@@ -38,7 +40,7 @@ func (w *window) clamp() {
 
 // setCeiling applies a new parallelism. A fixed window follows it; a growing one is only capped.
 func (w *window) setCeiling(c int) {
-	if w.growth == GrowthFixed || w.size == w.ceiling {
+	if w.growth == api.GrowthFixed || w.size == w.ceiling {
 		w.size = c
 	}
 	w.ceiling = c
@@ -53,9 +55,9 @@ func (w *window) succeeded() {
 	}
 	w.streak = 0
 	switch w.growth {
-	case GrowthLinear:
+	case api.GrowthLinear:
 		w.size += w.step
-	case GrowthExponential:
+	case api.GrowthExponential:
 		w.size *= w.step
 	}
 	w.clamp()

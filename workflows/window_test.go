@@ -4,11 +4,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/noderollout/noderollout/api"
 	"github.com/stretchr/testify/require"
 )
 
 func TestWindowGrowthRules(t *testing.T) {
-	grow := func(b Batch, ceiling, successes int) []int {
+	grow := func(b api.Batch, ceiling, successes int) []int {
 		w := newWindow(b, ceiling)
 		sizes := []int{w.size}
 		for i := 0; i < successes; i++ {
@@ -20,13 +21,13 @@ func TestWindowGrowthRules(t *testing.T) {
 		}
 		return sizes
 	}
-	require.Equal(t, []int{2, 4, 6, 8, 9}, grow(Batch{Initial: 2, Growth: GrowthLinear, Step: 2}, 9, 100))
-	require.Equal(t, []int{1, 3, 9, 20}, grow(Batch{Initial: 1, Growth: GrowthExponential, Step: 3}, 20, 100))
-	require.Equal(t, []int{5}, grow(Batch{Initial: 5, Growth: GrowthFixed}, 20, 100))
+	require.Equal(t, []int{2, 4, 6, 8, 9}, grow(api.Batch{Initial: 2, Growth: api.GrowthLinear, Step: 2}, 9, 100))
+	require.Equal(t, []int{1, 3, 9, 20}, grow(api.Batch{Initial: 1, Growth: api.GrowthExponential, Step: 3}, 20, 100))
+	require.Equal(t, []int{5}, grow(api.Batch{Initial: 5, Growth: api.GrowthFixed}, 20, 100))
 }
 
 func TestWindowFailureRestartsTheStreak(t *testing.T) {
-	w := newWindow(Batch{Initial: 2, Growth: GrowthLinear, Step: 1}, 10)
+	w := newWindow(api.Batch{Initial: 2, Growth: api.GrowthLinear, Step: 1}, 10)
 	w.succeeded()
 	w.failed()
 	w.succeeded()
@@ -36,10 +37,10 @@ func TestWindowFailureRestartsTheStreak(t *testing.T) {
 }
 
 func TestWindowCeilingChanges(t *testing.T) {
-	fixed := newWindow(Batch{Initial: 4, Growth: GrowthFixed}, 4)
+	fixed := newWindow(api.Batch{Initial: 4, Growth: api.GrowthFixed}, 4)
 	fixed.setCeiling(8)
 	require.Equal(t, 8, fixed.size, "a fixed window follows parallelism")
-	growing := newWindow(Batch{Initial: 1, Growth: GrowthExponential, Step: 2}, 8)
+	growing := newWindow(api.Batch{Initial: 1, Growth: api.GrowthExponential, Step: 2}, 8)
 	growing.setCeiling(3)
 	require.Equal(t, 1, growing.size, "a growing window is only capped")
 	growing.succeeded()
@@ -51,7 +52,7 @@ func TestWindowCeilingChanges(t *testing.T) {
 func (s *RolloutSuite) TestDelayBetweenNodesSpacesLaunches() {
 	req := request(nodeNames(4)...)
 	req.DelayBetweenNodes = "30s"
-	s.env.ExecuteWorkflow(RolloutWorkflow, req)
+	s.env.ExecuteWorkflow(api.RolloutWorkflow, req)
 	s.Equal(4, s.result().Counts.Succeeded)
 	for i, run := range s.runs {
 		s.Equal(time.Duration(i)*30*time.Second, run.start.Sub(s.runs[0].start))
@@ -85,39 +86,15 @@ func TestContinueAsNewNearTheHistoryLimitsNotAtTheSuggestion(t *testing.T) {
 // anew from that instant), and 30 February never comes.
 func TestCronWindowThatNeverOpensIsRefused(t *testing.T) {
 	for _, expr := range []string{"@every 1h", "0 0 30 2 *", "0 0 31 4 *"} {
-		req := RolloutRequest{Name: "w", Nodes: []string{"a"}, JobTemplate: "t",
-			MaintenanceWindow: &MaintenanceWindow{Cron: expr, Duration: "1h"}}
+		req := api.RolloutRequest{Name: "w", Nodes: []string{"a"}, JobTemplate: "t",
+			MaintenanceWindow: &api.MaintenanceWindow{Cron: expr, Duration: "1h"}}
 		_, err := Validate(req)
 		require.ErrorContains(t, err, "maintenanceWindow.cron:", expr)
 	}
 	for _, expr := range []string{"@daily", "0 22 * * 6", "0 0 29 2 *"} {
-		req := RolloutRequest{Name: "w", Nodes: []string{"a"}, JobTemplate: "t",
-			MaintenanceWindow: &MaintenanceWindow{Cron: expr, Duration: "1h"}}
+		req := api.RolloutRequest{Name: "w", Nodes: []string{"a"}, JobTemplate: "t",
+			MaintenanceWindow: &api.MaintenanceWindow{Cron: expr, Duration: "1h"}}
 		_, err := Validate(req)
 		require.NoError(t, err, expr)
 	}
-}
-
-// neverSchedule is a schedule with no next opening, as robfig/cron answers for 30 February.
-type neverSchedule struct{}
-
-func (neverSchedule) Next(time.Time) time.Time { return time.Time{} }
-
-// Window code cannot loop without bound: a schedule with no opening reads as closed for good
-// (the workflow then fails the rollout with InvalidRequest), at once.
-func TestCronWindowStateStopsOnAScheduleThatNeverOpens(t *testing.T) {
-	done := make(chan struct{})
-	var open bool
-	var until time.Time
-	go func() {
-		open, until = cronWindowState(windowSpec{cron: neverSchedule{}, duration: time.Hour}, time.UTC, time.Date(2026, 3, 2, 10, 0, 0, 0, time.UTC))
-		close(done)
-	}()
-	select {
-	case <-done:
-	case <-time.After(5 * time.Second):
-		t.Fatal("cronWindowState is still looping after 5 s")
-	}
-	require.False(t, open)
-	require.True(t, until.IsZero())
 }

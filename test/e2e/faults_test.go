@@ -11,12 +11,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/noderollout/noderollout/api"
 	"github.com/stretchr/testify/require"
 	batchv1 "k8s.io/api/batch/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-
-	"github.com/noderollout/noderollout/activities"
-	"github.com/noderollout/noderollout/workflows"
 )
 
 // Every fault test checks the same promise: each selected node ends with exactly one outcome,
@@ -58,7 +56,7 @@ func requireOneJobPerNode(t *testing.T, f *Fleet, rollout string) {
 	}
 }
 
-func requireEveryNodeOnce(t *testing.T, f *Fleet, res workflows.RolloutResult) {
+func requireEveryNodeOnce(t *testing.T, f *Fleet, res api.RolloutResult) {
 	t.Helper()
 	require.Equal(t, len(f.Nodes), res.Selected)
 	require.Equal(t, len(f.Nodes), res.Counts.Finished(), "every node has exactly one outcome: %+v", res.Counts)
@@ -143,9 +141,9 @@ func TestFaultTemporalDownWhileShortJobsFinish(t *testing.T) {
 	repeated := 0
 	for _, n := range f.Nodes {
 		require.Len(t, created.uids(n), 1, "node %s must have had exactly one Job created", n)
-		var r workflows.NodeResult
-		require.NoError(t, stack.Temporal.GetWorkflow(context.Background(), workflows.NodeWorkflowID(n), "").Get(context.Background(), &r))
-		if r.Reason == activities.ReasonRecordedOnNode {
+		var r api.NodeResult
+		require.NoError(t, stack.Temporal.GetWorkflow(context.Background(), api.NodeWorkflowID(n), "").Get(context.Background(), &r))
+		if r.Reason == api.ReasonRecordedOnNode {
 			repeated++
 		}
 	}
@@ -191,7 +189,7 @@ func TestFaultJobDeletedByHand(t *testing.T) {
 	require.Equal(t, 5, res.Counts.Succeeded)
 	require.Len(t, res.Failures, 1)
 	require.Equal(t, victim, res.Failures[0].Node)
-	require.Equal(t, activities.ReasonJobDeleted, res.Failures[0].Reason)
+	require.Equal(t, api.ReasonJobDeleted, res.Failures[0].Reason)
 }
 
 func TestFaultNodeDeletedWhileJobRuns(t *testing.T) {

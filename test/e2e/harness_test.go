@@ -37,7 +37,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/noderollout/noderollout/activities/jobspec"
-	"github.com/noderollout/noderollout/workflows"
+	"github.com/noderollout/noderollout/api"
 )
 
 // Stack is what every test shares: clients of the local stack and the built binaries.
@@ -60,7 +60,7 @@ var defaultWorker *Worker
 // stack's default queue (make demo's, left running; one a crashed run left behind) must not
 // take the suite's nodes (TestWorkerMetricsCountNodes counted 711 of 715 after make demo).
 // Stopping such a worker instead would reach into a stack the suite only borrows.
-var suiteQueue = workflows.TaskQueue + "-e2e-" + rand.String(6)
+var suiteQueue = api.TaskQueue + "-e2e-" + rand.String(6)
 
 func TestMain(m *testing.M) {
 	code, err := run(m)
@@ -316,8 +316,8 @@ func (f *Fleet) Selector() string { return TestLabel + "=" + f.ID }
 
 // Request is a rollout request over the fleet with a Job template whose Pods run for runFor.
 // The rollout's name is name plus a suffix unique to this fleet.
-func (f *Fleet) Request(name string, runFor time.Duration) workflows.RolloutRequest {
-	return workflows.RolloutRequest{
+func (f *Fleet) Request(name string, runFor time.Duration) api.RolloutRequest {
+	return api.RolloutRequest{
 		Name:         name + "-" + f.suffix,
 		Namespace:    f.Namespace,
 		NodeSelector: f.Selector(),
@@ -365,30 +365,30 @@ spec:
 }
 
 // Start starts a rollout with the workflow ID the starter uses, for the default worker.
-func Start(t *testing.T, req workflows.RolloutRequest) client.WorkflowRun {
+func Start(t *testing.T, req api.RolloutRequest) client.WorkflowRun {
 	t.Helper()
 	return StartOn(t, req, suiteQueue)
 }
 
 // StartOn starts a rollout on a task queue of the test's own workers.
-func StartOn(t *testing.T, req workflows.RolloutRequest, taskQueue string) client.WorkflowRun {
+func StartOn(t *testing.T, req api.RolloutRequest, taskQueue string) client.WorkflowRun {
 	t.Helper()
 	run, err := stack.Temporal.ExecuteWorkflow(context.Background(), client.StartWorkflowOptions{
-		ID:                       workflows.RolloutID(req.Name),
+		ID:                       api.RolloutID(req.Name),
 		TaskQueue:                taskQueue,
 		WorkflowExecutionTimeout: 15 * time.Minute,
-	}, workflows.RolloutWorkflow, req)
+	}, api.RolloutWorkflow, req)
 	require.NoError(t, err)
 	return run
 }
 
 // Result waits for the rollout and returns its result and error (a failed rollout's result
 // travels in its error's details).
-func Result(t *testing.T, run client.WorkflowRun) (workflows.RolloutResult, error) {
+func Result(t *testing.T, run client.WorkflowRun) (api.RolloutResult, error) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	var res workflows.RolloutResult
+	var res api.RolloutResult
 	var err error
 	for {
 		err = stack.Temporal.GetWorkflow(ctx, run.GetID(), "").Get(ctx, &res)
@@ -406,7 +406,7 @@ func Result(t *testing.T, run client.WorkflowRun) (workflows.RolloutResult, erro
 }
 
 // Succeeded waits for the rollout and requires that it succeeded.
-func Succeeded(t *testing.T, run client.WorkflowRun) workflows.RolloutResult {
+func Succeeded(t *testing.T, run client.WorkflowRun) api.RolloutResult {
 	t.Helper()
 	res, err := Result(t, run)
 	require.NoError(t, err)

@@ -15,8 +15,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/noderollout/noderollout/activities"
 	"github.com/noderollout/noderollout/activities/jobspec"
+	"github.com/noderollout/noderollout/api"
 )
 
 // TestFaultTTLRemovesAFinishedJobWhileTheWorkerIsDown: the template's ttlSecondsAfterFinished is
@@ -67,7 +67,7 @@ func TestFaultTTLRemovesAFinishedJobWhileTheWorkerIsDown(t *testing.T) {
 	res, err := Result(t, run)
 	require.NoError(t, err, "the rollout succeeds: %+v", res)
 	require.Equal(t, 1, res.Counts.Succeeded, "%+v", res)
-	require.Equal(t, jobspec.NodeMarker(res.TemplateHash, string(activities.OutcomeSucceeded)), f.Markers(t, req.Name)[node])
+	require.Equal(t, jobspec.NodeMarker(res.TemplateHash, string(api.OutcomeSucceeded)), f.Markers(t, req.Name)[node])
 	waitFor(t, 30*time.Second, "the finalized Job to go", func() bool {
 		_, err := stack.Kube.BatchV1().Jobs(f.Namespace).Get(ctx, job.Name, metav1.GetOptions{})
 		return apierrors.IsNotFound(err)

@@ -1,4 +1,4 @@
-package workflows
+package api
 
 import (
 	"encoding"
@@ -13,18 +13,6 @@ import (
 
 	"github.com/noderollout/noderollout/api/didyoumean"
 )
-
-// A request typed into the Temporal UI with a misspelt nested field fails naming the field
-// by its path and the field it was probably meant to be, as the starter does.
-func TestRolloutNamesAMisspeltNestedFieldWithAHint(t *testing.T) {
-	env, _ := nodeEnv(t)
-	env.RegisterWorkflow(Rollout)
-	env.ExecuteWorkflow(RolloutWorkflow, json.RawMessage(
-		`{"name":"demo","nodes":["n1"],"jobTemplate":"t","batch":{"inital":1},"zzz":1}`))
-	err := env.GetWorkflowError()
-	requireInvalid(t, err, `batch.inital: unknown field; did you mean "batch.initial"?`)
-	requireInvalid(t, err, `zzz: unknown field: remove it`)
-}
 
 // walkerShapes has every kind of field the old walker met: maps and slices of structs,
 // pointers, and leaves that decode themselves.

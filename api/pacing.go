@@ -1,0 +1,377 @@
+package api
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/robfig/cron/v3"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/validation"
+)
+
+const (
+	MaxCanaries = 100
+)
+
+const (
+	MaxWindowDuration = 7 * 24 * time.Hour
+)
+
+const (
+	MaxSoak = 7 * 24 * time.Hour
+)
+
+const (
+	OrderByName = "name"
+)
+
+const (
+	OrderByLabel = "label"
+)
+
+const (
+	OrderSpread = "spread"
+)
+
+const (
+	ErrCanaryFailed = "CanaryFailed"
+)
+
+const (
+	UpdateApprove = "approve"
+)
+
+// MaintenanceWindow is a recurring time in which nodes may start: on Days (all days when
+// empty) from Start, or at each time the Cron expression names, for Duration, in TimeZone
+// (IANA name, default UTC). Outside it no node starts; nodes in flight finish.
+type MaintenanceWindow struct {
+	Days     []string `json:"days,omitempty"`
+	Start    string   `json:"start,omitempty"`
+	Cron     string   `json:"cron,omitempty"`
+	Duration string   `json:"duration"`
+	TimeZone string   `json:"timeZone,omitempty"`
+}
+
+// Topology limits how many nodes sharing one value of the node label Key are in flight.
+type Topology struct {
+	Key          string `json:"key"`
+	MaxPerDomain int    `json:"maxPerDomain"`
+}
+
+// Canary names the nodes that run first (by name, or nodes of the rollout matching
+// Selector); then the rollout waits Soak and, with Approval, for the approve update.
+type Canary struct {
+	Nodes    []string `json:"nodes,omitempty"`
+	Selector string   `json:"selector,omitempty"`
+	Soak     string   `json:"soak,omitempty"`
+	Approval bool     `json:"approval,omitempty"`
+}
+
+// Order is the order the nodes after the canaries start in, within each listed page.
+type Order struct {
+	By    string `json:"by"`              // name (default) | label | spread
+	Label string `json:"label,omitempty"` // label: its value; spread: the domains (default topology.key)
+}
+
+// ApproveRequest is the input of the approve update.
+type ApproveRequest struct {
+	Note string `json:"note,omitempty"`
+}
+
+// ApproveResult is what the approve update returns.
+type ApproveResult struct {
+	Canaries int `json:"canaries"` // canary nodes that finished before the approval
+}
+
+// PacingProgress is the pacing state carried across continue-as-new.
+type PacingProgress struct {
+	// Queue is the listed page not yet handled: reordering and per-domain limits start nodes
+	// out of name order, so the cursor alone cannot say which are left.
+	Queue       []PacedNode `json:"queue,omitempty"`
+	CanaryStage string      `json:"canaryStage,omitempty"`
+	CanaryNodes []string    `json:"canaryNodes,omitempty"`
+}
+
+// PacedNode is a listed node with what pacing needs of it.
+type PacedNode struct {
+	Name   string `json:"name"`
+	Skip   string `json:"skip,omitempty"`
+	Domain string `json:"domain,omitempty"`
+	Rank   string `json:"rank,omitempty"`
+}
+
+// PacingStatus is the pacing part of the status query.
+type PacingStatus struct {
+	// WaitingFor is "window", "soak" or "approval" while the rollout holds back for it.
+	WaitingFor     string         `json:"waitingFor,omitempty"`
+	WindowOpensAt  *time.Time     `json:"windowOpensAt,omitempty"`
+	WindowClosesAt *time.Time     `json:"windowClosesAt,omitempty"`
+	SoakUntil      *time.Time     `json:"soakUntil,omitempty"`
+	CanaryStage    string         `json:"canaryStage,omitempty"`
+	Canaries       []string       `json:"canaries,omitempty"`
+	DomainKey      string         `json:"domainKey,omitempty"`
+	MaxPerDomain   int            `json:"maxPerDomain,omitempty"`
+	InFlightByDom  map[string]int `json:"inFlightByDomain,omitempty"`
+	Order          string         `json:"order,omitempty"`
+}
+
+// pacing is the validated pacing part of a request.
+type Pacing struct {
+	Window       *WindowSpec
+	DomainKey    string
+	MaxPerDomain int
+	Canary       *Canary
+	Soak         time.Duration
+	Order        string
+	OrderLabel   string
+}
+
+// active says whether the request paces at all; without, the rollout runs as it always did.
+func (p Pacing) Active() bool {
+	return p.Window != nil || p.MaxPerDomain > 0 || p.Canary != nil || (p.Order != "" && p.Order != OrderByName)
+}
+
+// labelKeys are the node labels ListNodes must report.
+func (p Pacing) LabelKeys() []string {
+	var keys []string
+	if p.DomainKey != "" {
+		keys = append(keys, p.DomainKey)
+	}
+	if p.OrderLabel != "" && p.OrderLabel != p.DomainKey {
+		keys = append(keys, p.OrderLabel)
+	}
+	return keys
+}
+
+// windowSpec is a parsed MaintenanceWindow.
+type WindowSpec struct {
+	days     [7]bool // by time.Weekday
+	hour     int
+	minute   int
+	duration time.Duration
+	Zone     string
+	cron     cron.Schedule // instead of days and start
+}
+
+var weekdays = map[string]time.Weekday{
+	"sun": time.Sunday, "mon": time.Monday, "tue": time.Tuesday, "wed": time.Wednesday,
+	"thu": time.Thursday, "fri": time.Friday, "sat": time.Saturday,
+}
+
+// checkPacing validates the pacing fields; it is deterministic (the time zone's existence
+// is checked where it is loaded, see windowState).
+func checkPacing(req RolloutRequest, add func(field, what, fix string)) Pacing {
+	var p Pacing
+	if w := req.MaintenanceWindow; w != nil {
+		p.Window = parseWindow(*w, add)
+	}
+	if t := req.Topology; t != nil {
+		if t.Key == "" {
+			add("topology.key", "is required", "name a node label such as topology.kubernetes.io/zone")
+		} else if errs := validation.IsQualifiedName(t.Key); len(errs) > 0 {
+			add("topology.key", fmt.Sprintf("%q is not a label key (%s)", t.Key, strings.Join(errs, ", ")), "name a node label such as topology.kubernetes.io/zone")
+		}
+		if t.MaxPerDomain < 1 {
+			add("topology.maxPerDomain", fmt.Sprintf("must be at least 1, got %d", t.MaxPerDomain), "give the most nodes of one domain allowed in flight, e.g. 1")
+		}
+		p.DomainKey, p.MaxPerDomain = t.Key, t.MaxPerDomain
+	}
+	if c := req.Canary; c != nil {
+		p.Canary = c
+		switch {
+		case len(c.Nodes) > 0 && c.Selector != "":
+			add("canary.nodes", "is set together with canary.selector", "name the canaries or select them, not both")
+		case len(c.Nodes) == 0 && c.Selector == "":
+			add("canary", "selects no canary", "set canary.nodes to node names or canary.selector to a label selector")
+		}
+		if len(c.Nodes) > MaxCanaries {
+			add("canary.nodes", fmt.Sprintf("lists %d names, more than %d", len(c.Nodes), MaxCanaries), "pick a few representative nodes")
+		}
+		inRequest := map[string]bool{}
+		for _, n := range req.Nodes {
+			inRequest[n] = true
+		}
+		for i, n := range c.Nodes {
+			if errs := validation.IsDNS1123Subdomain(n); len(errs) > 0 {
+				add(fmt.Sprintf("canary.nodes[%d]", i), fmt.Sprintf("%q is not a valid node name", n), "node names are DNS-1123 subdomains")
+			} else if len(req.Nodes) > 0 && !inRequest[n] {
+				add(fmt.Sprintf("canary.nodes[%d]", i), fmt.Sprintf("%q is not one of nodes", n), "canaries must be nodes of the rollout")
+			}
+		}
+		if c.Selector != "" {
+			//workflowcheck:ignore
+			if _, err := labels.Parse(c.Selector); err != nil {
+				add("canary.selector", fmt.Sprintf("%q does not parse: %v", c.Selector, err), "write a label selector such as \"canary=true\"")
+			}
+		}
+		p.Soak = parseDuration(c.Soak, 0, 0, MaxSoak, "canary.soak", add)
+	}
+	p.Order = OrderByName
+	if o := req.Order; o != nil {
+		p.Order, p.OrderLabel = o.By, o.Label
+		switch o.By {
+		case "", OrderByName:
+			p.Order = OrderByName
+			if o.Label != "" {
+				add("order.label", "is only for order.by label or spread", "remove it, or set order.by")
+			}
+		case OrderByLabel:
+			if o.Label == "" {
+				add("order.label", "is required with order.by label", "name the node label whose value orders the nodes, e.g. rollout-priority")
+			}
+		case OrderSpread:
+			if p.OrderLabel == "" {
+				p.OrderLabel = p.DomainKey
+			}
+			if p.OrderLabel == "" {
+				add("order.label", "names no domain to spread over", "set order.label, or topology.key")
+			}
+		default:
+			add("order.by", fmt.Sprintf("%q is not an order", o.By), "use name, label or spread")
+		}
+		if o.Label != "" {
+			if errs := validation.IsQualifiedName(o.Label); len(errs) > 0 {
+				add("order.label", fmt.Sprintf("%q is not a label key", o.Label), "name a node label")
+			}
+		}
+	}
+	return p
+}
+
+func parseWindow(w MaintenanceWindow, add func(field, what, fix string)) *WindowSpec {
+	s := &WindowSpec{Zone: w.TimeZone}
+	if s.Zone == "" {
+		s.Zone = "UTC"
+	}
+	s.duration = parseDuration(w.Duration, 0, time.Second, MaxWindowDuration, "maintenanceWindow.duration", add)
+	if w.Duration == "" {
+		add("maintenanceWindow.duration", "is required", "write how long the window stays open, e.g. \"4h\"")
+	}
+	if strings.ContainsAny(s.Zone, " \\") || strings.HasPrefix(s.Zone, "/") || strings.Contains(s.Zone, "..") {
+		add("maintenanceWindow.timeZone", fmt.Sprintf("%q is not an IANA time zone name", w.TimeZone), "use a name such as Europe/Berlin or UTC")
+	}
+	if w.Cron != "" {
+		if w.Start != "" || len(w.Days) > 0 {
+			add("maintenanceWindow.cron", "is set together with start/days", "give either a cron expression or days and start")
+		}
+		sched, err := cron.ParseStandard(w.Cron)
+		switch {
+		case err != nil || strings.Contains(w.Cron, "TZ="):
+			add("maintenanceWindow.cron", fmt.Sprintf("%q is not a five-field cron expression (%v)", w.Cron, err), "write e.g. \"0 22 * * 6\" (Saturdays 22:00); the zone goes in timeZone")
+		case isConstantDelay(sched):
+			add("maintenanceWindow.cron", fmt.Sprintf("%q has no fixed opening: @every counts from whenever the window is read, so it never opens", w.Cron),
+				"write the openings as a five-field cron expression, e.g. \"0 * * * *\" (every hour on the hour)")
+		case sched.Next(cronCheckFrom).IsZero():
+			add("maintenanceWindow.cron", fmt.Sprintf("%q never matches a date (such as 30 February), so the window never opens", w.Cron),
+				"name a day that exists, e.g. \"0 0 28 2 *\"")
+		}
+		s.cron = sched
+		return s
+	}
+	if len(w.Days) == 0 {
+		s.days = [7]bool{true, true, true, true, true, true, true}
+	}
+	for i, d := range w.Days {
+		wd, ok := weekdays[strings.ToLower(d[:min(3, len(d))])]
+		if !ok || (len(d) > 3 && !strings.HasPrefix(strings.ToLower(wd.String()), strings.ToLower(d))) {
+			add(fmt.Sprintf("maintenanceWindow.days[%d]", i), fmt.Sprintf("%q is not a day of the week", d), "use Mon, Tue, Wed, Thu, Fri, Sat or Sun")
+			continue
+		}
+		s.days[wd] = true
+	}
+	hh, mm, ok := strings.Cut(w.Start, ":")
+	h, herr := strconv.Atoi(hh)
+	m, merr := strconv.Atoi(mm)
+	if !ok || herr != nil || merr != nil || h < 0 || h > 23 || m < 0 || m > 59 || len(mm) != 2 {
+		add("maintenanceWindow.start", fmt.Sprintf("%q is not a time of day", w.Start), "write it as HH:MM in the window's time zone, e.g. \"22:00\"")
+	}
+	s.hour, s.minute = h, m
+	return s
+}
+
+// cronCheckFrom is where validation looks for a cron window's first opening: a fixed time
+// keeps validation deterministic, and the parser looks five years ahead, which every date that
+// exists (29 February included) falls within.
+var cronCheckFrom = time.Date(2001, 1, 1, 0, 0, 0, 0, time.UTC)
+
+func isConstantDelay(s cron.Schedule) bool {
+	_, ok := s.(cron.ConstantDelaySchedule)
+	return ok
+}
+
+// windowState says whether the window is open at now and when that next changes: the end of
+// the opening now falls in, or the next opening. Openings are computed on the local calendar
+// of the zone, so a window at 09:00 opens at 09:00 local time on both sides of a DST change;
+// the duration is elapsed time.
+func WindowState(w WindowSpec, loc *time.Location, now time.Time) (open bool, until time.Time) {
+	if w.cron != nil {
+		return cronWindowState(w, loc, now)
+	}
+	local := now.In(loc)
+	y, m, d := local.Date()
+	var next time.Time
+	for offset := -8; offset <= 8; offset++ {
+		opening := time.Date(y, m, d+offset, w.hour, w.minute, 0, 0, loc)
+		if !w.days[opening.Weekday()] {
+			continue
+		}
+		closing := opening.Add(w.duration)
+		if !opening.After(now) && now.Before(closing) {
+			if !open || closing.After(until) {
+				open, until = true, closing
+			}
+		}
+		if opening.After(now) && (next.IsZero() || opening.Before(next)) {
+			next = opening
+		}
+	}
+	if open {
+		return true, until
+	}
+	return false, next
+}
+
+// cronWindowState is windowState for a cron window: open while an opening in the last
+// duration is not over.
+//
+// The loop is bounded: a five-field expression opens at most once a minute, so a window of at
+// most MaxWindowDuration has at most maxCronOpenings openings that can still be open; a
+// schedule with no next opening (zero) ends it, and reads as closed with a zero until.
+func cronWindowState(w WindowSpec, loc *time.Location, now time.Time) (open bool, until time.Time) {
+	local := now.In(loc)
+	// The parser's schedules have a resolution of a second; start just before the earliest
+	// opening that can still be open.
+	o := w.cron.Next(local.Add(-w.duration))
+	for range maxCronOpenings {
+		if o.IsZero() || o.After(local) {
+			break
+		}
+		if closing := o.Add(w.duration); closing.After(local) && closing.After(until) {
+			open, until = true, closing
+		}
+		o = w.cron.Next(o)
+	}
+	if open {
+		return true, until
+	}
+	return false, w.cron.Next(local)
+}
+
+// maxCronOpenings bounds the openings cronWindowState looks at: one a minute for the longest
+// window, and some to spare.
+const maxCronOpenings = int(MaxWindowDuration/time.Minute) + 2
+
+// CheckTimeZone is the check of the window's time zone that the workflow makes when it first
+// reads the window, for checking a request offline (starter validate); "" when fine.
+func CheckTimeZone(req RolloutRequest) string {
+	w := req.MaintenanceWindow
+	if w == nil || w.TimeZone == "" {
+		return ""
+	}
+	if _, err := time.LoadLocation(w.TimeZone); err != nil {
+		return fmt.Sprintf("maintenanceWindow.timeZone: %q is not a known time zone; use an IANA name such as Europe/Berlin", w.TimeZone)
+	}
+	return ""
+}
