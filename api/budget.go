@@ -11,21 +11,6 @@ type SlotHolder struct {
 // Key identifies the grant: one per node workflow and rollout run.
 func (h SlotHolder) Key() string { return h.Rollout + "/" + h.RolloutRun + "/" + h.Node }
 
-const (
-	ClusterBudgetWorkflow = "ClusterBudget"
-)
-
-const (
-	// BudgetIDPrefix + cluster is the coordinator's workflow ID (without a cluster:
-	// "noderollout-budget").
-	BudgetIDPrefix = "noderollout-budget-"
-)
-
-const (
-	// QueryBudget returns the coordinator's BudgetStatus.
-	QueryBudget = "budget"
-)
-
 // BudgetStatus answers QueryBudget.
 type BudgetStatus struct {
 	Budget    int          `json:"budget"`

@@ -7,28 +7,6 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 )
 
-const (
-	FleetRolloutWorkflow = "FleetRollout"
-)
-
-const (
-	// FleetTaskQueue is served by every cluster's worker, so a fleet rollout does not depend
-	// on any one cluster's worker being up.
-	FleetTaskQueue = "noderollout-fleet"
-)
-
-const (
-	// FleetIDPrefix + request name is the FleetRollout workflow ID.
-	FleetIDPrefix = "fleet-"
-)
-
-const (
-	ErrFleetFailureBudgetExceeded = "FleetFailureBudgetExceeded"
-)
-
-// FleetID is the workflow ID of the fleet rollout with this name.
-func FleetID(name string) string { return FleetIDPrefix + name }
-
 // FleetRequest is the input of FleetRollout.
 type FleetRequest struct {
 	Name string `json:"name"`

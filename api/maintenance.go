@@ -43,28 +43,14 @@ type HealthGate struct {
 	Conditions map[string]string `json:"conditions,omitempty"` // default {"Ready": "True"}
 }
 
+// Defaults and limits of the maintenance section.
 const (
 	OnFailureKeepCordoned = "keepCordoned"
-)
-
-const (
-	OnFailureUncordon = "uncordon"
-)
-
-const (
-	DefaultDrainTimeout = 10 * time.Minute
-)
-
-const (
-	DefaultHealthTimeout = 10 * time.Minute
-)
-
-const (
-	maxMaintenanceStep = 24 * time.Hour
-)
-
-const (
-	maxGracePeriod = time.Hour
+	OnFailureUncordon     = "uncordon"
+	DefaultDrainTimeout   = 10 * time.Minute
+	DefaultHealthTimeout  = 10 * time.Minute
+	maxMaintenanceStep    = 24 * time.Hour
+	maxGracePeriod        = time.Hour
 )
 
 // NodeMaintenance is the validated maintenance section as a child receives it.

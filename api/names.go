@@ -47,72 +47,67 @@ func (c Cluster) BudgetWorkflowID() string {
 	return BudgetIDPrefix + c.Name
 }
 
+// Names that users type in the Temporal UI and CLI; they are public API and never change.
 const (
 	TaskQueue = "noderollout"
-)
+	// FleetTaskQueue is served by every cluster's worker, so a fleet rollout does not depend
+	// on any one cluster's worker being up.
+	FleetTaskQueue = "noderollout-fleet"
 
-const (
 	// RolloutWorkflow is the name to start Rollout by, with the request as the only argument
 	// (the function's second parameter is internal continue-as-new state).
-	RolloutWorkflow = "Rollout"
-)
-
-const (
-	NodeRolloutWorkflow = "NodeRollout"
-)
-
-const (
-	// NodeRolloutV2Workflow is the node workflow as parents from versionNodeV2 on start it.
+	RolloutWorkflow      = "Rollout"
+	FleetRolloutWorkflow = "FleetRollout"
+	// The node workflow types: a Rollout starts one per node as its child, never a caller.
+	// Which type a Rollout starts depends on its version (workflows/versions.go).
+	NodeRolloutWorkflow   = "NodeRollout"
 	NodeRolloutV2Workflow = "NodeRolloutV2"
-)
-
-const (
-	// NodeRolloutV3Workflow is the node workflow as parents from the second version of
-	// versionNodeV2 on start it.
 	NodeRolloutV3Workflow = "NodeRolloutV3"
-)
+	// ClusterBudgetWorkflow is the coordinator of a cluster-wide budget: one per cluster.
+	ClusterBudgetWorkflow = "ClusterBudget"
 
-const (
-	SignalPause = "pause"
-)
-
-const (
-	SignalResume = "resume"
-)
-
-const (
-	QueryStatus = "status"
-)
-
-const (
+	// Signals, queries and updates of Rollout (pause, resume, status and setParallelism also
+	// of FleetRollout, which passes pause and resume on to its clusters).
+	SignalPause          = "pause"
+	SignalResume         = "resume"
+	QueryStatus          = "status"
 	UpdateSetParallelism = "setParallelism"
-)
+	UpdateApprove        = "approve"
+	// QueryNodeStep asks a node workflow (from versionFieldGuarantees on) which step it is at;
+	// it answers a NodeStep. Older node workflows do not know it.
+	QueryNodeStep = "step"
+	// QueryBudget asks a cluster's budget coordinator for its BudgetStatus.
+	QueryBudget = "budget"
 
-const (
 	// RolloutIDPrefix + request name is the workflow ID the starter and Schedules use.
 	RolloutIDPrefix = "rollout-"
-)
-
-const (
+	// FleetIDPrefix + request name is the FleetRollout workflow ID.
+	FleetIDPrefix = "fleet-"
 	// NodeIDPrefix + node name is the NodeRollout workflow ID: one per node across all rollouts,
 	// so a node never runs two rollouts' Jobs at once.
 	NodeIDPrefix = "noderollout-node-"
-)
+	// BudgetIDPrefix + cluster is the coordinator's workflow ID (without a cluster:
+	// "noderollout-budget").
+	BudgetIDPrefix = "noderollout-budget-"
 
-const (
 	// SearchAttributeRolloutName (Keyword) is set by the starter when the namespace has it.
 	SearchAttributeRolloutName = "RolloutName"
 )
 
-// Error types of the workflows' own ApplicationErrors (activities define theirs).
+// Error types of the workflows' own ApplicationErrors (outcomes.go has the activities').
 const (
-	ErrFailureBudgetExceeded = "FailureBudgetExceeded"
-	ErrNodeFailed            = "NodeFailed"
-	ErrRolloutFailed         = "RolloutFailed"
+	ErrFailureBudgetExceeded      = "FailureBudgetExceeded"
+	ErrFleetFailureBudgetExceeded = "FleetFailureBudgetExceeded"
+	ErrCanaryFailed               = "CanaryFailed"
+	ErrNodeFailed                 = "NodeFailed"
+	ErrRolloutFailed              = "RolloutFailed"
 )
 
 // RolloutID is the workflow ID of the rollout with this name.
 func RolloutID(name string) string { return RolloutIDPrefix + name }
+
+// FleetID is the workflow ID of the fleet rollout with this name.
+func FleetID(name string) string { return FleetIDPrefix + name }
 
 // NodeWorkflowID is the NodeRollout workflow ID of this node.
 func NodeWorkflowID(node string) string { return NodeIDPrefix + node }

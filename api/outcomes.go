@@ -18,15 +18,6 @@ const (
 	ErrUnhealthy    = "Unhealthy"
 )
 
-// DrainPlan is, per node, the Pods a drain would evict, those it would refuse, and the
-// PodDisruptionBudgets that allow no disruption now and so would block it.
-type DrainPlan struct {
-	Node     string   `json:"node"`
-	Evict    []string `json:"evict,omitempty"`
-	Refused  []string `json:"refused,omitempty"`
-	Blocking []string `json:"blockingPDBs,omitempty"`
-}
-
 // Outcome is how one node's rollout ended. The values are part of the public API (status
 // query, results, Node annotations), so they never change spelling.
 type Outcome string
@@ -91,21 +82,6 @@ const (
 	// the outcome is the one its first run recorded on the Node, the Job's details are gone.
 	ReasonRecordedOnNode = "RecordedOnNode"
 )
-
-// TemplateRef names a Job template kept in a ConfigMap.
-type TemplateRef struct {
-	Namespace string `json:"namespace,omitempty"` // defaults to the rollout's namespace
-	Name      string `json:"name"`
-	Key       string `json:"key,omitempty"` // defaults to "job.yaml"
-}
-
-// OwnerRef is the optional OwnerReference put on every Job, so deleting the owner deletes them.
-type OwnerRef struct {
-	APIVersion string `json:"apiVersion"`
-	Kind       string `json:"kind"`
-	Name       string `json:"name"`
-	UID        string `json:"uid"`
-}
 
 // KeepJobs says which finished Jobs FinalizeJob leaves in place for inspection.
 type KeepJobs string

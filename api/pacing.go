@@ -11,36 +11,14 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 )
 
+// Limits and words of the pacing fields, documented in README's request table.
 const (
-	MaxCanaries = 100
-)
-
-const (
+	MaxCanaries       = 100
 	MaxWindowDuration = 7 * 24 * time.Hour
-)
-
-const (
-	MaxSoak = 7 * 24 * time.Hour
-)
-
-const (
-	OrderByName = "name"
-)
-
-const (
-	OrderByLabel = "label"
-)
-
-const (
-	OrderSpread = "spread"
-)
-
-const (
-	ErrCanaryFailed = "CanaryFailed"
-)
-
-const (
-	UpdateApprove = "approve"
+	MaxSoak           = 7 * 24 * time.Hour
+	OrderByName       = "name"
+	OrderByLabel      = "label"
+	OrderSpread       = "spread"
 )
 
 // MaintenanceWindow is a recurring time in which nodes may start: on Days (all days when
@@ -73,48 +51,6 @@ type Canary struct {
 type Order struct {
 	By    string `json:"by"`              // name (default) | label | spread
 	Label string `json:"label,omitempty"` // label: its value; spread: the domains (default topology.key)
-}
-
-// ApproveRequest is the input of the approve update.
-type ApproveRequest struct {
-	Note string `json:"note,omitempty"`
-}
-
-// ApproveResult is what the approve update returns.
-type ApproveResult struct {
-	Canaries int `json:"canaries"` // canary nodes that finished before the approval
-}
-
-// PacingProgress is the pacing state carried across continue-as-new.
-type PacingProgress struct {
-	// Queue is the listed page not yet handled: reordering and per-domain limits start nodes
-	// out of name order, so the cursor alone cannot say which are left.
-	Queue       []PacedNode `json:"queue,omitempty"`
-	CanaryStage string      `json:"canaryStage,omitempty"`
-	CanaryNodes []string    `json:"canaryNodes,omitempty"`
-}
-
-// PacedNode is a listed node with what pacing needs of it.
-type PacedNode struct {
-	Name   string `json:"name"`
-	Skip   string `json:"skip,omitempty"`
-	Domain string `json:"domain,omitempty"`
-	Rank   string `json:"rank,omitempty"`
-}
-
-// PacingStatus is the pacing part of the status query.
-type PacingStatus struct {
-	// WaitingFor is "window", "soak" or "approval" while the rollout holds back for it.
-	WaitingFor     string         `json:"waitingFor,omitempty"`
-	WindowOpensAt  *time.Time     `json:"windowOpensAt,omitempty"`
-	WindowClosesAt *time.Time     `json:"windowClosesAt,omitempty"`
-	SoakUntil      *time.Time     `json:"soakUntil,omitempty"`
-	CanaryStage    string         `json:"canaryStage,omitempty"`
-	Canaries       []string       `json:"canaries,omitempty"`
-	DomainKey      string         `json:"domainKey,omitempty"`
-	MaxPerDomain   int            `json:"maxPerDomain,omitempty"`
-	InFlightByDom  map[string]int `json:"inFlightByDomain,omitempty"`
-	Order          string         `json:"order,omitempty"`
 }
 
 // pacing is the validated pacing part of a request.

@@ -4,10 +4,6 @@ import (
 	"time"
 )
 
-// QueryNodeStep asks a node workflow (NodeRollout, V2, V3 from versionFieldGuarantees on)
-// which step it is at; it answers a NodeStep. Older node workflows do not know it.
-const QueryNodeStep = "step"
-
 // The steps a node workflow reports, in the order they come.
 const (
 	NodeStepCordon   = "cordon"
@@ -89,33 +85,6 @@ func (c *Counts) Add(o Outcome) {
 	}
 }
 
-// Progress is what one run of Rollout hands to the next when it continues as new: internal
-// state, passed as the workflow's second argument and honoured only in a run that was
-// continued as new, never a field of the public request.
-type Progress struct {
-	// Template is the template text, carried only by runs from before templates were stored
-	// by reference (TemplateHash names the stored copy).
-	Template       string       `json:"template,omitempty"`
-	TemplateHash   string       `json:"templateHash"`
-	Cursor         string       `json:"cursor,omitempty"` // last node handled, in name order
-	ListingDone    bool         `json:"listingDone,omitempty"`
-	Selected       int          `json:"selected"` // nodes selected so far (all of them once listing is done)
-	Counts         Counts       `json:"counts"`
-	Failures       []NodeResult `json:"failures,omitempty"` // the first MaxReportedFailures
-	Parallelism    int          `json:"parallelism"`
-	Window         int          `json:"window"`
-	Paused         bool         `json:"paused,omitempty"`
-	ContinuedAsNew int          `json:"continuedAsNew,omitempty"`
-	StartedAt      time.Time    `json:"startedAt"`
-	// MaxParallelism is the worker policy's cap when the rollout started (0: none).
-	MaxParallelism int `json:"maxParallelism,omitempty"`
-	// Pacing is the pacing state of a request that paces (windows, domains, canaries, order).
-	Pacing *PacingProgress `json:"pacing,omitempty"`
-	// WaitingNodes are the nodes another rollout held when the previous run handed them over
-	// (versionHandOverWaiting); this run waits for them first.
-	WaitingNodes []PacedNode `json:"waitingNodes,omitempty"`
-}
-
 // MaxReportedFailures caps the failed nodes carried in results, status and continue-as-new.
 const MaxReportedFailures = 100
 
@@ -174,4 +143,38 @@ type SetParallelismRequest struct {
 type SetParallelismResult struct {
 	Previous    int `json:"previous"`
 	Parallelism int `json:"parallelism"`
+}
+
+// DrainPlan is, per node, the Pods a drain would evict, those it would refuse, and the
+// PodDisruptionBudgets that allow no disruption now and so would block it.
+type DrainPlan struct {
+	Node     string   `json:"node"`
+	Evict    []string `json:"evict,omitempty"`
+	Refused  []string `json:"refused,omitempty"`
+	Blocking []string `json:"blockingPDBs,omitempty"`
+}
+
+// ApproveRequest is the input of the approve update.
+type ApproveRequest struct {
+	Note string `json:"note,omitempty"`
+}
+
+// ApproveResult is what the approve update returns.
+type ApproveResult struct {
+	Canaries int `json:"canaries"` // canary nodes that finished before the approval
+}
+
+// PacingStatus is the pacing part of the status query.
+type PacingStatus struct {
+	// WaitingFor is "window", "soak" or "approval" while the rollout holds back for it.
+	WaitingFor     string         `json:"waitingFor,omitempty"`
+	WindowOpensAt  *time.Time     `json:"windowOpensAt,omitempty"`
+	WindowClosesAt *time.Time     `json:"windowClosesAt,omitempty"`
+	SoakUntil      *time.Time     `json:"soakUntil,omitempty"`
+	CanaryStage    string         `json:"canaryStage,omitempty"`
+	Canaries       []string       `json:"canaries,omitempty"`
+	DomainKey      string         `json:"domainKey,omitempty"`
+	MaxPerDomain   int            `json:"maxPerDomain,omitempty"`
+	InFlightByDom  map[string]int `json:"inFlightByDomain,omitempty"`
+	Order          string         `json:"order,omitempty"`
 }
