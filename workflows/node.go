@@ -409,7 +409,7 @@ func createMayHaveHappened(err error) bool {
 		return true
 	}
 	switch appErr.Type() {
-	case api.ErrNodeGone, api.ErrInvalidRequest, api.ErrForeignObject, api.ErrPolicyDenied:
+	case api.ErrNodeGone, api.ErrInvalidRequest, api.ErrForeignObject, api.ErrPolicyDenied, api.ErrNotStartedByARollout:
 		return false
 	}
 	return true
