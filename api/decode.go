@@ -22,9 +22,20 @@ func (v *IntOrPercent) UnmarshalJSON(b []byte) error {
 
 type rolloutRequestFields RolloutRequest
 
-// CarriedProgress is the continue-as-new state of a run from before versionFieldGuarantees,
-// which carried it inside the request as "progress"; nil in any other request.
-func (r RolloutRequest) CarriedProgress() *Progress { return r.legacyProgress }
+// TakeCarriedProgress takes the continue-as-new state of a run from before
+// versionFieldGuarantees out of the request, which carried it as "progress"; nil in any other
+// request.
+func (r *RolloutRequest) TakeCarriedProgress() *Progress {
+	p := r.legacyProgress
+	r.legacyProgress = nil
+	return p
+}
+
+// UnknownFields are the request's JSON fields that it has no field for, at any depth, each
+// with the known field it was probably meant to be. The decoding walks the fields once, and
+// every entry point reads what it found: the workflow as problems (Problems), the starter to
+// say which field was meant.
+func (r RolloutRequest) UnknownFields() []didyoumean.UnknownField { return r.unknown }
 
 // UnmarshalJSON decodes leniently and remembers what was wrong for validation to report:
 // type mismatches, and unknown fields at any depth (a misspelt batch.inital would otherwise
@@ -58,7 +69,9 @@ func decodeRolloutRequest(b []byte, prefix string) RolloutRequest {
 		explicitZeroParallelism = true
 	}
 	var fields rolloutRequestFields
-	problems = append(problems, decodeFields(raw, &fields, prefix)...)
+	decoded, unknown := decodeFields(raw, &fields, prefix)
+	fields.unknown = unknown
+	problems = append(problems, decoded...)
 	fields.parallelismSetToZero = explicitZeroParallelism
 	fields.decodeProblems = problems
 	fields.legacyProgress = legacy
@@ -77,20 +90,21 @@ func jsonObject(b []byte, prefix string) (map[string]json.RawMessage, []string) 
 
 // decodeFields decodes raw into fields (a pointer to a struct without an UnmarshalJSON of its
 // own) and names, by their path from prefix, the keys that did not fit: type mismatches and
-// unknown fields at any depth.
-func decodeFields(raw map[string]json.RawMessage, fields any, prefix string) []string {
+// unknown fields at any depth, which it also returns as they are.
+func decodeFields(raw map[string]json.RawMessage, fields any, prefix string) ([]string, []didyoumean.UnknownField) {
 	if raw == nil {
-		return nil
+		return nil, nil
 	}
 	var problems []string
 	cleaned, _ := json.Marshal(raw)
 	if err := json.Unmarshal(cleaned, fields); err != nil {
 		problems = append(problems, describeDecodeError(err, prefix))
 	}
-	for _, f := range didyoumean.UnknownFields(raw, reflect.TypeOf(fields).Elem(), prefix) {
+	unknown := didyoumean.UnknownFields(raw, reflect.TypeOf(fields).Elem(), prefix)
+	for _, f := range unknown {
 		problems = append(problems, unknownFieldProblem(f))
 	}
-	return problems
+	return problems, unknown
 }
 
 // unknownFieldProblem names one unknown field with the known field it was probably meant to

@@ -3,7 +3,9 @@ package api
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 
+	"github.com/noderollout/noderollout/api/didyoumean"
 	"k8s.io/apimachinery/pkg/util/validation"
 )
 
@@ -25,6 +27,14 @@ type FleetRequest struct {
 	// RolloutRequest's are; decodeFailed says the fleet's own fields did not decode.
 	decodeProblems []string
 	decodeFailed   bool
+	// unknown are the fields the decoding found unknown (see UnknownFields).
+	unknown []didyoumean.UnknownField
+}
+
+// UnknownFields are the fleet request's unknown fields, its own and then its rollout's (see
+// RolloutRequest.UnknownFields).
+func (r FleetRequest) UnknownFields() []didyoumean.UnknownField {
+	return append(slices.Clip(r.unknown), r.Rollout.unknown...)
 }
 
 type fleetRequestFields FleetRequest
@@ -48,7 +58,9 @@ func (r *FleetRequest) UnmarshalJSON(b []byte) error {
 	// Decoded on its own below, so that its problems are named once, under rollout.
 	delete(raw, "rollout")
 	var fields fleetRequestFields
-	problems = append(problems, decodeFields(raw, &fields, "")...)
+	decoded, unknown := decodeFields(raw, &fields, "")
+	problems = append(problems, decoded...)
+	fields.unknown = unknown
 	if hasRollout {
 		fields.Rollout = decodeRolloutRequest(rollout, "rollout.")
 		problems = append(problems, fields.Rollout.decodeProblems...)
@@ -97,61 +109,70 @@ type FleetStatus struct {
 
 type FleetResult = FleetStatus
 
-// fleetProblems checks the fleet's own fields and fills defaults; nested are the problems of
-// the rollout it runs.
-func FleetProblems(req *FleetRequest, nested []*FieldError) []*FieldError {
-	ps := DecodeFieldErrors(req.decodeProblems)
-	add := func(field, what, fix string) { ps = append(ps, Problem(field, what, fix)) }
-	if errs := validation.IsDNS1123Label(req.Name); len(errs) > 0 {
-		add("name", fmt.Sprintf("%q is not a DNS-1123 label", req.Name), "name the fleet rollout like \"kata-deploy\"")
+// Problems is everything wrong with the fleet request: its own fields (OwnProblems), then
+// the rollout every cluster runs (RolloutProblems).
+func (r FleetRequest) Problems() []*FieldError {
+	return append(r.OwnProblems(), r.RolloutProblems()...)
+}
+
+// OwnProblems are the problems of the fleet's own fields.
+func (r FleetRequest) OwnProblems() []*FieldError {
+	ps := decodeFieldErrors(r.decodeProblems)
+	if errs := validation.IsDNS1123Label(r.Name); len(errs) > 0 {
+		ps.add("name", fmt.Sprintf("%q is not a DNS-1123 label", r.Name), "name the fleet rollout like \"kata-deploy\"")
 	}
-	if req.Rollout.Name == "" {
-		req.Rollout.Name = req.Name
-	}
-	if req.TaskQueue == "" {
-		req.TaskQueue = TaskQueue
-	}
-	if len(req.Waves) == 0 {
-		add("waves", "is empty", `list the clusters in waves, e.g. [["staging"], ["eu", "us"]]`)
+	if len(r.Waves) == 0 {
+		ps.add("waves", "is empty", `list the clusters in waves, e.g. [["staging"], ["eu", "us"]]`)
 	}
 	seen := map[string]bool{}
-	for w, wave := range req.Waves {
+	for w, wave := range r.Waves {
 		if len(wave) == 0 {
-			add(fmt.Sprintf("waves[%d]", w), "is empty", "remove the empty wave")
+			ps.add(fmt.Sprintf("waves[%d]", w), "is empty", "remove the empty wave")
 		}
 		for i, c := range wave {
 			field := fmt.Sprintf("waves[%d][%d]", w, i)
 			switch {
 			case len(validation.IsDNS1123Label(c)) > 0:
-				add(field, fmt.Sprintf("%q is not a cluster name", c), "use the `cluster` its worker is configured with (a DNS-1123 label)")
+				ps.add(field, fmt.Sprintf("%q is not a cluster name", c), "use the `cluster` its worker is configured with (a DNS-1123 label)")
 			case seen[c]:
-				add(field, fmt.Sprintf("cluster %q is listed twice", c), "list each cluster in one wave only")
+				ps.add(field, fmt.Sprintf("cluster %q is listed twice", c), "list each cluster in one wave only")
 			}
 			seen[c] = true
 		}
 	}
-	if req.MaxFailedClusters < 0 {
-		add("maxFailedClusters", "is negative", "use 0 (stop at the first failed cluster) or more")
+	if r.MaxFailedClusters < 0 {
+		ps.add("maxFailedClusters", "is negative", "use 0 (stop at the first failed cluster) or more")
 	}
-	return append(ps, nested...)
+	return ps
 }
 
-// nestedRolloutProblems is Rollout's static check (check) of the rollout every cluster runs,
-// each problem named by its path in the fleet's request (rollout.parallelism).
+// RolloutProblems are the problems of the rollout every cluster runs, each named by its path
+// in the fleet's request (rollout.parallelism).
 //
-// All of check applies at fleet level: what depends on the cluster (the namespace and the
-// template's ConfigMap existing, the template itself, the worker's maxParallelism, the time
-// zone, the nodes a selector matches) only each cluster's Rollout can check, with I/O, and
-// check leaves it out. An empty name is no problem: the fleet fills in its own, checked as
-// name. A cluster's first run is never continued as new, hence continued=false.
-func NestedRolloutProblems(r RolloutRequest) []*FieldError {
-	_, ps := Check(r, false)
-	var out []*FieldError
-	for _, p := range ps {
-		if p.Field == "name" && r.Name == "" {
+// All of the rollout's Problems apply at fleet level: what depends on the cluster (the
+// namespace and the template's ConfigMap existing, the template itself, the worker's
+// maxParallelism, the time zone, the nodes a selector matches) only each cluster's Rollout can
+// check, with I/O, and Problems leaves it out. An empty name is no problem: the fleet fills in
+// its own (WithDefaults), checked as name.
+func (r FleetRequest) RolloutProblems() []*FieldError {
+	var out problems
+	for _, p := range r.Rollout.Problems() {
+		if p.Field == "name" && r.Rollout.Name == "" {
 			continue
 		}
-		out = append(out, Problem("rollout."+p.Field, p.Problem, p.Fix))
+		out.add("rollout."+p.Field, p.Problem, p.Fix)
 	}
 	return out
+}
+
+// WithDefaults is the request with its defaults applied: the rollout named after the fleet, the
+// default task queue.
+func (r FleetRequest) WithDefaults() FleetRequest {
+	if r.Rollout.Name == "" {
+		r.Rollout.Name = r.Name
+	}
+	if r.TaskQueue == "" {
+		r.TaskQueue = TaskQueue
+	}
+	return r
 }

@@ -69,81 +69,77 @@ type NodeMaintenance struct {
 	UncordonOnFailure    bool              `json:"uncordonOnFailure,omitempty"`
 }
 
-// checkMaintenance validates the section; nodeMaintenance reads it with defaults applied.
-func checkMaintenance(m *Maintenance) []*FieldError {
-	_, ps := readMaintenance(m)
-	return ps
-}
-
-// nodeMaintenance is the section as children get it; nil when the request has none. Call it on
-// a validated request.
-func ResolveMaintenance(m *Maintenance) *NodeMaintenance {
-	nm, _ := readMaintenance(m)
-	return nm
-}
-
-func readMaintenance(m *Maintenance) (*NodeMaintenance, []*FieldError) {
+// resolve is the section as node workflows get it, its defaults applied; nil when the
+// request has none.
+func (m *Maintenance) resolve() *NodeMaintenance {
 	if m == nil {
-		return nil, nil
+		return nil
 	}
-	var ps []*FieldError
-	add := func(field, what, fix string) { ps = append(ps, Problem(field, what, fix)) }
 	nm := &NodeMaintenance{Cordon: m.Cordon || m.Drain != nil}
 	if d := m.Drain; d != nil {
 		nm.Drain = true
-		nm.DrainTimeoutSeconds = seconds(parseDuration(d.Timeout, DefaultDrainTimeout, time.Second, maxMaintenanceStep, "maintenance.drain.timeout", add))
-		if d.PodSelector != "" {
-			//workflowcheck:ignore
-			if _, err := labels.Parse(d.PodSelector); err != nil {
-				add("maintenance.drain.podSelector", fmt.Sprintf("%q does not parse: %v", d.PodSelector, err), "write a label selector such as \"app=web\", or omit it to evict every Pod")
-			}
-		}
+		nm.DrainTimeoutSeconds = seconds(drainTimeoutField.read(d.Timeout))
 		nm.PodSelector = d.PodSelector
 		nm.DeleteEmptyDirData = d.DeleteEmptyDirData
 		nm.Force = d.Force
 		if d.GracePeriod != "" {
-			g := seconds(parseDuration(d.GracePeriod, 0, 0, maxGracePeriod, "maintenance.drain.gracePeriod", add))
+			g := seconds(gracePeriodField.read(d.GracePeriod))
 			nm.GracePeriodSeconds = &g
 		}
 	}
-	soak := parseDuration(m.Soak, 0, 0, maxMaintenanceStep, "maintenance.soak", add)
+	soak := maintenanceSoakField.read(m.Soak)
 	nm.SoakSeconds = seconds(soak)
 	if m.Health != nil || soak > 0 {
 		nm.Health = true
 		nm.Conditions = map[string]string{"Ready": "True"}
 		timeout := DefaultHealthTimeout
 		if h := m.Health; h != nil {
-			timeout = parseDuration(h.Timeout, DefaultHealthTimeout, time.Second, maxMaintenanceStep, "maintenance.health.timeout", add)
+			timeout = healthTimeoutField.read(h.Timeout)
 			if len(h.Conditions) > 0 {
 				nm.Conditions = h.Conditions
-			}
-			for _, k := range slices.Sorted(maps.Keys(h.Conditions)) {
-				switch v := h.Conditions[k]; {
-				case k == "":
-					add("maintenance.health.conditions", "has an empty condition type", "name Node conditions such as Ready")
-				case v != "True" && v != "False" && v != "Unknown":
-					add("maintenance.health.conditions."+k, fmt.Sprintf("%q is not a condition status", v), "use \"True\", \"False\" or \"Unknown\"")
-				}
 			}
 		}
 		nm.HealthTimeoutSeconds = seconds(timeout)
 	}
+	nm.UncordonOnFailure = m.OnFailure == OnFailureUncordon
+	return nm
+}
+
+// check checks the section, if the request has one.
+func (m *Maintenance) check(ps *problems) {
+	if m == nil {
+		return
+	}
+	if d := m.Drain; d != nil {
+		drainTimeoutField.check(ps, d.Timeout)
+		if d.PodSelector != "" {
+			//workflowcheck:ignore
+			if _, err := labels.Parse(d.PodSelector); err != nil {
+				ps.add("maintenance.drain.podSelector", fmt.Sprintf("%q does not parse: %v", d.PodSelector, err), "write a label selector such as \"app=web\", or omit it to evict every Pod")
+			}
+		}
+		gracePeriodField.check(ps, d.GracePeriod)
+	}
+	maintenanceSoakField.check(ps, m.Soak)
+	if h := m.Health; h != nil {
+		healthTimeoutField.check(ps, h.Timeout)
+		for _, k := range slices.Sorted(maps.Keys(h.Conditions)) {
+			switch v := h.Conditions[k]; {
+			case k == "":
+				ps.add("maintenance.health.conditions", "has an empty condition type", "name Node conditions such as Ready")
+			case v != "True" && v != "False" && v != "Unknown":
+				ps.add("maintenance.health.conditions."+k, fmt.Sprintf("%q is not a condition status", v), "use \"True\", \"False\" or \"Unknown\"")
+			}
+		}
+	}
 	switch m.OnFailure {
-	case "", OnFailureKeepCordoned:
-	case OnFailureUncordon:
-		nm.UncordonOnFailure = true
+	case "", OnFailureKeepCordoned, OnFailureUncordon:
 	default:
-		add("maintenance.onFailure", fmt.Sprintf("%q is not allowed", m.OnFailure), "use keepCordoned or uncordon")
+		ps.add("maintenance.onFailure", fmt.Sprintf("%q is not allowed", m.OnFailure), "use keepCordoned or uncordon")
 	}
-	if !nm.Cordon && !nm.Health {
-		add("maintenance", "asks for nothing", "set cordon, drain, health or soak, or remove the section")
+	if nm := m.resolve(); !nm.Cordon && !nm.Health {
+		ps.add("maintenance", "asks for nothing", "set cordon, drain, health or soak, or remove the section")
 	}
-	return nm, ps
 }
 
 func seconds(d time.Duration) int64 { return int64(d / time.Second) }
-
-// maintenanceCordons says whether the section cordons nodes (a drain implies it).
-func MaintenanceCordons(m *Maintenance) bool {
-	return m != nil && (m.Cordon || m.Drain != nil)
-}

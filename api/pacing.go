@@ -53,7 +53,7 @@ type Order struct {
 	Label string `json:"label,omitempty"` // label: its value; spread: the domains (default topology.key)
 }
 
-// pacing is the validated pacing part of a request.
+// Pacing is the pacing part of a request's settings.
 type Pacing struct {
 	Window       *WindowSpec
 	DomainKey    string
@@ -64,12 +64,12 @@ type Pacing struct {
 	OrderLabel   string
 }
 
-// active says whether the request paces at all; without, the rollout runs as it always did.
+// Active says whether the request paces at all; without, the rollout runs as it always did.
 func (p Pacing) Active() bool {
 	return p.Window != nil || p.MaxPerDomain > 0 || p.Canary != nil || (p.Order != "" && p.Order != OrderByName)
 }
 
-// labelKeys are the node labels ListNodes must report.
+// LabelKeys are the node labels ListNodes must report.
 func (p Pacing) LabelKeys() []string {
 	var keys []string
 	if p.DomainKey != "" {
@@ -81,7 +81,7 @@ func (p Pacing) LabelKeys() []string {
 	return keys
 }
 
-// windowSpec is a parsed MaintenanceWindow.
+// WindowSpec is a parsed MaintenanceWindow.
 type WindowSpec struct {
 	days     [7]bool // by time.Weekday
 	hour     int
@@ -96,135 +96,176 @@ var weekdays = map[string]time.Weekday{
 	"thu": time.Thursday, "fri": time.Friday, "sat": time.Saturday,
 }
 
-// checkPacing validates the pacing fields; it is deterministic (the time zone's existence
-// is checked where it is loaded, see windowState).
-func checkPacing(req RolloutRequest, add func(field, what, fix string)) Pacing {
-	var p Pacing
-	if w := req.MaintenanceWindow; w != nil {
-		p.Window = parseWindow(*w, add)
+// pacing is the request's pacing with its defaults.
+func (r RolloutRequest) pacing() Pacing {
+	p := Pacing{Order: OrderByName, Canary: r.Canary}
+	if w := r.MaintenanceWindow; w != nil {
+		p.Window = w.spec()
 	}
-	if t := req.Topology; t != nil {
-		if t.Key == "" {
-			add("topology.key", "is required", "name a node label such as topology.kubernetes.io/zone")
-		} else if errs := validation.IsQualifiedName(t.Key); len(errs) > 0 {
-			add("topology.key", fmt.Sprintf("%q is not a label key (%s)", t.Key, strings.Join(errs, ", ")), "name a node label such as topology.kubernetes.io/zone")
-		}
-		if t.MaxPerDomain < 1 {
-			add("topology.maxPerDomain", fmt.Sprintf("must be at least 1, got %d", t.MaxPerDomain), "give the most nodes of one domain allowed in flight, e.g. 1")
-		}
+	if t := r.Topology; t != nil {
 		p.DomainKey, p.MaxPerDomain = t.Key, t.MaxPerDomain
 	}
-	if c := req.Canary; c != nil {
-		p.Canary = c
-		switch {
-		case len(c.Nodes) > 0 && c.Selector != "":
-			add("canary.nodes", "is set together with canary.selector", "name the canaries or select them, not both")
-		case len(c.Nodes) == 0 && c.Selector == "":
-			add("canary", "selects no canary", "set canary.nodes to node names or canary.selector to a label selector")
-		}
-		if len(c.Nodes) > MaxCanaries {
-			add("canary.nodes", fmt.Sprintf("lists %d names, more than %d", len(c.Nodes), MaxCanaries), "pick a few representative nodes")
-		}
-		inRequest := map[string]bool{}
-		for _, n := range req.Nodes {
-			inRequest[n] = true
-		}
-		for i, n := range c.Nodes {
-			if errs := validation.IsDNS1123Subdomain(n); len(errs) > 0 {
-				add(fmt.Sprintf("canary.nodes[%d]", i), fmt.Sprintf("%q is not a valid node name", n), "node names are DNS-1123 subdomains")
-			} else if len(req.Nodes) > 0 && !inRequest[n] {
-				add(fmt.Sprintf("canary.nodes[%d]", i), fmt.Sprintf("%q is not one of nodes", n), "canaries must be nodes of the rollout")
-			}
-		}
-		if c.Selector != "" {
-			//workflowcheck:ignore
-			if _, err := labels.Parse(c.Selector); err != nil {
-				add("canary.selector", fmt.Sprintf("%q does not parse: %v", c.Selector, err), "write a label selector such as \"canary=true\"")
-			}
-		}
-		p.Soak = parseDuration(c.Soak, 0, 0, MaxSoak, "canary.soak", add)
+	if c := r.Canary; c != nil {
+		p.Soak = canarySoakField.read(c.Soak)
 	}
-	p.Order = OrderByName
-	if o := req.Order; o != nil {
+	if o := r.Order; o != nil {
 		p.Order, p.OrderLabel = o.By, o.Label
 		switch o.By {
-		case "", OrderByName:
+		case "":
 			p.Order = OrderByName
-			if o.Label != "" {
-				add("order.label", "is only for order.by label or spread", "remove it, or set order.by")
-			}
-		case OrderByLabel:
-			if o.Label == "" {
-				add("order.label", "is required with order.by label", "name the node label whose value orders the nodes, e.g. rollout-priority")
-			}
 		case OrderSpread:
 			if p.OrderLabel == "" {
 				p.OrderLabel = p.DomainKey
-			}
-			if p.OrderLabel == "" {
-				add("order.label", "names no domain to spread over", "set order.label, or topology.key")
-			}
-		default:
-			add("order.by", fmt.Sprintf("%q is not an order", o.By), "use name, label or spread")
-		}
-		if o.Label != "" {
-			if errs := validation.IsQualifiedName(o.Label); len(errs) > 0 {
-				add("order.label", fmt.Sprintf("%q is not a label key", o.Label), "name a node label")
 			}
 		}
 	}
 	return p
 }
 
-func parseWindow(w MaintenanceWindow, add func(field, what, fix string)) *WindowSpec {
-	s := &WindowSpec{Zone: w.TimeZone}
+// checkPacing checks the pacing fields; it is deterministic (the time zone's existence is
+// checked where it is loaded, see the workflow's readWindow).
+func (r RolloutRequest) checkPacing(ps *problems) {
+	if w := r.MaintenanceWindow; w != nil {
+		w.check(ps)
+	}
+	if t := r.Topology; t != nil {
+		if t.Key == "" {
+			ps.add("topology.key", "is required", "name a node label such as topology.kubernetes.io/zone")
+		} else if errs := validation.IsQualifiedName(t.Key); len(errs) > 0 {
+			ps.add("topology.key", fmt.Sprintf("%q is not a label key (%s)", t.Key, strings.Join(errs, ", ")), "name a node label such as topology.kubernetes.io/zone")
+		}
+		if t.MaxPerDomain < 1 {
+			ps.add("topology.maxPerDomain", fmt.Sprintf("must be at least 1, got %d", t.MaxPerDomain), "give the most nodes of one domain allowed in flight, e.g. 1")
+		}
+	}
+	if c := r.Canary; c != nil {
+		r.checkCanary(ps, c)
+	}
+	if o := r.Order; o != nil {
+		switch o.By {
+		case "", OrderByName:
+			if o.Label != "" {
+				ps.add("order.label", "is only for order.by label or spread", "remove it, or set order.by")
+			}
+		case OrderByLabel:
+			if o.Label == "" {
+				ps.add("order.label", "is required with order.by label", "name the node label whose value orders the nodes, e.g. rollout-priority")
+			}
+		case OrderSpread:
+			if r.pacing().OrderLabel == "" {
+				ps.add("order.label", "names no domain to spread over", "set order.label, or topology.key")
+			}
+		default:
+			ps.add("order.by", fmt.Sprintf("%q is not an order", o.By), "use name, label or spread")
+		}
+		if o.Label != "" {
+			if errs := validation.IsQualifiedName(o.Label); len(errs) > 0 {
+				ps.add("order.label", fmt.Sprintf("%q is not a label key", o.Label), "name a node label")
+			}
+		}
+	}
+}
+
+func (r RolloutRequest) checkCanary(ps *problems, c *Canary) {
+	switch {
+	case len(c.Nodes) > 0 && c.Selector != "":
+		ps.add("canary.nodes", "is set together with canary.selector", "name the canaries or select them, not both")
+	case len(c.Nodes) == 0 && c.Selector == "":
+		ps.add("canary", "selects no canary", "set canary.nodes to node names or canary.selector to a label selector")
+	}
+	if len(c.Nodes) > MaxCanaries {
+		ps.add("canary.nodes", fmt.Sprintf("lists %d names, more than %d", len(c.Nodes), MaxCanaries), "pick a few representative nodes")
+	}
+	inRequest := map[string]bool{}
+	for _, n := range r.Nodes {
+		inRequest[n] = true
+	}
+	for i, n := range c.Nodes {
+		if errs := validation.IsDNS1123Subdomain(n); len(errs) > 0 {
+			ps.add(fmt.Sprintf("canary.nodes[%d]", i), fmt.Sprintf("%q is not a valid node name", n), "node names are DNS-1123 subdomains")
+		} else if len(r.Nodes) > 0 && !inRequest[n] {
+			ps.add(fmt.Sprintf("canary.nodes[%d]", i), fmt.Sprintf("%q is not one of nodes", n), "canaries must be nodes of the rollout")
+		}
+	}
+	if c.Selector != "" {
+		//workflowcheck:ignore
+		if _, err := labels.Parse(c.Selector); err != nil {
+			ps.add("canary.selector", fmt.Sprintf("%q does not parse: %v", c.Selector, err), "write a label selector such as \"canary=true\"")
+		}
+	}
+	canarySoakField.check(ps, c.Soak)
+}
+
+// spec is the window parsed; what does not parse is left at its zero value (a problem that
+// check reports).
+func (w MaintenanceWindow) spec() *WindowSpec {
+	s := &WindowSpec{Zone: w.TimeZone, duration: windowDurationField.read(w.Duration)}
 	if s.Zone == "" {
 		s.Zone = "UTC"
 	}
-	s.duration = parseDuration(w.Duration, 0, time.Second, MaxWindowDuration, "maintenanceWindow.duration", add)
-	if w.Duration == "" {
-		add("maintenanceWindow.duration", "is required", "write how long the window stays open, e.g. \"4h\"")
-	}
-	if strings.ContainsAny(s.Zone, " \\") || strings.HasPrefix(s.Zone, "/") || strings.Contains(s.Zone, "..") {
-		add("maintenanceWindow.timeZone", fmt.Sprintf("%q is not an IANA time zone name", w.TimeZone), "use a name such as Europe/Berlin or UTC")
-	}
 	if w.Cron != "" {
-		if w.Start != "" || len(w.Days) > 0 {
-			add("maintenanceWindow.cron", "is set together with start/days", "give either a cron expression or days and start")
-		}
-		sched, err := cron.ParseStandard(w.Cron)
-		switch {
-		case err != nil || strings.Contains(w.Cron, "TZ="):
-			add("maintenanceWindow.cron", fmt.Sprintf("%q is not a five-field cron expression (%v)", w.Cron, err), "write e.g. \"0 22 * * 6\" (Saturdays 22:00); the zone goes in timeZone")
-		case isConstantDelay(sched):
-			add("maintenanceWindow.cron", fmt.Sprintf("%q has no fixed opening: @every counts from whenever the window is read, so it never opens", w.Cron),
-				"write the openings as a five-field cron expression, e.g. \"0 * * * *\" (every hour on the hour)")
-		case sched.Next(cronCheckFrom).IsZero():
-			add("maintenanceWindow.cron", fmt.Sprintf("%q never matches a date (such as 30 February), so the window never opens", w.Cron),
-				"name a day that exists, e.g. \"0 0 28 2 *\"")
-		}
-		s.cron = sched
+		s.cron, _ = cron.ParseStandard(w.Cron)
 		return s
 	}
 	if len(w.Days) == 0 {
 		s.days = [7]bool{true, true, true, true, true, true, true}
 	}
-	for i, d := range w.Days {
-		wd, ok := weekdays[strings.ToLower(d[:min(3, len(d))])]
-		if !ok || (len(d) > 3 && !strings.HasPrefix(strings.ToLower(wd.String()), strings.ToLower(d))) {
-			add(fmt.Sprintf("maintenanceWindow.days[%d]", i), fmt.Sprintf("%q is not a day of the week", d), "use Mon, Tue, Wed, Thu, Fri, Sat or Sun")
-			continue
+	for _, d := range w.Days {
+		if wd, ok := weekday(d); ok {
+			s.days[wd] = true
 		}
-		s.days[wd] = true
 	}
-	hh, mm, ok := strings.Cut(w.Start, ":")
+	s.hour, s.minute, _ = timeOfDay(w.Start)
+	return s
+}
+
+// weekday reads a day of the week by its name or its first three letters, in any case.
+func weekday(d string) (time.Weekday, bool) {
+	wd, ok := weekdays[strings.ToLower(d[:min(3, len(d))])]
+	return wd, ok && (len(d) <= 3 || strings.HasPrefix(strings.ToLower(wd.String()), strings.ToLower(d)))
+}
+
+// timeOfDay reads HH:MM.
+func timeOfDay(start string) (h, m int, ok bool) {
+	hh, mm, ok := strings.Cut(start, ":")
 	h, herr := strconv.Atoi(hh)
 	m, merr := strconv.Atoi(mm)
-	if !ok || herr != nil || merr != nil || h < 0 || h > 23 || m < 0 || m > 59 || len(mm) != 2 {
-		add("maintenanceWindow.start", fmt.Sprintf("%q is not a time of day", w.Start), "write it as HH:MM in the window's time zone, e.g. \"22:00\"")
+	return h, m, ok && herr == nil && merr == nil && h >= 0 && h <= 23 && m >= 0 && m <= 59 && len(mm) == 2
+}
+
+func (w MaintenanceWindow) check(ps *problems) {
+	windowDurationField.check(ps, w.Duration)
+	if w.Duration == "" {
+		ps.add("maintenanceWindow.duration", "is required", "write how long the window stays open, e.g. \"4h\"")
 	}
-	s.hour, s.minute = h, m
-	return s
+	if zone := w.spec().Zone; strings.ContainsAny(zone, " \\") || strings.HasPrefix(zone, "/") || strings.Contains(zone, "..") {
+		ps.add("maintenanceWindow.timeZone", fmt.Sprintf("%q is not an IANA time zone name", w.TimeZone), "use a name such as Europe/Berlin or UTC")
+	}
+	if w.Cron != "" {
+		if w.Start != "" || len(w.Days) > 0 {
+			ps.add("maintenanceWindow.cron", "is set together with start/days", "give either a cron expression or days and start")
+		}
+		sched, err := cron.ParseStandard(w.Cron)
+		switch {
+		case err != nil || strings.Contains(w.Cron, "TZ="):
+			ps.add("maintenanceWindow.cron", fmt.Sprintf("%q is not a five-field cron expression (%v)", w.Cron, err), "write e.g. \"0 22 * * 6\" (Saturdays 22:00); the zone goes in timeZone")
+		case isConstantDelay(sched):
+			ps.add("maintenanceWindow.cron", fmt.Sprintf("%q has no fixed opening: @every counts from whenever the window is read, so it never opens", w.Cron),
+				"write the openings as a five-field cron expression, e.g. \"0 * * * *\" (every hour on the hour)")
+		case sched.Next(cronCheckFrom).IsZero():
+			ps.add("maintenanceWindow.cron", fmt.Sprintf("%q never matches a date (such as 30 February), so the window never opens", w.Cron),
+				"name a day that exists, e.g. \"0 0 28 2 *\"")
+		}
+		return
+	}
+	for i, d := range w.Days {
+		if _, ok := weekday(d); !ok {
+			ps.add(fmt.Sprintf("maintenanceWindow.days[%d]", i), fmt.Sprintf("%q is not a day of the week", d), "use Mon, Tue, Wed, Thu, Fri, Sat or Sun")
+		}
+	}
+	if _, _, ok := timeOfDay(w.Start); !ok {
+		ps.add("maintenanceWindow.start", fmt.Sprintf("%q is not a time of day", w.Start), "write it as HH:MM in the window's time zone, e.g. \"22:00\"")
+	}
 }
 
 // cronCheckFrom is where validation looks for a cron window's first opening: a fixed time

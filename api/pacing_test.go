@@ -47,10 +47,11 @@ func TestWindowStateAcrossDaylightSavingChanges(t *testing.T) {
 }
 
 func cronSpec(t *testing.T, expr string, d time.Duration) WindowSpec {
-	var problems []string
-	w := parseWindow(MaintenanceWindow{Cron: expr, Duration: d.String()}, func(f, what, _ string) { problems = append(problems, f+": "+what) })
-	require.Empty(t, problems)
-	return *w
+	w := MaintenanceWindow{Cron: expr, Duration: d.String()}
+	var ps problems
+	w.check(&ps)
+	require.Empty(t, ps)
+	return *w.spec()
 }
 
 // neverSchedule is a schedule with no next opening, as robfig/cron answers for 30 February.

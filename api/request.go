@@ -2,6 +2,8 @@ package api
 
 import (
 	"time"
+
+	"github.com/noderollout/noderollout/api/didyoumean"
 )
 
 // Defaults and limits of RolloutRequest, documented in README's request table.
@@ -76,6 +78,8 @@ type RolloutRequest struct {
 	// decoding error would fail the workflow task again and again, so they are reported by
 	// validation as a non-retryable InvalidRequest instead.
 	decodeProblems []string
+	// unknown are the fields the decoding found unknown (see UnknownFields).
+	unknown []didyoumean.UnknownField
 }
 
 // Batch paces the start: the window of nodes in flight starts at Initial and grows, each time

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"reflect"
 	"strings"
 	"sync"
 	"text/tabwriter"
@@ -17,8 +16,6 @@ import (
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/noderollout/noderollout/api"
-	"github.com/noderollout/noderollout/api/didyoumean"
-	"github.com/noderollout/noderollout/workflows"
 )
 
 // fleetCommand steers FleetRollout: one rollout over many clusters, in waves.
@@ -131,7 +128,7 @@ func parseFleetRequest(name string, data []byte) (api.FleetRequest, error) {
 	if err != nil {
 		return bad(err.Error())
 	}
-	var fields, rollout map[string]json.RawMessage
+	var fields map[string]json.RawMessage
 	if err := json.Unmarshal(asJSON, &fields); err != nil {
 		return bad(fmt.Sprintf("the file must hold one %s object with the fleet request's fields (name, waves, rollout, ...); correct the %s", lang, lang))
 	}
@@ -143,21 +140,7 @@ func parseFleetRequest(name string, data []byte) (api.FleetRequest, error) {
 	}
 	// Unknown fields at any depth, with a suggestion: encoding/json would drop a misspelt
 	// maxFailedClusters and leave the budget at 0.
-	unknown := didyoumean.UnknownFields(fields, reflect.TypeOf(req), "")
-	// The rollout decodes itself (RolloutRequest.UnmarshalJSON), so the walk leaves it to us.
-	if json.Unmarshal(fields["rollout"], &rollout) == nil {
-		unknown = append(unknown, didyoumean.UnknownFields(rollout, reflect.TypeOf(req.Rollout), "rollout.", "progress")...)
-	}
-	problems := unknownFields(unknown)
-	if err := workflows.ValidateFleet(req); err != nil {
-		for _, p := range validationProblems(err) {
-			if strings.Contains(p, "unknown field") && len(problems) > 0 || followsFromTypo(p, unknown) {
-				continue
-			}
-			problems = append(problems, strings.ReplaceAll(withTypeHint(p, fields), "correct the JSON", "correct the "+lang))
-		}
-	}
-	if len(problems) > 0 {
+	if problems := readableProblems(req.Problems(), req.UnknownFields(), fields, lang); len(problems) > 0 {
 		return bad(problems...)
 	}
 	return req, nil

@@ -40,14 +40,15 @@ func FleetRollout(ctx workflow.Context, req api.FleetRequest) (api.FleetResult, 
 	}
 	// Likewise runs from before the nested check started their clusters with the rollout; only
 	// a fleet whose rollout has problems asks, so valid fleets' histories get no marker.
-	nested := api.NestedRolloutProblems(req.Rollout)
+	nested := req.RolloutProblems()
 	if len(nested) > 0 &&
 		workflow.GetVersion(ctx, versionFleetChecksRollout, workflow.DefaultVersion, 1) == workflow.DefaultVersion {
 		nested = nil
 	}
-	if err := validateFleet(&req, nested); err != nil {
-		return api.FleetResult{}, err
+	if problems := append(req.OwnProblems(), nested...); len(problems) > 0 {
+		return api.FleetResult{}, invalidRequest("invalid fleet rollout request: ", problems)
 	}
+	req = req.WithDefaults()
 	f := &fleet{req: req, running: map[string]workflow.ChildWorkflowFuture{}, memo: requestMemo(ctx)}
 	for w, wave := range req.Waves {
 		for _, c := range wave {
@@ -257,21 +258,4 @@ func (f *fleet) showProgress(ctx workflow.Context) {
 	}
 	workflow.SetCurrentDetails(ctx, fmt.Sprintf("**%s** wave %d of %d; %d/%d clusters done, %d running, %d failed (budget %d)",
 		st.Phase, st.Wave, st.Waves, done, len(st.Clusters), len(f.running), st.FailedClusters, st.MaxFailedClusters))
-}
-
-// validateFleet checks the fleet's own fields and fills defaults, and fails with every problem,
-// the fleet's own and those of the rollout it runs (nested, see nestedRolloutProblems), in one
-// InvalidRequest.
-func validateFleet(req *api.FleetRequest, nested []*api.FieldError) error {
-	ps := api.FleetProblems(req, nested)
-	if len(ps) == 0 {
-		return nil
-	}
-	return invalidRequestError("invalid fleet rollout request: ", ps)
-}
-
-// ValidateFleet checks a fleet request as FleetRollout does, the rollout every cluster will
-// run included, so a bad file is refused before anything starts.
-func ValidateFleet(req api.FleetRequest) error {
-	return validateFleet(&req, api.NestedRolloutProblems(req.Rollout))
 }

@@ -263,38 +263,16 @@ func TestBusyNodeIsToldWhenFreeInsteadOfPolling(t *testing.T) {
 }
 
 // A start request cannot smuggle in continue-as-new state (it skipped the template check and
-// the parallelism ceiling), and unknown fields are named at any depth.
-func TestCallerCannotSetInternalStateAndUnknownFieldsAreNamed(t *testing.T) {
-	for _, tc := range []struct{ json, field string }{
-		{`{"name":"a","nodeSelector":"x=y","jobTemplate":"t","progress":{"templateHash":"h","template":"hidden"}}`, "progress"},
-		{`{"name":"a","nodeSelector":"x=y","jobTemplate":"t","batch":{"inital":1}}`, "batch.inital"},
-		{`{"name":"a","nodeSelector":"x=y","jobTemplate":"t","owner":{"apiVersion":"v1","kind":"K","name":"n","uid":"u","controller":true}}`, "owner.controller"},
-		{`{"name":"a","nodeSelector":"x=y","jobTemplateRef":{"nmae":"cm"}}`, "jobTemplateRef.nmae"},
-		{`{"name":"a","nodeSelector":"x=y","jobTemplate":"t","parallelism":0}`, "parallelism"},
-	} {
-		var req api.RolloutRequest
-		require.NoError(t, json.Unmarshal([]byte(tc.json), &req))
-		_, err := Validate(req)
-		requireInvalid(t, err, tc.field)
-	}
-
-	// The same state as the workflow's own second argument is honoured only in a run that
-	// was continued as new.
+// the parallelism ceiling): the state as the workflow's own second argument is honoured only
+// in a run that was continued as new (api's TestCallerCannotSetInternalState... checks it
+// inside the request).
+func TestCallerCannotSetInternalState(t *testing.T) {
 	env, a := nodeEnv(t)
 	env.RegisterWorkflow(Rollout)
 	jobsOutlastTheWatch(env)
 	env.ExecuteWorkflow(api.RolloutWorkflow, request("a"), &api.Progress{TemplateHash: "h", Template: "hidden", Parallelism: 1})
 	requireInvalid(t, env.GetWorkflowError(), "progress")
 	_ = a
-}
-
-// A Job pasted into the UI as an object is the same template as its YAML text.
-func TestJobTemplateAsAJSONObjectIsAccepted(t *testing.T) {
-	var req api.RolloutRequest
-	require.NoError(t, json.Unmarshal([]byte(`{"name":"a","nodeSelector":"x=y","jobTemplate":{"apiVersion":"batch/v1","kind":"Job"}}`), &req))
-	_, err := Validate(req)
-	require.NoError(t, err)
-	require.JSONEq(t, `{"apiVersion":"batch/v1","kind":"Job"}`, req.JobTemplate)
 }
 
 // The largest template at the largest parallelism: what each node adds to the history does

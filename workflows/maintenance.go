@@ -228,8 +228,7 @@ const maxDrainPlanNodes = 100
 
 // planDrains fills in, for a dry run with a drain, the Pods each node's drain would evict and
 // the PodDisruptionBudgets that would block it.
-func planDrains(ctx workflow.Context, m *api.Maintenance, planned []api.PlannedNode) error {
-	nm := api.ResolveMaintenance(m)
+func planDrains(ctx workflow.Context, nm *api.NodeMaintenance, planned []api.PlannedNode) error {
 	if nm == nil || !nm.Drain {
 		return nil
 	}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"slices"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -111,7 +110,7 @@ func (r *maintenanceRun) step(ctx context.Context, name string) error {
 
 func maintainedInput(onFailure string) NodeRolloutInput {
 	in := nodeInput()
-	in.Maintenance = api.ResolveMaintenance(&api.Maintenance{Drain: &api.Drain{Timeout: "20s"}, Health: &api.HealthGate{Timeout: "1m"}, Soak: "5s", OnFailure: onFailure})
+	in.Maintenance = resolvedMaintenance(&api.Maintenance{Drain: &api.Drain{Timeout: "20s"}, Health: &api.HealthGate{Timeout: "1m"}, Soak: "5s", OnFailure: onFailure})
 	return in
 }
 
@@ -264,58 +263,10 @@ func TestPreCordonedNodeIsLeftCordoned(t *testing.T) {
 func TestCordonOnlyNeedsNoDrainOrHealth(t *testing.T) {
 	r := newMaintenanceRun(t)
 	in := nodeInput()
-	in.Maintenance = api.ResolveMaintenance(&api.Maintenance{Cordon: true})
+	in.Maintenance = resolvedMaintenance(&api.Maintenance{Cordon: true})
 	_, err := r.run(in)
 	require.NoError(t, err)
 	require.Equal(t, []string{"cordon", "create", "wait", "finalize:succeeded", "uncordon"}, r.calls)
-}
-
-func TestMaintenanceFailuresChargeTheBudget(t *testing.T) {
-	var c api.Counts
-	c.Add(api.OutcomeDrainTimedOut)
-	c.Add(api.OutcomeUnhealthy)
-	require.Equal(t, 2, c.Failures())
-	require.Equal(t, 2, c.Finished())
-}
-
-func TestMaintenanceValidation(t *testing.T) {
-	for _, c := range []struct {
-		json, field string
-	}{
-		{`{"maintenance": {}}`, "maintenance"},
-		{`{"maintenance": {"drain": {"timout": "1m"}}}`, "maintenance.drain.timout"},
-		{`{"maintenance": {"drain": {"timeout": "soon"}}}`, "maintenance.drain.timeout"},
-		{`{"maintenance": {"drain": {"podSelector": "app in ("}}}`, "maintenance.drain.podSelector"},
-		{`{"maintenance": {"drain": {"gracePeriod": "-1s"}}}`, "maintenance.drain.gracePeriod"},
-		{`{"maintenance": {"health": {"conditions": {"Ready": "yes"}}}}`, "maintenance.health.conditions.Ready"},
-		{`{"maintenance": {"health": {"timeout": "0s"}}}`, "maintenance.health.timeout"},
-		{`{"maintenance": {"soak": "forever"}}`, "maintenance.soak"},
-		{`{"maintenance": {"cordon": true, "onFailure": "ignore"}}`, "maintenance.onFailure"},
-		{`{"maintenance": {"cordon": "yes"}}`, "maintenance.cordon"},
-	} {
-		t.Run(c.field, func(t *testing.T) {
-			req := decodeRequest(t, c.json)
-			_, err := Validate(req)
-			require.Error(t, err)
-			require.Contains(t, err.Error(), c.field+":")
-		})
-	}
-
-	req := decodeRequest(t, `{"maintenance": {"drain": {"timeout": "20s", "gracePeriod": "5s"}, "soak": "5s"}}`)
-	_, err := Validate(req)
-	require.NoError(t, err)
-	g := int64(5)
-	require.Equal(t, &api.NodeMaintenance{Cordon: true, Drain: true, DrainTimeoutSeconds: 20, GracePeriodSeconds: &g,
-		Health: true, HealthTimeoutSeconds: 600, Conditions: map[string]string{"Ready": "True"}, SoakSeconds: 5}, api.ResolveMaintenance(req.Maintenance))
-}
-
-// decodeRequest is a valid request with the given fields merged in.
-func decodeRequest(t *testing.T, fields string) api.RolloutRequest {
-	t.Helper()
-	base := `{"name": "demo", "nodes": ["a"], "jobTemplate": "apiVersion: batch/v1\nkind: Job\n", `
-	var req api.RolloutRequest
-	require.NoError(t, req.UnmarshalJSON([]byte(base+strings.TrimPrefix(fields, "{"))))
-	return req
 }
 
 // TestMaintenanceTellsThePolicyWhoWrites: the cordon and the drain carry the rollout's
@@ -325,7 +276,7 @@ func decodeRequest(t *testing.T, fields string) api.RolloutRequest {
 func TestMaintenanceTellsThePolicyWhoWrites(t *testing.T) {
 	r := newMaintenanceRun(t)
 	in := maintainedInput("")
-	in.Maintenance = api.ResolveMaintenance(&api.Maintenance{Drain: &api.Drain{Timeout: "20s", PodSelector: "app=web", DeleteEmptyDirData: true, Force: true}})
+	in.Maintenance = resolvedMaintenance(&api.Maintenance{Drain: &api.Drain{Timeout: "20s", PodSelector: "app=web", DeleteEmptyDirData: true, Force: true}})
 	_, err := r.run(in)
 	require.NoError(t, err)
 	require.Equal(t, activities.NodeInput{Rollout: in.Rollout, Node: in.Node, Namespace: in.Namespace,
@@ -394,4 +345,9 @@ func TestMaintenanceHealthOutlastsAnAPIServerOutage(t *testing.T) {
 		require.Positive(t, o.HeartbeatTimeout, o.Summary)
 		require.Zero(t, o.RetryPolicy.MaximumAttempts, o.Summary)
 	}
+}
+
+// resolvedMaintenance is the section as the Rollout hands it to its nodes.
+func resolvedMaintenance(m *api.Maintenance) *api.NodeMaintenance {
+	return api.RolloutRequest{Maintenance: m}.Settings().Maintenance
 }

@@ -835,7 +835,7 @@ func (m *model) checkStart(node string, t time.Time) {
 	if m.paused(t) {
 		m.fail("%s started at %s while the rollout was paused", node, t)
 	}
-	settings, _ := api.Check(m.req, false)
+	settings := m.req.Settings()
 	if w := m.req.MaintenanceWindow; w != nil {
 		if open, _ := api.WindowState(*settings.Pacing.Window, time.UTC, t); !open {
 			m.fail("%s started at %s outside the window %+v", node, t, *w)

@@ -345,51 +345,6 @@ func TestMaxPerDomainAndOrderAcrossContinueAsNew(t *testing.T) {
 	require.Equal(t, map[string]int{"": 2, "a": 1, "b": 1, "c": 1}, firstDomains)
 }
 
-func TestPacingFieldsAreValidated(t *testing.T) {
-	base := func() api.RolloutRequest { return request("a", "b") }
-	for _, tc := range []struct {
-		field string
-		edit  func(*api.RolloutRequest)
-	}{
-		{"maintenanceWindow.start", func(r *api.RolloutRequest) {
-			r.MaintenanceWindow = &api.MaintenanceWindow{Start: "25:00", Duration: "1h"}
-		}},
-		{"maintenanceWindow.duration", func(r *api.RolloutRequest) { r.MaintenanceWindow = &api.MaintenanceWindow{Start: "10:00"} }},
-		{"maintenanceWindow.days[1]", func(r *api.RolloutRequest) {
-			r.MaintenanceWindow = &api.MaintenanceWindow{Days: []string{"Mon", "Funday"}, Start: "10:00", Duration: "1h"}
-		}},
-		{"topology.maxPerDomain", func(r *api.RolloutRequest) { r.Topology = &api.Topology{Key: zoneKey} }},
-		{"topology.key", func(r *api.RolloutRequest) { r.Topology = &api.Topology{Key: "bad key!", MaxPerDomain: 1} }},
-		{"canary", func(r *api.RolloutRequest) { r.Canary = &api.Canary{Approval: true} }},
-		{"canary.nodes[0]", func(r *api.RolloutRequest) { r.Canary = &api.Canary{Nodes: []string{"c"}} }},
-		{"canary.soak", func(r *api.RolloutRequest) { r.Canary = &api.Canary{Nodes: []string{"a"}, Soak: "soon"} }},
-		{"order.by", func(r *api.RolloutRequest) { r.Order = &api.Order{By: "random"} }},
-		{"order.label", func(r *api.RolloutRequest) { r.Order = &api.Order{By: api.OrderByLabel} }},
-		{"order.label", func(r *api.RolloutRequest) { r.Order = &api.Order{By: api.OrderSpread} }},
-		{"maintenanceWindow.cron", func(r *api.RolloutRequest) {
-			r.MaintenanceWindow = &api.MaintenanceWindow{Cron: "every minute", Duration: "1h"}
-		}},
-	} {
-		req := base()
-		tc.edit(&req)
-		_, err := Validate(req)
-		require.Error(t, err, tc.field)
-		require.Contains(t, err.Error(), tc.field+":", tc.field)
-	}
-	req := base()
-	req.MaintenanceWindow = &api.MaintenanceWindow{Days: []string{"sat", "Sunday"}, Start: "22:00", Duration: "4h", TimeZone: "Europe/Berlin"}
-	req.Topology = &api.Topology{Key: zoneKey, MaxPerDomain: 1}
-	req.Canary = &api.Canary{Nodes: []string{"a"}, Soak: "10m", Approval: true}
-	req.Order = &api.Order{By: api.OrderSpread}
-	_, err := Validate(req)
-	require.NoError(t, err)
-
-	var decoded api.RolloutRequest
-	require.NoError(t, decoded.UnmarshalJSON([]byte(`{"name":"x","nodes":["a"],"jobTemplate":"t","topology":{"key":"k","maxPerDomian":1}}`)))
-	_, err = Validate(decoded)
-	require.ErrorContains(t, err, "topology.maxPerDomian")
-}
-
 // canary.selector on a rollout that names its nodes picks the named nodes that match it: a
 // selector that also matches more than 100 other nodes of the cluster (a fleet-wide
 // canary=true label) must not fail the rollout when only a few of its own nodes match.

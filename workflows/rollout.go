@@ -87,19 +87,18 @@ func Rollout(ctx workflow.Context, req api.RolloutRequest, carried *api.Progress
 // rolloutIn is Rollout on a worker of the given cluster.
 func rolloutIn(ctx workflow.Context, cluster api.Cluster, req api.RolloutRequest, carried *api.Progress) (api.RolloutResult, error) {
 	continued := workflow.GetInfo(ctx).ContinuedExecutionRunID != ""
-	if carried == nil {
-		carried = req.CarriedProgress()
+	if legacy := req.TakeCarriedProgress(); carried == nil {
+		carried = legacy
 	}
 	if carried != nil && !continued {
 		return api.RolloutResult{}, temporal.NewNonRetryableApplicationError(
 			"invalid rollout request: progress: is internal state that only the workflow itself sets when it continues as new; start the rollout with the request alone",
 			api.ErrInvalidRequest, nil)
 	}
-	s, err := validate(req, continued)
-	if err != nil {
-		return api.RolloutResult{}, err
+	if problems := req.Problems(); len(problems) > 0 {
+		return api.RolloutResult{}, invalidRequest("invalid rollout request: ", problems)
 	}
-	r := &rollout{req: req, s: s, requester: requesterOf(ctx), cluster: cluster}
+	r := &rollout{req: req, s: req.Settings(), requester: requesterOf(ctx), cluster: cluster}
 	r.guarantees = workflow.GetVersion(ctx, versionFieldGuarantees, workflow.DefaultVersion, 1) == 1
 	if r.guarantees {
 		r.nodeVersion = workflow.GetVersion(ctx, versionNodeV2, workflow.DefaultVersion, 2)
@@ -213,14 +212,14 @@ func (r *rollout) prepare(ctx workflow.Context) error {
 	// now replay as recorded, with no version.
 	store := r.guarantees && !r.req.DryRun
 	err := workflow.ExecuteActivity(withAPIActivity(ctx, "load and check the Job template"), a.PrepareTemplate, activities.PrepareTemplateInput{
-		Namespace:    r.namespace(),
+		Namespace:    r.s.Namespace,
 		Template:     r.req.JobTemplate,
 		TemplateRef:  r.req.JobTemplateRef,
 		Store:        store,
 		NodeSelector: r.req.NodeSelector,
 		Parallelism:  r.s.Parallelism,
-		Cordon:       api.MaintenanceCordons(r.req.Maintenance),
-		Drain:        r.req.Maintenance != nil && r.req.Maintenance.Drain != nil,
+		Cordon:       r.s.Maintenance != nil && r.s.Maintenance.Cordon,
+		Drain:        r.s.Maintenance != nil && r.s.Maintenance.Drain,
 	}).Get(ctx, &prepared)
 	if err != nil {
 		return asWorkflowError(err)
@@ -231,7 +230,7 @@ func (r *rollout) prepare(ctx workflow.Context) error {
 		r.p.Template = ""
 	}
 	r.p.MaxParallelism = prepared.MaxParallelism
-	memo := map[string]any{"templateHash": prepared.Hash, "namespace": r.namespace()}
+	memo := map[string]any{"templateHash": prepared.Hash, "namespace": r.s.Namespace}
 	if r.req.NodeSelector != "" {
 		memo["nodeSelector"] = r.req.NodeSelector
 	}
@@ -242,13 +241,6 @@ func (r *rollout) prepare(ctx workflow.Context) error {
 		memo["nodes"] = len(r.req.Nodes)
 	}
 	return workflow.UpsertMemo(ctx, memo)
-}
-
-func (r *rollout) namespace() string {
-	if r.req.Namespace == "" {
-		return api.DefaultNamespace
-	}
-	return r.req.Namespace
 }
 
 func (r *rollout) registerHandlers(ctx workflow.Context) error {
@@ -675,7 +667,7 @@ func (r *rollout) childEnded(ctx workflow.Context, node string, child workflow.F
 func (r *rollout) startChild(ctx workflow.Context, node string) workflow.ChildWorkflowFuture {
 	in := NodeRolloutInput{
 		Rollout:           r.req.Name,
-		Namespace:         r.namespace(),
+		Namespace:         r.s.Namespace,
 		Node:              node,
 		Template:          r.p.Template,
 		TemplateHash:      r.p.TemplateHash,
@@ -684,7 +676,7 @@ func (r *rollout) startChild(ctx workflow.Context, node string) workflow.ChildWo
 		JobTTLSeconds:     int32(r.s.JobTTL / time.Second),
 		KeepJobs:          r.s.KeepJobs,
 		Requester:         r.requester,
-		Maintenance:       api.ResolveMaintenance(r.req.Maintenance),
+		Maintenance:       r.s.Maintenance,
 	}
 	nodeWorkflow := any(NodeRollout)
 	if r.nodeVersion >= 1 {
@@ -962,7 +954,7 @@ func (r *rollout) dryRun(ctx workflow.Context) (api.RolloutResult, error) {
 		}
 		r.queue = nil
 	}
-	if err := planDrains(ctx, r.req.Maintenance, planned); err != nil {
+	if err := planDrains(ctx, r.s.Maintenance, planned); err != nil {
 		return api.RolloutResult{}, err
 	}
 	result := r.result(ctx)

@@ -56,7 +56,6 @@ func executeNodeAsChild(env *testsuite.TestWorkflowEnvironment, fn any, name str
 // mustSettings is the request's settings; the request must be valid.
 func mustSettings(t *testing.T, req api.RolloutRequest) api.Settings {
 	t.Helper()
-	s, problems := api.Check(req, false)
-	require.Empty(t, problems)
-	return s
+	require.Empty(t, req.Problems())
+	return req.Settings()
 }

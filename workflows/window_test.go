@@ -80,21 +80,3 @@ func TestContinueAsNewNearTheHistoryLimitsNotAtTheSuggestion(t *testing.T) {
 		})
 	}
 }
-
-// A cron window that can never open is refused when the request is checked (the starter's
-// validate runs the same check offline): @every has no fixed opening (each reading starts it
-// anew from that instant), and 30 February never comes.
-func TestCronWindowThatNeverOpensIsRefused(t *testing.T) {
-	for _, expr := range []string{"@every 1h", "0 0 30 2 *", "0 0 31 4 *"} {
-		req := api.RolloutRequest{Name: "w", Nodes: []string{"a"}, JobTemplate: "t",
-			MaintenanceWindow: &api.MaintenanceWindow{Cron: expr, Duration: "1h"}}
-		_, err := Validate(req)
-		require.ErrorContains(t, err, "maintenanceWindow.cron:", expr)
-	}
-	for _, expr := range []string{"@daily", "0 22 * * 6", "0 0 29 2 *"} {
-		req := api.RolloutRequest{Name: "w", Nodes: []string{"a"}, JobTemplate: "t",
-			MaintenanceWindow: &api.MaintenanceWindow{Cron: expr, Duration: "1h"}}
-		_, err := Validate(req)
-		require.NoError(t, err, expr)
-	}
-}
