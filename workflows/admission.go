@@ -13,11 +13,6 @@ import (
 // after whatever the node waited for: a wait for one rule never returns into a start that
 // skips another (versionAdmission).
 
-// versionAdmission marks runs whose node starts all pass startRefusal at the instant they
-// start, whose long waits watch the history's size, and whose canary stage can continue as
-// new. Runs before it keep the checks each wait made on its own.
-const versionAdmission = "one-admission-point"
-
 // refusal says why a node may not start now; the zero value admits it.
 type refusal struct {
 	rule string

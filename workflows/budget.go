@@ -11,23 +11,15 @@ import (
 	"github.com/noderollout/noderollout/api"
 )
 
-// Names of the cluster-wide disruption budget: one ClusterBudget workflow per cluster grants
-// slots to the nodes of every rollout on it.
+// Signals between a cluster's budget coordinator (one ClusterBudget workflow per cluster, which
+// grants slots to the nodes of every rollout on it) and the rollouts.
 const (
-
 	// SignalSlotAcquire (a SlotRequest) asks the coordinator for a slot; it answers with
 	// SignalSlotGranted (a SlotGrant) to the asking rollout run once one is free.
 	SignalSlotAcquire = "acquireSlot"
 	SignalSlotGranted = "slotGranted"
 	// SignalSlotRelease (a SlotRelease) gives a slot back, or withdraws a request not yet granted.
 	SignalSlotRelease = "releaseSlot"
-
-	// versionClusterBudget marks rollouts that take a cluster slot for each node. Only workers
-	// with a budget ask for it, so rollouts without one keep today's commands exactly.
-	versionClusterBudget = "cluster-budget"
-	// versionBudgetRebuild marks coordinators that, started afresh, count the node workflows
-	// still running as holders before granting anything.
-	versionBudgetRebuild = "budget-rebuilds-holders"
 )
 
 // Tuning of the coordinator, variables so tests can shorten them.

@@ -11,23 +11,6 @@ import (
 	"go.temporal.io/sdk/workflow"
 )
 
-// Names of the fleet rollout: one Rollout per cluster, wave after wave.
-const (
-
-	// versionFleetUnknownFields marks fleet runs that fail with InvalidRequest when their
-	// request has unknown fields (at any depth) or a rollout field of the wrong type, which
-	// earlier runs dropped silently (a misspelt maxFailedClusters left the budget at 0).
-	versionFleetUnknownFields = "fleet-refuses-unknown-fields"
-	// versionFleetChecksRollout marks fleet runs that fail with InvalidRequest when the rollout
-	// every cluster runs is statically invalid, which earlier runs started in wave 1's clusters
-	// to fail there one by one (and an explicit rollout.parallelism 0, lost when the request
-	// was passed on to the clusters, ran with the default of 10).
-	versionFleetChecksRollout = "fleet-checks-nested-rollout"
-	// versionFleetCountsUnrolledClusters marks fleet runs that count a cluster whose rollout
-	// was aborted on its own, or selected no node, against maxFailedClusters.
-	versionFleetCountsUnrolledClusters = "fleet-counts-aborted-and-empty-clusters"
-)
-
 // FleetRollout runs req.Rollout on every cluster, wave after wave, on each cluster's own task
 // queue. Pause holds the next wave and pauses the clusters' rollouts; resume undoes both;
 // cancelling it (abort) cancels every cluster's rollout, whose nodes delete their Jobs.

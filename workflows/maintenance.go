@@ -123,16 +123,6 @@ func (n *nodeSteps) maintenanceFailed(ctx workflow.Context, err error, result ap
 	return n.finalize(ctx, nil, end, result)
 }
 
-// versionAbortDuringUncordon marks nodes aborted while their cordon was being lifted after a
-// success, which end aborted (onFailure, the abort recorded) instead of failing with the
-// cancelled uncordon as an API error. It is asked only on that path.
-const versionAbortDuringUncordon = "abort-during-uncordon"
-
-// versionRecordAbortAfterJob marks nodes that, aborted in their health gate or soak after the
-// Job's success was recorded on the Node, record the abort over it. It is asked only on that
-// path, so no other node's history carries its marker.
-const versionRecordAbortAfterJob = "record-abort-after-job"
-
 // recordAbort replaces the succeeded marker the Job left on the Node with aborted, so a re-run
 // covers the node again (it skips only nodes marked succeeded). It runs on a context the abort
 // cannot cancel; should it fail for good, the node's result still says aborted.

@@ -153,11 +153,6 @@ func (n *nodeSteps) run(ctx workflow.Context) (api.NodeResult, error) {
 	return result, err
 }
 
-// versionRecordAbortInFinalize marks nodes aborted while the finalize of their successful Job
-// ran, which record the abort over the success the finalize may have written. It is asked
-// only on that path.
-const versionRecordAbortInFinalize = "record-abort-in-finalize"
-
 // runJob creates the node's Job, waits for it and finalizes it.
 func (n *nodeSteps) runJob(ctx workflow.Context) (api.NodeResult, error) {
 	var a *activities.Activities

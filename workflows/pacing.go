@@ -283,7 +283,7 @@ func (r *rollout) awaitWindow(ctx workflow.Context, stop func() bool) error {
 		return nil
 	}
 	for !r.windowOpenNow(ctx) {
-		if r.stopWaits && stop() {
+		if r.features.stopWaits && stop() {
 			return nil
 		}
 		now := workflow.Now(ctx)
@@ -296,7 +296,7 @@ func (r *rollout) awaitWindow(ctx workflow.Context, stop func() bool) error {
 		r.pace.waitWindow = true
 		r.showProgress(ctx)
 		var err error
-		if r.stopWaits {
+		if r.features.stopWaits {
 			_, err = workflow.AwaitWithTimeout(ctx, r.pace.windowUntil.Sub(now), stop)
 		} else {
 			err = workflow.Sleep(ctx, r.pace.windowUntil.Sub(now))
@@ -315,7 +315,7 @@ func (r *rollout) awaitWindow(ctx workflow.Context, stop func() bool) error {
 func (r *rollout) awaitSlotFor(ctx workflow.Context, node string) error {
 	free := func() bool { return !r.p.Paused && r.inFlight < r.win.size }
 	if !r.s.Pacing.Active() {
-		return workflow.Await(ctx, func() bool { return (r.guarantees && r.noneMayStart()) || free() })
+		return workflow.Await(ctx, func() bool { return (r.features.guarantees && r.noneMayStart()) || free() })
 	}
 	for {
 		if err := r.awaitWindow(ctx, r.noneMayStart); err != nil {
@@ -365,7 +365,7 @@ func (r *rollout) runCanaries(ctx workflow.Context) (stop bool, res api.RolloutR
 	}
 	// From versionAdmission on a run can continue as new in its canary stage; the next run
 	// goes on with the canaries it was handed instead of listing them again.
-	resumed := r.admission && r.pace.canaryStage == canaryStageRunning
+	resumed := r.features.admission && r.pace.canaryStage == canaryStageRunning
 	r.pace.canaryStage = canaryStageRunning
 	if !resumed {
 		if err := r.listCanaries(ctx); err != nil {
@@ -376,17 +376,17 @@ func (r *rollout) runCanaries(ctx workflow.Context) (stop bool, res api.RolloutR
 			return true, api.RolloutResult{}, err
 		}
 	}
-	if r.admission {
+	if r.features.admission {
 		r.resumeWaiting(ctx)
 	}
 	failed := func() bool { return r.p.Counts.Failures() > 0 }
-	historyFull := func() bool { return r.admission && r.historyNearLimits(ctx) }
+	historyFull := func() bool { return r.features.admission && r.historyNearLimits(ctx) }
 	settled := func() bool { return r.inFlight == 0 && len(r.waiting) == 0 }
 	continuing := false
 	for len(r.queue) > 0 && !continuing {
 		var ok bool
 		var err error
-		if r.admission {
+		if r.features.admission {
 			ok, err = r.nextAdmitted(ctx, historyFull)
 		} else {
 			ok, err = r.startNext(ctx, failed)
@@ -468,7 +468,7 @@ func (r *rollout) listCanaries(ctx workflow.Context) error {
 	switch {
 	case len(c.Nodes) > 0:
 		in.Names = c.Nodes
-		if r.admission {
+		if r.features.admission {
 			// Named canaries of a rollout that selects its nodes must be among them.
 			in.Selector, in.FieldSelector = r.req.NodeSelector, r.req.FieldSelector
 		}

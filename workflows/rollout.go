@@ -40,41 +40,6 @@ const (
 	historyBytesBeforeContinue  = 8 << 20
 	drainEventsPerNode          = 4
 	drainBytesPerNode           = 6 << 10
-	// versionHistoryLimits marks runs that continue as new at the limits above instead of at
-	// the server's suggestion.
-	versionHistoryLimits = "continue-as-new-near-history-limits"
-	// versionFieldGuarantees marks runs with the template passed by reference, busy nodes told
-	// when they free, the failure budget checked while a node waits, and (in NodeRollout)
-	// writes retried as long as the node's deadline allows.
-	versionFieldGuarantees = "field-guarantees"
-	// versionNodeV2 marks runs that start their nodes as NodeRolloutV2 (version 1: a short Job
-	// watched within the node's first workflow task, no version marker in the node's history)
-	// or NodeRolloutV3 (version 2: that Job created, watched and finalized by one local
-	// activity). One change ID for both keeps a parent run at one version marker.
-	versionNodeV2 = "node-v2"
-	// versionChildCollector marks runs whose children that start at once are all waited on by
-	// one coroutine (childCollector) rather than one coroutine per node.
-	versionChildCollector = "one-child-collector"
-	// versionStopWaits marks runs whose waits for a closed maintenance window or for a node
-	// another rollout holds end as soon as no node may start any more (the failure budget is
-	// spent, a canary failed), instead of running on to the window's next opening or the
-	// next look at the busy node.
-	versionStopWaits = "stop-waits-when-no-node-may-start"
-	// versionCanaryOwnNodes marks runs that page through a canary selector's matches to find
-	// the canaries among a rollout's named nodes, instead of failing when the selector matches
-	// more than MaxCanaries nodes of the whole cluster.
-	versionCanaryOwnNodes = "canary-selector-own-nodes"
-	// versionHandOverWaiting marks runs that hand the nodes still waiting for another rollout
-	// to the next run (Progress.WaitingNodes) instead of waiting for them to the end: asked
-	// only once nothing else is in flight and the run continues as new or nears its history
-	// limits.
-	versionHandOverWaiting = "hand-over-waiting-nodes"
-	// versionCutDelay marks runs whose delay between nodes ended early because no node may
-	// start any more (see delayNext).
-	versionCutDelay = "cut-delay-when-no-node-may-start"
-	// versionCapBeforePrepare marks setParallelism updates that arrived before the template
-	// was prepared and waited for the worker's cap instead of being applied unchecked.
-	versionCapBeforePrepare = "set-parallelism-waits-for-the-cap"
 )
 
 // Rollout runs NodeRollout on every selected node, at most a window of them at a time.
@@ -99,11 +64,7 @@ func rolloutIn(ctx workflow.Context, cluster api.Cluster, req api.RolloutRequest
 		return api.RolloutResult{}, invalidRequest("invalid rollout request: ", problems)
 	}
 	r := &rollout{req: req, s: req.Settings(), requester: requesterOf(ctx), cluster: cluster}
-	r.guarantees = workflow.GetVersion(ctx, versionFieldGuarantees, workflow.DefaultVersion, 1) == 1
-	if r.guarantees {
-		r.nodeVersion = workflow.GetVersion(ctx, versionNodeV2, workflow.DefaultVersion, 2)
-		r.collect = workflow.GetVersion(ctx, versionChildCollector, workflow.DefaultVersion, 1) == 1
-	}
+	r.features = startFeatures(ctx)
 	r.restore(ctx, carried)
 	// Handlers come before the first blocking call, so status and setParallelism work while
 	// the template is being prepared.
@@ -115,7 +76,7 @@ func rolloutIn(ctx workflow.Context, cluster api.Cluster, req api.RolloutRequest
 		if r.slots != nil {
 			r.signals = append(r.signals, r.slots.grants)
 		}
-		if r.collect && r.slots == nil {
+		if r.features.collect && r.slots == nil {
 			r.children = r.collectChildren(ctx)
 		}
 	}
@@ -153,12 +114,8 @@ type rollout struct {
 	waiting         map[string]bool
 	recent          []api.NodeResult
 	launchedThisRun int
-	canAtLimits     bool             // continue as new near the history limits rather than when suggested
-	guarantees      bool             // versionFieldGuarantees applies to this run
-	nodeVersion     workflow.Version // of versionNodeV2: 1 starts NodeRolloutV2 children, 2 NodeRolloutV3
-	collect         bool             // versionChildCollector applies to this run
-	stopWaits       bool             // versionStopWaits applies to this run
-	admission       bool             // versionAdmission applies to this run
+	// features are what this run does by the versions its history recorded (versions.go).
+	features features
 	// continuing: the run has decided to continue as new; nodes waiting for another rollout
 	// stop looking on a timer and wait to be told, so the history stops growing.
 	continuing bool
@@ -210,7 +167,7 @@ func (r *rollout) prepare(ctx workflow.Context) error {
 	// A dry run writes nothing to the cluster, so it checks the template without storing it.
 	// Only the activity's input changes, not the commands a history records: dry runs running
 	// now replay as recorded, with no version.
-	store := r.guarantees && !r.req.DryRun
+	store := r.features.guarantees && !r.req.DryRun
 	err := workflow.ExecuteActivity(withAPIActivity(ctx, "load and check the Job template"), a.PrepareTemplate, activities.PrepareTemplateInput{
 		Namespace:    r.s.Namespace,
 		Template:     r.req.JobTemplate,
@@ -226,7 +183,7 @@ func (r *rollout) prepare(ctx workflow.Context) error {
 	}
 	r.p.Template = prepared.Template
 	r.p.TemplateHash = prepared.Hash
-	if r.guarantees {
+	if r.features.guarantees {
 		r.p.Template = ""
 	}
 	r.p.MaxParallelism = prepared.MaxParallelism
@@ -311,9 +268,7 @@ func (r *rollout) registerHandlers(ctx workflow.Context) error {
 // run launches nodes until every one is handled, the failure budget is spent, the run has
 // launched its share (continue-as-new), or the rollout is cancelled.
 func (r *rollout) run(ctx workflow.Context) (api.RolloutResult, error) {
-	r.canAtLimits = workflow.GetVersion(ctx, versionHistoryLimits, workflow.DefaultVersion, 1) == 1
-	r.stopWaits = workflow.GetVersion(ctx, versionStopWaits, workflow.DefaultVersion, 1) == 1
-	r.admission = workflow.GetVersion(ctx, versionAdmission, workflow.DefaultVersion, 1) == 1
+	r.features.readAtRun(ctx)
 	if err := r.checkWindow(ctx); err != nil {
 		return api.RolloutResult{}, err
 	}
@@ -329,7 +284,7 @@ func (r *rollout) run(ctx workflow.Context) (api.RolloutResult, error) {
 		}
 		if r.dueToContinueAsNew(ctx) {
 			continueAsNew = true
-			r.continuing = r.admission
+			r.continuing = r.features.admission
 			break
 		}
 		if len(r.queue) == 0 {
@@ -345,7 +300,7 @@ func (r *rollout) run(ctx workflow.Context) (api.RolloutResult, error) {
 		}
 		var launching bool
 		var err error
-		if r.admission {
+		if r.features.admission {
 			launching, err = r.nextAdmitted(ctx, func() bool { return r.dueToContinueAsNew(ctx) })
 		} else {
 			launching, err = r.startNext(ctx, r.budgetExceeded)
@@ -381,7 +336,7 @@ func (r *rollout) run(ctx workflow.Context) (api.RolloutResult, error) {
 // all before it did.
 func (r *rollout) drain(ctx workflow.Context, continuing, mayHandOver bool) (handOver bool, err error) {
 	settled := func() bool { return r.inFlight == 0 && len(r.waiting) == 0 }
-	if !r.guarantees || !mayHandOver {
+	if !r.features.guarantees || !mayHandOver {
 		return false, workflow.Await(ctx, settled)
 	}
 	err = workflow.Await(ctx, func() bool {
@@ -484,7 +439,7 @@ func (r *rollout) recordSkip(ctx workflow.Context, n queuedNode) {
 // the wait ends as soon as stop says no node may start any more; the rollout's drain comes
 // next. versionCutDelay is asked only then, so a delay that runs its course adds no marker.
 func (r *rollout) delayNext(ctx workflow.Context, stop func() bool) error {
-	if !r.stopWaits {
+	if !r.features.stopWaits {
 		return workflow.Sleep(ctx, r.s.DelayBetweenNodes)
 	}
 	timerCtx, cancelTimer := workflow.WithCancel(ctx)
@@ -524,14 +479,14 @@ func (r *rollout) dueToContinueAsNew(ctx workflow.Context) bool {
 		events:    info.GetCurrentHistoryLength(),
 		bytes:     info.GetCurrentHistorySize(),
 		suggested: info.GetContinueAsNewSuggested(),
-	}, r.s.ContinueAsNewAfter, r.drainingNodes(), r.canAtLimits)
+	}, r.s.ContinueAsNewAfter, r.drainingNodes(), r.features.atHistoryLimits)
 }
 
 // drainingNodes is how many nodes can still add to the history once the run decides to
 // continue as new: the window, and (counted from versionFieldGuarantees on) the nodes waiting
 // for another rollout.
 func (r *rollout) drainingNodes() int {
-	if r.guarantees {
+	if r.features.guarantees {
 		return r.win.ceiling + len(r.waiting)
 	}
 	return r.win.ceiling
@@ -679,9 +634,9 @@ func (r *rollout) startChild(ctx workflow.Context, node string) workflow.ChildWo
 		Maintenance:       r.s.Maintenance,
 	}
 	nodeWorkflow := any(NodeRollout)
-	if r.nodeVersion >= 1 {
+	if r.features.nodeVersion >= 1 {
 		nodeWorkflow = NodeRolloutV2
-		if r.nodeVersion >= 2 {
+		if r.features.nodeVersion >= 2 {
 			nodeWorkflow = NodeRolloutV3
 		}
 		if in.Maintenance == nil {
@@ -697,7 +652,7 @@ func (r *rollout) startChild(ctx workflow.Context, node string) workflow.ChildWo
 // was already refused as busy, so the wait comes first. While it waits it gives its window
 // slot back, so a busy node never holds up the others.
 func (r *rollout) runNode(ctx workflow.Context, node string, busy bool) nodeEnd {
-	if r.admission {
+	if r.features.admission {
 		return r.runAdmitted(ctx, node, busy)
 	}
 	backoff, recheck := busyNodeBackoff, busyNodeRecheck
@@ -711,7 +666,7 @@ func (r *rollout) runNode(ctx workflow.Context, node string, busy bool) nodeEnd 
 			r.p.Counts.Waiting++
 			r.showProgress(ctx)
 			var waitErr error
-			if r.guarantees {
+			if r.features.guarantees {
 				waitErr = r.waitUntilFreed(ctx, node, recheck)
 				recheck = min(2*recheck, busyNodeMaxRecheck)
 			} else {
@@ -735,7 +690,7 @@ func (r *rollout) runNode(ctx workflow.Context, node string, busy bool) nodeEnd 
 				// one event per task, so it cannot show this).
 				return nodeEnd{}
 			}
-			if r.guarantees && r.noneMayStart() {
+			if r.features.guarantees && r.noneMayStart() {
 				return nodeEnd{}
 			}
 			r.inFlight++
@@ -775,10 +730,10 @@ func (r *rollout) runNode(ctx workflow.Context, node string, busy bool) nodeEnd 
 // node to be allowed to start, a hand-over included): a run whose window drains for days
 // stops growing its history, and the next run looks again at once.
 func (r *rollout) waitUntilFreed(ctx workflow.Context, node string, recheck time.Duration) error {
-	if r.stopWaits && r.noneMayStart() {
+	if r.features.stopWaits && r.noneMayStart() {
 		return nil
 	}
-	if r.admission && r.rolloutRefusal(ctx).final {
+	if r.features.admission && r.rolloutRefusal(ctx).final {
 		return nil
 	}
 	self := workflow.GetInfo(ctx).WorkflowExecution.ID
@@ -789,7 +744,7 @@ func (r *rollout) waitUntilFreed(ctx workflow.Context, node string, recheck time
 	if err != nil {
 		return nil // the holder has already finished: try again at once
 	}
-	if r.admission {
+	if r.features.admission {
 		woken := func() bool { return r.freed[node] || r.rolloutRefusal(ctx).final }
 		if r.continuing || r.historyNearLimits(ctx) {
 			return workflow.Await(ctx, woken)
@@ -798,7 +753,7 @@ func (r *rollout) waitUntilFreed(ctx workflow.Context, node string, recheck time
 		return err
 	}
 	_, err = workflow.AwaitWithTimeout(ctx, recheck, func() bool {
-		return r.freed[node] || (r.stopWaits && r.noneMayStart())
+		return r.freed[node] || (r.features.stopWaits && r.noneMayStart())
 	})
 	return err
 }
@@ -851,7 +806,7 @@ func (r *rollout) noneMayStart() bool {
 	if r.budgetExceeded() {
 		return true
 	}
-	return r.stopWaits && r.pace.canaryStage == canaryStageRunning && r.p.Counts.Failures() > 0
+	return r.features.stopWaits && r.pace.canaryStage == canaryStageRunning && r.p.Counts.Failures() > 0
 }
 
 // cancelled waits for every child to delete its Job, then ends the workflow as cancelled.
