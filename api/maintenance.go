@@ -123,6 +123,8 @@ func (m *Maintenance) check(ps *problems) {
 	maintenanceSoakField.check(ps, m.Soak)
 	if h := m.Health; h != nil {
 		healthTimeoutField.check(ps, h.Timeout)
+		// Sorted, so in the keys' order, never the map's.
+		//workflowcheck:ignore
 		for _, k := range slices.Sorted(maps.Keys(h.Conditions)) {
 			switch v := h.Conditions[k]; {
 			case k == "":

@@ -278,7 +278,7 @@ func isConstantDelay(s cron.Schedule) bool {
 	return ok
 }
 
-// windowState says whether the window is open at now and when that next changes: the end of
+// WindowState says whether the window is open at now and when that next changes: the end of
 // the opening now falls in, or the next opening. Openings are computed on the local calendar
 // of the zone, so a window at 09:00 opens at 09:00 local time on both sides of a DST change;
 // the duration is elapsed time.
@@ -310,7 +310,7 @@ func WindowState(w WindowSpec, loc *time.Location, now time.Time) (open bool, un
 	return false, next
 }
 
-// cronWindowState is windowState for a cron window: open while an opening in the last
+// cronWindowState is WindowState for a cron window: open while an opening in the last
 // duration is not over.
 //
 // The loop is bounded: a five-field expression opens at most once a minute, so a window of at

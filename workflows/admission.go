@@ -43,13 +43,13 @@ func (r *rollout) rolloutRefusal(ctx workflow.Context) refusal {
 		return refusal{rule: refusedAborted, final: true}
 	case r.handedOver != nil:
 		return refusal{rule: refusedHandingOver, final: true}
-	case r.budgetExceeded():
+	case r.failureBudgetSpent():
 		return refusal{rule: refusedFailureBudget, final: true}
-	case r.s.Pacing.Canary != nil && r.pace.canaryStage == canaryStageRunning && r.p.Counts.Failures() > 0:
+	case r.pacer.canaryFailed(r.progress.Counts.Failures()):
 		return refusal{rule: refusedCanaryFailed, final: true}
-	case r.p.Paused:
+	case r.progress.Paused:
 		return refusal{rule: refusedPaused}
-	case !r.windowOpenNow(ctx):
+	case !r.maintenanceWindowOpen(ctx):
 		return refusal{rule: refusedWindowClosed}
 	}
 	return refusal{}
@@ -62,21 +62,20 @@ func (r *rollout) startRefusal(ctx workflow.Context, node, domain string, reserv
 	if why := r.rolloutRefusal(ctx); !why.admits() {
 		return why
 	}
-	if r.s.Pacing.Canary != nil && r.pace.canaryStage != canaryStageDone &&
-		(r.pace.canaryStage != canaryStageRunning || !r.pace.isCanary[node]) {
+	if r.pacer.holdsBackForCanaries(node) {
 		return refusal{rule: refusedCanariesFirst}
 	}
-	taken, takenInDomain := r.inFlight, r.pace.inFlight[domain]
+	taken, takenInDomain := r.inFlight, r.pacer.inFlightByDomain[domain]
 	if reserved {
-		taken, takenInDomain = r.started, r.pace.started[domain]
+		taken, takenInDomain = r.started, r.pacer.startedByDomain[domain]
 	}
-	if taken >= r.win.size {
+	if taken >= r.launchWindow.size {
 		return refusal{rule: refusedParallelism}
 	}
-	if r.s.Pacing.MaxPerDomain > 0 && takenInDomain >= r.s.Pacing.MaxPerDomain {
+	if r.settings.Pacing.MaxPerDomain > 0 && takenInDomain >= r.settings.Pacing.MaxPerDomain {
 		return refusal{rule: refusedDomainFull}
 	}
-	if r.slots != nil && !r.slots.holds(node) {
+	if r.clusterSlots != nil && !r.clusterSlots.holds(node) {
 		return refusal{rule: refusedClusterSlot}
 	}
 	return refusal{}
@@ -85,14 +84,14 @@ func (r *rollout) startRefusal(ctx workflow.Context, node, domain string, reserv
 // reserve and unreserve take and give back a node's launch slot and its domain's.
 func (r *rollout) reserve(node string) {
 	r.inFlight++
-	r.p.Counts.Running++
-	r.pace.take(node)
+	r.progress.Counts.Running++
+	r.pacer.take(node)
 }
 
 func (r *rollout) unreserve(node string) {
 	r.inFlight--
-	r.p.Counts.Running--
-	r.pace.release(node)
+	r.progress.Counts.Running--
+	r.pacer.release(node)
 }
 
 // admit waits until node may start and reports whether it may start now: true means every
@@ -102,7 +101,7 @@ func (r *rollout) unreserve(node string) {
 // holds, and never kept while the node waits for another rule. *reserved says on entry and on
 // return whether the node holds its reservation; an error means the rollout was cancelled.
 func (r *rollout) admit(ctx workflow.Context, node string, reserved *bool) (bool, error) {
-	domain := r.pace.domainOf[node]
+	domain := r.pacer.domainOf[node]
 	final := func() bool { return r.rolloutRefusal(ctx).final }
 	for {
 		why := r.startRefusal(ctx, node, domain, *reserved)
@@ -116,7 +115,7 @@ func (r *rollout) admit(ctx workflow.Context, node string, reserved *bool) (bool
 		case why.rule == refusedAborted:
 			return false, ctx.Err()
 		case why.final:
-			r.slots.giveBack(ctx, node)
+			r.clusterSlots.giveBack(ctx, node)
 			if *reserved {
 				r.unreserve(node)
 				*reserved = false
@@ -127,15 +126,15 @@ func (r *rollout) admit(ctx workflow.Context, node string, reserved *bool) (bool
 				r.reserve(node)
 				*reserved = true
 			}
-			if err := r.slots.acquire(ctx, node, func() { r.showProgress(ctx) }, final); err != nil {
+			if err := r.clusterSlots.acquire(ctx, node, func() { r.showProgress(ctx) }, final); err != nil {
 				return false, err
 			}
 			continue
 		}
-		r.slots.giveBack(ctx, node)
+		r.clusterSlots.giveBack(ctx, node)
 		var err error
 		if why.rule == refusedWindowClosed {
-			err = r.awaitWindow(ctx, final)
+			err = r.awaitMaintenanceWindow(ctx, final)
 		} else {
 			err = workflow.Await(ctx, func() bool { return r.startRefusal(ctx, node, domain, *reserved).rule != why.rule })
 		}
@@ -193,7 +192,7 @@ func (r *rollout) nextAdmitted(ctx workflow.Context, historyFull func() bool) (b
 		case historyFull():
 			return true, nil
 		case why.rule == refusedWindowClosed:
-			if err := r.awaitWindow(ctx, func() bool { return r.rolloutRefusal(ctx).final || historyFull() }); err != nil {
+			if err := r.awaitMaintenanceWindow(ctx, func() bool { return r.rolloutRefusal(ctx).final || historyFull() }); err != nil {
 				return false, err
 			}
 			continue
@@ -211,14 +210,14 @@ func (r *rollout) nextAdmitted(ctx workflow.Context, historyFull func() bool) (b
 	}
 	next := r.queue[at]
 	r.queue = append(r.queue[:at:at], r.queue[at+1:]...)
-	if !r.s.Pacing.Active() {
-		r.p.Cursor = next.name
+	if !r.settings.Pacing.Active() {
+		r.progress.Cursor = next.name
 	}
 	if next.skip != "" {
 		r.recordSkip(ctx, next)
 		return true, nil
 	}
-	r.pace.assign(next)
+	r.pacer.assign(next)
 	r.reserve(next.name)
 	r.launchedThisRun++
 	if r.children != nil && r.startRefusal(ctx, next.name, next.domain, true).admits() {
@@ -228,7 +227,7 @@ func (r *rollout) nextAdmitted(ctx workflow.Context, historyFull func() bool) (b
 			r.settle(ctx, next.name, r.runAdmitted(ctx, next.name, false))
 		})
 	}
-	if r.s.DelayBetweenNodes > 0 {
+	if r.settings.DelayBetweenNodes > 0 {
 		if err := r.delayNext(ctx, func() bool { return r.rolloutRefusal(ctx).final }); err != nil {
 			return false, err
 		}
@@ -256,12 +255,12 @@ func (r *rollout) runAdmitted(ctx workflow.Context, node string, busy bool) node
 			// Counted, it is waiting only while the other rollout holds it, so it is never
 			// counted twice (waiting and reserved, for a cluster slot).
 			r.waiting[node] = true
-			r.p.Counts.Waiting++
+			r.progress.Counts.Waiting++
 			r.showProgress(ctx)
 			err = r.waitUntilFreed(ctx, node, recheck)
 			recheck = min(2*recheck, busyNodeMaxRecheck)
 			delete(r.freed, node)
-			r.p.Counts.Waiting--
+			r.progress.Counts.Waiting--
 			if err == nil {
 				ok, err = r.admit(ctx, node, &reserved)
 			}
@@ -281,11 +280,11 @@ func (r *rollout) runAdmitted(ctx workflow.Context, node string, busy bool) node
 			var result api.NodeResult
 			err = child.Get(ctx, &result)
 			r.childStopped(node)
-			r.slots.release(ctx, node)
+			r.clusterSlots.release(ctx, node)
 			return nodeEnd{result: nodeResult(node, err, result), holdsSlot: true, started: true}
 		}
 		r.childStopped(node)
-		r.slots.release(ctx, node)
+		r.clusterSlots.release(ctx, node)
 		if !temporal.IsWorkflowExecutionAlreadyStartedError(err) {
 			return nodeEnd{result: nodeResult(node, err, api.NodeResult{}), holdsSlot: true, started: true}
 		}
@@ -297,9 +296,9 @@ func (r *rollout) runAdmitted(ctx workflow.Context, node string, busy bool) node
 // another rollout holds the node).
 func (r *rollout) childStopped(node string) {
 	r.started--
-	d := r.pace.domainOf[node]
-	if r.pace.started[d]--; r.pace.started[d] <= 0 {
-		delete(r.pace.started, d)
+	d := r.pacer.domainOf[node]
+	if r.pacer.startedByDomain[d]--; r.pacer.startedByDomain[d] <= 0 {
+		delete(r.pacer.startedByDomain, d)
 	}
 }
 

@@ -70,7 +70,7 @@ type BudgetState struct {
 // takes every node workflow still running on the cluster as a holder (versionBudgetRebuild):
 // their rollouts hold slots whatever state was lost, and would otherwise be granted again.
 func ClusterBudget(ctx workflow.Context, state BudgetState) error {
-	c := &coordinator{state: state, holders: map[string]api.SlotHolder{}, reclaimWait: reclaimInterval}
+	c := &budgetCoordinator{state: state, holders: map[string]api.SlotHolder{}, reclaimWait: reclaimInterval}
 	for _, h := range state.Holders {
 		c.holders[h.Key()] = h
 	}
@@ -132,13 +132,13 @@ func ClusterBudget(ctx workflow.Context, state BudgetState) error {
 	}
 }
 
-type coordinator struct {
+type budgetCoordinator struct {
 	state       BudgetState
 	holders     map[string]api.SlotHolder
 	reclaimWait time.Duration
 }
 
-func (c *coordinator) request(req SlotRequest) {
+func (c *budgetCoordinator) request(req SlotRequest) {
 	if req.Budget > 0 {
 		c.state.Budget = req.Budget
 	}
@@ -156,7 +156,7 @@ func (c *coordinator) request(req SlotRequest) {
 	c.state.Queue = append(c.state.Queue, req)
 }
 
-func (c *coordinator) release(h api.SlotHolder) {
+func (c *budgetCoordinator) release(h api.SlotHolder) {
 	if _, held := c.holders[h.Key()]; held {
 		c.reclaimWait = reclaimInterval
 	}
@@ -169,13 +169,13 @@ func (c *coordinator) release(h api.SlotHolder) {
 	}
 }
 
-func (c *coordinator) blocked() bool {
+func (c *budgetCoordinator) blocked() bool {
 	return len(c.state.Queue) > 0 && len(c.holders) >= c.state.Budget
 }
 
 // grant hands free slots to the oldest requests. A rollout run that has closed meanwhile
 // cannot be told, and its slot is free again at once.
-func (c *coordinator) grant(ctx workflow.Context) {
+func (c *budgetCoordinator) grant(ctx workflow.Context) {
 	for len(c.state.Queue) > 0 && len(c.holders) < c.state.Budget {
 		n := min(len(c.state.Queue), c.state.Budget-len(c.holders))
 		batch := c.state.Queue[:n:n]
@@ -197,7 +197,7 @@ func (c *coordinator) grant(ctx workflow.Context) {
 // retries for as long as Temporal's visibility does not answer: granting before it knows who
 // holds slots could put twice the budget in flight. Visibility lags a node started in the
 // last second or so; such a node's rollout asks again if its grant was lost (request).
-func (c *coordinator) rebuild(ctx workflow.Context) error {
+func (c *budgetCoordinator) rebuild(ctx workflow.Context) error {
 	var co *activities.Coordination
 	var running []api.SlotHolder
 	actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
@@ -219,7 +219,7 @@ func (c *coordinator) rebuild(ctx workflow.Context) error {
 }
 
 // reclaim frees the slots of holders that are gone.
-func (c *coordinator) reclaim(ctx workflow.Context) {
+func (c *budgetCoordinator) reclaim(ctx workflow.Context) {
 	var co *activities.Coordination
 	held := make([]api.SlotHolder, 0, len(c.holders))
 	for _, k := range workflow.DeterministicKeys(c.holders) {
@@ -247,12 +247,12 @@ func (c *coordinator) reclaim(ctx workflow.Context) {
 	}
 }
 
-func (c *coordinator) dueToContinueAsNew(ctx workflow.Context) bool {
+func (c *budgetCoordinator) dueToContinueAsNew(ctx workflow.Context) bool {
 	info := workflow.GetInfo(ctx)
 	return info.GetCurrentHistoryLength() >= budgetEventsBeforeContinue || info.GetContinueAsNewSuggested()
 }
 
-func (c *coordinator) carry() BudgetState {
+func (c *budgetCoordinator) carry() BudgetState {
 	s := c.state
 	s.Holders = make([]api.SlotHolder, 0, len(c.holders))
 	for _, k := range workflow.DeterministicKeys(c.holders) {
@@ -261,7 +261,7 @@ func (c *coordinator) carry() BudgetState {
 	return s
 }
 
-func (c *coordinator) status() api.BudgetStatus {
+func (c *budgetCoordinator) status() api.BudgetStatus {
 	s := c.carry()
 	queued := make([]api.SlotHolder, len(c.state.Queue))
 	for i, q := range c.state.Queue {
@@ -270,7 +270,7 @@ func (c *coordinator) status() api.BudgetStatus {
 	return api.BudgetStatus{Budget: s.Budget, InUse: len(s.Holders), Holders: s.Holders, Queued: queued, Reclaimed: s.Reclaimed}
 }
 
-func (c *coordinator) showProgress(ctx workflow.Context) {
+func (c *budgetCoordinator) showProgress(ctx workflow.Context) {
 	workflow.SetCurrentDetails(ctx, fmt.Sprintf("**%d of %d** slots in use, %d waiting, %d reclaimed",
 		len(c.holders), c.state.Budget, len(c.state.Queue), c.state.Reclaimed))
 }

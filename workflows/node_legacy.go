@@ -61,7 +61,7 @@ func nodeRolloutBeforeGuarantees(ctx workflow.Context, in NodeRolloutInput) (api
 	return legacyFinalize(ctx, in, &job, end, result)
 }
 
-// finalize records the outcome on the Node, tidies the Job, and turns the outcome into the
+// legacyFinalize records the outcome on the Node, tidies the Job, and turns the outcome into the
 // workflow's result or error.
 func legacyFinalize(ctx workflow.Context, in NodeRolloutInput, job *activities.JobRef, end activities.JobEnd, result api.NodeResult) (api.NodeResult, error) {
 	var a *activities.Activities
@@ -84,7 +84,7 @@ func legacyFinalize(ctx workflow.Context, in NodeRolloutInput, job *activities.J
 	return nodeOutcome(ctx, in.Node, end, fin, result)
 }
 
-// abort deletes the node's Job when the rollout is cancelled, then reports the cancellation.
+// legacyAbort deletes the node's Job when the rollout is cancelled, then reports the cancellation.
 func legacyAbort(ctx workflow.Context, job activities.JobRef, result api.NodeResult) (api.NodeResult, error) {
 	var a *activities.Activities
 	cleanup, _ := workflow.NewDisconnectedContext(ctx)
@@ -95,7 +95,7 @@ func legacyAbort(ctx workflow.Context, job activities.JobRef, result api.NodeRes
 	return result, temporal.NewCanceledError(result)
 }
 
-// endFromError turns an activity's final error into the node's outcome.
+// legacyEndFromError turns an activity's final error into the node's outcome.
 func legacyEndFromError(err error) activities.JobEnd {
 	end := activities.JobEnd{Outcome: api.OutcomeFailed, Message: err.Error()}
 	var appErr *temporal.ApplicationError

@@ -10,7 +10,7 @@ import (
 
 func TestWindowGrowthRules(t *testing.T) {
 	grow := func(b api.Batch, ceiling, successes int) []int {
-		w := newWindow(b, ceiling)
+		w := newLaunchWindow(b, ceiling)
 		sizes := []int{w.size}
 		for i := 0; i < successes; i++ {
 			before := w.size
@@ -27,7 +27,7 @@ func TestWindowGrowthRules(t *testing.T) {
 }
 
 func TestWindowFailureRestartsTheStreak(t *testing.T) {
-	w := newWindow(api.Batch{Initial: 2, Growth: api.GrowthLinear, Step: 1}, 10)
+	w := newLaunchWindow(api.Batch{Initial: 2, Growth: api.GrowthLinear, Step: 1}, 10)
 	w.succeeded()
 	w.failed()
 	w.succeeded()
@@ -37,10 +37,10 @@ func TestWindowFailureRestartsTheStreak(t *testing.T) {
 }
 
 func TestWindowCeilingChanges(t *testing.T) {
-	fixed := newWindow(api.Batch{Initial: 4, Growth: api.GrowthFixed}, 4)
+	fixed := newLaunchWindow(api.Batch{Initial: 4, Growth: api.GrowthFixed}, 4)
 	fixed.setCeiling(8)
 	require.Equal(t, 8, fixed.size, "a fixed window follows parallelism")
-	growing := newWindow(api.Batch{Initial: 1, Growth: api.GrowthExponential, Step: 2}, 8)
+	growing := newLaunchWindow(api.Batch{Initial: 1, Growth: api.GrowthExponential, Step: 2}, 8)
 	growing.setCeiling(3)
 	require.Equal(t, 1, growing.size, "a growing window is only capped")
 	growing.succeeded()
