@@ -1,7 +1,6 @@
 package workflows
 
 import (
-	"context"
 	"sync"
 	"testing"
 	"time"
@@ -12,7 +11,6 @@ import (
 	"go.temporal.io/sdk/testsuite"
 	"go.temporal.io/sdk/workflow"
 
-	"github.com/noderollout/noderollout/activities"
 	"github.com/noderollout/noderollout/api"
 )
 
@@ -34,16 +32,9 @@ type slotEnv struct {
 func newSlotEnv(t *testing.T) *slotEnv {
 	t.Helper()
 	var ts testsuite.WorkflowTestSuite
-	s := &slotEnv{env: newTestEnv(&ts), started: map[string]time.Time{}, took: 10 * time.Minute}
-	a := &activities.Activities{}
-	s.env.RegisterActivity(a)
-	s.env.RegisterWorkflowWithOptions(OnCluster{slotCluster}.Rollout, workflow.RegisterOptions{Name: api.RolloutWorkflow})
-	s.env.RegisterWorkflow(NodeRolloutV3)
-	s.env.OnActivity(a.PrepareTemplate, mock.Anything, mock.Anything).Return(activities.PreparedTemplate{Hash: "h1"}, nil).Maybe()
-	s.env.OnActivity(a.ListNodes, mock.Anything, mock.Anything).Return(
-		func(_ context.Context, in activities.ListNodesInput) (activities.ListNodesResult, error) {
-			return activities.ListNodesResult{Nodes: in.Names, Total: len(in.Names)}, nil
-		}).Maybe()
+	env, a := newTestEnv(&ts, slotCluster)
+	s := &slotEnv{env: env, started: map[string]time.Time{}, took: 10 * time.Minute}
+	listsNamedNodes(env, a)
 	s.env.OnSignalExternalWorkflow(mock.Anything, slotCluster.BudgetWorkflowID(), "", mock.Anything, mock.Anything).Return(nil).Maybe()
 	s.env.OnWorkflow(NodeRolloutV3, mock.Anything, mock.Anything).Return(
 		func(ctx workflow.Context, in NodeRolloutInput) (api.NodeResult, error) {

@@ -127,17 +127,10 @@ func (n *nodeTracker) run(ctx workflow.Context, in NodeRolloutInput) (api.NodeRe
 func budgetEnv(t *testing.T, budget int, took func(string) time.Duration) (*testsuite.TestWorkflowEnvironment, *nodeTracker) {
 	t.Helper()
 	ts := &testsuite.WorkflowTestSuite{}
-	env := newTestEnv(ts)
-	a := &activities.Activities{}
-	co := &activities.Coordination{}
-	env.RegisterActivity(a)
-	env.RegisterActivity(co)
-	OnCluster{api.Cluster{Name: budgetCluster.Name, Budget: budget}}.Register(env)
+	env, a := newTestEnv(ts, api.Cluster{Name: budgetCluster.Name, Budget: budget})
+	var co *activities.Coordination
 	env.RegisterWorkflowWithOptions(budgetHarness, workflow.RegisterOptions{Name: "budgetHarness"})
-	env.OnActivity(a.PrepareTemplate, mock.Anything, mock.Anything).Return(activities.PreparedTemplate{Hash: "h"}, nil)
-	env.OnActivity(a.ListNodes, mock.Anything, mock.Anything).Return(func(_ context.Context, in activities.ListNodesInput) (activities.ListNodesResult, error) {
-		return activities.ListNodesResult{Nodes: in.Names, Total: len(in.Names)}, nil
-	})
+	listsNamedNodes(env, a)
 	tracker := &nodeTracker{started: map[string]time.Time{}, took: took}
 	env.OnWorkflow(NodeRolloutV3, mock.Anything, mock.Anything).Return(tracker.run)
 	env.OnActivity(co.NodeHolders, mock.Anything, mock.Anything).Return(nil, nil).Maybe()
@@ -223,11 +216,8 @@ func TestClusterSlotOfATerminatedRolloutIsReclaimed(t *testing.T) {
 // The coordinator continues as new with its holders and queue, and the next run goes on
 // granting from them.
 func TestBudgetCoordinatorContinuesAsNewWithItsHolders(t *testing.T) {
-	ts := &testsuite.WorkflowTestSuite{}
-	env := newTestEnv(ts)
-	env.RegisterWorkflowWithOptions(ClusterBudget, workflow.RegisterOptions{Name: api.ClusterBudgetWorkflow})
-	co := &activities.Coordination{}
-	env.RegisterActivity(co)
+	env, _ := newTestEnv(nil)
+	var co *activities.Coordination
 	env.OnActivity(co.NodeHolders, mock.Anything, mock.Anything).Return(nil, nil).Maybe()
 	env.OnActivity(co.GoneHolders, mock.Anything, mock.Anything).Return(nil, nil).Maybe()
 	var grants []string
@@ -269,10 +259,8 @@ func TestBudgetCoordinatorContinuesAsNewWithItsHolders(t *testing.T) {
 	}
 
 	// The next run: one holder returns its slot, and the oldest waiting request gets it.
-	next := newTestEnv(ts)
+	next, _ := newTestEnv(nil)
 	next.SetContinuedExecutionRunID("run-1")
-	next.RegisterWorkflowWithOptions(ClusterBudget, workflow.RegisterOptions{Name: api.ClusterBudgetWorkflow})
-	next.RegisterActivity(co)
 	next.OnActivity(co.GoneHolders, mock.Anything, mock.Anything).Return(nil, nil).Maybe()
 	var nextGrants []string
 	next.OnSignalExternalWorkflow(mock.Anything, mock.Anything, mock.Anything, SignalSlotGranted, mock.Anything).Return(
@@ -317,14 +305,8 @@ func TestClusterNamesQualifyOnlyWhenSet(t *testing.T) {
 // the nodes still waiting for one: every node it asked a slot for is given back.
 func TestAbortedRolloutReturnsEverySlotItAskedFor(t *testing.T) {
 	ts := &testsuite.WorkflowTestSuite{}
-	env := newTestEnv(ts)
-	a := &activities.Activities{}
-	env.RegisterActivity(a)
-	OnCluster{api.Cluster{Name: budgetCluster.Name, Budget: 2}}.Register(env)
-	env.OnActivity(a.PrepareTemplate, mock.Anything, mock.Anything).Return(activities.PreparedTemplate{Hash: "h"}, nil)
-	env.OnActivity(a.ListNodes, mock.Anything, mock.Anything).Return(func(_ context.Context, in activities.ListNodesInput) (activities.ListNodesResult, error) {
-		return activities.ListNodesResult{Nodes: in.Names, Total: len(in.Names)}, nil
-	})
+	env, a := newTestEnv(ts, api.Cluster{Name: budgetCluster.Name, Budget: 2})
+	listsNamedNodes(env, a)
 	tracker := &nodeTracker{started: map[string]time.Time{}, took: func(string) time.Duration { return 10 * time.Hour }}
 	env.OnWorkflow(NodeRolloutV3, mock.Anything, mock.Anything).Return(tracker.run)
 	// The coordinator is played here: it records requests and returns, and grants the first two.
@@ -372,11 +354,8 @@ func TestAbortedRolloutReturnsEverySlotItAskedFor(t *testing.T) {
 // the node workflows still running on the cluster as holders: they hold slots whatever the
 // lost state said, so a budget of 2 with 2 nodes running grants nothing more until one ends.
 func TestRestartedCoordinatorCountsTheNodesStillRunning(t *testing.T) {
-	ts := &testsuite.WorkflowTestSuite{}
-	env := newTestEnv(ts)
-	co := &activities.Coordination{}
-	env.RegisterActivity(co)
-	env.RegisterWorkflowWithOptions(ClusterBudget, workflow.RegisterOptions{Name: api.ClusterBudgetWorkflow})
+	env, _ := newTestEnv(nil)
+	var co *activities.Coordination
 	running := []api.SlotHolder{
 		{Rollout: "rollout-c1:old", RolloutRun: "run-a", Node: budgetCluster.NodeWorkflowID("x")},
 		{Rollout: "rollout-c1:old", RolloutRun: "run-a", Node: budgetCluster.NodeWorkflowID("y")},

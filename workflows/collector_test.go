@@ -19,7 +19,7 @@ type collectorRounds struct {
 // TestCollectorTakesEndedChildrenInStartOrder ends children out of order: each round hands back
 // only the ended ones, in the order they started, and keeps the rest.
 func TestCollectorTakesEndedChildrenInStartOrder(t *testing.T) {
-	env := newTestEnv(&testsuite.WorkflowTestSuite{})
+	env, _ := newTestEnv(&testsuite.WorkflowTestSuite{})
 	env.ExecuteWorkflow(func(ctx workflow.Context) (collectorRounds, error) {
 		c := &childCollector{}
 		nodes := []string{"node-a", "node-b", "node-c", "node-d", "node-e"}

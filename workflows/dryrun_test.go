@@ -7,7 +7,6 @@ import (
 	"github.com/stretchr/testify/mock"
 	"github.com/stretchr/testify/require"
 	"go.temporal.io/sdk/temporal"
-	"go.temporal.io/sdk/testsuite"
 
 	"github.com/noderollout/noderollout/activities"
 	"github.com/noderollout/noderollout/api"
@@ -16,11 +15,7 @@ import (
 // A dry run writes nothing to the cluster: PrepareTemplate checks the template but does not
 // store it (before, a dry run left the template's ConfigMap behind), and no child starts.
 func TestDryRunStoresNoTemplate(t *testing.T) {
-	ts := &testsuite.WorkflowTestSuite{}
-	env := newTestEnv(ts)
-	a := &activities.Activities{}
-	env.RegisterActivity(a)
-	env.RegisterWorkflow(Rollout)
+	env, a := newTestEnv(nil)
 	var prepared []activities.PrepareTemplateInput
 	env.OnActivity(a.PrepareTemplate, mock.Anything, mock.Anything).Return(func(_ context.Context, in activities.PrepareTemplateInput) (activities.PreparedTemplate, error) {
 		prepared = append(prepared, in)
@@ -41,9 +36,7 @@ func TestDryRunStoresNoTemplate(t *testing.T) {
 	require.False(t, prepared[0].Store, "a dry run must not store the template in the cluster")
 
 	// A real rollout still stores it, so its nodes share it by hash.
-	env = newTestEnv(ts)
-	env.RegisterActivity(a)
-	env.RegisterWorkflow(Rollout)
+	env, a = newTestEnv(nil)
 	prepared = nil
 	env.OnActivity(a.PrepareTemplate, mock.Anything, mock.Anything).Return(func(_ context.Context, in activities.PrepareTemplateInput) (activities.PreparedTemplate, error) {
 		prepared = append(prepared, in)

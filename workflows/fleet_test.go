@@ -64,14 +64,13 @@ func (f *fakeClusters) rollout(ctx workflow.Context, req api.RolloutRequest) (ap
 
 func fleetEnv(t *testing.T, fail ...string) (*testsuite.TestWorkflowEnvironment, *fakeClusters) {
 	t.Helper()
-	ts := &testsuite.WorkflowTestSuite{}
-	env := newTestEnv(ts)
+	env, _ := newTestEnv(nil)
 	f := &fakeClusters{fail: map[string]bool{}, abort: map[string]bool{}, empty: map[string]bool{}, started: map[string]time.Time{}, signals: map[string][]string{}, requests: map[string]api.RolloutRequest{}}
 	for _, c := range fail {
 		f.fail[c] = true
 	}
-	env.RegisterWorkflowWithOptions(f.rollout, workflow.RegisterOptions{Name: api.RolloutWorkflow})
-	env.RegisterWorkflowWithOptions(FleetRollout, workflow.RegisterOptions{Name: api.FleetRolloutWorkflow})
+	// The clusters' rollouts are the fake's, in place of the real Rollout.
+	env.RegisterWorkflowWithOptions(f.rollout, workflow.RegisterOptions{Name: api.RolloutWorkflow, DisableAlreadyRegisteredCheck: true})
 	env.SetTestTimeout(time.Minute)
 	return env, f
 }

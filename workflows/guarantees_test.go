@@ -21,29 +21,13 @@ import (
 
 // Tests of the guarantees that must hold on a real fleet: each names the failure it guards.
 
-func nodeEnv(t *testing.T) (*testsuite.TestWorkflowEnvironment, *activities.Activities) {
-	t.Helper()
-	ts := &testsuite.WorkflowTestSuite{}
-	env := newTestEnv(ts)
-	a := &activities.Activities{}
-	env.RegisterActivity(a)
-	env.RegisterWorkflow(NodeRollout)
-	env.RegisterWorkflow(NodeRolloutV2)
-	env.RegisterWorkflow(NodeRolloutV3)
-	return env, a
-}
-
 // rolloutEnv is a test environment with Rollout and NodeRollout registered, a stored template
 // and explicit node names listed as given.
 func rolloutEnv(t *testing.T) (*testsuite.TestWorkflowEnvironment, *activities.Activities) {
 	t.Helper()
-	env, a := nodeEnv(t)
-	env.RegisterWorkflow(Rollout)
+	env, a := newTestEnv(nil)
 	jobsOutlastTheWatch(env)
-	env.OnActivity(a.PrepareTemplate, mock.Anything, mock.Anything).Return(activities.PreparedTemplate{Hash: "h"}, nil).Maybe()
-	env.OnActivity(a.ListNodes, mock.Anything, mock.Anything).Return(func(_ context.Context, in activities.ListNodesInput) (activities.ListNodesResult, error) {
-		return activities.ListNodesResult{Nodes: in.Names, Total: len(in.Names)}, nil
-	}).Maybe()
+	listsNamedNodes(env, a)
 	return env, a
 }
 
@@ -52,7 +36,7 @@ func outage() error { return errors.New("dial tcp 127.0.0.1:6443: connect: conne
 // An API server that refuses writes for minutes only delays the node (the SDK's default for
 // local activities gave up after one StartToClose, about 31 s of retries).
 func TestWritesRetryThroughAMinutesLongOutage(t *testing.T) {
-	env, a := nodeEnv(t)
+	env, a := newTestEnv(nil)
 	job := activities.JobRef{Namespace: "jobs", Name: "demo-node-a-x", UID: "u1", Node: "node-a"}
 	var creates, finalizes int
 	env.OnActivity(a.CreateJob, mock.Anything, mock.Anything).Return(func(context.Context, activities.JobRequest) (activities.JobRef, error) {
@@ -83,7 +67,7 @@ func TestWritesRetryThroughAMinutesLongOutage(t *testing.T) {
 // A create whose reply was lost and whose retry was then refused may have made the Job: the
 // name the workflow computed goes to cleanup and finalize, so no Job of ours is left behind.
 func TestFailedCreateStillCleansUpTheKnownJobName(t *testing.T) {
-	env, a := nodeEnv(t)
+	env, a := newTestEnv(nil)
 	var deleted, finalized activities.JobRef
 	env.OnActivity(a.CreateJob, mock.Anything, mock.Anything).Return(activities.JobRef{},
 		temporal.NewNonRetryableApplicationError("jobs is forbidden", api.ErrForbidden, nil))
@@ -112,7 +96,7 @@ func TestFailedCreateStillCleansUpTheKnownJobName(t *testing.T) {
 // WaitJob failing for good (Forbidden on a GET) says nothing about the Job, which may still
 // run: it is deleted, through refusals, before the node is released.
 func TestWaitFailureDeletesTheJobBeforeTheNodeIsReleased(t *testing.T) {
-	env, a := nodeEnv(t)
+	env, a := newTestEnv(nil)
 	job := activities.JobRef{Namespace: "jobs", Name: "demo-node-a-x", UID: "u1", Node: "node-a"}
 	var order []string
 	deletes := 0
@@ -176,14 +160,7 @@ func TestWaitingNodeDoesNotStartOnceTheBudgetIsSpent(t *testing.T) {
 // environment requires).
 func rolloutPairEnv(t *testing.T, more ...func(*testsuite.TestWorkflowEnvironment)) *testsuite.TestWorkflowEnvironment {
 	t.Helper()
-	ts := &testsuite.WorkflowTestSuite{}
-	env := newTestEnv(ts)
-	a := &activities.Activities{}
-	env.RegisterActivity(a)
-	env.RegisterWorkflow(Rollout)
-	env.RegisterWorkflow(NodeRollout)
-	env.RegisterWorkflow(NodeRolloutV2)
-	env.RegisterWorkflow(NodeRolloutV3)
+	env, a := newTestEnv(nil)
 	env.RegisterWorkflowWithOptions(bothRollouts, workflow.RegisterOptions{Name: "both"})
 	for _, register := range more {
 		register(env)
@@ -267,8 +244,7 @@ func TestBusyNodeIsToldWhenFreeInsteadOfPolling(t *testing.T) {
 // in a run that was continued as new (api's TestCallerCannotSetInternalState... checks it
 // inside the request).
 func TestCallerCannotSetInternalState(t *testing.T) {
-	env, a := nodeEnv(t)
-	env.RegisterWorkflow(Rollout)
+	env, a := newTestEnv(nil)
 	jobsOutlastTheWatch(env)
 	env.ExecuteWorkflow(api.RolloutWorkflow, request("a"), &api.Progress{TemplateHash: "h", Template: "hidden", Parallelism: 1})
 	requireInvalid(t, env.GetWorkflowError(), "progress")
@@ -278,14 +254,7 @@ func TestCallerCannotSetInternalState(t *testing.T) {
 // The largest template at the largest parallelism: what each node adds to the history does
 // not grow with the template, and the state carried across continue-as-new stays small.
 func TestHistoryCostDoesNotGrowWithTemplateOrFailures(t *testing.T) {
-	ts := &testsuite.WorkflowTestSuite{}
-	env := newTestEnv(ts)
-	a := &activities.Activities{}
-	env.RegisterActivity(a)
-	env.RegisterWorkflow(Rollout)
-	env.RegisterWorkflow(NodeRollout)
-	env.RegisterWorkflow(NodeRolloutV2)
-	env.RegisterWorkflow(NodeRolloutV3)
+	env, a := newTestEnv(nil)
 	jobsOutlastTheWatch(env)
 	const fleet = 2 * api.MaxReportedFailures
 	big := sampleTemplate + "# " + strings.Repeat("x", 256*1024-len(sampleTemplate)-3) + "\n"
@@ -354,8 +323,7 @@ func TestPauseAtTheMomentOfContinueAsNewIsKept(t *testing.T) {
 
 // status and setParallelism answer while the template is still being prepared.
 func TestHandlersAnswerBeforeTheTemplateIsPrepared(t *testing.T) {
-	env, a := nodeEnv(t)
-	env.RegisterWorkflow(Rollout)
+	env, a := newTestEnv(nil)
 	jobsOutlastTheWatch(env)
 	env.OnActivity(a.PrepareTemplate, mock.Anything, mock.Anything).After(10*time.Minute).Return(activities.PreparedTemplate{Hash: "h"}, nil)
 	env.OnActivity(a.ListNodes, mock.Anything, mock.Anything).Return(func(_ context.Context, in activities.ListNodesInput) (activities.ListNodesResult, error) {
@@ -388,14 +356,7 @@ func TestHandlersAnswerBeforeTheTemplateIsPrepared(t *testing.T) {
 // A listing that fails for good on a later page stops new launches, but the nodes in flight
 // finish and are reported before the rollout fails.
 func TestListingFailureOnALaterPageDrainsAndReports(t *testing.T) {
-	ts := &testsuite.WorkflowTestSuite{}
-	env := newTestEnv(ts)
-	a := &activities.Activities{}
-	env.RegisterActivity(a)
-	env.RegisterWorkflow(Rollout)
-	env.RegisterWorkflow(NodeRollout)
-	env.RegisterWorkflow(NodeRolloutV2)
-	env.RegisterWorkflow(NodeRolloutV3)
+	env, a := newTestEnv(nil)
 	jobsOutlastTheWatch(env)
 	env.OnActivity(a.PrepareTemplate, mock.Anything, mock.Anything).Return(activities.PreparedTemplate{Hash: "h"}, nil)
 	env.OnActivity(a.ListNodes, mock.Anything, mock.Anything).Return(func(_ context.Context, in activities.ListNodesInput) (activities.ListNodesResult, error) {
@@ -427,7 +388,7 @@ func TestListingFailureOnALaterPageDrainsAndReports(t *testing.T) {
 
 // A node that timed out says why its Pod never ran, in its result and its error.
 func TestTimedOutNodeSaysWhyItsPodNeverRan(t *testing.T) {
-	env, a := nodeEnv(t)
+	env, a := newTestEnv(nil)
 	env.OnActivity(a.CreateJob, mock.Anything, mock.Anything).Return(activities.JobRef{Namespace: "jobs", Name: "j", UID: "u1", Node: "node-a"}, nil)
 	env.OnActivity(a.WaitJob, mock.Anything, mock.Anything).Return(activities.JobEnd{Outcome: api.OutcomeTimedOut, Reason: api.ReasonJobTimeout}, nil)
 	env.OnActivity(a.FinalizeJob, mock.Anything, mock.Anything).Return(activities.FinalizeResult{PodReason: "ImagePullBackOff: pull access denied"}, nil)

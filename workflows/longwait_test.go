@@ -11,9 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/converter"
-	"go.temporal.io/sdk/interceptor"
 	"go.temporal.io/sdk/testsuite"
-	"go.temporal.io/sdk/worker"
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/noderollout/noderollout/activities"
@@ -47,13 +45,9 @@ func heldThenRollout(ctx workflow.Context, held []string, hold time.Duration, re
 // are in the domain of their name's first letter; a node's Job takes took(node).
 func longWaitEnv(t *testing.T, took func(node string) time.Duration) (*testsuite.TestWorkflowEnvironment, *historyMeter) {
 	t.Helper()
-	var ts testsuite.WorkflowTestSuite
-	env := ts.NewTestWorkflowEnvironment()
+	env, a := newTestEnv(nil)
 	meter := newHistoryMeter(env, "held-then-rollout")
-	env.SetWorkerOptions(worker.Options{DeadlockDetectionTimeout: 30 * time.Second, Interceptors: []interceptor.WorkerInterceptor{meter}})
-	a := &activities.Activities{}
-	env.RegisterActivity(a)
-	env.RegisterWorkflow(NodeRolloutV3)
+	intercept(env, meter)
 	env.RegisterWorkflowWithOptions(holdNode, workflow.RegisterOptions{Name: "hold"})
 	env.RegisterWorkflowWithOptions(heldThenRollout, workflow.RegisterOptions{Name: "held-then-rollout"})
 	env.OnActivity(a.PrepareTemplate, mock.Anything, mock.Anything).Return(activities.PreparedTemplate{Hash: "h"}, nil).Maybe()

@@ -14,7 +14,6 @@ import (
 	"go.temporal.io/sdk/interceptor"
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/testsuite"
-	"go.temporal.io/sdk/worker"
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/noderollout/noderollout/activities"
@@ -37,10 +36,8 @@ type maintenanceRun struct {
 }
 
 func newMaintenanceRun(t *testing.T) *maintenanceRun {
-	var ts testsuite.WorkflowTestSuite
-	r := &maintenanceRun{env: newTestEnv(&ts), crashes: map[string]int{}, errs: map[string]error{}}
-	env, a := r.env, &activities.Activities{}
-	env.RegisterActivity(a)
+	env, a := newTestEnv(nil)
+	r := &maintenanceRun{env: env, crashes: map[string]int{}, errs: map[string]error{}}
 	env.SetTestTimeout(time.Minute)
 	env.OnActivity(a.CordonNode, mock.Anything, mock.Anything).Return(func(ctx context.Context, in activities.NodeInput) (activities.CordonResult, error) {
 		r.mu.Lock()
@@ -333,7 +330,7 @@ func (o *activityTimeoutsOutbound) ExecuteActivity(ctx workflow.Context, activit
 func TestMaintenanceHealthOutlastsAnAPIServerOutage(t *testing.T) {
 	r := newMaintenanceRun(t)
 	rec := &activityTimeouts{opts: map[string][]workflow.ActivityOptions{}}
-	r.env.SetWorkerOptions(worker.Options{DeadlockDetectionTimeout: 30 * time.Second, Interceptors: []interceptor.WorkerInterceptor{rec}})
+	intercept(r.env, rec)
 	res, err := r.run(maintainedInput(""))
 	require.NoError(t, err)
 	require.Equal(t, api.OutcomeSucceeded, res.Outcome)

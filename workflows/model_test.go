@@ -19,7 +19,6 @@ import (
 	"go.temporal.io/sdk/interceptor"
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/testsuite"
-	"go.temporal.io/sdk/worker"
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/noderollout/noderollout/activities"
@@ -403,21 +402,16 @@ func (m *model) harness(ctx workflow.Context, req api.RolloutRequest, carried *a
 }
 
 func (m *model) newEnv(t *testing.T, now time.Time, run int) (*testsuite.TestWorkflowEnvironment, *historyMeter) {
-	var ts testsuite.WorkflowTestSuite
-	env := ts.NewTestWorkflowEnvironment()
+	env, _ := newTestEnv(nil, m.cluster)
 	meter := newHistoryMeter(env, modelRoot)
-	env.SetWorkerOptions(worker.Options{DeadlockDetectionTimeout: 30 * time.Second,
-		Interceptors: []interceptor.WorkerInterceptor{meter, &modelWatch{m: m}}})
+	intercept(env, meter, &modelWatch{m: m})
 	env.SetStartTime(now)
 	env.SetTestTimeout(time.Minute)
 	if run > 1 {
 		env.SetContinuedExecutionRunID(fmt.Sprintf("run-%d", run-1))
 	}
-	OnCluster{m.cluster}.Register(env)
 	env.RegisterWorkflowWithOptions(holdNode, workflow.RegisterOptions{Name: "hold"})
 	env.RegisterWorkflowWithOptions(m.harness, workflow.RegisterOptions{Name: modelRoot})
-	env.RegisterActivity(&activities.Activities{})
-	env.RegisterActivity(&activities.Coordination{})
 	if modelBefore {
 		for _, id := range []string{versionAdmission, versionAbortDuringUncordon, versionRecordAbortInFinalize, versionCapBeforePrepare} {
 			env.OnGetVersion(id, workflow.DefaultVersion, 1).Return(workflow.DefaultVersion).Maybe()

@@ -29,9 +29,7 @@ type NodeSuite struct {
 func TestNodeSuite(t *testing.T) { suite.Run(t, new(NodeSuite)) }
 
 func (s *NodeSuite) SetupTest() {
-	s.env = newTestEnv(&s.WorkflowTestSuite)
-	s.a = &activities.Activities{}
-	s.env.RegisterActivity(s.a)
+	s.env, s.a = newTestEnv(&s.WorkflowTestSuite)
 }
 
 func (s *NodeSuite) AfterTest(_, _ string) { s.env.AssertExpectations(s.T()) }
@@ -111,10 +109,7 @@ func (s *NodeSuite) TestForeignObjectIsAFailureNotARetry() {
 // TestCancelDeletesRunningJobsAndStartsNoMore aborts a real Rollout (with real NodeRollout
 // children over mocked activities) while Jobs run.
 func TestCancelDeletesRunningJobsAndStartsNoMore(t *testing.T) {
-	ts := &testsuite.WorkflowTestSuite{}
-	env := newTestEnv(ts)
-	a := &activities.Activities{}
-	env.RegisterActivity(a)
+	env, a := newTestEnv(nil)
 	var mu sync.Mutex
 	created, deleted := map[string]bool{}, map[string]bool{}
 	env.OnActivity(a.PrepareTemplate, mock.Anything, mock.Anything).Return(activities.PreparedTemplate{Template: sampleTemplate, Hash: "h"}, nil)
@@ -141,10 +136,6 @@ func TestCancelDeletesRunningJobsAndStartsNoMore(t *testing.T) {
 		deleted[job.Node] = true
 		return nil
 	})
-	env.RegisterWorkflow(Rollout)
-	env.RegisterWorkflow(NodeRollout)
-	env.RegisterWorkflow(NodeRolloutV2)
-	env.RegisterWorkflow(NodeRolloutV3)
 	jobsOutlastTheWatch(env)
 	req := request(nodeNames(10)...)
 	req.Parallelism = 3
@@ -233,12 +224,10 @@ func bothRollouts(ctx workflow.Context) ([]api.RolloutResult, error) {
 // directly, or as a child under another ID, it refuses before any activity touches the
 // cluster (row 7 of the seams issue).
 func TestNodeWorkflowStartedOutsideARolloutIsRefused(t *testing.T) {
-	for name, fn := range map[string]any{api.NodeRolloutWorkflow: NodeRollout, api.NodeRolloutV2Workflow: NodeRolloutV2, api.NodeRolloutV3Workflow: NodeRolloutV3} {
+	for _, name := range []string{api.NodeRolloutWorkflow, api.NodeRolloutV2Workflow, api.NodeRolloutV3Workflow} {
 		t.Run(name+"/directly", func(t *testing.T) {
-			var ts testsuite.WorkflowTestSuite
-			env := newTestEnv(&ts)
-			env.RegisterActivity(&activities.Activities{}) // no mock: any activity call fails the test
-			env.ExecuteWorkflow(fn, nodeInput())
+			env, _ := newTestEnv(nil) // no activity mock: any activity call fails the test
+			env.ExecuteWorkflow(name, nodeInput())
 			var appErr *temporal.ApplicationError
 			require.ErrorAs(t, env.GetWorkflowError(), &appErr)
 			require.Equal(t, ErrNotStartedByARollout, appErr.Type())
@@ -246,10 +235,7 @@ func TestNodeWorkflowStartedOutsideARolloutIsRefused(t *testing.T) {
 			require.Contains(t, appErr.Message(), "started directly")
 		})
 		t.Run(name+"/under another ID", func(t *testing.T) {
-			var ts testsuite.WorkflowTestSuite
-			env := newTestEnv(&ts)
-			env.RegisterActivity(&activities.Activities{})
-			env.RegisterWorkflowWithOptions(fn, workflow.RegisterOptions{Name: name})
+			env, _ := newTestEnv(nil)
 			env.RegisterWorkflowWithOptions(func(ctx workflow.Context, in NodeRolloutInput) error {
 				return workflow.ExecuteChildWorkflow(nodeChildOptions(ctx, in.Rollout, in.Node, "any-id-i-like"), name, in).Get(ctx, nil)
 			}, workflow.RegisterOptions{Name: "rogue-parent"})

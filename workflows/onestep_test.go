@@ -19,12 +19,8 @@ import (
 // with the separate steps from wherever RunJob stopped.
 
 func TestParentStartsNodeRolloutV3WithTheWatch(t *testing.T) {
-	env, a := nodeEnv(t)
-	env.RegisterWorkflow(Rollout)
-	env.OnActivity(a.PrepareTemplate, mock.Anything, mock.Anything).Return(activities.PreparedTemplate{Hash: "h"}, nil)
-	env.OnActivity(a.ListNodes, mock.Anything, mock.Anything).Return(func(_ context.Context, in activities.ListNodesInput) (activities.ListNodesResult, error) {
-		return activities.ListNodesResult{Nodes: in.Names, Total: len(in.Names)}, nil
-	})
+	env, a := newTestEnv(nil)
+	listsNamedNodes(env, a)
 	var got []NodeRolloutInput
 	env.OnWorkflow(NodeRolloutV3, mock.Anything, mock.Anything).Return(func(_ workflow.Context, in NodeRolloutInput) (api.NodeResult, error) {
 		got = append(got, in)
@@ -74,7 +70,7 @@ func separateSteps(env *testsuite.TestWorkflowEnvironment, a *activities.Activit
 }
 
 func TestShortJobIsOneRunJob(t *testing.T) {
-	env, a := nodeEnv(t)
+	env, a := newTestEnv(nil)
 	env.OnActivity(a.RunJob, mock.Anything, mock.MatchedBy(func(in activities.RunJobInput) bool {
 		return in.WatchSeconds == nodeWatchSeconds && in.TimeoutSeconds == 600 && in.KeepJobs == api.KeepFailed &&
 			in.Job.Node == "node-a" && in.Job.RunID != "" && in.Job.TemplateHash == "h1"
@@ -93,7 +89,7 @@ func TestShortJobIsOneRunJob(t *testing.T) {
 }
 
 func TestRunJobOutlastedIsLeftToWaitJobThenFinalized(t *testing.T) {
-	env, a := nodeEnv(t)
+	env, a := newTestEnv(nil)
 	env.OnActivity(a.RunJob, mock.Anything, mock.Anything).Return(activities.RunJobResult{Job: oneStepJob, Running: true}, nil).Once()
 	env.OnActivity(a.WaitJob, mock.Anything, activities.WaitJobInput{Job: oneStepJob, TimeoutSeconds: 600}).
 		Return(activities.JobEnd{Outcome: api.OutcomeFailed, Reason: "BackoffLimitExceeded"}, nil).Once()
@@ -111,7 +107,7 @@ func TestRunJobOutlastedIsLeftToWaitJobThenFinalized(t *testing.T) {
 
 // The Job ended but RunJob's finalize failed: the node finalizes again on its own.
 func TestRunJobWhoseFinalizeFailedFinalizesAgain(t *testing.T) {
-	env, a := nodeEnv(t)
+	env, a := newTestEnv(nil)
 	end := activities.JobEnd{Outcome: api.OutcomeSucceeded, Reason: "Completed"}
 	env.OnActivity(a.RunJob, mock.Anything, mock.Anything).Return(activities.RunJobResult{Job: oneStepJob, End: end}, nil).Once()
 	env.OnActivity(a.FinalizeJob, mock.Anything, mock.MatchedBy(func(in activities.FinalizeInput) bool {
@@ -126,7 +122,7 @@ func TestRunJobWhoseFinalizeFailedFinalizesAgain(t *testing.T) {
 
 // A create refused for good (nothing was made) is finalized without a Job.
 func TestRunJobRefusedCreateFinalizesWithoutAJob(t *testing.T) {
-	env, a := nodeEnv(t)
+	env, a := newTestEnv(nil)
 	env.OnActivity(a.RunJob, mock.Anything, mock.Anything).
 		Return(activities.RunJobResult{}, temporal.NewNonRetryableApplicationError("bad template", api.ErrInvalidRequest, nil)).Once()
 	env.OnActivity(a.FinalizeJob, mock.Anything, mock.MatchedBy(func(in activities.FinalizeInput) bool {
@@ -142,7 +138,7 @@ func TestRunJobRefusedCreateFinalizesWithoutAJob(t *testing.T) {
 // An abort while RunJob runs deletes the Job by its planned name (and run) before the node
 // is let go.
 func TestAbortDuringRunJobDeletesTheJob(t *testing.T) {
-	env, a := nodeEnv(t)
+	env, a := newTestEnv(nil)
 	env.OnActivity(a.RunJob, mock.Anything, mock.Anything).Return(func(ctx context.Context, _ activities.RunJobInput) (activities.RunJobResult, error) {
 		env.CancelWorkflow()
 		<-ctx.Done()
@@ -165,7 +161,7 @@ func TestAbortDuringRunJobDeletesTheJob(t *testing.T) {
 
 // A repeated first task whose RunJob finds this run's outcome on the Node reports it.
 func TestRunJobThatFindsTheRunsOutcomeReportsIt(t *testing.T) {
-	env, a := nodeEnv(t)
+	env, a := newTestEnv(nil)
 	found := oneStepJob
 	found.UID = ""
 	found.Finalized = api.OutcomeFailed
@@ -181,7 +177,7 @@ func TestRunJobThatFindsTheRunsOutcomeReportsIt(t *testing.T) {
 
 // A maintained node (no watch) keeps its separate steps under NodeRolloutV3 too.
 func TestNodeRolloutV3WithoutAWatchTakesTheSeparateSteps(t *testing.T) {
-	env, a := nodeEnv(t)
+	env, a := newTestEnv(nil)
 	env.OnActivity(a.CreateJob, mock.Anything, mock.Anything).Return(oneStepJob, nil).Once()
 	env.OnActivity(a.WaitJob, mock.Anything, mock.Anything).Return(activities.JobEnd{Outcome: api.OutcomeSucceeded}, nil).Once()
 	env.OnActivity(a.FinalizeJob, mock.Anything, mock.Anything).Return(activities.FinalizeResult{}, nil).Once()

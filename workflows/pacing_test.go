@@ -291,12 +291,7 @@ func TestMaxPerDomainAndOrderAcrossContinueAsNew(t *testing.T) {
 	var final api.RolloutResult
 	for run := 1; ; run++ {
 		require.LessOrEqual(t, run, 12)
-		env := newTestEnv(ts)
-		a := &activities.Activities{}
-		env.RegisterActivity(a)
-		env.RegisterWorkflow(NodeRollout)
-		env.RegisterWorkflow(NodeRolloutV2)
-		env.RegisterWorkflow(NodeRolloutV3)
+		env, a := newTestEnv(ts)
 		jobsOutlastTheWatch(env)
 		fleet := &RolloutSuite{fleet: names, done: map[string]bool{}}
 		fleet.labelledFleet(labels)

@@ -15,14 +15,7 @@ import (
 
 // The policy's maxParallelism, learnt at PrepareTemplate, also bounds setParallelism later.
 func TestSetParallelismStaysWithinThePolicy(t *testing.T) {
-	var ts testsuite.WorkflowTestSuite
-	env := newTestEnv(&ts)
-	a := &activities.Activities{}
-	env.RegisterActivity(a)
-	env.RegisterWorkflow(NodeRollout)
-	env.RegisterWorkflow(NodeRolloutV2)
-	env.RegisterWorkflow(NodeRolloutV3)
-	env.RegisterWorkflowWithOptions(Rollout, workflow.RegisterOptions{Name: api.RolloutWorkflow})
+	env, a := newTestEnv(nil)
 	jobsOutlastTheWatch(env)
 	env.OnActivity(a.PrepareTemplate, mock.Anything, mock.Anything).Return(
 		activities.PreparedTemplate{Template: sampleTemplate, Hash: "h1", MaxParallelism: 5}, nil)
@@ -50,12 +43,7 @@ func TestSetParallelismStaysWithinThePolicy(t *testing.T) {
 
 // An update sent while the template is still being prepared cannot slip past the policy's cap.
 func TestSetParallelismBeforeTheTemplateIsPreparedStaysWithinThePolicy(t *testing.T) {
-	var ts testsuite.WorkflowTestSuite
-	env := newTestEnv(&ts)
-	a := &activities.Activities{}
-	env.RegisterActivity(a)
-	env.RegisterWorkflow(NodeRolloutV3)
-	env.RegisterWorkflowWithOptions(Rollout, workflow.RegisterOptions{Name: api.RolloutWorkflow})
+	env, a := newTestEnv(nil)
 	env.OnActivity(a.PrepareTemplate, mock.Anything, mock.Anything).After(10*time.Minute).Return(
 		activities.PreparedTemplate{Template: sampleTemplate, Hash: "h1", MaxParallelism: 5}, nil)
 	env.OnActivity(a.ListNodes, mock.Anything, mock.Anything).Return(activities.ListNodesResult{Nodes: []string{"n1"}, Total: 1}, nil)

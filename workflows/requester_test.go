@@ -4,13 +4,10 @@ import (
 	"context"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/mock"
 	"github.com/stretchr/testify/require"
 	"go.temporal.io/sdk/interceptor"
-	"go.temporal.io/sdk/testsuite"
-	"go.temporal.io/sdk/worker"
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/noderollout/noderollout/activities"
@@ -20,14 +17,7 @@ import (
 // The requester in the memo reaches every Job and Node marker; the policy gets the selector
 // and the parallelism it judges.
 func TestRequesterAndPolicyInputsReachTheActivities(t *testing.T) {
-	var ts testsuite.WorkflowTestSuite
-	env := newTestEnv(&ts)
-	a := &activities.Activities{}
-	env.RegisterActivity(a)
-	env.RegisterWorkflow(NodeRollout)
-	env.RegisterWorkflow(NodeRolloutV2)
-	env.RegisterWorkflow(NodeRolloutV3)
-	env.RegisterWorkflowWithOptions(Rollout, workflow.RegisterOptions{Name: api.RolloutWorkflow})
+	env, a := newTestEnv(nil)
 	jobsOutlastTheWatch(env)
 	env.SetMemoOnStart(map[string]any{api.MemoRequester: "alice@laptop"})
 
@@ -108,7 +98,7 @@ func (o *childMemosOutbound) ExecuteChildWorkflow(ctx workflow.Context, childTyp
 func TestFleetPassesItsRequesterToTheClusterRollouts(t *testing.T) {
 	env, _ := fleetEnv(t)
 	memos := &childMemos{memos: map[string]map[string]any{}}
-	env.SetWorkerOptions(worker.Options{DeadlockDetectionTimeout: 30 * time.Second, Interceptors: []interceptor.WorkerInterceptor{memos}})
+	intercept(env, memos)
 	require.NoError(t, env.SetMemoOnStart(map[string]any{api.MemoRequester: "alice@laptop", api.MemoReason: "CVE-1"}))
 	env.ExecuteWorkflow(api.FleetRolloutWorkflow, fleetRequest(0))
 	require.NoError(t, env.GetWorkflowError())

@@ -62,13 +62,7 @@ type nodeRun struct {
 func TestRolloutSuite(t *testing.T) { suite.Run(t, new(RolloutSuite)) }
 
 func (s *RolloutSuite) SetupTest() {
-	s.env = newTestEnv(&s.WorkflowTestSuite)
-	s.a = &activities.Activities{}
-	s.env.RegisterActivity(s.a)
-	s.env.RegisterWorkflow(Rollout)
-	s.env.RegisterWorkflow(NodeRollout)
-	s.env.RegisterWorkflow(NodeRolloutV2)
-	s.env.RegisterWorkflow(NodeRolloutV3)
+	s.env, s.a = newTestEnv(&s.WorkflowTestSuite)
 	jobsOutlastTheWatch(s.env)
 	s.fleet, s.done, s.runs, s.live, s.peak = nil, map[string]bool{}, nil, 0, 0
 	s.jobFn = s.succeedAfter(time.Minute)
@@ -426,12 +420,7 @@ func TestContinueAsNewCarriesCursorCountersAndFailures(t *testing.T) {
 	for {
 		runs++
 		require.LessOrEqual(t, runs, 10, "the rollout should end within a few runs")
-		env := newTestEnv(ts)
-		a := &activities.Activities{}
-		env.RegisterActivity(a)
-		env.RegisterWorkflow(NodeRollout)
-		env.RegisterWorkflow(NodeRolloutV2)
-		env.RegisterWorkflow(NodeRolloutV3)
+		env, a := newTestEnv(ts)
 		jobsOutlastTheWatch(env)
 		fleet := &RolloutSuite{fleet: nodeNames(n), done: map[string]bool{}}
 		env.OnActivity(a.ListNodes, mock.Anything, mock.Anything).Return(fleet.listNodes)

@@ -1,7 +1,6 @@
 package workflows
 
 import (
-	"context"
 	"errors"
 	"sync"
 	"testing"
@@ -13,7 +12,6 @@ import (
 	"go.temporal.io/sdk/testsuite"
 	"go.temporal.io/sdk/workflow"
 
-	"github.com/noderollout/noderollout/activities"
 	"github.com/noderollout/noderollout/api"
 )
 
@@ -115,18 +113,10 @@ type secondResult struct {
 // days, z fails after a minute, every other node succeeds after two days. zFailed reports
 // when z failed; starts, which rollouts started each node.
 func pairEnv(t *testing.T) (env *testsuite.TestWorkflowEnvironment, zFailed func() time.Time, starts func(node string) []string) {
-	ts := &testsuite.WorkflowTestSuite{}
-	env = newTestEnv(ts)
-	a := &activities.Activities{}
-	env.RegisterActivity(a)
-	env.RegisterWorkflow(Rollout)
-	env.RegisterWorkflow(NodeRolloutV2)
+	env, a := newTestEnv(nil)
 	env.RegisterWorkflowWithOptions(secondOfBoth, workflow.RegisterOptions{Name: "second-of-both"})
 	jobsOutlastTheWatch(env)
-	env.OnActivity(a.PrepareTemplate, mock.Anything, mock.Anything).Return(activities.PreparedTemplate{Hash: "h"}, nil)
-	env.OnActivity(a.ListNodes, mock.Anything, mock.Anything).Return(func(_ context.Context, in activities.ListNodesInput) (activities.ListNodesResult, error) {
-		return activities.ListNodesResult{Nodes: in.Names, Total: len(in.Names)}, nil
-	})
+	listsNamedNodes(env, a)
 	var mu sync.Mutex
 	var failedAt time.Time
 	started := map[string][]string{}

@@ -1,12 +1,14 @@
 package workflows
 
 import (
+	"context"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/mock"
 	"github.com/stretchr/testify/require"
 
+	"go.temporal.io/sdk/interceptor"
 	"go.temporal.io/sdk/testsuite"
 	"go.temporal.io/sdk/worker"
 	"go.temporal.io/sdk/workflow"
@@ -15,14 +17,46 @@ import (
 	"github.com/noderollout/noderollout/api"
 )
 
-// newTestEnv is a test environment whose deadlock detector tolerates a starved CPU: the SDK's
-// 1 s default fails a workflow task that a loaded machine merely descheduled ("deadlock
-// detected"), which none of these tests is about.
-func newTestEnv(ts *testsuite.WorkflowTestSuite) *testsuite.TestWorkflowEnvironment {
+// newTestEnv is the one environment of the workflow tests: every workflow a worker runs (the
+// workflows of the cluster, OnCluster.Register, and FleetRollout), childOfARollout to run a
+// node as a Rollout's child, and the activities, whose calls each test mocks (a call without a
+// mock fails the test). Its deadlock detector tolerates a starved CPU: the SDK's 1 s default
+// fails a workflow task that a loaded machine merely descheduled ("deadlock detected"), which
+// none of these tests is about. A test registers only its own harness workflows; ts may be nil
+// (a suite of its own).
+func newTestEnv(ts *testsuite.WorkflowTestSuite, cluster ...api.Cluster) (*testsuite.TestWorkflowEnvironment, *activities.Activities) {
+	if ts == nil {
+		ts = &testsuite.WorkflowTestSuite{}
+	}
 	env := ts.NewTestWorkflowEnvironment()
-	env.SetWorkerOptions(worker.Options{DeadlockDetectionTimeout: 30 * time.Second})
+	intercept(env)
+	var c api.Cluster
+	if len(cluster) > 0 {
+		c = cluster[0]
+	}
+	OnCluster{c}.Register(env)
+	env.RegisterWorkflowWithOptions(FleetRollout, workflow.RegisterOptions{Name: api.FleetRolloutWorkflow})
 	env.RegisterWorkflowWithOptions(asChildOfARollout, workflow.RegisterOptions{Name: childOfARollout})
-	return env
+	a := &activities.Activities{}
+	env.RegisterActivity(a)
+	env.RegisterActivity(&activities.Coordination{})
+	return env, a
+}
+
+// intercept gives the environment's worker these interceptors (and newTestEnv's deadlock
+// timeout).
+func intercept(env *testsuite.TestWorkflowEnvironment, interceptors ...interceptor.WorkerInterceptor) {
+	env.SetWorkerOptions(worker.Options{DeadlockDetectionTimeout: 30 * time.Second, Interceptors: interceptors})
+}
+
+// listsNamedNodes mocks the template's preparation and a listing that returns the nodes a
+// request names, as a cluster where every named node exists.
+func listsNamedNodes(env *testsuite.TestWorkflowEnvironment, a *activities.Activities) {
+	env.OnActivity(a.PrepareTemplate, mock.Anything, mock.Anything).Return(activities.PreparedTemplate{Hash: "h"}, nil).Maybe()
+	env.OnActivity(a.ListNodes, mock.Anything, mock.Anything).Return(
+		func(_ context.Context, in activities.ListNodesInput) (activities.ListNodesResult, error) {
+			return activities.ListNodesResult{Nodes: in.Names, Total: len(in.Names)}, nil
+		}).Maybe()
 }
 
 // childOfARollout runs a node workflow the way a Rollout does: as its child, under the node's

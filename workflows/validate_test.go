@@ -22,8 +22,7 @@ func requireInvalid(t *testing.T, err error, field string) {
 // A request typed into the Temporal UI with a misspelt nested field fails naming the field
 // by its path and the field it was probably meant to be, as the starter does.
 func TestRolloutNamesAMisspeltNestedFieldWithAHint(t *testing.T) {
-	env, _ := nodeEnv(t)
-	env.RegisterWorkflow(Rollout)
+	env, _ := newTestEnv(nil)
 	env.ExecuteWorkflow(api.RolloutWorkflow, json.RawMessage(
 		`{"name":"demo","nodes":["n1"],"jobTemplate":"t","batch":{"inital":1},"zzz":1}`))
 	err := env.GetWorkflowError()

@@ -26,7 +26,7 @@ func watchedInput() NodeRolloutInput {
 var watchedJob = activities.JobRef{Namespace: "jobs", Name: "demo-node-a-w", UID: "u1", Node: "node-a"}
 
 func TestShortJobEndsWithinTheWatchWithoutWaitJob(t *testing.T) {
-	env, a := nodeEnv(t)
+	env, a := newTestEnv(nil)
 	env.OnActivity(a.CreateJob, mock.Anything, mock.Anything).Return(watchedJob, nil).Once()
 	env.OnActivity(a.WatchJob, mock.Anything, activities.WatchJobInput{
 		WaitJobInput: activities.WaitJobInput{Job: watchedJob, TimeoutSeconds: 600},
@@ -42,7 +42,7 @@ func TestShortJobEndsWithinTheWatchWithoutWaitJob(t *testing.T) {
 }
 
 func TestJobThatOutlastsTheWatchIsLeftToWaitJob(t *testing.T) {
-	env, a := nodeEnv(t)
+	env, a := newTestEnv(nil)
 	env.OnActivity(a.CreateJob, mock.Anything, mock.Anything).Return(watchedJob, nil).Once()
 	env.OnActivity(a.WatchJob, mock.Anything, mock.Anything).Return(activities.JobWatch{Running: true}, nil).Once()
 	env.OnActivity(a.WaitJob, mock.Anything, activities.WaitJobInput{Job: watchedJob, TimeoutSeconds: 600}).
@@ -60,7 +60,7 @@ func TestJobThatOutlastsTheWatchIsLeftToWaitJob(t *testing.T) {
 // An abort that comes while the local activity watches cancels it, and the Job is deleted
 // before the node is let go.
 func TestAbortDuringTheWatchDeletesTheJob(t *testing.T) {
-	env, a := nodeEnv(t)
+	env, a := newTestEnv(nil)
 	env.OnActivity(a.CreateJob, mock.Anything, mock.Anything).Return(watchedJob, nil).Once()
 	// The abort comes while the watch runs (the test clock stands still during a local
 	// activity, so the watch itself asks for it).
@@ -86,7 +86,7 @@ func TestAbortDuringTheWatchDeletesTheJob(t *testing.T) {
 // A watch refused for good (say, Forbidden reading the Job) leaves a Job that may still run:
 // it is deleted before the node is let go, as when WaitJob fails.
 func TestWatchRefusedDeletesTheJob(t *testing.T) {
-	env, a := nodeEnv(t)
+	env, a := newTestEnv(nil)
 	env.OnActivity(a.CreateJob, mock.Anything, mock.Anything).Return(watchedJob, nil).Once()
 	env.OnActivity(a.WatchJob, mock.Anything, mock.Anything).Return(activities.JobWatch{},
 		temporal.NewNonRetryableApplicationError("get jobs: forbidden", api.ErrForbidden, nil)).Once()
@@ -132,7 +132,7 @@ func TestParentSetsTheWatchOnPlainNodesOnly(t *testing.T) {
 // recorded, runs again from the start: CreateJob finds the outcome this run left on the Node,
 // and the node reports it without watching or finalizing a Job that may be gone.
 func TestRepeatedFirstTaskReportsTheOutcomeOnTheNode(t *testing.T) {
-	env, a := nodeEnv(t)
+	env, a := newTestEnv(nil)
 	finalized := watchedJob
 	finalized.UID = ""
 	finalized.Finalized = api.OutcomeSucceeded
@@ -152,7 +152,7 @@ func TestRepeatedFirstTaskReportsTheOutcomeOnTheNode(t *testing.T) {
 
 // FinalizeJob is told the run, which it records on the Node next to the marker.
 func TestFinalizeIsToldTheRun(t *testing.T) {
-	env, a := nodeEnv(t)
+	env, a := newTestEnv(nil)
 	var runID string // the node workflow's run, as CreateJob was told it
 	env.OnActivity(a.CreateJob, mock.Anything, mock.Anything).Return(func(_ context.Context, in activities.JobRequest) (activities.JobRef, error) {
 		runID = in.RunID
