@@ -103,6 +103,9 @@ func run(m *testing.M) (int, error) {
 	if defaultWorker, err = StartWorker("default", "--task-queue", suiteQueue); err != nil {
 		return 0, err
 	}
+	watching, stopWatching := context.WithCancel(context.Background())
+	defer stopWatching()
+	go watchdog.run(watching)
 	code := m.Run()
 	_ = defaultWorker.Stop()
 	return code, nil
@@ -370,9 +373,11 @@ func Start(t *testing.T, req api.RolloutRequest) client.WorkflowRun {
 	return StartOn(t, req, suiteQueue)
 }
 
-// StartOn starts a rollout on a task queue of the test's own workers.
+// StartOn starts a rollout on a task queue of the test's own workers, with a jobTimeout just
+// above what its Pods need unless it sets one (withJobTimeout).
 func StartOn(t *testing.T, req api.RolloutRequest, taskQueue string) client.WorkflowRun {
 	t.Helper()
+	req = withJobTimeout(req)
 	run, err := stack.Temporal.ExecuteWorkflow(context.Background(), client.StartWorkflowOptions{
 		ID:                       api.RolloutID(req.Name),
 		TaskQueue:                taskQueue,
@@ -405,11 +410,15 @@ func Result(t *testing.T, run client.WorkflowRun) (api.RolloutResult, error) {
 	return res, err
 }
 
-// Succeeded waits for the rollout and requires that it succeeded.
+// Succeeded waits for the rollout and requires that it succeeded; a failure names the Pods
+// kwok left running, if any.
 func Succeeded(t *testing.T, run client.WorkflowRun) api.RolloutResult {
 	t.Helper()
 	res, err := Result(t, run)
-	require.NoError(t, err)
+	if err != nil {
+		id := strings.TrimPrefix(run.GetID(), api.RolloutIDPrefix)
+		t.Fatal(stuckFailure(id[strings.LastIndex(id, ":")+1:], err))
+	}
 	return res
 }
 

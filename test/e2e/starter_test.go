@@ -24,7 +24,7 @@ import (
 
 func writeRequest(t *testing.T, req api.RolloutRequest) string {
 	t.Helper()
-	b, err := json.Marshal(req)
+	b, err := json.Marshal(withJobTimeout(req))
 	require.NoError(t, err)
 	path := filepath.Join(t.TempDir(), "rollout.json")
 	require.NoError(t, os.WriteFile(path, b, 0o600))
