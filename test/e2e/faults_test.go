@@ -62,37 +62,44 @@ func requireEveryNodeOnce(t *testing.T, f *Fleet, res api.RolloutResult) {
 	require.Equal(t, len(f.Nodes), res.Counts.Finished(), "every node has exactly one outcome: %+v", res.Counts)
 }
 
-func TestFaultWorkerKilledMidRollout(t *testing.T) {
-	queue, ws := ownWorkers(t, 1)
-	f := NewFleet(t, 20)
-	req := f.Request("kill-worker", 3*time.Second)
-	req.Parallelism = 5
+// requireSurvives is the fault tests' one scenario: a rollout over nodes kwok nodes (Pods of
+// 3 s, at most parallelism at once) on the test's own workers, and the fault once more Jobs
+// than parallelism exist; the rollout must still succeed on every node, one Job each.
+func requireSurvives(t *testing.T, name string, nodes, parallelism, workers int, fault func(queue string, ws []*Worker)) {
+	t.Helper()
+	queue, ws := ownWorkers(t, workers)
+	f := NewFleet(t, nodes)
+	req := f.Request(name, 3*time.Second)
+	req.Parallelism = parallelism
 	run := StartOn(t, req, queue)
-	midRollout(t, f, req.Name, 6)
-	ws[0].Kill()
-	// Down time is part of the scenario, not a synchronisation.
-	time.Sleep(5 * time.Second)
-	restarted, err := StartWorker(ws[0].Name+"-restarted", "--task-queue", queue)
-	require.NoError(t, err)
-	defer func() { _ = restarted.Stop() }()
+	midRollout(t, f, req.Name, parallelism+1)
+	fault(queue, ws)
 	res := Succeeded(t, run)
 	requireEveryNodeOnce(t, f, res)
-	require.Equal(t, 20, res.Counts.Succeeded)
+	require.Equal(t, nodes, res.Counts.Succeeded)
 	requireOneJobPerNode(t, f, req.Name)
 }
 
+// stopFor stops a component of the stack for d (0: a restart), then starts it again.
+func stopFor(t *testing.T, component string, d time.Duration) {
+	t.Helper()
+	devScript(t, "stop-component.sh", component)
+	time.Sleep(d) // the outage itself, not a synchronisation
+	devScript(t, "start-component.sh", component)
+}
+
+func TestFaultWorkerKilledMidRollout(t *testing.T) {
+	requireSurvives(t, "kill-worker", 20, 5, 1, func(queue string, ws []*Worker) {
+		ws[0].Kill()
+		time.Sleep(5 * time.Second) // down time is part of the scenario, not a synchronisation
+		restarted, err := StartWorker(ws[0].Name+"-restarted", "--task-queue", queue)
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = restarted.Stop() })
+	})
+}
+
 func TestFaultOneOfTwoWorkersKilled(t *testing.T) {
-	queue, ws := ownWorkers(t, 2)
-	f := NewFleet(t, 20)
-	req := f.Request("two-workers", 3*time.Second)
-	req.Parallelism = 6
-	run := StartOn(t, req, queue)
-	midRollout(t, f, req.Name, 7)
-	ws[0].Kill()
-	res := Succeeded(t, run)
-	requireEveryNodeOnce(t, f, res)
-	require.Equal(t, 20, res.Counts.Succeeded)
-	requireOneJobPerNode(t, f, req.Name)
+	requireSurvives(t, "two-workers", 20, 6, 2, func(_ string, ws []*Worker) { ws[0].Kill() })
 }
 
 func devScript(t *testing.T, script string, args ...string) {
@@ -103,18 +110,7 @@ func devScript(t *testing.T, script string, args ...string) {
 }
 
 func TestFaultTemporalServerRestarted(t *testing.T) {
-	queue, _ := ownWorkers(t, 1)
-	f := NewFleet(t, 15)
-	req := f.Request("temporal-restart", 3*time.Second)
-	req.Parallelism = 5
-	run := StartOn(t, req, queue)
-	midRollout(t, f, req.Name, 6)
-	devScript(t, "stop-component.sh", "temporal")
-	devScript(t, "start-component.sh", "temporal")
-	res := Succeeded(t, run)
-	requireEveryNodeOnce(t, f, res)
-	require.Equal(t, 15, res.Counts.Succeeded)
-	requireOneJobPerNode(t, f, req.Name)
+	requireSurvives(t, "temporal-restart", 15, 5, 1, func(string, []*Worker) { stopFor(t, "temporal", 0) })
 }
 
 // TestFaultTemporalDownWhileShortJobsFinish stops the Temporal server while short Jobs end
@@ -132,9 +128,7 @@ func TestFaultTemporalDownWhileShortJobsFinish(t *testing.T) {
 	created := watchJobs(t, f.Namespace)
 	run := StartOn(t, req, queue)
 	waitFor(t, 90*time.Second, "six Jobs created", func() bool { return created.total() >= 6 })
-	devScript(t, "stop-component.sh", "temporal")
-	time.Sleep(30 * time.Second) // the outage itself: past the node's 15 s workflow-task timeout
-	devScript(t, "start-component.sh", "temporal")
+	stopFor(t, "temporal", 30*time.Second) // past the node's 15 s workflow-task timeout
 	res := Succeeded(t, run)
 	requireEveryNodeOnce(t, f, res)
 	require.Equal(t, 15, res.Counts.Succeeded)
@@ -152,19 +146,7 @@ func TestFaultTemporalDownWhileShortJobsFinish(t *testing.T) {
 }
 
 func TestFaultAPIServerDown20Seconds(t *testing.T) {
-	queue, _ := ownWorkers(t, 1)
-	f := NewFleet(t, 15)
-	req := f.Request("apiserver-down", 3*time.Second)
-	req.Parallelism = 5
-	run := StartOn(t, req, queue)
-	midRollout(t, f, req.Name, 6)
-	devScript(t, "stop-component.sh", "kube-apiserver")
-	time.Sleep(20 * time.Second) // the outage itself
-	devScript(t, "start-component.sh", "kube-apiserver")
-	res := Succeeded(t, run)
-	requireEveryNodeOnce(t, f, res)
-	require.Equal(t, 15, res.Counts.Succeeded)
-	requireOneJobPerNode(t, f, req.Name)
+	requireSurvives(t, "apiserver-down", 15, 5, 1, func(string, []*Worker) { stopFor(t, "kube-apiserver", 20*time.Second) })
 }
 
 func TestFaultJobDeletedByHand(t *testing.T) {
