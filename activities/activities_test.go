@@ -22,8 +22,7 @@ import (
 )
 
 func TestPrepareTemplateInline(t *testing.T) {
-	cs := fake.NewClientset(testNS(testNamespace))
-	a := newActivities(cs)
+	cs, a := newCluster(testNS(testNamespace))
 	val, err := newEnv(a).ExecuteActivity(a.PrepareTemplate, PrepareTemplateInput{Namespace: testNamespace, Template: testTemplate})
 	require.NoError(t, err)
 	var got PreparedTemplate
@@ -49,8 +48,7 @@ func TestPrepareTemplateFromConfigMap(t *testing.T) {
 			Data: map[string]string{"install.yaml": testTemplate}},
 	}} {
 		t.Run(tc.name, func(t *testing.T) {
-			cs := fake.NewClientset(testNS(testNamespace), tc.cm)
-			a := newActivities(cs)
+			cs, a := newCluster(testNS(testNamespace), tc.cm)
 			val, err := newEnv(a).ExecuteActivity(a.PrepareTemplate, PrepareTemplateInput{Namespace: testNamespace, TemplateRef: &tc.ref})
 			require.NoError(t, err)
 			var got PreparedTemplate
@@ -83,8 +81,7 @@ func TestPrepareTemplateInvalid(t *testing.T) {
 		{"neither", PrepareTemplateInput{Namespace: testNamespace}, []string{"jobTemplate", "exactly one"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			cs := fake.NewClientset(testNS(testNamespace), cm)
-			a := newActivities(cs)
+			_, a := newCluster(testNS(testNamespace), cm)
 			_, err := newEnv(a).ExecuteActivity(a.PrepareTemplate, tc.in)
 			appErr := requireAppError(t, err, api.ErrInvalidRequest, true)
 			for _, want := range tc.wantText {
@@ -95,8 +92,7 @@ func TestPrepareTemplateInvalid(t *testing.T) {
 }
 
 func TestPrepareTemplateReportsParseError(t *testing.T) {
-	cs := fake.NewClientset(testNS(testNamespace))
-	a := newActivities(cs)
+	_, a := newCluster(testNS(testNamespace))
 	bad := "apiVersion: v1\nkind: Pod\n"
 	_, parseErr := jobspec.ParseTemplate(bad)
 	var fieldErr *api.FieldError
@@ -107,9 +103,8 @@ func TestPrepareTemplateReportsParseError(t *testing.T) {
 }
 
 func TestPrepareTemplateForbiddenIsNotRetried(t *testing.T) {
-	cs := fake.NewClientset()
+	cs, a := newCluster()
 	failOn(cs, "get", "namespaces", forbidden("namespaces"))
-	a := newActivities(cs)
 	_, err := newEnv(a).ExecuteActivity(a.PrepareTemplate, PrepareTemplateInput{Namespace: testNamespace, Template: testTemplate})
 	appErr := requireAppError(t, err, api.ErrForbidden, true)
 	require.Contains(t, appErr.Error(), "get")
@@ -118,9 +113,8 @@ func TestPrepareTemplateForbiddenIsNotRetried(t *testing.T) {
 }
 
 func TestPrepareTemplateServerErrorIsRetried(t *testing.T) {
-	cs := fake.NewClientset()
+	cs, a := newCluster()
 	failOn(cs, "get", "namespaces", apierrors.NewInternalError(errors.New("etcd leader changed")))
-	a := newActivities(cs)
 	_, err := newEnv(a).ExecuteActivity(a.PrepareTemplate, PrepareTemplateInput{Namespace: testNamespace, Template: testTemplate})
 	requireAppError(t, err, "", false)
 }
@@ -200,9 +194,8 @@ func requireDelete(t *testing.T, cs *fake.Clientset, name string, policy metav1.
 // documented list, never the Go type name the SDK gives a plain error ("wrapError").
 func TestReasonForError(t *testing.T) {
 	fail := func(err error) error {
-		cs := fake.NewClientset(testNode("node-a", nil))
+		cs, a := newCluster(testNode("node-a", nil))
 		failOn(cs, "create", "jobs", err)
-		a := newActivities(cs)
 		_, actErr := createJob(t, a, testRequest("node-a"))
 		require.Error(t, actErr)
 		return actErr

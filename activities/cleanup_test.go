@@ -78,7 +78,7 @@ func TestDeleteJobWaitsForThePods(t *testing.T) {
 func TestDeleteJobRemovesOurFinalizer(t *testing.T) {
 	job := ourJob(t, testRequest("node-a"))
 	job.Finalizers = []string{"example.com/keep", jobspec.FinalizerOutcome}
-	cs := fake.NewClientset(job)
+	cs, a := newCluster(job)
 	// Keep the Job after its deletion, as the API server does while finalizers remain.
 	var patched *batchv1.Job
 	cs.PrependReactor("delete", "jobs", func(k8stesting.Action) (bool, runtime.Object, error) { return true, nil, nil })
@@ -86,7 +86,6 @@ func TestDeleteJobRemovesOurFinalizer(t *testing.T) {
 		require.Equal(t, types.JSONPatchType, action.(k8stesting.PatchAction).GetPatchType())
 		return false, nil, nil
 	})
-	a := newActivities(cs)
 	require.NoError(t, a.dropFinalizer(t.Context(), refOf(job, "node-a"), a.Jobs.Subscribe(testNamespace, job.Name)))
 	patched, err := cs.BatchV1().Jobs(testNamespace).Get(t.Context(), job.Name, metav1.GetOptions{})
 	require.NoError(t, err)
@@ -140,7 +139,7 @@ func TestDeleteJobAlreadyGone(t *testing.T) {
 // test with a 422, and the Job is read afresh before trying again.
 func TestDropFinalizerRereadsWhenTheListChanged(t *testing.T) {
 	job := ourJob(t, testRequest("node-a"))
-	cs := fake.NewClientset(job)
+	cs, a := newCluster(job)
 	stale := job.DeepCopy()
 	stale.Finalizers = []string{jobspec.FinalizerOutcome, "foregroundDeletion"}
 	first := true
@@ -152,7 +151,6 @@ func TestDropFinalizerRereadsWhenTheListChanged(t *testing.T) {
 		}
 		return false, nil, nil
 	})
-	a := newActivities(cs)
 	sub := a.Jobs.Subscribe(testNamespace, job.Name)
 	defer sub.Close()
 	sub.job = stale // what an informer that lags would hold

@@ -25,13 +25,7 @@ import (
 
 func finalize(t *testing.T, a *Activities, in FinalizeInput) (FinalizeResult, error) {
 	t.Helper()
-	val, err := newEnv(a).ExecuteActivity(a.FinalizeJob, in)
-	if err != nil {
-		return FinalizeResult{}, err
-	}
-	var res FinalizeResult
-	require.NoError(t, val.Get(&res))
-	return res, nil
+	return execute[FinalizeResult](t, a, a.FinalizeJob, in)
 }
 
 func finalizeInput(job *batchv1.Job, outcome api.Outcome, keep api.KeepJobs) FinalizeInput {
@@ -72,8 +66,7 @@ func getEvents(t *testing.T, cs *fake.Clientset) []corev1.Event {
 
 func TestFinalizeJobSucceeded(t *testing.T) {
 	job := ourJob(t, testRequest("node-a"))
-	cs := fake.NewClientset(testNode("node-a", map[string]string{"keep": "me"}), job)
-	a := newActivities(cs)
+	cs, a := newCluster(testNode("node-a", map[string]string{"keep": "me"}), job)
 
 	res, err := finalize(t, a, finalizeInput(job, api.OutcomeSucceeded, api.KeepFailed))
 	require.NoError(t, err)
@@ -155,13 +148,12 @@ func TestFinalizeJobWritesAtOnceWhenTheNodeIsKnown(t *testing.T) {
 func TestFinalizeJobFailedCollectsPodDiagnosis(t *testing.T) {
 	job := ourJob(t, testRequest("node-a"))
 	otherJob := ourJob(t, testRequest("node-b"))
-	cs := fake.NewClientset(testNode("node-a", nil), job,
+	cs, a := newCluster(testNode("node-a", nil), job,
 		jobPod(job, "old", t0, corev1.PodFailed, 1, "first try"),
 		jobPod(job, "new", t0.Add(time.Minute), corev1.PodFailed, 3, "disk full"),
 		jobPod(job, "newest-running", t0.Add(2*time.Minute), corev1.PodRunning, 0, ""),
 		jobPod(otherJob, "elsewhere", t0.Add(time.Hour), corev1.PodFailed, 9, "not this job"),
 	)
-	a := newActivities(cs)
 
 	res, err := finalize(t, a, finalizeInput(job, api.OutcomeFailed, api.KeepFailed))
 	require.NoError(t, err)
@@ -184,14 +176,13 @@ func TestFinalizeJobFailedCollectsPodDiagnosis(t *testing.T) {
 
 func TestFinalizeJobLogErrorIsIgnored(t *testing.T) {
 	job := ourJob(t, testRequest("node-a"))
-	cs := fake.NewClientset(testNode("node-a", nil), job, jobPod(job, "p", t0, corev1.PodFailed, 2, ""))
+	cs, a := newCluster(testNode("node-a", nil), job, jobPod(job, "p", t0, corev1.PodFailed, 2, ""))
 	cs.PrependReactor("get", "pods", func(action k8stesting.Action) (bool, runtime.Object, error) {
 		if action.GetSubresource() != "log" {
 			return false, nil, nil
 		}
 		return true, nil, errors.New("the kubelet is unreachable")
 	})
-	a := newActivities(cs)
 	res, err := finalize(t, a, finalizeInput(job, api.OutcomeTimedOut, api.KeepNever))
 	require.NoError(t, err)
 	require.Equal(t, FinalizeResult{ExitCode: new(int32(2))}, res)
@@ -220,8 +211,7 @@ func TestFinalizeJobKeepJobs(t *testing.T) {
 	} {
 		t.Run(string(tc.keep)+"/"+string(tc.outcome), func(t *testing.T) {
 			job := ourJob(t, testRequest("node-a"))
-			cs := fake.NewClientset(testNode("node-a", nil), job)
-			a := newActivities(cs)
+			cs, a := newCluster(testNode("node-a", nil), job)
 			_, err := finalize(t, a, finalizeInput(job, tc.outcome, tc.keep))
 			require.NoError(t, err)
 			_, err = cs.BatchV1().Jobs(testNamespace).Get(t.Context(), job.Name, metav1.GetOptions{})
@@ -233,7 +223,7 @@ func TestFinalizeJobKeepJobs(t *testing.T) {
 
 func TestFinalizeJobRetriesConflictOnNode(t *testing.T) {
 	job := ourJob(t, testRequest("node-a"))
-	cs := fake.NewClientset(testNode("node-a", nil), job)
+	cs, a := newCluster(testNode("node-a", nil), job)
 	conflicts := 2
 	cs.PrependReactor("patch", "nodes", func(k8stesting.Action) (bool, runtime.Object, error) {
 		if conflicts == 0 {
@@ -242,7 +232,6 @@ func TestFinalizeJobRetriesConflictOnNode(t *testing.T) {
 		conflicts--
 		return true, nil, apierrors.NewConflict(corev1.Resource("nodes"), "node-a", errors.New("the object has been modified"))
 	})
-	a := newActivities(cs)
 	_, err := finalize(t, a, finalizeInput(job, api.OutcomeSucceeded, api.KeepNever))
 	require.NoError(t, err)
 	require.Equal(t, 3, countActions(cs, "patch", "nodes"))
@@ -253,9 +242,8 @@ func TestFinalizeJobRetriesConflictOnNode(t *testing.T) {
 
 func TestFinalizeJobForbiddenIsNotRetried(t *testing.T) {
 	job := ourJob(t, testRequest("node-a"))
-	cs := fake.NewClientset(testNode("node-a", nil), job)
+	cs, a := newCluster(testNode("node-a", nil), job)
 	failOn(cs, "patch", "nodes", forbidden("nodes"))
-	a := newActivities(cs)
 	_, err := finalize(t, a, finalizeInput(job, api.OutcomeSucceeded, api.KeepNever))
 	appErr := requireAppError(t, err, api.ErrForbidden, true)
 	require.Contains(t, appErr.Error(), "patch")
@@ -264,16 +252,14 @@ func TestFinalizeJobForbiddenIsNotRetried(t *testing.T) {
 
 func TestFinalizeJobNodeGone(t *testing.T) {
 	job := ourJob(t, testRequest("node-a"))
-	cs := fake.NewClientset(job)
-	a := newActivities(cs)
+	cs, a := newCluster(job)
 	_, err := finalize(t, a, finalizeInput(job, api.OutcomeNodeGone, api.KeepFailed))
 	require.NoError(t, err)
 	require.Equal(t, []string{"patch nodes", "get jobs", "patch jobs", "delete jobs"}, actions(cs), "no Event about a Node that is gone")
 }
 
 func TestFinalizeJobWithoutJob(t *testing.T) {
-	cs := fake.NewClientset(testNode("node-a", nil))
-	a := newActivities(cs)
+	cs, a := newCluster(testNode("node-a", nil))
 	in := FinalizeInput{Rollout: "kata", Node: "node-a", TemplateHash: testHash,
 		End: JobEnd{Outcome: api.OutcomeFailed, Reason: api.ReasonAborted}, KeepJobs: api.KeepNever}
 	res, err := finalize(t, a, in)
@@ -284,8 +270,7 @@ func TestFinalizeJobWithoutJob(t *testing.T) {
 
 func TestFinalizeJobSkippedKeepsMarker(t *testing.T) {
 	marker := doneMarker(testHash)
-	cs := fake.NewClientset(testNode("node-a", marker))
-	a := newActivities(cs)
+	cs, a := newCluster(testNode("node-a", marker))
 	in := FinalizeInput{Rollout: "kata", Node: "node-a", TemplateHash: testHash, End: JobEnd{Outcome: api.OutcomeSkipped}}
 	_, err := finalize(t, a, in)
 	require.NoError(t, err)
@@ -295,8 +280,7 @@ func TestFinalizeJobSkippedKeepsMarker(t *testing.T) {
 
 func TestFinalizeJobRetryDoesNotDuplicateEvent(t *testing.T) {
 	job := ourJob(t, testRequest("node-a"))
-	cs := fake.NewClientset(testNode("node-a", nil), job)
-	a := newActivities(cs)
+	cs, a := newCluster(testNode("node-a", nil), job)
 	in := finalizeInput(job, api.OutcomeFailed, api.KeepFailed)
 	_, err := finalize(t, a, in)
 	require.NoError(t, err)
@@ -378,8 +362,7 @@ func TestFinalizeJobSaysWhyThePodNeverRan(t *testing.T) {
 			if tc.pod != nil {
 				objs = append(objs, tc.pod)
 			}
-			cs := fake.NewClientset(objs...)
-			a := newActivities(cs)
+			cs, a := newCluster(objs...)
 			in := finalizeInput(job, api.OutcomeTimedOut, api.KeepNever)
 			in.End.PodReason = tc.fromWait
 			res, err := finalize(t, a, in)
@@ -417,14 +400,13 @@ func kubeletLogs(cs *fake.Clientset, log string) {
 // error is, also when the last LogTailLines lines hold more than LogTailBytes.
 func TestFinalizeJobLogTailEndsWithTheLastLine(t *testing.T) {
 	job := ourJob(t, testRequest("node-a"))
-	cs := fake.NewClientset(testNode("node-a", nil), job, jobPod(job, "p", t0, corev1.PodFailed, 1, ""))
+	cs, a := newCluster(testNode("node-a", nil), job, jobPod(job, "p", t0, corev1.PodFailed, 1, ""))
 	var log strings.Builder
 	for i := range 300 {
 		fmt.Fprintf(&log, "step %03d: installing payload ............................................ ok\n", i)
 	}
 	log.WriteString("FATAL: checksum mismatch for kata-runtime.tar.zst\n")
 	kubeletLogs(cs, log.String())
-	a := newActivities(cs)
 	res, err := finalize(t, a, finalizeInput(job, api.OutcomeFailed, api.KeepFailed))
 	require.NoError(t, err)
 	require.LessOrEqual(t, len(res.LogTail), LogTailBytes)
@@ -435,8 +417,7 @@ func TestFinalizeJobLogTailEndsWithTheLastLine(t *testing.T) {
 // TestFinalizeJobEventPerRunWithoutJob: two runs that end the node the same way without a Job
 // (a drain timed out both times) each leave their Event; only a retry of one run is deduplicated.
 func TestFinalizeJobEventPerRunWithoutJob(t *testing.T) {
-	cs := fake.NewClientset(testNode("node-a", nil))
-	a := newActivities(cs)
+	cs, a := newCluster(testNode("node-a", nil))
 	in := FinalizeInput{Rollout: "kata", Node: "node-a", TemplateHash: testHash, RunID: "run-1",
 		End: JobEnd{Outcome: api.OutcomeDrainTimedOut, Reason: api.ErrDrainTimedOut, Message: "tenant/web-1 left"}}
 	_, err := finalize(t, a, in)
@@ -484,8 +465,7 @@ func TestFinalizeJobWithholdsTheLogTailOfAPodThatReadsSecrets(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			pod := jobPod(job, "p", t0, corev1.PodFailed, 3, "disk full")
 			c.pod(pod)
-			cs := fake.NewClientset(testNode("node-a", nil), job, pod)
-			a := newActivities(cs)
+			cs, a := newCluster(testNode("node-a", nil), job, pod)
 			if c.setup != nil {
 				c.setup(a)
 			}

@@ -20,19 +20,11 @@ import (
 
 func createJob(t *testing.T, a *Activities, in JobRequest) (JobRef, error) {
 	t.Helper()
-	val, err := newEnv(a).ExecuteActivity(a.CreateJob, in)
-	if err != nil {
-		return JobRef{}, err
-	}
-	var ref JobRef
-	require.NoError(t, val.Get(&ref))
-	return ref, nil
+	return execute[JobRef](t, a, a.CreateJob, in)
 }
 
 func TestCreateJob(t *testing.T) {
-	cs := fake.NewClientset(testNode("node-a", nil))
-	stampCreatedJobs(cs)
-	a := newActivities(cs)
+	cs, a := newCluster(testNode("node-a", nil))
 	in := testRequest("node-a")
 	in.Owner = &api.OwnerRef{APIVersion: "v1", Kind: "ConfigMap", Name: "kata", UID: "uid-owner"}
 
@@ -62,9 +54,7 @@ func TestCreateJob(t *testing.T) {
 }
 
 func TestCreateJobNodeGone(t *testing.T) {
-	cs := fake.NewClientset()
-	stampCreatedJobs(cs)
-	a := newActivities(cs)
+	cs, a := newCluster()
 	_, err := createJob(t, a, testRequest("node-a"))
 	appErr := requireAppError(t, err, api.ErrNodeGone, true)
 	require.Contains(t, appErr.Error(), `"node-a"`)
@@ -75,7 +65,7 @@ func TestCreateJobNodeGone(t *testing.T) {
 }
 
 func TestCreateJobTrustsAQuorumReadOverTheCache(t *testing.T) {
-	cs := fake.NewClientset(testNode("node-a", nil))
+	cs, a := newCluster(testNode("node-a", nil))
 	stampCreatedJobs(cs)
 	// The watch cache has not seen the new Node yet.
 	cs.PrependReactor("get", "nodes", func(action k8stesting.Action) (bool, runtime.Object, error) {
@@ -84,7 +74,6 @@ func TestCreateJobTrustsAQuorumReadOverTheCache(t *testing.T) {
 		}
 		return false, nil, nil
 	})
-	a := newActivities(cs)
 	ref, err := createJob(t, a, testRequest("node-a"))
 	require.NoError(t, err)
 	require.Equal(t, "uid-node-node-a", ref.NodeUID)
@@ -97,11 +86,10 @@ func TestCreateJobTrustsAQuorumReadOverTheCache(t *testing.T) {
 func TestCreateJobAfterALostTaskCreatesNothingForAFinalizedRun(t *testing.T) {
 	in := testRequest("node-a")
 	in.FirstTask = false
-	cs := fake.NewClientset(testNode("node-a", map[string]string{
+	cs, a := newCluster(testNode("node-a", map[string]string{
 		jobspec.NodeMarkerKey("kata"): jobspec.NodeMarker(in.TemplateHash, "failed"),
 		jobspec.NodeRunKey("kata"):    "run-1",
 	}))
-	a := newActivities(cs)
 
 	ref, err := createJob(t, a, in)
 	require.NoError(t, err)
@@ -115,12 +103,11 @@ func TestCreateJobAfterALostTaskCreatesNothingForAFinalizedRun(t *testing.T) {
 func TestCreateJobAfterALostTaskCreatesForAnotherRunsMarker(t *testing.T) {
 	in := testRequest("node-a")
 	in.FirstTask = false
-	cs := fake.NewClientset(testNode("node-a", map[string]string{
+	cs, a := newCluster(testNode("node-a", map[string]string{
 		jobspec.NodeMarkerKey("kata"): jobspec.NodeMarker(in.TemplateHash, "failed"),
 		jobspec.NodeRunKey("kata"):    "run-0", // an earlier rollout's run failed here
 	}))
 	stampCreatedJobs(cs)
-	a := newActivities(cs)
 
 	ref, err := createJob(t, a, in)
 	require.NoError(t, err)
@@ -133,8 +120,7 @@ func TestCreateJobAfterALostTaskCreatesForAnotherRunsMarker(t *testing.T) {
 func TestCreateJobAfterALostTaskOnAGoneNodeCreatesNothing(t *testing.T) {
 	in := testRequest("node-a")
 	in.FirstTask = false
-	cs := fake.NewClientset()
-	a := newActivities(cs)
+	cs, a := newCluster()
 	_, err := createJob(t, a, in)
 	requireAppError(t, err, api.ErrNodeGone, true)
 	require.Equal(t, []string{"get nodes", "get jobs"}, actions(cs), "only a look for a Job an earlier attempt made")
@@ -143,8 +129,7 @@ func TestCreateJobAfterALostTaskOnAGoneNodeCreatesNothing(t *testing.T) {
 func TestCreateJobAdoptsItsOwnJob(t *testing.T) {
 	in := testRequest("node-a")
 	existing := ourJob(t, in) // an earlier attempt created it; its reply was lost
-	cs := fake.NewClientset(testNode("node-a", nil), existing)
-	a := newActivities(cs)
+	cs, a := newCluster(testNode("node-a", nil), existing)
 
 	ref, err := createJob(t, a, in)
 	require.NoError(t, err)
@@ -169,8 +154,7 @@ func TestCreateJobRefusesForeignObject(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			existing := ourJob(t, in)
 			tc.change(existing)
-			cs := fake.NewClientset(testNode("node-a", nil), existing)
-			a := newActivities(cs)
+			cs, a := newCluster(testNode("node-a", nil), existing)
 			_, err := createJob(t, a, in)
 			appErr := requireAppError(t, err, api.ErrForeignObject, true)
 			require.Contains(t, appErr.Error(), testNamespace+"/"+existing.Name)
@@ -194,9 +178,8 @@ func TestCreateJobErrors(t *testing.T) {
 		{"throttled", apierrors.NewTooManyRequests("slow down", 1), "", false, "slow down"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			cs := fake.NewClientset(testNode("node-a", nil))
+			cs, a := newCluster(testNode("node-a", nil))
 			failOn(cs, "create", "jobs", tc.err)
-			a := newActivities(cs)
 			_, err := createJob(t, a, testRequest("node-a"))
 			appErr := requireAppError(t, err, tc.wantType, tc.nonRetryable)
 			require.Contains(t, appErr.Error(), tc.wantText)
@@ -206,8 +189,7 @@ func TestCreateJobErrors(t *testing.T) {
 }
 
 func TestCreateJobBadTemplate(t *testing.T) {
-	cs := fake.NewClientset(testNode("node-a", nil))
-	a := newActivities(cs)
+	cs, a := newCluster(testNode("node-a", nil))
 	in := testRequest("node-a")
 	in.Template = "apiVersion: v1\nkind: Pod\n"
 	in.TemplateHash = jobspec.TemplateHash(in.Template)
@@ -232,8 +214,7 @@ func TestCreateJobRetryOnAGoneNodeRemovesTheJobItMade(t *testing.T) {
 	in.FirstTask = false
 	made := ourJob(t, in) // by the attempt whose reply was lost
 	require.Contains(t, made.Finalizers, jobspec.FinalizerOutcome)
-	cs := fake.NewClientset(made)
-	a := newActivities(cs)
+	cs, a := newCluster(made)
 	_, err := createJob(t, a, in)
 	requireAppError(t, err, api.ErrNodeGone, true)
 	require.Zero(t, countJobs(t, cs), "the Job the earlier attempt made is deleted")
@@ -262,8 +243,7 @@ func TestCreateJobTakesAnInlineTemplateOnlyUnderItsOwnHash(t *testing.T) {
 		"none":                     "",
 	} {
 		t.Run(name, func(t *testing.T) {
-			cs := fake.NewClientset(testNS(testNamespace), testNode("node-a", nil))
-			a := newActivities(cs)
+			cs, a := newCluster(testNS(testNamespace), testNode("node-a", nil))
 			req := testRequest("node-a")
 			req.TemplateHash = hash
 			_, err := newEnv(a).ExecuteActivity(a.CreateJob, req)
@@ -274,9 +254,7 @@ func TestCreateJobTakesAnInlineTemplateOnlyUnderItsOwnHash(t *testing.T) {
 			require.Zero(t, countActions(cs, "create", "jobs"))
 		})
 	}
-	cs := fake.NewClientset(testNS(testNamespace), testNode("node-a", nil))
-	stampCreatedJobs(cs)
-	a := newActivities(cs)
+	_, a := newCluster(testNS(testNamespace), testNode("node-a", nil))
 	req := testRequest("node-a")
 	req.TemplateHash = jobspec.TemplateHash(testTemplate)[:10]
 	_, err := newEnv(a).ExecuteActivity(a.CreateJob, req)

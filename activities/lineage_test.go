@@ -12,7 +12,6 @@ import (
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/mocks"
-	"k8s.io/client-go/kubernetes/fake"
 )
 
 // The test activity environment calls every activity from this workflow.
@@ -63,8 +62,7 @@ func TestCreateJobOnlyForANodeOfARunningRollout(t *testing.T) {
 		"a rollout's node":       {client: lineageOf(rollout, "Rollout", running, []string{testCallerRun}, req.TemplateHash)},
 	} {
 		t.Run(name, func(t *testing.T) {
-			cs := fake.NewClientset(testNode("node-a", nil), testNS("jobs"))
-			a := newActivities(cs)
+			cs, a := newCluster(testNode("node-a", nil), testNS("jobs"))
 			types := tc.types
 			if types == nil {
 				types = []string{testCallerType}

@@ -92,13 +92,22 @@ func drain(t *testing.T, a *Activities, in DrainInput) (DrainResult, error) {
 	if in.Deadline.IsZero() {
 		in.Deadline = time.Now().Add(time.Minute)
 	}
-	val, err := newEnv(a).ExecuteActivity(a.DrainNode, in)
-	if err != nil {
-		return DrainResult{}, err
-	}
-	var res DrainResult
-	require.NoError(t, val.Get(&res))
-	return res, nil
+	return execute[DrainResult](t, a, a.DrainNode, in)
+}
+
+// cordon and uncordon run CordonNode and UncordonNode for rollout on node, which must not fail.
+func cordon(t *testing.T, a *Activities, rollout, node string) CordonResult {
+	t.Helper()
+	c, err := execute[CordonResult](t, a, a.CordonNode, NodeInput{Rollout: rollout, Node: node})
+	require.NoError(t, err)
+	return c
+}
+
+func uncordon(t *testing.T, a *Activities, rollout, node string) UncordonResult {
+	t.Helper()
+	u, err := execute[UncordonResult](t, a, a.UncordonNode, NodeInput{Rollout: rollout, Node: node})
+	require.NoError(t, err)
+	return u
 }
 
 func remainingPods(t *testing.T, a *Activities) []string {
@@ -228,26 +237,17 @@ func getNode(t *testing.T, a *Activities, name string) *corev1.Node {
 // uncordoned and unmarked; a node someone else cordoned is neither marked nor uncordoned.
 func TestCordonAndUncordonOnlyWhatWeCordoned(t *testing.T) {
 	a := cordonEnv(t, testNode("n1", nil))
-	env := newEnv(a)
-	val, err := env.ExecuteActivity(a.CordonNode, NodeInput{Rollout: "kata", Node: "n1"})
-	require.NoError(t, err)
-	var c CordonResult
-	require.NoError(t, val.Get(&c))
+	c := cordon(t, a, "kata", "n1")
 	require.True(t, c.WeCordoned)
 	n := getNode(t, a, "n1")
 	require.True(t, n.Spec.Unschedulable)
 	require.Equal(t, "kata", n.Annotations[CordonedByKey])
 
 	// A retried cordon is still ours.
-	val, err = env.ExecuteActivity(a.CordonNode, NodeInput{Rollout: "kata", Node: "n1"})
-	require.NoError(t, err)
-	require.NoError(t, val.Get(&c))
+	c = cordon(t, a, "kata", "n1")
 	require.True(t, c.WeCordoned)
 
-	val, err = env.ExecuteActivity(a.UncordonNode, NodeInput{Rollout: "kata", Node: "n1"})
-	require.NoError(t, err)
-	var u UncordonResult
-	require.NoError(t, val.Get(&u))
+	u := uncordon(t, a, "kata", "n1")
 	require.True(t, u.Uncordoned)
 	n = getNode(t, a, "n1")
 	require.False(t, n.Spec.Unschedulable)
@@ -256,14 +256,9 @@ func TestCordonAndUncordonOnlyWhatWeCordoned(t *testing.T) {
 	admin := testNode("n2", nil)
 	admin.Spec.Unschedulable = true
 	b := cordonEnv(t, admin)
-	env = newEnv(b)
-	val, err = env.ExecuteActivity(b.CordonNode, NodeInput{Rollout: "kata", Node: "n2"})
-	require.NoError(t, err)
-	require.NoError(t, val.Get(&c))
+	c = cordon(t, b, "kata", "n2")
 	require.False(t, c.WeCordoned)
-	val, err = env.ExecuteActivity(b.UncordonNode, NodeInput{Rollout: "kata", Node: "n2"})
-	require.NoError(t, err)
-	require.NoError(t, val.Get(&u))
+	u = uncordon(t, b, "kata", "n2")
 	require.False(t, u.Uncordoned)
 	n = getNode(t, b, "n2")
 	require.True(t, n.Spec.Unschedulable, "the admin's cordon stays")
@@ -516,11 +511,7 @@ func adminPatch(t *testing.T, a *Activities, node, patch string) {
 // it at the end nor take it over in a later rollout; our stale annotation is removed.
 func TestAnAdminsRecordonIsNotOurs(t *testing.T) {
 	a := fieldManagedEnv(t, "n1")
-	env := newEnv(a)
-	val, err := env.ExecuteActivity(a.CordonNode, NodeInput{Rollout: "kata", Node: "n1"})
-	require.NoError(t, err)
-	var c CordonResult
-	require.NoError(t, val.Get(&c))
+	c := cordon(t, a, "kata", "n1")
 	require.True(t, c.WeCordoned)
 
 	adminPatch(t, a, "n1", `{"spec":{"unschedulable":null}}`)
@@ -528,15 +519,10 @@ func TestAnAdminsRecordonIsNotOurs(t *testing.T) {
 	require.Equal(t, "kata", getNode(t, a, "n1").Annotations[CordonedByKey], "the annotation outlived our cordon")
 
 	// A later rollout does not take the admin's cordon over.
-	val, err = env.ExecuteActivity(a.CordonNode, NodeInput{Rollout: "other", Node: "n1"})
-	require.NoError(t, err)
-	require.NoError(t, val.Get(&c))
+	c = cordon(t, a, "other", "n1")
 	require.False(t, c.WeCordoned, "the admin's cordon is not ours to take over")
 
-	val, err = env.ExecuteActivity(a.UncordonNode, NodeInput{Rollout: "kata", Node: "n1"})
-	require.NoError(t, err)
-	var u UncordonResult
-	require.NoError(t, val.Get(&u))
+	u := uncordon(t, a, "kata", "n1")
 	require.False(t, u.Uncordoned)
 	n := getNode(t, a, "n1")
 	require.True(t, n.Spec.Unschedulable, "the admin's cordon stays")
@@ -544,16 +530,10 @@ func TestAnAdminsRecordonIsNotOurs(t *testing.T) {
 
 	// Our own cordon, kept after a failure and taken over by the next rollout, is still ours.
 	b := fieldManagedEnv(t, "n2")
-	env = newEnv(b)
-	_, err = env.ExecuteActivity(b.CordonNode, NodeInput{Rollout: "kata", Node: "n2"})
-	require.NoError(t, err)
-	val, err = env.ExecuteActivity(b.CordonNode, NodeInput{Rollout: "other", Node: "n2"})
-	require.NoError(t, err)
-	require.NoError(t, val.Get(&c))
+	cordon(t, b, "kata", "n2")
+	c = cordon(t, b, "other", "n2")
 	require.True(t, c.WeCordoned)
-	val, err = env.ExecuteActivity(b.UncordonNode, NodeInput{Rollout: "other", Node: "n2"})
-	require.NoError(t, err)
-	require.NoError(t, val.Get(&u))
+	u = uncordon(t, b, "other", "n2")
 	require.True(t, u.Uncordoned)
 	require.False(t, getNode(t, b, "n2").Spec.Unschedulable)
 }

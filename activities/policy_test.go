@@ -126,9 +126,7 @@ func TestCreateJobKeepsOffProtectedNodes(t *testing.T) {
 }
 
 func TestRequesterOnTheJobAndTheNode(t *testing.T) {
-	cs := fake.NewClientset(testNode("node-a", nil))
-	stampCreatedJobs(cs)
-	a := newActivities(cs)
+	cs, a := newCluster(testNode("node-a", nil))
 	in := testRequest("node-a")
 	in.Requester = "alice@laptop"
 	ref, err := createJob(t, a, in)
@@ -159,9 +157,7 @@ func TestTheTemplateCannotNameItsRequester(t *testing.T) {
 	forged := strings.Replace(testTemplate, "kind: Job\n", "kind: Job\nmetadata:\n  annotations:\n    noderollout.io/requester: ceo@company\n", 1)
 	for _, requester := range []string{"", "alice@laptop"} {
 		t.Run("requester="+requester, func(t *testing.T) {
-			cs := fake.NewClientset(testNode("node-a", nil))
-			stampCreatedJobs(cs)
-			a := newActivities(cs)
+			cs, a := newCluster(testNode("node-a", nil))
 			in := testRequest("node-a")
 			in.Template, in.TemplateHash, in.Requester = forged, jobspec.TemplateHash(forged), requester
 			ref, err := createJob(t, a, in)

@@ -19,10 +19,8 @@ import (
 
 func runJob(t *testing.T, a *Activities, in RunJobInput) RunJobResult {
 	t.Helper()
-	val, err := newEnv(a).ExecuteActivity(a.RunJob, in)
+	r, err := execute[RunJobResult](t, a, a.RunJob, in)
 	require.NoError(t, err)
-	var r RunJobResult
-	require.NoError(t, val.Get(&r))
 	return r
 }
 

@@ -17,9 +17,7 @@ import (
 )
 
 func TestStoredTemplateTravelsAsItsHashAlone(t *testing.T) {
-	cs := fake.NewClientset(testNS(testNamespace), testNode("node-a", nil), testNode("node-b", nil))
-	stampCreatedJobs(cs)
-	a := newActivities(cs)
+	cs, a := newCluster(testNS(testNamespace), testNode("node-a", nil), testNode("node-b", nil))
 	val, err := newEnv(a).ExecuteActivity(a.PrepareTemplate, PrepareTemplateInput{Namespace: testNamespace, Template: testTemplate, Store: true})
 	require.NoError(t, err)
 	var prepared PreparedTemplate
@@ -63,8 +61,7 @@ func TestStoredTemplateThatChangedOrVanishedIsRefused(t *testing.T) {
 	req := testRequest("node-a")
 	req.Template = ""
 
-	cs := fake.NewClientset(testNS(testNamespace), testNode("node-a", nil), tampered)
-	a := newActivities(cs)
+	cs, a := newCluster(testNS(testNamespace), testNode("node-a", nil), tampered)
 	_, err := newEnv(a).ExecuteActivity(a.CreateJob, req)
 	requireAppError(t, err, api.ErrForeignObject, true)
 	_, err = newEnv(a).ExecuteActivity(a.PrepareTemplate, PrepareTemplateInput{Namespace: testNamespace, Template: testTemplate, Store: true})
@@ -102,9 +99,7 @@ func TestStoredTemplateCannotBePlantedUnderACollidingName(t *testing.T) {
 			plant := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: testNamespace,
 				Labels: map[string]string{LabelTemplateHash: short(approved)}},
 				Data: map[string]string{DefaultTemplateKey: planted}}
-			cs := fake.NewClientset(testNS(testNamespace), testNode("node-a", nil), plant)
-			stampCreatedJobs(cs)
-			a := newActivities(cs)
+			cs, a := newCluster(testNS(testNamespace), testNode("node-a", nil), plant)
 			val, err := newEnv(a).ExecuteActivity(a.PrepareTemplate, PrepareTemplateInput{Namespace: testNamespace, Template: approved, Store: true})
 			if err != nil {
 				requireAppError(t, err, api.ErrForeignObject, true)
@@ -133,9 +128,7 @@ func TestStoredTemplateOfARolloutFromBeforeTheFullHashStillReads(t *testing.T) {
 	legacy := jobspec.TemplateHash(testTemplate)[:10]
 	stored := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "noderollout-template-" + legacy, Namespace: testNamespace},
 		Data: map[string]string{DefaultTemplateKey: testTemplate}}
-	cs := fake.NewClientset(testNS(testNamespace), testNode("node-a", nil), stored)
-	stampCreatedJobs(cs)
-	a := newActivities(cs)
+	cs, a := newCluster(testNS(testNamespace), testNode("node-a", nil), stored)
 	req := testRequest("node-a")
 	req.Template, req.TemplateHash = "", legacy
 	_, err := newEnv(a).ExecuteActivity(a.CreateJob, req)

@@ -291,8 +291,7 @@ func TestWaitJobCancelled(t *testing.T) {
 }
 
 func TestWaitJobNeedsStart(t *testing.T) {
-	cs := fake.NewClientset()
-	a := newActivities(cs)
+	_, a := newCluster()
 	_, err := newEnv(a).ExecuteActivity(a.WaitJob, WaitJobInput{Job: JobRef{Namespace: testNamespace, Name: "j"}})
 	requireAppError(t, err, "", false)
 }
