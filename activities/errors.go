@@ -76,7 +76,7 @@ func quotaMisfit(msg string) bool {
 }
 
 // ReasonForError turns the error an activity ended with into a reason word of our documented
-// list (README, "Node outcomes"): our own ApplicationError types pass through; a timeout of the
+// list (docs/outcomes.md): our own ApplicationError types pass through; a timeout of the
 // activity is ActivityTimeout; anything else, such as the last API error of an activity that
 // ran out of retries, is APIError. Never a Go type name.
 func ReasonForError(err error) string {

@@ -34,7 +34,7 @@ const (
 
 // Error types carried by the activities' ApplicationErrors. Callers switch on
 // ApplicationError.Type(); retry policies list the non-retryable ones in NonRetryableErrorTypes.
-// Each is also a reason word of a node's result (ReasonForError); README lists them all.
+// Each is also a reason word of a node's result (ReasonForError); docs/outcomes.md lists them all.
 const (
 	// ErrInvalidRequest: the request (or the template it names) is malformed, or the API
 	// server rejected a write as invalid; retrying cannot help.
@@ -64,7 +64,7 @@ const (
 // Reasons recorded in NodeResult.Reason when the Job itself cannot say. Together with the error
 // types above, the Job conditions' own reasons (BackoffLimitExceeded, DeadlineExceeded,
 // PodFailurePolicy, ...) and the rollout's AlreadyDone and NodeNotFound, they are every reason a
-// node can end with; README's outcome table explains each.
+// node can end with; docs/outcomes.md explains each.
 const (
 	ReasonJobDeleted  = "JobDeleted"
 	ReasonJobTimeout  = "JobTimeout"

@@ -19,7 +19,7 @@ import (
 	"github.com/noderollout/noderollout/api/didyoumean"
 )
 
-// Rule names: they appear in every denial and in README, so their spelling is stable.
+// Rule names: they appear in every denial and in docs/security.md, so their spelling is stable.
 const (
 	RuleNamespaces          = "namespaces"
 	RuleImages              = "images"

@@ -10,17 +10,17 @@ import (
 	"go.temporal.io/api/workflowservice/v1"
 )
 
-// TestSecurityModelNamesEveryTemporalAPIToRestrict: README's first layer lists every Temporal
-// API through which someone other than the platform team could start, steer, end, rewrite or
+// TestSecurityModelNamesEveryTemporalAPIToRestrict: docs/security.md's first layer lists every
+// Temporal API through which someone other than the platform team could start, steer, end, rewrite or
 // impersonate a rollout, each by its real name in the Temporal API.
 func TestSecurityModelNamesEveryTemporalAPIToRestrict(t *testing.T) {
-	readme, err := os.ReadFile("../README.md")
+	doc, err := os.ReadFile("../docs/security.md")
 	require.NoError(t, err)
-	start := strings.Index(string(readme), "**1. Temporal decides")
+	start := strings.Index(string(doc), "**1. Temporal decides")
 	require.NotEqual(t, -1, start)
-	end := strings.Index(string(readme)[start:], "**2. ")
+	end := strings.Index(string(doc)[start:], "**2. ")
 	require.NotEqual(t, -1, end)
-	layer := string(readme)[start : start+end]
+	layer := string(doc)[start : start+end]
 
 	apis := map[string]bool{}
 	svc := reflect.TypeFor[workflowservice.WorkflowServiceClient]()
@@ -38,6 +38,6 @@ func TestSecurityModelNamesEveryTemporalAPIToRestrict(t *testing.T) {
 		"PollWorkflowTaskQueue", "PollActivityTaskQueue", "RespondActivityTaskCompletedById", "RespondActivityTaskFailedById",
 	} {
 		require.True(t, apis[name], "%s is a Temporal API", name)
-		require.Contains(t, layer, "`"+name+"`", "README's Security model names %s", name)
+		require.Contains(t, layer, "`"+name+"`", "docs/security.md names %s", name)
 	}
 }

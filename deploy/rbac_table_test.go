@@ -12,13 +12,13 @@ import (
 	"github.com/noderollout/noderollout/activities"
 )
 
-// README's table of what the worker may do lists exactly the base's RBAC: each resource (as
-// README spells it: jobs.batch, nodes, pods/log) with its verbs. Before, it said configmaps
-// "get" while the ClusterRole granted create and get.
-func TestREADMERBACTableMatchesTheRules(t *testing.T) {
-	readme, err := os.ReadFile("../README.md")
+// docs/security.md's table of what the worker may do lists exactly the base's RBAC: each
+// resource (as the table spells it: jobs.batch, nodes, pods/log) with its verbs. Before, it
+// said configmaps "get" while the ClusterRole granted create and get.
+func TestSecurityDocRBACTableMatchesTheRules(t *testing.T) {
+	doc, err := os.ReadFile("../docs/security.md")
 	require.NoError(t, err)
-	documented := readmeRBAC(t, string(readme))
+	documented := documentedRBAC(t, string(doc))
 
 	objs := render(t, "base")
 	role := convert[rbacv1.ClusterRole](t, find(t, objs, "ClusterRole", "", "noderollout-worker"))
@@ -39,13 +39,13 @@ func TestREADMERBACTableMatchesTheRules(t *testing.T) {
 		slices.Sort(verbs)
 		granted[name] = slices.Compact(verbs)
 	}
-	require.Equal(t, granted, documented, "README's RBAC table and deploy/base/rbac.yaml disagree")
+	require.Equal(t, granted, documented, "docs/security.md's RBAC table and deploy/base/rbac.yaml disagree")
 }
 
-// readmeRBAC reads the table that starts with "| resource | verbs | scope |".
-func readmeRBAC(t *testing.T, readme string) map[string][]string {
-	_, table, ok := strings.Cut(readme, "| resource | verbs | scope |\n|---|---|---|\n")
-	require.True(t, ok, "README has no RBAC table")
+// documentedRBAC reads the table that starts with "| resource | verbs | scope |".
+func documentedRBAC(t *testing.T, doc string) map[string][]string {
+	_, table, ok := strings.Cut(doc, "| resource | verbs | scope |\n|---|---|---|\n")
+	require.True(t, ok, "docs/security.md has no RBAC table")
 	out := map[string][]string{}
 	for _, line := range strings.Split(table, "\n") {
 		if !strings.HasPrefix(line, "|") {
