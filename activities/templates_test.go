@@ -10,7 +10,6 @@ import (
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/noderollout/noderollout/activities/jobspec"
 	"github.com/noderollout/noderollout/api"
@@ -61,14 +60,13 @@ func TestStoredTemplateThatChangedOrVanishedIsRefused(t *testing.T) {
 	req := testRequest("node-a")
 	req.Template = ""
 
-	cs, a := newCluster(testNS(testNamespace), testNode("node-a", nil), tampered)
+	_, a := newCluster(testNS(testNamespace), testNode("node-a", nil), tampered)
 	_, err := newEnv(a).ExecuteActivity(a.CreateJob, req)
 	requireAppError(t, err, api.ErrForeignObject, true)
 	_, err = newEnv(a).ExecuteActivity(a.PrepareTemplate, PrepareTemplateInput{Namespace: testNamespace, Template: testTemplate, Store: true})
 	requireAppError(t, err, api.ErrForeignObject, true)
 
-	cs = fake.NewClientset(testNS(testNamespace), testNode("node-a", nil))
-	a = newActivities(cs)
+	cs, a := newCluster(testNS(testNamespace), testNode("node-a", nil))
 	_, err = newEnv(a).ExecuteActivity(a.CreateJob, req)
 	appErr := requireAppError(t, err, api.ErrInvalidRequest, true)
 	require.Contains(t, appErr.Message(), "was deleted while the rollout ran")

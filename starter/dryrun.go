@@ -72,14 +72,23 @@ func (a *app) dryRunOptions(rolloutID, taskQueue string, req api.RolloutRequest,
 	}
 }
 
+// dryRunTimeout is --timeout: how long a dry run waits for a worker to take it.
+func (a *app) dryRunTimeout() (time.Duration, error) {
+	timeout, _ := a.cmd.Flags().GetDuration("timeout")
+	if timeout < time.Second {
+		return 0, usageError{fmt.Sprintf("--timeout %s is too short; give 1s or more, e.g. --timeout 2m", timeout)}
+	}
+	return timeout, nil
+}
+
 func (a *app) dryRun() error {
 	req, err := a.request()
 	if err != nil {
 		return err
 	}
-	timeout, _ := a.cmd.Flags().GetDuration("timeout")
-	if timeout < time.Second {
-		return usageError{fmt.Sprintf("--timeout %s is too short; give 1s or more, e.g. --timeout 2m", timeout)}
+	timeout, err := a.dryRunTimeout()
+	if err != nil {
+		return err
 	}
 	tc, err := a.client()
 	if err != nil {

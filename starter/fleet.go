@@ -146,12 +146,17 @@ func parseFleetRequest(name string, data []byte) (api.FleetRequest, error) {
 	return req, nil
 }
 
-func (a *app) startFleet() error {
+// fleetFile is the fleet request of -f, checked offline.
+func (a *app) fleetFile() (api.FleetRequest, error) {
 	path, err := a.filePath("the fleet request (see deploy/examples/fleet.yaml)")
 	if err != nil {
-		return err
+		return api.FleetRequest{}, err
 	}
-	req, err := a.fleetRequest(path)
+	return a.fleetRequest(path)
+}
+
+func (a *app) startFleet() error {
+	req, err := a.fleetFile()
 	if err != nil {
 		return err
 	}
@@ -171,19 +176,7 @@ func (a *app) startFleet() error {
 	if err != nil {
 		return err
 	}
-	s := started{Name: req.Name, WorkflowID: run.GetID(), RunID: run.GetRunID(), UI: a.uiLink(run.GetID())}
-	wait := a.flagBool("wait")
-	if wait && a.forMachines() {
-		return a.followFleet(run.GetID())
-	}
-	err = a.print(s, func(w io.Writer) error {
-		_, err := fmt.Fprintf(w, "started fleet rollout %s\n  workflow ID: %s\n  run ID:      %s\n  UI:          %s\n", s.Name, s.WorkflowID, s.RunID, s.UI)
-		return err
-	})
-	if err != nil || !wait {
-		return err
-	}
-	return a.followFleet(run.GetID())
+	return a.started("fleet rollout", req.Name, run, a.followFleet)
 }
 
 // followFleet prints each change of the fleet's clusters until it ends, then its result; an
@@ -311,17 +304,13 @@ type clusterDryRun struct {
 }
 
 func (a *app) dryRunFleet() error {
-	path, err := a.filePath("the fleet request (see deploy/examples/fleet.yaml)")
+	req, err := a.fleetFile()
 	if err != nil {
 		return err
 	}
-	req, err := a.fleetRequest(path)
+	timeout, err := a.dryRunTimeout()
 	if err != nil {
 		return err
-	}
-	timeout, _ := a.cmd.Flags().GetDuration("timeout")
-	if timeout < time.Second {
-		return usageError{fmt.Sprintf("--timeout %s is too short; give 1s or more, e.g. --timeout 2m", timeout)}
 	}
 	tc, err := a.client()
 	if err != nil {

@@ -325,20 +325,26 @@ func (a *app) startRollout() error {
 	if err != nil {
 		return err
 	}
-	s := started{Name: req.Name, WorkflowID: run.GetID(), RunID: run.GetRunID(), UI: a.uiLink(run.GetID())}
+	return a.started("rollout", req.Name, run, a.follow)
+}
+
+// started says what start started (a rollout or a fleet rollout) and, with --wait, follows
+// it with follow. With -o json|yaml and --wait it prints only follow's one document: the
+// rollout's view once it ended.
+func (a *app) started(what, name string, run client.WorkflowRun, follow func(id string) error) error {
+	s := started{Name: name, WorkflowID: run.GetID(), RunID: run.GetRunID(), UI: a.uiLink(run.GetID())}
 	wait := a.flagBool("wait")
 	if wait && a.forMachines() {
-		// One document on stdout: the rollout's view once it ended.
-		return a.follow(run.GetID())
+		return follow(run.GetID())
 	}
-	err = a.print(s, func(w io.Writer) error {
-		_, err := fmt.Fprintf(w, "started rollout %s\n  workflow ID: %s\n  run ID:      %s\n  UI:          %s\n", s.Name, s.WorkflowID, s.RunID, s.UI)
+	err := a.print(s, func(w io.Writer) error {
+		_, err := fmt.Fprintf(w, "started %s %s\n  workflow ID: %s\n  run ID:      %s\n  UI:          %s\n", what, s.Name, s.WorkflowID, s.RunID, s.UI)
 		return err
 	})
 	if err != nil || !wait {
 		return err
 	}
-	return a.follow(run.GetID())
+	return follow(run.GetID())
 }
 
 func (a *app) uiLink(id string) string {

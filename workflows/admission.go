@@ -2,7 +2,6 @@ package workflows
 
 import (
 	"github.com/noderollout/noderollout/api"
-	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/workflow"
 )
 
@@ -274,19 +273,8 @@ func (r *rollout) runAdmitted(ctx workflow.Context, node string, busy bool) node
 		if !ok {
 			return nodeEnd{} // back to pending: a later run, rollout or rerun covers it
 		}
-		child := r.startChild(ctx, node)
-		err = child.GetChildWorkflowExecution().Get(ctx, nil)
-		if err == nil {
-			var result api.NodeResult
-			err = child.Get(ctx, &result)
-			r.childStopped(node)
-			r.clusterSlots.release(ctx, node)
-			return nodeEnd{result: nodeResult(node, err, result), holdsSlot: true, started: true}
-		}
-		r.childStopped(node)
-		r.clusterSlots.release(ctx, node)
-		if !temporal.IsWorkflowExecutionAlreadyStartedError(err) {
-			return nodeEnd{result: nodeResult(node, err, api.NodeResult{}), holdsSlot: true, started: true}
+		if end, refused := r.runChild(ctx, node); !refused {
+			return end
 		}
 		busy = true
 	}

@@ -138,6 +138,27 @@ func (r *rollout) runNode(ctx workflow.Context, node string, busy bool) nodeEnd 
 	return r.runNodeBeforeAdmission(ctx, node, busy)
 }
 
+// runChild starts the node's child and waits for it to end, then gives back what the node
+// held while it ran (its cluster slot). refused says another rollout holds the node, so the
+// child never ran: the caller waits for the node and tries again.
+func (r *rollout) runChild(ctx workflow.Context, node string) (end nodeEnd, refused bool) {
+	child := r.startChild(ctx, node)
+	err := child.GetChildWorkflowExecution().Get(ctx, nil)
+	if err == nil {
+		var result api.NodeResult
+		err = child.Get(ctx, &result)
+		r.childStopped(node)
+		r.clusterSlots.release(ctx, node)
+		return nodeEnd{result: nodeResult(node, err, result), holdsSlot: true, started: true}, false
+	}
+	r.childStopped(node)
+	r.clusterSlots.release(ctx, node)
+	if temporal.IsWorkflowExecutionAlreadyStartedError(err) {
+		return nodeEnd{}, true
+	}
+	return nodeEnd{result: nodeResult(node, err, api.NodeResult{}), holdsSlot: true, started: true}, false
+}
+
 // waitUntilFreed asks the node's current holder to say when it finishes, and waits for that
 // or, should the word never come (a holder that was terminated, or runs older code), for
 // recheck: a handful of events per waiting node however long the other rollout's Job runs.

@@ -3,7 +3,6 @@ package workflows
 import (
 	"time"
 
-	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/noderollout/noderollout/api"
@@ -151,19 +150,8 @@ func (r *rollout) runNodeBeforeAdmission(ctx workflow.Context, node string, busy
 			return nodeEnd{result: api.NodeResult{Node: node, Outcome: api.OutcomeAborted, Reason: api.ReasonAborted,
 				Message: "aborted while waiting for a slot of the cluster-wide budget"}, holdsSlot: true, started: true}
 		}
-		child := r.startChild(ctx, node)
-		err := child.GetChildWorkflowExecution().Get(ctx, nil)
-		if err == nil {
-			var result api.NodeResult
-			err = child.Get(ctx, &result)
-			r.childStopped(node)
-			r.clusterSlots.release(ctx, node)
-			return nodeEnd{result: nodeResult(node, err, result), holdsSlot: true, started: true}
-		}
-		r.childStopped(node)
-		r.clusterSlots.release(ctx, node)
-		if !temporal.IsWorkflowExecutionAlreadyStartedError(err) {
-			return nodeEnd{result: nodeResult(node, err, api.NodeResult{}), holdsSlot: true, started: true}
+		if end, refused := r.runChild(ctx, node); !refused {
+			return end
 		}
 		busy = true
 	}

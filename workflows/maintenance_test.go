@@ -292,22 +292,14 @@ func TestMaintenanceTellsThePolicyWhoWrites(t *testing.T) {
 
 // activityTimeouts records the options every activity is scheduled with, by activity type.
 type activityTimeouts struct {
-	interceptor.WorkerInterceptorBase
 	mu   sync.Mutex
 	opts map[string][]workflow.ActivityOptions
 }
 
-func (a *activityTimeouts) InterceptWorkflow(ctx workflow.Context, next interceptor.WorkflowInboundInterceptor) interceptor.WorkflowInboundInterceptor {
-	return &activityTimeoutsInbound{WorkflowInboundInterceptorBase: interceptor.WorkflowInboundInterceptorBase{Next: next}, a: a}
-}
-
-type activityTimeoutsInbound struct {
-	interceptor.WorkflowInboundInterceptorBase
-	a *activityTimeouts
-}
-
-func (i *activityTimeoutsInbound) Init(outbound interceptor.WorkflowOutboundInterceptor) error {
-	return i.Next.Init(&activityTimeoutsOutbound{WorkflowOutboundInterceptorBase: interceptor.WorkflowOutboundInterceptorBase{Next: outbound}, a: i.a})
+func (a *activityTimeouts) interceptor() interceptor.WorkerInterceptor {
+	return outbound(func(next interceptor.WorkflowOutboundInterceptor) interceptor.WorkflowOutboundInterceptor {
+		return &activityTimeoutsOutbound{WorkflowOutboundInterceptorBase: interceptor.WorkflowOutboundInterceptorBase{Next: next}, a: a}
+	})
 }
 
 type activityTimeoutsOutbound struct {
@@ -330,7 +322,7 @@ func (o *activityTimeoutsOutbound) ExecuteActivity(ctx workflow.Context, activit
 func TestMaintenanceHealthOutlastsAnAPIServerOutage(t *testing.T) {
 	r := newMaintenanceRun(t)
 	rec := &activityTimeouts{opts: map[string][]workflow.ActivityOptions{}}
-	intercept(r.env, rec)
+	intercept(r.env, rec.interceptor())
 	res, err := r.run(maintainedInput(""))
 	require.NoError(t, err)
 	require.Equal(t, api.OutcomeSucceeded, res.Outcome)

@@ -726,20 +726,13 @@ type modelWatch struct {
 func (w *modelWatch) InterceptWorkflow(ctx workflow.Context, next interceptor.WorkflowInboundInterceptor) interceptor.WorkflowInboundInterceptor {
 	switch workflow.GetInfo(ctx).WorkflowType.Name {
 	case modelRoot:
-		return &rootWatch{WorkflowInboundInterceptorBase: interceptor.WorkflowInboundInterceptorBase{Next: next}, m: w.m}
+		return outbound(func(next interceptor.WorkflowOutboundInterceptor) interceptor.WorkflowOutboundInterceptor {
+			return &rootStarts{WorkflowOutboundInterceptorBase: interceptor.WorkflowOutboundInterceptorBase{Next: next}, m: w.m}
+		}).InterceptWorkflow(ctx, next)
 	case api.NodeRolloutWorkflow, api.NodeRolloutV2Workflow, api.NodeRolloutV3Workflow:
 		return &nodeWatch{WorkflowInboundInterceptorBase: interceptor.WorkflowInboundInterceptorBase{Next: next}, m: w.m}
 	}
 	return next
-}
-
-type rootWatch struct {
-	interceptor.WorkflowInboundInterceptorBase
-	m *model
-}
-
-func (r *rootWatch) Init(outbound interceptor.WorkflowOutboundInterceptor) error {
-	return r.Next.Init(&rootStarts{WorkflowOutboundInterceptorBase: interceptor.WorkflowOutboundInterceptorBase{Next: outbound}, m: r.m})
 }
 
 type rootStarts struct {

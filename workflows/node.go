@@ -64,10 +64,7 @@ func NodeRolloutV2(ctx workflow.Context, in NodeRolloutInput) (api.NodeResult, e
 
 // NodeRolloutV2 is NodeRolloutV2 as the cluster's worker runs it.
 func (c OnCluster) NodeRolloutV2(ctx workflow.Context, in NodeRolloutInput) (api.NodeResult, error) {
-	if err := c.checkLineage(ctx, in); err != nil {
-		return api.NodeResult{}, err
-	}
-	return runNode(ctx, in, false)
+	return c.runChecked(ctx, in, false)
 }
 
 // NodeRolloutV3 is NodeRolloutV2 whose watched Job is created, watched and finalized by one
@@ -79,10 +76,15 @@ func NodeRolloutV3(ctx workflow.Context, in NodeRolloutInput) (api.NodeResult, e
 
 // NodeRolloutV3 is NodeRolloutV3 as the cluster's worker runs it.
 func (c OnCluster) NodeRolloutV3(ctx workflow.Context, in NodeRolloutInput) (api.NodeResult, error) {
+	return c.runChecked(ctx, in, true)
+}
+
+// runChecked runs the node (runNode) once checkLineage let it.
+func (c OnCluster) runChecked(ctx workflow.Context, in NodeRolloutInput, oneStep bool) (api.NodeResult, error) {
 	if err := c.checkLineage(ctx, in); err != nil {
 		return api.NodeResult{}, err
 	}
-	return runNode(ctx, in, true)
+	return runNode(ctx, in, oneStep)
 }
 
 // ErrNotStartedByARollout is the error of a node workflow that a Rollout did not start.

@@ -76,9 +76,7 @@ func TestShortJobIsOneRunJob(t *testing.T) {
 			in.Job.Node == "node-a" && in.Job.RunID != "" && in.Job.TemplateHash == "h1"
 	})).Return(activities.RunJobResult{Job: oneStepJob, Done: true,
 		End: activities.JobEnd{Outcome: api.OutcomeSucceeded, Reason: "Completed"}}, nil).Once()
-	ran := separateSteps(env, a, "create", "watch", "wait", "finalize")
-	executeNodeAsChild(env, NodeRolloutV3, api.NodeRolloutV3Workflow, watchedInput())
-	require.Empty(t, *ran, "steps RunJob had done ran again on their own")
+	runAsOneStep(t, env, a, "create", "watch", "wait", "finalize")
 	require.NoError(t, env.GetWorkflowError())
 	var r api.NodeResult
 	require.NoError(t, env.GetWorkflowResult(&r))
@@ -96,12 +94,8 @@ func TestRunJobOutlastedIsLeftToWaitJobThenFinalized(t *testing.T) {
 	env.OnActivity(a.FinalizeJob, mock.Anything, mock.MatchedBy(func(in activities.FinalizeInput) bool {
 		return in.Job != nil && in.Job.UID == "u1" && in.End.Outcome == api.OutcomeFailed
 	})).Return(activities.FinalizeResult{}, nil).Once()
-	ran := separateSteps(env, a, "create", "watch")
-	executeNodeAsChild(env, NodeRolloutV3, api.NodeRolloutV3Workflow, watchedInput())
-	require.Empty(t, *ran, "steps RunJob had done ran again on their own")
-	var appErr *temporal.ApplicationError
-	require.ErrorAs(t, env.GetWorkflowError(), &appErr)
-	require.Equal(t, api.ErrNodeFailed, appErr.Type())
+	runAsOneStep(t, env, a, "create", "watch")
+	requireNodeFailed(t, env)
 	env.AssertExpectations(t)
 }
 
@@ -113,9 +107,7 @@ func TestRunJobWhoseFinalizeFailedFinalizesAgain(t *testing.T) {
 	env.OnActivity(a.FinalizeJob, mock.Anything, mock.MatchedBy(func(in activities.FinalizeInput) bool {
 		return in.Job != nil && in.Job.UID == "u1" && in.End == end
 	})).Return(activities.FinalizeResult{}, nil).Once()
-	ran := separateSteps(env, a, "create", "watch", "wait")
-	executeNodeAsChild(env, NodeRolloutV3, api.NodeRolloutV3Workflow, watchedInput())
-	require.Empty(t, *ran, "steps RunJob had done ran again on their own")
+	runAsOneStep(t, env, a, "create", "watch", "wait")
 	require.NoError(t, env.GetWorkflowError())
 	env.AssertExpectations(t)
 }
@@ -128,9 +120,7 @@ func TestRunJobRefusedCreateFinalizesWithoutAJob(t *testing.T) {
 	env.OnActivity(a.FinalizeJob, mock.Anything, mock.MatchedBy(func(in activities.FinalizeInput) bool {
 		return in.Job == nil && in.End.Outcome == api.OutcomeFailed
 	})).Return(activities.FinalizeResult{}, nil).Once()
-	ran := separateSteps(env, a, "create", "watch", "wait")
-	executeNodeAsChild(env, NodeRolloutV3, api.NodeRolloutV3Workflow, watchedInput())
-	require.Empty(t, *ran, "steps RunJob had done ran again on their own")
+	runAsOneStep(t, env, a, "create", "watch", "wait")
 	require.Error(t, env.GetWorkflowError())
 	env.AssertExpectations(t)
 }
@@ -149,9 +139,7 @@ func TestAbortDuringRunJobDeletesTheJob(t *testing.T) {
 		deleted = append(deleted, j)
 		return nil
 	})
-	ran := separateSteps(env, a, "create", "watch", "wait", "finalize")
-	executeNodeAsChild(env, NodeRolloutV3, api.NodeRolloutV3Workflow, watchedInput())
-	require.Empty(t, *ran, "steps RunJob had done ran again on their own")
+	runAsOneStep(t, env, a, "create", "watch", "wait", "finalize")
 	var canceled *temporal.CanceledError
 	require.ErrorAs(t, env.GetWorkflowError(), &canceled)
 	require.Len(t, deleted, 1)
@@ -166,12 +154,8 @@ func TestRunJobThatFindsTheRunsOutcomeReportsIt(t *testing.T) {
 	found.UID = ""
 	found.Finalized = api.OutcomeFailed
 	env.OnActivity(a.RunJob, mock.Anything, mock.Anything).Return(activities.RunJobResult{Job: found}, nil).Once()
-	ran := separateSteps(env, a, "create", "watch", "wait", "finalize")
-	executeNodeAsChild(env, NodeRolloutV3, api.NodeRolloutV3Workflow, watchedInput())
-	require.Empty(t, *ran, "steps RunJob had done ran again on their own")
-	var appErr *temporal.ApplicationError
-	require.ErrorAs(t, env.GetWorkflowError(), &appErr)
-	require.Equal(t, api.ErrNodeFailed, appErr.Type())
+	runAsOneStep(t, env, a, "create", "watch", "wait", "finalize")
+	requireNodeFailed(t, env)
 	env.AssertExpectations(t)
 }
 
@@ -185,4 +169,13 @@ func TestNodeRolloutV3WithoutAWatchTakesTheSeparateSteps(t *testing.T) {
 	executeNodeAsChild(env, NodeRolloutV3, api.NodeRolloutV3Workflow, nodeInput())
 	require.NoError(t, env.GetWorkflowError())
 	env.AssertExpectations(t)
+}
+
+// runAsOneStep runs a watched NodeRolloutV3 node and requires that none of steps ran on its
+// own beside RunJob.
+func runAsOneStep(t *testing.T, env *testsuite.TestWorkflowEnvironment, a *activities.Activities, steps ...string) {
+	t.Helper()
+	ran := separateSteps(env, a, steps...)
+	executeNodeAsChild(env, NodeRolloutV3, api.NodeRolloutV3Workflow, watchedInput())
+	require.Empty(t, *ran, "steps RunJob had done ran again on their own")
 }

@@ -62,22 +62,14 @@ func TestRequesterAndPolicyInputsReachTheActivities(t *testing.T) {
 
 // childMemos records the memo of every child workflow started, as the server would get it.
 type childMemos struct {
-	interceptor.WorkerInterceptorBase
 	mu    sync.Mutex
 	memos map[string]map[string]any // by child workflow ID
 }
 
-func (c *childMemos) InterceptWorkflow(ctx workflow.Context, next interceptor.WorkflowInboundInterceptor) interceptor.WorkflowInboundInterceptor {
-	return &childMemosInbound{WorkflowInboundInterceptorBase: interceptor.WorkflowInboundInterceptorBase{Next: next}, c: c}
-}
-
-type childMemosInbound struct {
-	interceptor.WorkflowInboundInterceptorBase
-	c *childMemos
-}
-
-func (i *childMemosInbound) Init(outbound interceptor.WorkflowOutboundInterceptor) error {
-	return i.Next.Init(&childMemosOutbound{WorkflowOutboundInterceptorBase: interceptor.WorkflowOutboundInterceptorBase{Next: outbound}, c: i.c})
+func (c *childMemos) interceptor() interceptor.WorkerInterceptor {
+	return outbound(func(next interceptor.WorkflowOutboundInterceptor) interceptor.WorkflowOutboundInterceptor {
+		return &childMemosOutbound{WorkflowOutboundInterceptorBase: interceptor.WorkflowOutboundInterceptorBase{Next: next}, c: c}
+	})
 }
 
 type childMemosOutbound struct {
@@ -98,7 +90,7 @@ func (o *childMemosOutbound) ExecuteChildWorkflow(ctx workflow.Context, childTyp
 func TestFleetPassesItsRequesterToTheClusterRollouts(t *testing.T) {
 	env, _ := fleetEnv(t)
 	memos := &childMemos{memos: map[string]map[string]any{}}
-	intercept(env, memos)
+	intercept(env, memos.interceptor())
 	require.NoError(t, env.SetMemoOnStart(map[string]any{api.MemoRequester: "alice@laptop", api.MemoReason: "CVE-1"}))
 	env.ExecuteWorkflow(api.FleetRolloutWorkflow, fleetRequest(0))
 	require.NoError(t, env.GetWorkflowError())

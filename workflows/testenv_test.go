@@ -2,6 +2,7 @@ package workflows
 
 import (
 	"context"
+	"slices"
 	"testing"
 	"time"
 
@@ -9,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"go.temporal.io/sdk/interceptor"
+	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/testsuite"
 	"go.temporal.io/sdk/worker"
 	"go.temporal.io/sdk/workflow"
@@ -92,4 +94,41 @@ func mustSettings(t *testing.T, req api.RolloutRequest) api.Settings {
 	t.Helper()
 	require.Empty(t, req.Problems())
 	return req.Settings()
+}
+
+// outbound intercepts the outbound calls of the workflows of the types given (every workflow
+// when none), with the outbound interceptor wrap makes around the next one: the worker and
+// inbound interceptors every recording interceptor of these tests needs, written once.
+func outbound(wrap func(next interceptor.WorkflowOutboundInterceptor) interceptor.WorkflowOutboundInterceptor, types ...string) interceptor.WorkerInterceptor {
+	return &outboundInterceptor{wrap: wrap, types: types}
+}
+
+type outboundInterceptor struct {
+	interceptor.WorkerInterceptorBase
+	wrap  func(interceptor.WorkflowOutboundInterceptor) interceptor.WorkflowOutboundInterceptor
+	types []string
+}
+
+func (o *outboundInterceptor) InterceptWorkflow(ctx workflow.Context, next interceptor.WorkflowInboundInterceptor) interceptor.WorkflowInboundInterceptor {
+	if len(o.types) > 0 && !slices.Contains(o.types, workflow.GetInfo(ctx).WorkflowType.Name) {
+		return next
+	}
+	return &outboundInit{WorkflowInboundInterceptorBase: interceptor.WorkflowInboundInterceptorBase{Next: next}, wrap: o.wrap}
+}
+
+type outboundInit struct {
+	interceptor.WorkflowInboundInterceptorBase
+	wrap func(interceptor.WorkflowOutboundInterceptor) interceptor.WorkflowOutboundInterceptor
+}
+
+func (i *outboundInit) Init(next interceptor.WorkflowOutboundInterceptor) error {
+	return i.Next.Init(i.wrap(next))
+}
+
+// requireNodeFailed requires that the node workflow failed as a node that did not succeed.
+func requireNodeFailed(t *testing.T, env *testsuite.TestWorkflowEnvironment) {
+	t.Helper()
+	var appErr *temporal.ApplicationError
+	require.ErrorAs(t, env.GetWorkflowError(), &appErr)
+	require.Equal(t, api.ErrNodeFailed, appErr.Type())
 }

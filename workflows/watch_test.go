@@ -51,9 +51,7 @@ func TestJobThatOutlastsTheWatchIsLeftToWaitJob(t *testing.T) {
 		return in.End.Outcome == api.OutcomeFailed
 	})).Return(activities.FinalizeResult{}, nil).Once()
 	executeNodeAsChild(env, NodeRolloutV2, api.NodeRolloutV2Workflow, watchedInput())
-	var appErr *temporal.ApplicationError
-	require.ErrorAs(t, env.GetWorkflowError(), &appErr)
-	require.Equal(t, api.ErrNodeFailed, appErr.Type())
+	requireNodeFailed(t, env)
 	env.AssertExpectations(t)
 }
 
