@@ -2,10 +2,16 @@ package activities
 
 import (
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/noderollout/noderollout/activities/evictable"
+	"github.com/noderollout/noderollout/api"
 	"github.com/stretchr/testify/require"
+	"go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/converter"
+	"go.temporal.io/sdk/temporal"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -16,11 +22,6 @@ import (
 	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
-
-	"go.temporal.io/sdk/temporal"
-
-	"github.com/noderollout/noderollout/activities/evictable"
-	"github.com/noderollout/noderollout/api"
 )
 
 // tenantPod is a ReplicaSet's Pod on node.
@@ -587,4 +588,30 @@ func TestHealthGateAndSoakOutlastAnAPIServerOutage(t *testing.T) {
 	_, err = newEnv(a).ExecuteActivity(a.CheckNodeHealth, HealthInput{Node: "n1", Conditions: ready, HealthyBy: t0, HoldSeconds: 300})
 	appErr := requireAppError(t, err, api.ErrUnhealthy, true)
 	require.Contains(t, appErr.Message(), "Ready=Unknown")
+}
+
+// The drain heartbeats how many Pods it evicted and how many it still waits for, so starter
+// status can say "drain (2 Pods left)".
+func TestDrainHeartbeatsThePodsLeft(t *testing.T) {
+	e := &evictions{refuse: func(pod string, try int) bool { return pod == "web-1" && try < 3 }}
+	a := drainEnv(t, e, tenantPod("web-1", "n1", nil), tenantPod("web-2", "n1", nil), tenantPod("other", "n2", nil))
+	env := newEnv(a)
+	var mu sync.Mutex
+	var beats [][2]int
+	env.SetOnActivityHeartbeatListener(func(_ *activity.Info, details converter.EncodedValues) {
+		var evicted, left int
+		if details.Get(&evicted, &left) == nil {
+			mu.Lock()
+			beats = append(beats, [2]int{evicted, left})
+			mu.Unlock()
+		}
+	})
+	_, err := env.ExecuteActivity(a.DrainNode, DrainInput{Node: "n1", Deadline: time.Now().Add(time.Minute)})
+	require.NoError(t, err)
+	mu.Lock()
+	defer mu.Unlock()
+	// The SDK sends the first heartbeat at once and holds later ones back; the first says
+	// that none was evicted yet and both of the node's Pods are left.
+	require.NotEmpty(t, beats)
+	require.Equal(t, [2]int{0, 2}, beats[0])
 }
