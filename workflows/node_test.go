@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/noderollout/noderollout/activities"
+	"github.com/noderollout/noderollout/api"
 	"github.com/stretchr/testify/mock"
 	"github.com/stretchr/testify/require"
 	"github.com/stretchr/testify/suite"
@@ -14,9 +16,6 @@ import (
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/testsuite"
 	"go.temporal.io/sdk/workflow"
-
-	"github.com/noderollout/noderollout/activities"
-	"github.com/noderollout/noderollout/api"
 )
 
 type NodeSuite struct {
@@ -245,5 +244,364 @@ func TestNodeWorkflowStartedOutsideARolloutIsRefused(t *testing.T) {
 			require.Equal(t, ErrNotStartedByARollout, appErr.Type())
 			require.Contains(t, appErr.Message(), `not "noderollout-node-node-a"`)
 		})
+	}
+}
+
+// Tests of NodeRolloutV3: a watched Job runs as one RunJob local activity, and the node goes on
+// with the separate steps from wherever RunJob stopped.
+
+func TestParentStartsNodeRolloutV3WithTheWatch(t *testing.T) {
+	env, a := newTestEnv(nil)
+	listsNamedNodes(env, a)
+	var got []NodeRolloutInput
+	env.OnWorkflow(NodeRolloutV3, mock.Anything, mock.Anything).Return(func(_ workflow.Context, in NodeRolloutInput) (api.NodeResult, error) {
+		got = append(got, in)
+		return api.NodeResult{Node: in.Node, Outcome: api.OutcomeSucceeded}, nil
+	})
+	env.ExecuteWorkflow(api.RolloutWorkflow, request("n1", "n2"))
+	require.NoError(t, env.GetWorkflowError())
+	require.Len(t, got, 2)
+	for _, in := range got {
+		require.Equal(t, int64(nodeWatchSeconds), in.WatchSeconds)
+	}
+}
+
+var oneStepJob = activities.JobRef{Namespace: "jobs", Name: "demo-node-a-w", UID: "u1", Node: "node-a"}
+
+// separateSteps records every step the node runs on its own, of those named, for the test to
+// assert there was none: a mock that panics would only fail the local activity, which the
+// workflow may ride out.
+func separateSteps(env *testsuite.TestWorkflowEnvironment, a *activities.Activities, steps ...string) *[]string {
+	ran := &[]string{}
+	record := func(step string) { *ran = append(*ran, step) }
+	for _, step := range steps {
+		switch step {
+		case "create":
+			env.OnActivity(a.CreateJob, mock.Anything, mock.Anything).Return(func(context.Context, activities.JobRequest) (activities.JobRef, error) {
+				record(step)
+				return activities.JobRef{}, errors.New("create ran on its own")
+			}).Maybe()
+		case "watch":
+			env.OnActivity(a.WatchJob, mock.Anything, mock.Anything).Return(func(context.Context, activities.WatchJobInput) (activities.JobWatch, error) {
+				record(step)
+				return activities.JobWatch{}, errors.New("watch ran on its own")
+			}).Maybe()
+		case "wait":
+			env.OnActivity(a.WaitJob, mock.Anything, mock.Anything).Return(func(context.Context, activities.WaitJobInput) (activities.JobEnd, error) {
+				record(step)
+				return activities.JobEnd{}, errors.New("wait ran on its own")
+			}).Maybe()
+		case "finalize":
+			env.OnActivity(a.FinalizeJob, mock.Anything, mock.Anything).Return(func(context.Context, activities.FinalizeInput) (activities.FinalizeResult, error) {
+				record(step)
+				return activities.FinalizeResult{}, errors.New("finalize ran on its own")
+			}).Maybe()
+		}
+	}
+	return ran
+}
+
+func TestShortJobIsOneRunJob(t *testing.T) {
+	env, a := newTestEnv(nil)
+	env.OnActivity(a.RunJob, mock.Anything, mock.MatchedBy(func(in activities.RunJobInput) bool {
+		return in.WatchSeconds == nodeWatchSeconds && in.TimeoutSeconds == 600 && in.KeepJobs == api.KeepFailed &&
+			in.Job.Node == "node-a" && in.Job.RunID != "" && in.Job.TemplateHash == "h1"
+	})).Return(activities.RunJobResult{Job: oneStepJob, Done: true,
+		End: activities.JobEnd{Outcome: api.OutcomeSucceeded, Reason: "Completed"}}, nil).Once()
+	runAsOneStep(t, env, a, "create", "watch", "wait", "finalize")
+	require.NoError(t, env.GetWorkflowError())
+	var r api.NodeResult
+	require.NoError(t, env.GetWorkflowResult(&r))
+	require.Equal(t, api.OutcomeSucceeded, r.Outcome)
+	require.Equal(t, "Completed", r.Reason)
+	require.Equal(t, oneStepJob.Name, r.Job)
+	env.AssertExpectations(t)
+}
+
+func TestRunJobOutlastedIsLeftToWaitJobThenFinalized(t *testing.T) {
+	env, a := newTestEnv(nil)
+	env.OnActivity(a.RunJob, mock.Anything, mock.Anything).Return(activities.RunJobResult{Job: oneStepJob, Running: true}, nil).Once()
+	env.OnActivity(a.WaitJob, mock.Anything, activities.WaitJobInput{Job: oneStepJob, TimeoutSeconds: 600}).
+		Return(activities.JobEnd{Outcome: api.OutcomeFailed, Reason: "BackoffLimitExceeded"}, nil).Once()
+	env.OnActivity(a.FinalizeJob, mock.Anything, mock.MatchedBy(func(in activities.FinalizeInput) bool {
+		return in.Job != nil && in.Job.UID == "u1" && in.End.Outcome == api.OutcomeFailed
+	})).Return(activities.FinalizeResult{}, nil).Once()
+	runAsOneStep(t, env, a, "create", "watch")
+	requireNodeFailed(t, env)
+	env.AssertExpectations(t)
+}
+
+// The Job ended but RunJob's finalize failed: the node finalizes again on its own.
+func TestRunJobWhoseFinalizeFailedFinalizesAgain(t *testing.T) {
+	env, a := newTestEnv(nil)
+	end := activities.JobEnd{Outcome: api.OutcomeSucceeded, Reason: "Completed"}
+	env.OnActivity(a.RunJob, mock.Anything, mock.Anything).Return(activities.RunJobResult{Job: oneStepJob, End: end}, nil).Once()
+	env.OnActivity(a.FinalizeJob, mock.Anything, mock.MatchedBy(func(in activities.FinalizeInput) bool {
+		return in.Job != nil && in.Job.UID == "u1" && in.End == end
+	})).Return(activities.FinalizeResult{}, nil).Once()
+	runAsOneStep(t, env, a, "create", "watch", "wait")
+	require.NoError(t, env.GetWorkflowError())
+	env.AssertExpectations(t)
+}
+
+// A create refused for good (nothing was made) is finalized without a Job.
+func TestRunJobRefusedCreateFinalizesWithoutAJob(t *testing.T) {
+	env, a := newTestEnv(nil)
+	env.OnActivity(a.RunJob, mock.Anything, mock.Anything).
+		Return(activities.RunJobResult{}, temporal.NewNonRetryableApplicationError("bad template", api.ErrInvalidRequest, nil)).Once()
+	env.OnActivity(a.FinalizeJob, mock.Anything, mock.MatchedBy(func(in activities.FinalizeInput) bool {
+		return in.Job == nil && in.End.Outcome == api.OutcomeFailed
+	})).Return(activities.FinalizeResult{}, nil).Once()
+	runAsOneStep(t, env, a, "create", "watch", "wait")
+	require.Error(t, env.GetWorkflowError())
+	env.AssertExpectations(t)
+}
+
+// An abort while RunJob runs deletes the Job by its planned name (and run) before the node
+// is let go.
+func TestAbortDuringRunJobDeletesTheJob(t *testing.T) {
+	env, a := newTestEnv(nil)
+	env.OnActivity(a.RunJob, mock.Anything, mock.Anything).Return(func(ctx context.Context, _ activities.RunJobInput) (activities.RunJobResult, error) {
+		env.CancelWorkflow()
+		<-ctx.Done()
+		return activities.RunJobResult{}, ctx.Err()
+	})
+	var deleted []activities.JobRef
+	env.OnActivity(a.DeleteJob, mock.Anything, mock.Anything).Return(func(_ context.Context, j activities.JobRef) error {
+		deleted = append(deleted, j)
+		return nil
+	})
+	runAsOneStep(t, env, a, "create", "watch", "wait", "finalize")
+	var canceled *temporal.CanceledError
+	require.ErrorAs(t, env.GetWorkflowError(), &canceled)
+	require.Len(t, deleted, 1)
+	require.NotEmpty(t, deleted[0].RunID, "the planned Job is found by its run")
+	require.Equal(t, "node-a", deleted[0].Node)
+}
+
+// A repeated first task whose RunJob finds this run's outcome on the Node reports it.
+func TestRunJobThatFindsTheRunsOutcomeReportsIt(t *testing.T) {
+	env, a := newTestEnv(nil)
+	found := oneStepJob
+	found.UID = ""
+	found.Finalized = api.OutcomeFailed
+	env.OnActivity(a.RunJob, mock.Anything, mock.Anything).Return(activities.RunJobResult{Job: found}, nil).Once()
+	runAsOneStep(t, env, a, "create", "watch", "wait", "finalize")
+	requireNodeFailed(t, env)
+	env.AssertExpectations(t)
+}
+
+// A maintained node (no watch) keeps its separate steps under NodeRolloutV3 too.
+func TestNodeRolloutV3WithoutAWatchTakesTheSeparateSteps(t *testing.T) {
+	env, a := newTestEnv(nil)
+	env.OnActivity(a.CreateJob, mock.Anything, mock.Anything).Return(oneStepJob, nil).Once()
+	env.OnActivity(a.WaitJob, mock.Anything, mock.Anything).Return(activities.JobEnd{Outcome: api.OutcomeSucceeded}, nil).Once()
+	env.OnActivity(a.FinalizeJob, mock.Anything, mock.Anything).Return(activities.FinalizeResult{}, nil).Once()
+	env.OnActivity(a.RunJob, mock.Anything, mock.Anything).Return(activities.RunJobResult{}, nil).Never()
+	executeNodeAsChild(env, NodeRolloutV3, api.NodeRolloutV3Workflow, nodeInput())
+	require.NoError(t, env.GetWorkflowError())
+	env.AssertExpectations(t)
+}
+
+// runAsOneStep runs a watched NodeRolloutV3 node and requires that none of steps ran on its
+// own beside RunJob.
+func runAsOneStep(t *testing.T, env *testsuite.TestWorkflowEnvironment, a *activities.Activities, steps ...string) {
+	t.Helper()
+	ran := separateSteps(env, a, steps...)
+	executeNodeAsChild(env, NodeRolloutV3, api.NodeRolloutV3Workflow, watchedInput())
+	require.Empty(t, *ran, "steps RunJob had done ran again on their own")
+}
+
+// Tests of the local watch: a node whose parent set WatchSeconds watches its Job from a local
+// activity first, and hands the wait to WaitJob only when the Job runs on.
+
+func watchedInput() NodeRolloutInput {
+	in := nodeInput()
+	in.WatchSeconds = nodeWatchSeconds
+	return in
+}
+
+var watchedJob = activities.JobRef{Namespace: "jobs", Name: "demo-node-a-w", UID: "u1", Node: "node-a"}
+
+func TestShortJobEndsWithinTheWatchWithoutWaitJob(t *testing.T) {
+	env, a := newTestEnv(nil)
+	env.OnActivity(a.CreateJob, mock.Anything, mock.Anything).Return(watchedJob, nil).Once()
+	env.OnActivity(a.WatchJob, mock.Anything, activities.WatchJobInput{
+		WaitJobInput: activities.WaitJobInput{Job: watchedJob, TimeoutSeconds: 600},
+		ForSeconds:   nodeWatchSeconds,
+	}).Return(activities.JobWatch{End: activities.JobEnd{Outcome: api.OutcomeSucceeded, Reason: "Completed"}}, nil).Once()
+	env.OnActivity(a.WaitJob, mock.Anything, mock.Anything).Return(activities.JobEnd{}, errors.New("WaitJob must not run")).Never()
+	env.OnActivity(a.FinalizeJob, mock.Anything, mock.MatchedBy(func(in activities.FinalizeInput) bool {
+		return in.Job != nil && in.Job.UID == "u1" && in.End.Outcome == api.OutcomeSucceeded
+	})).Return(activities.FinalizeResult{}, nil).Once()
+	executeNodeAsChild(env, NodeRolloutV2, api.NodeRolloutV2Workflow, watchedInput())
+	require.NoError(t, env.GetWorkflowError())
+	env.AssertExpectations(t)
+}
+
+func TestJobThatOutlastsTheWatchIsLeftToWaitJob(t *testing.T) {
+	env, a := newTestEnv(nil)
+	env.OnActivity(a.CreateJob, mock.Anything, mock.Anything).Return(watchedJob, nil).Once()
+	env.OnActivity(a.WatchJob, mock.Anything, mock.Anything).Return(activities.JobWatch{Running: true}, nil).Once()
+	env.OnActivity(a.WaitJob, mock.Anything, activities.WaitJobInput{Job: watchedJob, TimeoutSeconds: 600}).
+		Return(activities.JobEnd{Outcome: api.OutcomeFailed, Reason: "BackoffLimitExceeded"}, nil).Once()
+	env.OnActivity(a.FinalizeJob, mock.Anything, mock.MatchedBy(func(in activities.FinalizeInput) bool {
+		return in.End.Outcome == api.OutcomeFailed
+	})).Return(activities.FinalizeResult{}, nil).Once()
+	executeNodeAsChild(env, NodeRolloutV2, api.NodeRolloutV2Workflow, watchedInput())
+	requireNodeFailed(t, env)
+	env.AssertExpectations(t)
+}
+
+// An abort that comes while the local activity watches cancels it, and the Job is deleted
+// before the node is let go.
+func TestAbortDuringTheWatchDeletesTheJob(t *testing.T) {
+	env, a := newTestEnv(nil)
+	env.OnActivity(a.CreateJob, mock.Anything, mock.Anything).Return(watchedJob, nil).Once()
+	// The abort comes while the watch runs (the test clock stands still during a local
+	// activity, so the watch itself asks for it).
+	env.OnActivity(a.WatchJob, mock.Anything, mock.Anything).Return(func(ctx context.Context, _ activities.WatchJobInput) (activities.JobWatch, error) {
+		env.CancelWorkflow()
+		<-ctx.Done()
+		return activities.JobWatch{}, ctx.Err()
+	})
+	var deleted []string
+	env.OnActivity(a.DeleteJob, mock.Anything, mock.Anything).Return(func(_ context.Context, j activities.JobRef) error {
+		deleted = append(deleted, j.Name)
+		return nil
+	})
+	executeNodeAsChild(env, NodeRolloutV2, api.NodeRolloutV2Workflow, watchedInput())
+	var canceled *temporal.CanceledError
+	require.ErrorAs(t, env.GetWorkflowError(), &canceled)
+	var r api.NodeResult
+	require.NoError(t, canceled.Details(&r))
+	require.Equal(t, api.OutcomeAborted, r.Outcome)
+	require.Equal(t, []string{watchedJob.Name}, deleted)
+}
+
+// A watch refused for good (say, Forbidden reading the Job) leaves a Job that may still run:
+// it is deleted before the node is let go, as when WaitJob fails.
+func TestWatchRefusedDeletesTheJob(t *testing.T) {
+	env, a := newTestEnv(nil)
+	env.OnActivity(a.CreateJob, mock.Anything, mock.Anything).Return(watchedJob, nil).Once()
+	env.OnActivity(a.WatchJob, mock.Anything, mock.Anything).Return(activities.JobWatch{},
+		temporal.NewNonRetryableApplicationError("get jobs: forbidden", api.ErrForbidden, nil)).Once()
+	env.OnActivity(a.WaitJob, mock.Anything, mock.Anything).Return(activities.JobEnd{}, nil).Never()
+	var deleted int
+	env.OnActivity(a.DeleteJob, mock.Anything, mock.Anything).Return(func(context.Context, activities.JobRef) error {
+		deleted++
+		return nil
+	})
+	env.OnActivity(a.FinalizeJob, mock.Anything, mock.Anything).Return(activities.FinalizeResult{}, nil).Once()
+	executeNodeAsChild(env, NodeRolloutV2, api.NodeRolloutV2Workflow, watchedInput())
+	require.Error(t, env.GetWorkflowError())
+	require.Equal(t, 1, deleted)
+}
+
+// Parents set the watch on nodes without maintenance only; a maintained node keeps its steps.
+func TestParentSetsTheWatchOnPlainNodesOnly(t *testing.T) {
+	for _, maintained := range []bool{false, true} {
+		env, _ := rolloutEnv(t)
+		var got []NodeRolloutInput
+		env.OnWorkflow(NodeRolloutV2, mock.Anything, mock.Anything).Return(func(_ workflow.Context, in NodeRolloutInput) (api.NodeResult, error) {
+			got = append(got, in)
+			return api.NodeResult{Node: in.Node, Outcome: api.OutcomeSucceeded}, nil
+		})
+		req := request("n1", "n2")
+		if maintained {
+			req.Maintenance = &api.Maintenance{Cordon: true}
+		}
+		env.ExecuteWorkflow(api.RolloutWorkflow, req)
+		require.NoError(t, env.GetWorkflowError())
+		require.Len(t, got, 2)
+		for _, in := range got {
+			if maintained {
+				require.Zero(t, in.WatchSeconds, "a maintained node keeps its activity steps")
+			} else {
+				require.Equal(t, int64(nodeWatchSeconds), in.WatchSeconds)
+			}
+		}
+	}
+}
+
+// A node whose first workflow task created, watched and finalized its Job, but could not be
+// recorded, runs again from the start: CreateJob finds the outcome this run left on the Node,
+// and the node reports it without watching or finalizing a Job that may be gone.
+func TestRepeatedFirstTaskReportsTheOutcomeOnTheNode(t *testing.T) {
+	env, a := newTestEnv(nil)
+	finalized := watchedJob
+	finalized.UID = ""
+	finalized.Finalized = api.OutcomeSucceeded
+	env.OnActivity(a.CreateJob, mock.Anything, mock.Anything).Return(finalized, nil).Once()
+	env.OnActivity(a.WatchJob, mock.Anything, mock.Anything).Return(activities.JobWatch{}, errors.New("WatchJob must not run")).Never()
+	env.OnActivity(a.WaitJob, mock.Anything, mock.Anything).Return(activities.JobEnd{}, errors.New("WaitJob must not run")).Never()
+	env.OnActivity(a.FinalizeJob, mock.Anything, mock.Anything).Return(activities.FinalizeResult{}, errors.New("FinalizeJob must not run")).Never()
+	executeNodeAsChild(env, NodeRolloutV2, api.NodeRolloutV2Workflow, watchedInput())
+	require.NoError(t, env.GetWorkflowError())
+	var r api.NodeResult
+	require.NoError(t, env.GetWorkflowResult(&r))
+	require.Equal(t, api.OutcomeSucceeded, r.Outcome)
+	require.Equal(t, watchedJob.Name, r.Job)
+	require.Equal(t, api.ReasonRecordedOnNode, r.Reason)
+	env.AssertExpectations(t)
+}
+
+// FinalizeJob is told the run, which it records on the Node next to the marker.
+func TestFinalizeIsToldTheRun(t *testing.T) {
+	env, a := newTestEnv(nil)
+	var runID string // the node workflow's run, as CreateJob was told it
+	env.OnActivity(a.CreateJob, mock.Anything, mock.Anything).Return(func(_ context.Context, in activities.JobRequest) (activities.JobRef, error) {
+		runID = in.RunID
+		return watchedJob, nil
+	}).Once()
+	env.OnActivity(a.WatchJob, mock.Anything, mock.Anything).Return(activities.JobWatch{End: activities.JobEnd{Outcome: api.OutcomeSucceeded}}, nil).Once()
+	env.OnActivity(a.FinalizeJob, mock.Anything, mock.MatchedBy(func(in activities.FinalizeInput) bool {
+		return runID != "" && in.RunID == runID
+	})).Return(activities.FinalizeResult{}, nil).Once()
+	executeNodeAsChild(env, NodeRolloutV2, api.NodeRolloutV2Workflow, watchedInput())
+	require.NoError(t, env.GetWorkflowError())
+	env.AssertExpectations(t)
+}
+
+// A node workflow answers the step query with the step it is at, since when, and the step's
+// length where it has one (the soak's hold, the drain's and health gate's timeouts), so
+// starter status can say "soak 12s/40s" instead of "health or soak".
+func TestNodeAnswersWhichStepItIsAt(t *testing.T) {
+	for _, c := range []struct {
+		block   string
+		want    string
+		seconds int64
+	}{
+		// The wire words, spelled out: starter status reads them.
+		{"drain", "drain", 20},
+		{"health", "health", 60},
+		{"soak", "soak", 5},
+		{"wait", "job", 600},
+	} {
+		r := newMaintenanceRun(t)
+		r.block = c.block
+		var got struct {
+			Step    string    `json:"step"`
+			Since   time.Time `json:"since"`
+			Seconds int64     `json:"seconds"`
+			Job     string    `json:"job"`
+		}
+		var queryErr error
+		r.env.RegisterDelayedCallback(func() {
+			// The node runs as a rollout's child, under the node's workflow ID.
+			v, err := r.env.QueryWorkflowByID(api.NodeWorkflowID("node-a"), "step")
+			if queryErr = err; err == nil {
+				queryErr = v.Get(&got)
+			}
+			r.env.CancelWorkflow()
+		}, 2*time.Second)
+		_, _ = r.run(maintainedInput(""))
+		require.NoError(t, queryErr, c.block)
+		require.Equal(t, c.want, got.Step, c.block)
+		require.Equal(t, c.seconds, got.Seconds, c.block)
+		require.False(t, got.Since.IsZero(), c.block)
+		if c.want == "job" {
+			require.Equal(t, "jobs/job-node-a", got.Job)
+		}
 	}
 }

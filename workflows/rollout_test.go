@@ -2,6 +2,7 @@ package workflows
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"sort"
@@ -10,17 +11,17 @@ import (
 	"testing"
 	"time"
 
+	"github.com/noderollout/noderollout/activities"
+	"github.com/noderollout/noderollout/api"
 	"github.com/stretchr/testify/mock"
 	"github.com/stretchr/testify/require"
 	"github.com/stretchr/testify/suite"
 	commonpb "go.temporal.io/api/common/v1"
 	"go.temporal.io/sdk/converter"
+	"go.temporal.io/sdk/interceptor"
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/testsuite"
 	"go.temporal.io/sdk/workflow"
-
-	"github.com/noderollout/noderollout/activities"
-	"github.com/noderollout/noderollout/api"
 )
 
 const sampleTemplate = `apiVersion: batch/v1
@@ -480,4 +481,274 @@ func converterFromEnv() interface {
 	FromPayloads(payloads *commonpb.Payloads, valuePtrs ...interface{}) error
 } {
 	return converter.GetDefaultDataConverter()
+}
+
+// A dry run writes nothing to the cluster: PrepareTemplate checks the template but does not
+// store it (before, a dry run left the template's ConfigMap behind), and no child starts.
+func TestDryRunStoresNoTemplate(t *testing.T) {
+	env, a := newTestEnv(nil)
+	var prepared []activities.PrepareTemplateInput
+	env.OnActivity(a.PrepareTemplate, mock.Anything, mock.Anything).Return(func(_ context.Context, in activities.PrepareTemplateInput) (activities.PreparedTemplate, error) {
+		prepared = append(prepared, in)
+		return activities.PreparedTemplate{Template: in.Template, Hash: "h"}, nil
+	})
+	env.OnActivity(a.ListNodes, mock.Anything, mock.Anything).Return(func(_ context.Context, in activities.ListNodesInput) (activities.ListNodesResult, error) {
+		return activities.ListNodesResult{Nodes: in.Names, Total: len(in.Names)}, nil
+	})
+	req := request("node-a", "node-b")
+	req.DryRun = true
+	env.ExecuteWorkflow(api.RolloutWorkflow, req)
+	require.NoError(t, env.GetWorkflowError())
+	var res api.RolloutResult
+	require.NoError(t, env.GetWorkflowResult(&res))
+	require.Len(t, res.Planned, 2)
+	require.Equal(t, "h", res.TemplateHash)
+	require.Len(t, prepared, 1)
+	require.False(t, prepared[0].Store, "a dry run must not store the template in the cluster")
+
+	// A real rollout still stores it, so its nodes share it by hash.
+	env, a = newTestEnv(nil)
+	prepared = nil
+	env.OnActivity(a.PrepareTemplate, mock.Anything, mock.Anything).Return(func(_ context.Context, in activities.PrepareTemplateInput) (activities.PreparedTemplate, error) {
+		prepared = append(prepared, in)
+		return activities.PreparedTemplate{}, temporal.NewNonRetryableApplicationError("stop here", api.ErrInvalidRequest, nil)
+	})
+	env.ExecuteWorkflow(api.RolloutWorkflow, request("node-a"))
+	require.Len(t, prepared, 1)
+	require.True(t, prepared[0].Store)
+}
+
+func TestWindowGrowthRules(t *testing.T) {
+	grow := func(b api.Batch, ceiling, successes int) []int {
+		w := newLaunchWindow(b, ceiling)
+		sizes := []int{w.size}
+		for i := 0; i < successes; i++ {
+			before := w.size
+			w.succeeded()
+			if w.size != before {
+				sizes = append(sizes, w.size)
+			}
+		}
+		return sizes
+	}
+	require.Equal(t, []int{2, 4, 6, 8, 9}, grow(api.Batch{Initial: 2, Growth: api.GrowthLinear, Step: 2}, 9, 100))
+	require.Equal(t, []int{1, 3, 9, 20}, grow(api.Batch{Initial: 1, Growth: api.GrowthExponential, Step: 3}, 20, 100))
+	require.Equal(t, []int{5}, grow(api.Batch{Initial: 5, Growth: api.GrowthFixed}, 20, 100))
+}
+
+func TestWindowFailureRestartsTheStreak(t *testing.T) {
+	w := newLaunchWindow(api.Batch{Initial: 2, Growth: api.GrowthLinear, Step: 1}, 10)
+	w.succeeded()
+	w.failed()
+	w.succeeded()
+	require.Equal(t, 2, w.size, "a failure in between: not a whole window of successes yet")
+	w.succeeded()
+	require.Equal(t, 3, w.size)
+}
+
+func TestWindowCeilingChanges(t *testing.T) {
+	fixed := newLaunchWindow(api.Batch{Initial: 4, Growth: api.GrowthFixed}, 4)
+	fixed.setCeiling(8)
+	require.Equal(t, 8, fixed.size, "a fixed window follows parallelism")
+	growing := newLaunchWindow(api.Batch{Initial: 1, Growth: api.GrowthExponential, Step: 2}, 8)
+	growing.setCeiling(3)
+	require.Equal(t, 1, growing.size, "a growing window is only capped")
+	growing.succeeded()
+	growing.succeeded()
+	growing.succeeded()
+	require.Equal(t, 3, growing.size)
+}
+
+func (s *RolloutSuite) TestDelayBetweenNodesSpacesLaunches() {
+	req := request(nodeNames(4)...)
+	req.DelayBetweenNodes = "30s"
+	s.env.ExecuteWorkflow(api.RolloutWorkflow, req)
+	s.Equal(4, s.result().Counts.Succeeded)
+	for i, run := range s.runs {
+		s.Equal(time.Duration(i)*30*time.Second, run.start.Sub(s.runs[0].start))
+	}
+}
+
+func TestContinueAsNewNearTheHistoryLimitsNotAtTheSuggestion(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		h        historyState
+		window   int
+		atLimits bool
+		want     bool
+	}{
+		{"launched its share", historyState{launched: 2000}, 100, true, true},
+		{"suggested, but far from the limits", historyState{launched: 900, events: 4100, bytes: 4 << 20, suggested: true}, 100, true, false},
+		{"events near the warning limit", historyState{launched: 1900, events: 8700, bytes: 3 << 20}, 100, true, true},
+		{"bytes near the warning limit", historyState{launched: 1500, events: 6000, bytes: 7800 << 10}, 100, true, true},
+		{"a wide window leaves room for its drain", historyState{launched: 1000, events: 5000, bytes: 2 << 20}, 1000, true, true},
+		{"runs from before the change follow the suggestion", historyState{launched: 900, events: 4100, suggested: true}, 100, false, true},
+		{"and go on without it", historyState{launched: 900, events: 8700}, 100, false, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			require.Equal(t, tc.want, continueAsNewDue(tc.h, 2000, tc.window, tc.atLimits))
+		})
+	}
+}
+
+// The policy's maxParallelism, learnt at PrepareTemplate, also bounds setParallelism later.
+func TestSetParallelismStaysWithinThePolicy(t *testing.T) {
+	env, a := newTestEnv(nil)
+	jobsOutlastTheWatch(env)
+	env.OnActivity(a.PrepareTemplate, mock.Anything, mock.Anything).Return(
+		activities.PreparedTemplate{Template: sampleTemplate, Hash: "h1", MaxParallelism: 5}, nil)
+	env.OnActivity(a.ListNodes, mock.Anything, mock.Anything).Return(activities.ListNodesResult{Nodes: []string{"n1"}, Total: 1}, nil)
+	env.OnWorkflow(NodeRolloutV2, mock.Anything, mock.Anything).Return(
+		func(ctx workflow.Context, in NodeRolloutInput) (api.NodeResult, error) {
+			return api.NodeResult{Node: in.Node, Outcome: api.OutcomeSucceeded}, nil
+		}).After(time.Hour)
+	var over, within error
+	accepted := false
+	env.RegisterDelayedCallback(func() {
+		env.UpdateWorkflow(api.UpdateSetParallelism, "over", &testsuite.TestUpdateCallback{
+			OnReject: func(err error) { over = err }, OnAccept: func() {}, OnComplete: func(any, error) {},
+		}, api.SetParallelismRequest{Parallelism: 6})
+		env.UpdateWorkflow(api.UpdateSetParallelism, "within", &testsuite.TestUpdateCallback{
+			OnReject: func(err error) { within = err }, OnAccept: func() { accepted = true }, OnComplete: func(any, error) {},
+		}, api.SetParallelismRequest{Parallelism: 5})
+	}, time.Minute)
+	env.ExecuteWorkflow(api.RolloutWorkflow, api.RolloutRequest{Name: "kata", NodeSelector: "a=b", JobTemplate: sampleTemplate, Parallelism: 2})
+	require.NoError(t, env.GetWorkflowError())
+	require.ErrorContains(t, over, "maxParallelism")
+	require.NoError(t, within)
+	require.True(t, accepted)
+}
+
+// An update sent while the template is still being prepared cannot slip past the policy's cap.
+func TestSetParallelismBeforeTheTemplateIsPreparedStaysWithinThePolicy(t *testing.T) {
+	env, a := newTestEnv(nil)
+	env.OnActivity(a.PrepareTemplate, mock.Anything, mock.Anything).After(10*time.Minute).Return(
+		activities.PreparedTemplate{Template: sampleTemplate, Hash: "h1", MaxParallelism: 5}, nil)
+	env.OnActivity(a.ListNodes, mock.Anything, mock.Anything).Return(activities.ListNodesResult{Nodes: []string{"n1"}, Total: 1}, nil)
+	env.OnWorkflow(NodeRolloutV3, mock.Anything, mock.Anything).After(time.Hour).Return(api.NodeResult{Outcome: api.OutcomeSucceeded}, nil)
+	var updateErr error
+	completed := false
+	env.RegisterDelayedCallback(func() {
+		env.UpdateWorkflow(api.UpdateSetParallelism, "early", &testsuite.TestUpdateCallback{
+			OnReject: func(err error) { updateErr = err }, OnAccept: func() {},
+			OnComplete: func(_ any, err error) { completed, updateErr = true, err },
+		}, api.SetParallelismRequest{Parallelism: 1000})
+	}, time.Second)
+	var st api.RolloutStatus
+	env.RegisterDelayedCallback(func() {
+		v, err := env.QueryWorkflow(api.QueryStatus)
+		require.NoError(t, err)
+		require.NoError(t, v.Get(&st))
+	}, 11*time.Minute)
+	env.ExecuteWorkflow(api.RolloutWorkflow, api.RolloutRequest{Name: "kata", NodeSelector: "a=b", JobTemplate: sampleTemplate, Parallelism: 2})
+	require.NoError(t, env.GetWorkflowError())
+	require.True(t, completed, "the update completes once the cap is known")
+	require.ErrorContains(t, updateErr, "allows at most 5, got 1000")
+	require.Equal(t, 2, st.Parallelism, "the parallelism over the cap was not applied")
+}
+
+// The requester in the memo reaches every Job and Node marker; the policy gets the selector
+// and the parallelism it judges.
+func TestRequesterAndPolicyInputsReachTheActivities(t *testing.T) {
+	env, a := newTestEnv(nil)
+	jobsOutlastTheWatch(env)
+	env.SetMemoOnStart(map[string]any{api.MemoRequester: "alice@laptop"})
+
+	var mu sync.Mutex
+	var prepared activities.PrepareTemplateInput
+	var created, finalized []string
+	env.OnActivity(a.PrepareTemplate, mock.Anything, mock.Anything).Return(
+		func(_ context.Context, in activities.PrepareTemplateInput) (activities.PreparedTemplate, error) {
+			prepared = in
+			return activities.PreparedTemplate{Template: in.Template, Hash: "h1"}, nil
+		})
+	env.OnActivity(a.ListNodes, mock.Anything, mock.Anything).Return(activities.ListNodesResult{Nodes: []string{"n1", "n2"}, Total: 2}, nil)
+	env.OnActivity(a.CreateJob, mock.Anything, mock.Anything).Return(
+		func(_ context.Context, in activities.JobRequest) (activities.JobRef, error) {
+			mu.Lock()
+			defer mu.Unlock()
+			created = append(created, in.Requester)
+			return activities.JobRef{Namespace: in.Namespace, Name: "j-" + in.Node, UID: "u-" + in.Node, Node: in.Node}, nil
+		})
+	env.OnActivity(a.WaitJob, mock.Anything, mock.Anything).Return(activities.JobEnd{Outcome: api.OutcomeSucceeded}, nil)
+	env.OnActivity(a.FinalizeJob, mock.Anything, mock.Anything).Return(
+		func(_ context.Context, in activities.FinalizeInput) (activities.FinalizeResult, error) {
+			mu.Lock()
+			defer mu.Unlock()
+			finalized = append(finalized, in.Requester)
+			return activities.FinalizeResult{}, nil
+		})
+
+	env.OnActivity(a.CordonNode, mock.Anything, mock.Anything).Return(activities.CordonResult{WeCordoned: true}, nil)
+	env.OnActivity(a.UncordonNode, mock.Anything, mock.Anything).Return(activities.UncordonResult{Uncordoned: true}, nil)
+
+	env.ExecuteWorkflow(api.RolloutWorkflow, api.RolloutRequest{Name: "kata", Namespace: "jobs", NodeSelector: "pool=a",
+		JobTemplate: sampleTemplate, Parallelism: 7, Maintenance: &api.Maintenance{Cordon: true}})
+	require.NoError(t, env.GetWorkflowError())
+	require.Equal(t, "pool=a", prepared.NodeSelector)
+	require.Equal(t, 7, prepared.Parallelism)
+	require.True(t, prepared.Cordon, "the policy judges the maintenance before any node starts")
+	require.False(t, prepared.Drain)
+	require.Equal(t, []string{"alice@laptop", "alice@laptop"}, created)
+	require.Equal(t, []string{"alice@laptop", "alice@laptop"}, finalized)
+}
+
+// childMemos records the memo of every child workflow started, as the server would get it.
+type childMemos struct {
+	mu    sync.Mutex
+	memos map[string]map[string]any // by child workflow ID
+}
+
+func (c *childMemos) interceptor() interceptor.WorkerInterceptor {
+	return outbound(func(next interceptor.WorkflowOutboundInterceptor) interceptor.WorkflowOutboundInterceptor {
+		return &childMemosOutbound{WorkflowOutboundInterceptorBase: interceptor.WorkflowOutboundInterceptorBase{Next: next}, c: c}
+	})
+}
+
+type childMemosOutbound struct {
+	interceptor.WorkflowOutboundInterceptorBase
+	c *childMemos
+}
+
+func (o *childMemosOutbound) ExecuteChildWorkflow(ctx workflow.Context, childType string, args ...any) workflow.ChildWorkflowFuture {
+	opts := workflow.GetChildWorkflowOptions(ctx)
+	o.c.mu.Lock()
+	o.c.memos[opts.WorkflowID] = opts.Memo
+	o.c.mu.Unlock()
+	return o.Next.ExecuteChildWorkflow(ctx, childType, args...)
+}
+
+// TestFleetPassesItsRequesterToTheClusterRollouts: each cluster's Rollout carries the fleet's
+// requester and reason in its memo, where it reads them for its Jobs and Node markers.
+func TestFleetPassesItsRequesterToTheClusterRollouts(t *testing.T) {
+	env, _ := fleetEnv(t)
+	memos := &childMemos{memos: map[string]map[string]any{}}
+	intercept(env, memos.interceptor())
+	require.NoError(t, env.SetMemoOnStart(map[string]any{api.MemoRequester: "alice@laptop", api.MemoReason: "CVE-1"}))
+	env.ExecuteWorkflow(api.FleetRolloutWorkflow, fleetRequest(0))
+	require.NoError(t, env.GetWorkflowError())
+	require.Len(t, memos.memos, 4)
+	for id, memo := range memos.memos {
+		require.Equal(t, map[string]any{api.MemoRequester: "alice@laptop", api.MemoReason: "CVE-1"}, memo, id)
+	}
+}
+
+func requireInvalid(t *testing.T, err error, field string) {
+	t.Helper()
+	var appErr *temporal.ApplicationError
+	require.True(t, errors.As(err, &appErr), "want InvalidRequest naming %q, got %v", field, err)
+	require.Equal(t, api.ErrInvalidRequest, appErr.Type())
+	require.True(t, appErr.NonRetryable())
+	require.Contains(t, appErr.Message(), field)
+}
+
+// A request typed into the Temporal UI with a misspelt nested field fails naming the field
+// by its path and the field it was probably meant to be, as the starter does.
+func TestRolloutNamesAMisspeltNestedFieldWithAHint(t *testing.T) {
+	env, _ := newTestEnv(nil)
+	env.ExecuteWorkflow(api.RolloutWorkflow, json.RawMessage(
+		`{"name":"demo","nodes":["n1"],"jobTemplate":"t","batch":{"inital":1},"zzz":1}`))
+	err := env.GetWorkflowError()
+	requireInvalid(t, err, `batch.inital: unknown field; did you mean "batch.initial"?`)
+	requireInvalid(t, err, `zzz: unknown field: remove it`)
 }
