@@ -73,10 +73,10 @@ func asChildOfARollout(ctx workflow.Context, nodeWorkflow string, in NodeRollout
 }
 
 // jobsOutlastTheWatch makes every node's local watch see its Job still running, so that the
-// test's WaitJob mock decides how each Job ends (watch_test.go tests the watch itself). It
+// test's WaitJob mock decides how each Job ends (node_test.go tests the watch itself). It
 // pins parents to NodeRolloutV2 children, whose create, watch and finalize are the separate
 // activities these tests mock one by one; NodeRolloutV3 runs them as one (RunJob), which
-// watch_test.go tests.
+// node_test.go tests.
 func jobsOutlastTheWatch(env *testsuite.TestWorkflowEnvironment) {
 	var a *activities.Activities
 	env.OnActivity(a.WatchJob, mock.Anything, mock.Anything).Return(activities.JobWatch{Running: true}, nil).Maybe()

@@ -145,8 +145,9 @@ var ledger = []change{
 		asked: "every Rollout run that starts nodes, once its template is prepared",
 		pinned: map[workflow.Version][]string{
 			workflow.DefaultVersion: {"v5-rollout-abort.json", "v6-rollout-cut-delay.json", "v6-rollout-hand-over-run1.json"},
+			1:                       {"v8-rollout-abort.json", "v8-rollout-budgeted.json", "v8-rollout-busy-node-holder.json", "v8-rollout-busy-node-waits.json", "v8-rollout-canary-approved.json", "v8-rollout-continue-as-new-run1.json", "v8-rollout-continue-as-new-run2.json", "v8-rollout-continue-as-new-run3.json", "v8-rollout-cut-delay.json", "v8-rollout-hand-over-run1.json", "v8-rollout-hand-over-run2.json", "v8-rollout-pause-resume-set-parallelism.json"},
 		},
-		covered:   "version 1 has no fixture yet (record one: NODEROLLOUT_RECORD_FIXTURES=v7- dev/e2e.sh -run TestRecordReplayFixtures); TestModel runs both versions, admission_test.go version 1",
+		covered:   "TestModel runs both versions",
 		removable: removableOnceDrained + "; with it go startNext, runNode's pre-admission loop and awaitLaunchSlot",
 	},
 	{
@@ -157,7 +158,7 @@ var ledger = []change{
 		},
 		asked: "only on a worker with a cluster budget (cluster-budget > 0), at the run's start",
 		pinned: map[workflow.Version][]string{
-			1: {"v3-rollout-budgeted.json", "v4-rollout-budgeted.json", "v5-rollout-budgeted.json"},
+			1: {"v3-rollout-budgeted.json", "v4-rollout-budgeted.json", "v5-rollout-budgeted.json", "v8-rollout-budgeted.json"},
 		},
 		covered:   "DefaultVersion is every run on a worker without a budget, which never asks; TestClusterBudgetHoldsAcrossTwoRollouts runs version 1",
 		removable: removableOnceDrained,
@@ -180,7 +181,7 @@ var ledger = []change{
 		},
 		asked: "only when a draining run finds nodes waiting for another rollout",
 		pinned: map[workflow.Version][]string{
-			1: {"v6-rollout-hand-over-run1.json"},
+			1: {"v6-rollout-hand-over-run1.json", "v8-rollout-hand-over-run1.json"},
 		},
 		covered:   "DefaultVersion: no fixture reaches the path; TestContinuingRunHandsOverANodeAnotherRolloutHolds runs version 1",
 		removable: removableOnceDrained,
@@ -193,7 +194,7 @@ var ledger = []change{
 		},
 		asked: "only when a delay between nodes is cut short",
 		pinned: map[workflow.Version][]string{
-			1: {"v6-rollout-cut-delay.json"},
+			1: {"v6-rollout-cut-delay.json", "v8-rollout-cut-delay.json"},
 		},
 		covered:   "DefaultVersion: TestOverBudgetRolloutOfAnOldRunSitsTheDelayOut",
 		removable: removableOnceDrained,
@@ -247,8 +248,8 @@ var ledger = []change{
 		asked: "by a coordinator started afresh (not continued as new)",
 		pinned: map[workflow.Version][]string{
 			workflow.DefaultVersion: {"v3-budget-coordinator.json", "v4-budget-coordinator.json"},
+			1:                       {"v8-budget-coordinator.json"},
 		},
-		covered:   "version 1: TestRestartedCoordinatorCountsTheNodesStillRunning",
 		removable: removableOnceDrained,
 	},
 	{
@@ -269,7 +270,7 @@ var ledger = []change{
 		},
 		asked: "only by a fleet whose rollout has problems",
 		pinned: map[workflow.Version][]string{
-			1: {"v7-fleet-invalid-rollout.json"},
+			1: {"v7-fleet-invalid-rollout.json", "v8-fleet-invalid-rollout.json"},
 		},
 		covered:   "DefaultVersion: TestFleetStartsAnInvalidRolloutOnTheOldVersion",
 		removable: removableOnceDrained,
@@ -283,8 +284,8 @@ var ledger = []change{
 		asked: "every valid fleet, once it starts its waves",
 		pinned: map[workflow.Version][]string{
 			workflow.DefaultVersion: {"v3-fleet-two-waves.json", "v4-fleet-two-waves.json"},
+			1:                       {"v8-fleet-two-waves.json"},
 		},
-		covered:   "version 1: TestFleetCountsAnAbortedOrEmptyClusterAsFailed",
 		removable: removableOnceDrained,
 	},
 }
@@ -314,7 +315,8 @@ var nodeTypes = []nodeType{
 		name: api.NodeRolloutV3Workflow,
 		what: "children of runs with node-v2 version 2 (today's): a short Job created, watched and finalized by one RunJob local activity",
 		fixtures: []string{"v3-node-cancelled-mid-job.json", "v3-node-maintained.json", "v3-node-succeeded.json",
-			"v4-node-cancelled-mid-job.json", "v4-node-maintained.json", "v4-node-succeeded.json"},
+			"v4-node-cancelled-mid-job.json", "v4-node-maintained.json", "v4-node-succeeded.json",
+			"v8-node-cancelled-mid-job.json", "v8-node-maintained.json", "v8-node-succeeded.json"},
 	},
 }
 
