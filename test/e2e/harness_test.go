@@ -586,8 +586,11 @@ func (w *kwokWatchdog) look(ctx context.Context, now time.Time) {
 		}
 		what := fmt.Sprintf("Pod %s/%s on node %s was still Running %s after its run-seconds (%s) ended",
 			p.Namespace, p.Name, p.Spec.NodeName, now.Sub(due).Round(time.Second), p.Annotations[runSecondsKey])
+		_, nodeErr := stack.Kube.CoreV1().Nodes().Get(ctx, p.Spec.NodeName, metav1.GetOptions{})
 		if _, no := p.Annotations[noKickKey]; no {
 			what += "; not kicked (the test asked so)"
+		} else if apierrors.IsNotFound(nodeErr) {
+			what += "; not kicked: its Node is gone, and no kubelet reports such a Pod (the test may be about that)"
 		} else {
 			patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}}}`, kickedKey, now.UTC().Format(time.RFC3339))
 			_, err := stack.Kube.CoreV1().Pods(p.Namespace).Patch(ctx, p.Name, types.MergePatchType, []byte(patch), metav1.PatchOptions{})
