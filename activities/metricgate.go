@@ -6,6 +6,7 @@ import (
 	"crypto/x509"
 	"encoding/json"
 	"fmt"
+	"github.com/noderollout/noderollout/api"
 	"io"
 	"net/http"
 	"net/url"
@@ -125,9 +126,6 @@ type metricGateProgress struct {
 	QuietSince time.Time `json:"quietSince,omitempty"`
 }
 
-// ErrNoPrometheus: the request has a metric gate and the worker names no Prometheus.
-const ErrNoPrometheus = "NoPrometheus"
-
 // WatchMetricGate watches the gate until its state differs from in.Open, and says so: it
 // closes as soon as the query returns a series, or Prometheus cannot be asked (a gate never
 // passes silently); it opens once the query has returned nothing for in.ForSeconds. The
@@ -136,7 +134,7 @@ const ErrNoPrometheus = "NoPrometheus"
 func (a *Activities) WatchMetricGate(ctx context.Context, in MetricGateInput) (MetricGateResult, error) {
 	if a.Prometheus == nil {
 		return MetricGateResult{}, temporal.NewNonRetryableApplicationError(
-			"the request has gates.prometheus but the worker names no Prometheus: set prometheus-url in the worker's configuration", ErrNoPrometheus, nil)
+			"the request has gates.prometheus but the worker names no Prometheus: set prometheus-url in the worker's configuration", api.ErrNoPrometheus, nil)
 	}
 	interval := time.Duration(max(in.IntervalSeconds, 1)) * time.Second
 	if a.MetricGatePoll > 0 {

@@ -1,6 +1,7 @@
 package activities
 
 import (
+	"github.com/noderollout/noderollout/api"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -137,7 +138,7 @@ func TestMetricGateOpensAfterQuietFor(t *testing.T) {
 func TestMetricGateWithoutPrometheusIsRefused(t *testing.T) {
 	a := newActivities(fake.NewClientset())
 	_, err := newEnv(a).ExecuteActivity(a.WatchMetricGate, MetricGateInput{Query: "up", Open: true})
-	requireAppError(t, err, ErrNoPrometheus, true)
+	requireAppError(t, err, api.ErrNoPrometheus, true)
 }
 
 func TestNewPrometheusNamesBadOptions(t *testing.T) {
