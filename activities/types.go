@@ -6,6 +6,8 @@ package activities
 import (
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+
 	"github.com/noderollout/noderollout/api"
 )
 
@@ -42,6 +44,8 @@ type PreparedTemplate struct {
 	Hash     string `json:"hash"`
 	// MaxParallelism is the worker policy's cap (0: none), for setParallelism while running.
 	MaxParallelism int `json:"maxParallelism,omitempty"`
+	// Tolerations are the template Pod's, for the listing's taint check.
+	Tolerations []corev1.Toleration `json:"tolerations,omitempty"`
 }
 
 // ListNodesInput selects nodes: Names (explicit) or Selector/FieldSelector (exactly one of
@@ -58,6 +62,8 @@ type ListNodesInput struct {
 	Limit         int      `json:"limit"`           // at most this many names in Nodes+Done+Missing
 	// Labels are node label keys whose values the result reports per node.
 	Labels []string `json:"labels,omitempty"`
+	// TaintCheck, when set, lists a node whose taints the Pod does not tolerate as Untolerated.
+	TaintCheck *api.TaintCheck `json:"taintCheck,omitempty"`
 }
 
 // ListNodesResult is one slice of the selected nodes, in name order.
@@ -72,6 +78,9 @@ type ListNodesResult struct {
 	Total      int      `json:"total"`          // nodes selected in all (unique explicit names, or all matches)
 	// Labels holds, per listed node carrying any, the values of the input's Labels keys.
 	Labels map[string]map[string]string `json:"labels,omitempty"`
+	// Untolerated holds, per node not run for a taint its Pod does not tolerate, that taint
+	// (key=value:Effect).
+	Untolerated map[string]string `json:"untolerated,omitempty"`
 }
 
 // JobRequest is everything CreateJob needs to make one node's Job.

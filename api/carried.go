@@ -29,6 +29,8 @@ type Progress struct {
 	// WaitingNodes are the nodes another rollout held when the previous run handed them over
 	// (versionHandOverWaiting); this run waits for them first.
 	WaitingNodes []PacedNode `json:"waitingNodes,omitempty"`
+	// TaintCheck is what each listing checks the nodes' taints with; nil: no check.
+	TaintCheck *TaintCheck `json:"taintCheck,omitempty"`
 }
 
 // PacingProgress is the pacing state carried across continue-as-new.
@@ -46,4 +48,6 @@ type PacedNode struct {
 	Skip   string `json:"skip,omitempty"`
 	Domain string `json:"domain,omitempty"`
 	Rank   string `json:"rank,omitempty"`
+	// Reason says more of a skip (the untolerated taint).
+	Reason string `json:"reason,omitempty"`
 }

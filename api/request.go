@@ -63,6 +63,9 @@ type RolloutRequest struct {
 	Owner             *OwnerRef          `json:"owner,omitempty"`
 	DryRun            bool               `json:"dryRun,omitempty"`
 	Maintenance       *Maintenance       `json:"maintenance,omitempty"`
+	// Taints: respect (default) skips a node whose NoSchedule/NoExecute taints the Job's Pod
+	// does not tolerate; ignore runs it anyway.
+	Taints string `json:"taints,omitempty"`
 	// ContinueAsNewAfter bounds how many nodes one workflow run launches before it continues
 	// as new, keeping every history short. Rarely worth changing.
 	ContinueAsNewAfter int `json:"continueAsNewAfter,omitempty"`

@@ -23,6 +23,8 @@ type Settings struct {
 	Pacing             Pacing
 	// Maintenance is the maintenance section as each node workflow gets it; nil without one.
 	Maintenance *NodeMaintenance
+	// IgnoreTaints runs nodes whatever their taints (taints: ignore).
+	IgnoreTaints bool
 }
 
 // Settings is the request with its defaults applied. It is deterministic: workflows call it.
@@ -37,6 +39,7 @@ func (r RolloutRequest) Settings() Settings {
 		JobTTL:             jobTTLField.read(r.JobTTL),
 		Pacing:             r.pacing(),
 		Maintenance:        r.Maintenance.resolve(),
+		IgnoreTaints:       r.Taints == TaintsIgnore,
 	}
 	if s.Namespace == "" {
 		s.Namespace = DefaultNamespace

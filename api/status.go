@@ -108,6 +108,8 @@ type PlannedNode struct {
 	JobPrefix string `json:"jobPrefix,omitempty"`
 	// Skip is why the node would not get a Job ("done" for this template, or "missing").
 	Skip string `json:"skip,omitempty"`
+	// Reason says more of a skip: the taint of an untoleratedTaint.
+	Reason string `json:"reason,omitempty"`
 	// Drain is what maintenance.drain would evict on the node, and which budgets would block it.
 	Drain *DrainPlan `json:"drain,omitempty"`
 }

@@ -2,6 +2,7 @@ package workflows
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"sort"
 	"strings"
@@ -19,7 +20,8 @@ import (
 // queuedNode is a listed node not yet handled, in name order.
 type queuedNode struct {
 	name   string
-	skip   string // "", "done" or "missing"
+	skip   string // "", "done", "missing" or api.SkipUntoleratedTaint
+	reason string // more of the skip: the untolerated taint
 	domain string // value of topology.key (pacing only)
 	rank   string // value of order.label (pacing only)
 }
@@ -29,6 +31,10 @@ func (r *rollout) recordSkip(ctx workflow.Context, n queuedNode) {
 	if n.skip == "missing" {
 		r.record(ctx, api.NodeResult{Node: n.name, Outcome: api.OutcomeNodeGone, Reason: "NodeNotFound",
 			Message: "no Node named " + n.name})
+		return
+	}
+	if n.skip == api.SkipUntoleratedTaint {
+		r.record(ctx, untoleratedResult(n))
 		return
 	}
 	r.record(ctx, api.NodeResult{Node: n.name, Outcome: api.OutcomeSkipped, Reason: "AlreadyDone"})
@@ -48,6 +54,7 @@ func (r *rollout) listMore(ctx workflow.Context) error {
 		After:         r.progress.Cursor,
 		Limit:         listPageSize,
 		Labels:        r.settings.Pacing.LabelKeys(),
+		TaintCheck:    r.progress.TaintCheck,
 	}).Get(ctx, &page)
 	if err != nil {
 		return asWorkflowError(err)
@@ -73,7 +80,7 @@ func quoteOrStart(cursor string) string {
 
 // mergeListed puts one ListNodes slice back into a single name-ordered queue.
 func mergeListed(page activities.ListNodesResult) []queuedNode {
-	q := make([]queuedNode, 0, len(page.Nodes)+len(page.Done)+len(page.Missing))
+	q := make([]queuedNode, 0, len(page.Nodes)+len(page.Done)+len(page.Missing)+len(page.Untolerated))
 	for _, n := range page.Nodes {
 		q = append(q, queuedNode{name: n})
 	}
@@ -82,6 +89,9 @@ func mergeListed(page activities.ListNodesResult) []queuedNode {
 	}
 	for _, n := range page.Missing {
 		q = append(q, queuedNode{name: n, skip: "missing"})
+	}
+	for _, n := range workflow.DeterministicKeys(page.Untolerated) {
+		q = append(q, queuedNode{name: n, skip: api.SkipUntoleratedTaint, reason: page.Untolerated[n]})
 	}
 	sort.Slice(q, func(i, j int) bool { return q[i].name < q[j].name })
 	return q
@@ -124,6 +134,7 @@ func (r *rollout) listCanaries(ctx workflow.Context) error {
 		Rerun:        r.req.Rerun,
 		Limit:        api.MaxCanaries,
 		Labels:       r.settings.Pacing.LabelKeys(),
+		TaintCheck:   r.progress.TaintCheck,
 	}
 	switch {
 	case len(c.Nodes) > 0:
@@ -151,6 +162,7 @@ func (r *rollout) listCanaries(ctx workflow.Context) error {
 	keepOwn := func(p *activities.ListNodesResult) {
 		p.Nodes = slices.DeleteFunc(p.Nodes, func(n string) bool { return !inRequest[n] })
 		p.Done = slices.DeleteFunc(p.Done, func(n string) bool { return !inRequest[n] })
+		maps.DeleteFunc(p.Untolerated, func(n, _ string) bool { return !inRequest[n] })
 	}
 	if ownNodes {
 		inRequest = map[string]bool{}
@@ -161,7 +173,7 @@ func (r *rollout) listCanaries(ctx workflow.Context) error {
 		// From versionCanaryOwnNodes on, the 100 canaries are counted among the rollout's own
 		// nodes: the listing pages on through the selector's other matches.
 		if page.More && workflow.GetVersion(ctx, versionCanaryOwnNodes, workflow.DefaultVersion, 1) == 1 {
-			for page.More && len(page.Nodes)+len(page.Done) <= api.MaxCanaries {
+			for page.More && len(page.Nodes)+len(page.Done)+len(page.Untolerated) <= api.MaxCanaries {
 				in.After, in.Limit = page.Next, listPageSize
 				var next activities.ListNodesResult
 				err := workflow.ExecuteActivity(withAPIActivity(ctx, "list canary nodes after "+in.After), a.ListNodes, in).Get(ctx, &next)
@@ -171,6 +183,12 @@ func (r *rollout) listCanaries(ctx workflow.Context) error {
 				keepOwn(&next)
 				page.Nodes = append(page.Nodes, next.Nodes...)
 				page.Done = append(page.Done, next.Done...)
+				for _, n := range workflow.DeterministicKeys(next.Untolerated) {
+					if page.Untolerated == nil {
+						page.Untolerated = map[string]string{}
+					}
+					page.Untolerated[n] = next.Untolerated[n]
+				}
 				for _, n := range workflow.DeterministicKeys(next.Labels) {
 					if page.Labels == nil {
 						page.Labels = map[string]map[string]string{}
@@ -179,7 +197,7 @@ func (r *rollout) listCanaries(ctx workflow.Context) error {
 				}
 				page.More, page.Next = next.More, next.Next
 			}
-			page.More = len(page.Nodes)+len(page.Done) > api.MaxCanaries
+			page.More = len(page.Nodes)+len(page.Done)+len(page.Untolerated) > api.MaxCanaries
 		}
 	}
 	if page.More {

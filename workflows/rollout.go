@@ -163,6 +163,7 @@ func (r *rollout) prepare(ctx workflow.Context) error {
 		r.progress.Template = ""
 	}
 	r.progress.MaxParallelism = prepared.MaxParallelism
+	r.progress.TaintCheck = r.taintCheck(prepared.Tolerations)
 	memo := map[string]any{"templateHash": prepared.Hash, "namespace": r.settings.Namespace}
 	if r.req.NodeSelector != "" {
 		memo["nodeSelector"] = r.req.NodeSelector
@@ -368,11 +369,13 @@ func (r *rollout) dryRun(ctx workflow.Context) (api.RolloutResult, error) {
 				r.progress.Counts.Skipped++
 			case "missing":
 				r.progress.Counts.NodeGone++
+			case api.SkipUntoleratedTaint:
+				r.progress.Counts.Skipped++
 			default:
 				r.progress.Counts.Pending++
 			}
 			if len(planned) < api.MaxExplicitNodes {
-				p := api.PlannedNode{Node: n.name, Skip: n.skip}
+				p := api.PlannedNode{Node: n.name, Skip: n.skip, Reason: n.reason}
 				if n.skip == "" {
 					p.JobPrefix = jobspec.JobNamePrefix(r.req.Name, n.name)
 				}
