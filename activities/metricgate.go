@@ -112,6 +112,9 @@ type MetricGateInput struct {
 	ForSeconds int64 `json:"forSeconds"`
 	// Open is the gate as the workflow knows it; the watch returns when that changes.
 	Open bool `json:"open"`
+	// First returns the first answer, whatever it is: the rollout's gate is closed until
+	// Prometheus has answered once.
+	First bool `json:"first,omitempty"`
 }
 
 // MetricGateResult is the gate's new state and why.
@@ -134,7 +137,7 @@ type metricGateProgress struct {
 func (a *Activities) WatchMetricGate(ctx context.Context, in MetricGateInput) (MetricGateResult, error) {
 	if a.Prometheus == nil {
 		return MetricGateResult{}, temporal.NewNonRetryableApplicationError(
-			"the request has gates.prometheus but the worker names no Prometheus: set prometheus-url in the worker's configuration", api.ErrNoPrometheus, nil)
+			"the request has gates.prometheus but this worker names no Prometheus: start the worker with --prometheus-url (NODEROLLOUT_PROMETHEUS_URL, or prometheus-url in its config file)", api.ErrNoPrometheus, nil)
 	}
 	interval := time.Duration(max(in.IntervalSeconds, 1)) * time.Second
 	if a.MetricGatePoll > 0 {
@@ -144,22 +147,31 @@ func (a *Activities) WatchMetricGate(ctx context.Context, in MetricGateInput) (M
 	if activity.HasHeartbeatDetails(ctx) {
 		_ = activity.GetHeartbeatDetails(ctx, &progress)
 	}
+	// A heartbeat a third of the heartbeat timeout apart, whatever the interval: a watch that
+	// holds for days costs a few hundred heartbeats a day, not one per look.
+	beatEvery := activity.GetInfo(ctx).HeartbeatTimeout / 3
+	var lastBeat time.Time
 	for {
 		series, labels, err := a.Prometheus.Query(ctx, in.Query)
 		now := a.Now()
-		switch {
-		case ctx.Err() != nil:
+		if ctx.Err() != nil {
 			return MetricGateResult{}, ctx.Err()
+		}
+		var closedBecause string
+		switch {
 		case err != nil:
-			progress.QuietSince = time.Time{}
-			if in.Open {
-				return MetricGateResult{Open: false, At: now, Reason: "Prometheus could not be asked (" + err.Error() + "): a gate never passes silently"}, nil
-			}
+			closedBecause = "Prometheus could not be asked (" + err.Error() + "): a gate never passes silently"
 		case series > 0:
+			closedBecause = fmt.Sprintf("%s returned %d series, e.g. %s", in.Query, series, labels)
+		}
+		switch {
+		case closedBecause != "":
 			progress.QuietSince = time.Time{}
-			if in.Open {
-				return MetricGateResult{Open: false, At: now, Reason: fmt.Sprintf("%s returned %d series, e.g. %s", in.Query, series, labels)}, nil
+			if in.Open || in.First {
+				return MetricGateResult{Open: false, At: now, Reason: closedBecause}, nil
 			}
+		case in.First:
+			return MetricGateResult{Open: true, At: now, Reason: in.Query + " returned nothing"}, nil
 		default:
 			if progress.QuietSince.IsZero() {
 				progress.QuietSince = now
@@ -168,7 +180,10 @@ func (a *Activities) WatchMetricGate(ctx context.Context, in MetricGateInput) (M
 				return MetricGateResult{Open: true, At: now, Reason: fmt.Sprintf("%s returned nothing for %v", in.Query, now.Sub(progress.QuietSince).Round(time.Second))}, nil
 			}
 		}
-		activity.RecordHeartbeat(ctx, progress)
+		if now.Sub(lastBeat) >= beatEvery {
+			activity.RecordHeartbeat(ctx, progress)
+			lastBeat = now
+		}
 		if err := sleep(ctx, interval); err != nil {
 			return MetricGateResult{}, err
 		}

@@ -147,3 +147,21 @@ func TestNewPrometheusNamesBadOptions(t *testing.T) {
 	_, err = NewPrometheus(Prometheus{URL: "http://p:9090", CAFile: "/nonexistent"})
 	require.ErrorContains(t, err, "prometheus-ca-file")
 }
+
+// The first look answers whatever it finds: the rollout's gate is closed until Prometheus
+// has answered once, open at once if the query returns nothing, closed naming the series or
+// the failure otherwise.
+func TestMetricGateFirstLookAnswersAtOnce(t *testing.T) {
+	for _, c := range []struct {
+		f    *fakePrometheus
+		open bool
+		says string
+	}{{&fakePrometheus{}, true, "returned nothing"}, {&fakePrometheus{firing: 1}, false, "returned 1 series"}, {&fakePrometheus{down: true}, false, "could not be asked"}} {
+		a, _ := gateActivities(t, c.f)
+		res, err := watchGate(t, a, MetricGateInput{Query: "up == 0", ForSeconds: 600, First: true})
+		require.NoError(t, err)
+		require.Equal(t, c.open, res.Open, c.says)
+		require.Contains(t, res.Reason, c.says)
+		require.Equal(t, int32(1), c.f.asked.Load())
+	}
+}

@@ -31,6 +31,8 @@ type Progress struct {
 	WaitingNodes []PacedNode `json:"waitingNodes,omitempty"`
 	// TaintCheck is what each listing checks the nodes' taints with; nil: no check.
 	TaintCheck *TaintCheck `json:"taintCheck,omitempty"`
+	// Gate is the metric gate's state (gates.prometheus).
+	Gate *GateState `json:"gate,omitempty"`
 }
 
 // PacingProgress is the pacing state carried across continue-as-new.

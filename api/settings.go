@@ -25,6 +25,8 @@ type Settings struct {
 	Maintenance *NodeMaintenance
 	// IgnoreTaints runs nodes whatever their taints (taints: ignore).
 	IgnoreTaints bool
+	// MetricGate is gates.prometheus; nil without one.
+	MetricGate *MetricGate
 }
 
 // Settings is the request with its defaults applied. It is deterministic: workflows call it.
@@ -40,6 +42,7 @@ func (r RolloutRequest) Settings() Settings {
 		Pacing:             r.pacing(),
 		Maintenance:        r.Maintenance.resolve(),
 		IgnoreTaints:       r.Taints == TaintsIgnore,
+		MetricGate:         r.Gates.metricGate(),
 	}
 	if s.Namespace == "" {
 		s.Namespace = DefaultNamespace

@@ -134,6 +134,8 @@ type RolloutStatus struct {
 	StartedAt             time.Time    `json:"startedAt"`
 	// Pacing shows the window, canaries and per-domain in-flight counts of a paced rollout.
 	Pacing *PacingStatus `json:"pacing,omitempty"`
+	// Gate is the metric gate's state (gates.prometheus); nil without one.
+	Gate *GateState `json:"gate,omitempty"`
 }
 
 // SetParallelismRequest is the input of the setParallelism update.

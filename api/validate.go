@@ -48,6 +48,7 @@ func (r RolloutRequest) Problems() []*FieldError {
 	}
 	r.Maintenance.check(&ps)
 	r.checkTaints(&ps)
+	r.Gates.check(&ps)
 	if s.ContinueAsNewAfter < 1 {
 		ps.add("continueAsNewAfter", "must be positive", "omit it for the default")
 	}

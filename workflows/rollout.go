@@ -112,6 +112,7 @@ type rollout struct {
 
 	cluster      api.Cluster
 	clusterSlots *clusterSlots // the cluster-wide budget's slots; nil without one
+	gate         *metricGate   // gates.prometheus; nil without one
 
 	// children waits on the children that started without waiting; nil in runs before
 	// versionChildCollector and where a cluster-wide budget makes every node wait for a slot.
@@ -122,6 +123,11 @@ type rollout struct {
 func (r *rollout) restore(ctx workflow.Context, carried *api.Progress) {
 	r.waiting = map[string]bool{}
 	r.freed = map[string]bool{}
+	var carriedGate *api.GateState
+	if carried != nil {
+		carriedGate = carried.Gate
+	}
+	r.gate = newMetricGate(ctx, r.settings.MetricGate, carriedGate)
 	if carried != nil {
 		r.progress = *carried
 		r.pacer = newPacer(r.settings.Pacing, carried.Pacing)
@@ -184,6 +190,8 @@ func (r *rollout) run(ctx workflow.Context) (api.RolloutResult, error) {
 	if err := r.checkMaintenanceWindow(ctx); err != nil {
 		return api.RolloutResult{}, err
 	}
+	r.watchMetricGate(ctx)
+	defer r.stopMetricGate()
 	if stop, res, err := r.runCanaries(ctx); stop {
 		return res, err
 	}
@@ -230,6 +238,10 @@ func (r *rollout) run(ctx workflow.Context) (api.RolloutResult, error) {
 	handOver, err := r.drain(ctx, continueAsNew, listErr == nil)
 	if err != nil {
 		return r.cancelled(ctx)
+	}
+	r.stopMetricGate()
+	if r.gate.broken() {
+		return r.metricGateFailed(ctx)
 	}
 	if listErr != nil {
 		return r.listingFailed(ctx, listErr)
@@ -309,6 +321,7 @@ func (r *rollout) continueAsNew(ctx workflow.Context) (api.RolloutResult, error)
 	progress.Window = r.launchWindow.size
 	progress.Parallelism = r.launchWindow.ceiling
 	progress.ContinuedAsNew++
+	progress.Gate = r.gate.carried()
 	// Listed but unlaunched nodes are listed again after the cursor by the next run, or
 	// (pacing) carried as they are.
 	progress.ListingDone = r.progress.ListingDone && len(r.queue) == 0
