@@ -115,12 +115,12 @@ func (a *Activities) PrepareTemplate(ctx context.Context, in PrepareTemplateInpu
 	hash := jobspec.TemplateHash(text)
 	tolerations := job.Spec.Template.Spec.Tolerations
 	if !in.Store {
-		return PreparedTemplate{Template: text, Hash: hash, MaxParallelism: a.policyParallelism(), Tolerations: tolerations}, nil
+		return PreparedTemplate{Template: text, Hash: hash, MaxParallelism: a.policyParallelism(), Tolerations: tolerations, TolerationsRead: true}, nil
 	}
 	if err := a.storeTemplate(ctx, in.Namespace, text, hash); err != nil {
 		return PreparedTemplate{}, err
 	}
-	return PreparedTemplate{Hash: hash, MaxParallelism: a.policyParallelism(), Tolerations: tolerations}, nil
+	return PreparedTemplate{Hash: hash, MaxParallelism: a.policyParallelism(), Tolerations: tolerations, TolerationsRead: true}, nil
 }
 
 func (a *Activities) templateFromConfigMap(ctx context.Context, defaultNamespace string, ref api.TemplateRef) (string, error) {

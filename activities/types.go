@@ -44,8 +44,10 @@ type PreparedTemplate struct {
 	Hash     string `json:"hash"`
 	// MaxParallelism is the worker policy's cap (0: none), for setParallelism while running.
 	MaxParallelism int `json:"maxParallelism,omitempty"`
-	// Tolerations are the template Pod's, for the listing's taint check.
-	Tolerations []corev1.Toleration `json:"tolerations,omitempty"`
+	// Tolerations are the template Pod's, for the listing's taint check; TolerationsRead says
+	// this worker read them (a result recorded before the check has neither, and checks none).
+	Tolerations     []corev1.Toleration `json:"tolerations,omitempty"`
+	TolerationsRead bool                `json:"tolerationsRead,omitempty"`
 }
 
 // ListNodesInput selects nodes: Names (explicit) or Selector/FieldSelector (exactly one of

@@ -2,7 +2,6 @@ package workflows
 
 import (
 	"fmt"
-	"maps"
 	"slices"
 	"sort"
 	"strings"
@@ -162,7 +161,11 @@ func (r *rollout) listCanaries(ctx workflow.Context) error {
 	keepOwn := func(p *activities.ListNodesResult) {
 		p.Nodes = slices.DeleteFunc(p.Nodes, func(n string) bool { return !inRequest[n] })
 		p.Done = slices.DeleteFunc(p.Done, func(n string) bool { return !inRequest[n] })
-		maps.DeleteFunc(p.Untolerated, func(n, _ string) bool { return !inRequest[n] })
+		for _, n := range workflow.DeterministicKeys(p.Untolerated) {
+			if !inRequest[n] {
+				delete(p.Untolerated, n)
+			}
+		}
 	}
 	if ownNodes {
 		inRequest = map[string]bool{}

@@ -169,7 +169,7 @@ func (r *rollout) prepare(ctx workflow.Context) error {
 		r.progress.Template = ""
 	}
 	r.progress.MaxParallelism = prepared.MaxParallelism
-	r.progress.TaintCheck = r.taintCheck(prepared.Tolerations)
+	r.progress.TaintCheck = r.taintCheck(prepared)
 	memo := map[string]any{"templateHash": prepared.Hash, "namespace": r.settings.Namespace}
 	if r.req.NodeSelector != "" {
 		memo["nodeSelector"] = r.req.NodeSelector

@@ -1,8 +1,7 @@
 package workflows
 
 import (
-	corev1 "k8s.io/api/core/v1"
-
+	"github.com/noderollout/noderollout/activities"
 	"github.com/noderollout/noderollout/api"
 )
 
@@ -12,12 +11,14 @@ import (
 // lists it.
 
 // taintCheck is what the listings check taints with, from the prepared template's
-// tolerations; nil when the request says taints: ignore.
-func (r *rollout) taintCheck(tolerations []corev1.Toleration) *api.TaintCheck {
-	if r.settings.IgnoreTaints {
+// tolerations; nil when the request says taints: ignore, or when the preparation was
+// recorded by a worker from before the check (a rollout under way at the upgrade goes on as
+// it began, its template's tolerations unknown).
+func (r *rollout) taintCheck(prepared activities.PreparedTemplate) *api.TaintCheck {
+	if r.settings.IgnoreTaints || !prepared.TolerationsRead {
 		return nil
 	}
-	return &api.TaintCheck{Tolerations: tolerations, OwnKeys: r.ownTaintKeys()}
+	return &api.TaintCheck{Tolerations: prepared.Tolerations, OwnKeys: r.ownTaintKeys()}
 }
 
 // ownTaintKeys are the taint keys the request puts on nodes itself: they never keep a node

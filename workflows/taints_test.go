@@ -31,6 +31,12 @@ func taintedNode(name string, unschedulable bool, taints ...corev1.Taint) *corev
 // runTaintedFleet runs req over taintedFleet with the real listing on a fake cluster, and
 // returns the nodes whose child ran and the rollout's result.
 func runTaintedFleet(t *testing.T, req api.RolloutRequest) ([]string, api.RolloutResult) {
+	return runTaintedFleetPrepared(t, req, true)
+}
+
+// runTaintedFleetPrepared is runTaintedFleet whose preparation says whether it read the
+// template's tolerations (false: as a worker from before the check recorded it).
+func runTaintedFleetPrepared(t *testing.T, req api.RolloutRequest, tolerationsRead bool) ([]string, api.RolloutResult) {
 	t.Helper()
 	kube := fake.NewSimpleClientset(
 		taintedNode("node-cordoned", true, corev1.Taint{Key: jobspec.UnschedulableTaintKey, Effect: corev1.TaintEffectNoSchedule}),
@@ -41,7 +47,7 @@ func runTaintedFleet(t *testing.T, req api.RolloutRequest) ([]string, api.Rollou
 	cluster := activities.New(kube)
 	env, a := newTestEnv(nil)
 	jobsOutlastTheWatch(env)
-	env.OnActivity(a.PrepareTemplate, mock.Anything, mock.Anything).Return(activities.PreparedTemplate{Hash: "h",
+	env.OnActivity(a.PrepareTemplate, mock.Anything, mock.Anything).Return(activities.PreparedTemplate{Hash: "h", TolerationsRead: tolerationsRead,
 		Tolerations: []corev1.Toleration{{Key: "dedicated", Operator: corev1.TolerationOpEqual, Value: "infra", Effect: corev1.TaintEffectNoExecute}}}, nil)
 	env.OnActivity(a.ListNodes, mock.Anything, mock.Anything).Return(cluster.ListNodes)
 	var mu sync.Mutex
@@ -96,6 +102,14 @@ func TestTaintsIgnoreRunsEveryNode(t *testing.T) {
 	req := request(taintedFleet()...)
 	req.Taints = api.TaintsIgnore
 	ran, res := runTaintedFleet(t, req)
+	require.Equal(t, taintedFleet(), ran)
+	require.Equal(t, 0, res.Counts.Skipped)
+}
+
+// A rollout whose template was prepared before the check (its recorded preparation says
+// nothing of tolerations) goes on as it began: no node is skipped for a taint.
+func TestRolloutPreparedBeforeTheTaintCheckChecksNoTaints(t *testing.T) {
+	ran, res := runTaintedFleetPrepared(t, request(taintedFleet()...), false)
 	require.Equal(t, taintedFleet(), ran)
 	require.Equal(t, 0, res.Counts.Skipped)
 }
