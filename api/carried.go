@@ -29,6 +29,8 @@ type Progress struct {
 	// WaitingNodes are the nodes another rollout held when the previous run handed them over
 	// (versionHandOverWaiting); this run waits for them first.
 	WaitingNodes []PacedNode `json:"waitingNodes,omitempty"`
+	// Converge is a converging rollout's state (mode: converge).
+	Converge *ConvergeProgress `json:"converge,omitempty"`
 }
 
 // PacingProgress is the pacing state carried across continue-as-new.

@@ -132,6 +132,8 @@ type RolloutStatus struct {
 	StartedAt             time.Time    `json:"startedAt"`
 	// Pacing shows the window, canaries and per-domain in-flight counts of a paced rollout.
 	Pacing *PacingStatus `json:"pacing,omitempty"`
+	// Converge is set while a converging rollout keeps its nodes at its template.
+	Converge *ConvergeStatus `json:"converge,omitempty"`
 }
 
 // SetParallelismRequest is the input of the setParallelism update.
