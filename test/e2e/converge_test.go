@@ -175,9 +175,9 @@ func TestConvergeIdleRolloutAddsNoEvents(t *testing.T) {
 	require.Equal(t, startEvents, endEvents, "an idle converging rollout adds no event (no timer, activity or signal)")
 }
 
-// temporalActions is the dev server's action counter (its billable actions), summed over
-// action types, or -1 when its metrics cannot be read.
-func temporalActions(t *testing.T) float64 {
+// temporalActions is the dev server's action counter (its billable actions) by action type,
+// or nil when its metrics cannot be read.
+func temporalActions(t *testing.T) map[string]float64 {
 	port := os.Getenv("TEMPORAL_METRICS_PORT")
 	if port == "" {
 		port = "7244" // dev/lib.sh's default
@@ -185,22 +185,26 @@ func temporalActions(t *testing.T) float64 {
 	resp, err := http.Get("http://127.0.0.1:" + port + "/metrics")
 	if err != nil {
 		t.Logf("reading the dev server's metrics: %v", err)
-		return -1
+		return nil
 	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(resp.Body)
 	if err != nil {
-		return -1
+		return nil
 	}
-	sum := 0.0
+	out := map[string]float64{}
 	for _, line := range strings.Split(string(b), "\n") {
-		if !strings.HasPrefix(line, "action{") && !strings.HasPrefix(line, "action ") {
+		if !strings.HasPrefix(line, "action{") {
 			continue
+		}
+		kind := "?"
+		if _, rest, ok := strings.Cut(line, `action_type="`); ok {
+			kind, _, _ = strings.Cut(rest, `"`)
 		}
 		fields := strings.Fields(line)
 		if v, err := strconv.ParseFloat(fields[len(fields)-1], 64); err == nil {
-			sum += v
+			out[kind] += v
 		}
 	}
-	return sum
+	return out
 }
