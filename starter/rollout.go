@@ -320,8 +320,8 @@ func (a *app) startRollout() error {
 	run, err := tc.ExecuteWorkflow(a.ctx, a.startOptions(id, req), api.RolloutWorkflow, req)
 	var already *serviceerror.WorkflowExecutionAlreadyStarted
 	if errors.As(err, &already) && req.Converging() {
-		if d, derr := tc.DescribeWorkflowExecution(a.ctx, id, ""); derr == nil &&
-			d.GetWorkflowExecutionInfo().GetStatus() == enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {
+		if d, derr := tc.DescribeWorkflow(a.ctx, id, ""); derr == nil &&
+			d.RawResponse.GetWorkflowExecutionInfo().GetStatus() == enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {
 			return a.replaceConverging(tc, id, req)
 		}
 	}

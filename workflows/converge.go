@@ -258,7 +258,7 @@ func (r *rollout) carryConverge(p *api.Progress) {
 	}
 	carried := c.ConvergeProgress
 	changed := map[string]bool{}
-	for n := range c.changed {
+	for _, n := range workflow.DeterministicKeys(c.changed) {
 		changed[n] = true
 	}
 	if r.progress.ListingDone {

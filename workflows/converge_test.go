@@ -175,8 +175,8 @@ func told(env *testsuite.TestWorkflowEnvironment, nodes ...string) {
 
 // runConverge runs the request run after run (continue-as-new starts the next in a fresh
 // environment, at the time the last ended) with the steps at their times, and returns how many
-// runs it took, the last run's error and the request it ran.
-func (c *convergeCluster) runConverge(t *testing.T, req api.RolloutRequest, start time.Time, steps []convergeStep) (runs int, final error, last api.RolloutRequest) {
+// runs it took, the request the last one ran and its error.
+func (c *convergeCluster) runConverge(t *testing.T, req api.RolloutRequest, start time.Time, steps []convergeStep) (runs int, last api.RolloutRequest, final error) {
 	t.Helper()
 	var carried *api.Progress
 	now := start
@@ -202,7 +202,7 @@ func (c *convergeCluster) runConverge(t *testing.T, req api.RolloutRequest, star
 		err := env.GetWorkflowError()
 		var can *workflow.ContinueAsNewError
 		if !errors.As(err, &can) {
-			return runs, err, req
+			return runs, req, err
 		}
 		carried = nil
 		require.NoError(t, converterFromEnv().FromPayloads(can.Input, &req, &carried))
@@ -254,7 +254,7 @@ func TestConvergeRunsNodesJoiningAtEveryStepAcrossContinueAsNew(t *testing.T) {
 	for _, n := range burst {
 		joined[n] = 3 * time.Hour
 	}
-	runs, err, _ := c.runConverge(t, req, start, steps)
+	runs, _, err := c.runConverge(t, req, start, steps)
 	require.Error(t, err, "aborted")
 	require.Greater(t, runs, 3, "the rollout continued as new several times")
 	require.Empty(t, c.problems)
@@ -280,7 +280,7 @@ func TestConvergeJoinedNodeWaitsForTheWindow(t *testing.T) {
 		{at: 3 * time.Hour, do: func(env *testsuite.TestWorkflowEnvironment) { c.join("late", "z1"); told(env, "late") }},
 		abortAt(30 * time.Hour),
 	}
-	_, err, _ := c.runConverge(t, req, start, steps)
+	_, _, err := c.runConverge(t, req, start, steps)
 	require.Error(t, err)
 	require.Len(t, c.runs["late"], 1)
 	created := c.runs["late"][0].created
@@ -309,7 +309,7 @@ func TestConvergeJoinedNodesKeepParallelismAndDomains(t *testing.T) {
 		}},
 		abortAt(20 * time.Hour),
 	}
-	_, err, _ := c.runConverge(t, req, time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC), steps)
+	_, _, err := c.runConverge(t, req, time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC), steps)
 	require.Error(t, err)
 	require.Empty(t, c.problems)
 	for _, n := range names {
@@ -339,7 +339,7 @@ func TestConvergeFailureBudgetHoldsForJoinedNodes(t *testing.T) {
 		}},
 		abortAt(20 * time.Hour),
 	}
-	_, err, _ := c.runConverge(t, req, time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC), steps)
+	_, _, err := c.runConverge(t, req, time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC), steps)
 	require.ErrorContains(t, err, "over the budget")
 	started := len(c.runs["f1"]) + len(c.runs["f2"]) + len(c.runs["f3"])
 	require.Equal(t, 2, started, "the second failure spends the budget of 1: the third joined node never starts")
@@ -357,7 +357,7 @@ func TestConvergeDeselectedNodeGetsOnDeselectOnce(t *testing.T) {
 		{at: 2 * time.Hour, do: func(env *testsuite.TestWorkflowEnvironment) { told(env, "a1", "a0") }},
 		abortAt(3 * time.Hour),
 	}
-	_, err, _ := c.runConverge(t, req, time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC), steps)
+	_, _, err := c.runConverge(t, req, time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC), steps)
 	require.Error(t, err)
 	main := "h-" + fmt.Sprint(len(sampleTemplate))
 	require.Equal(t, []string{main, "d"}, c.runsOf("a1"), "the template, then the uninstall once")
@@ -389,7 +389,7 @@ func TestConvergeReplacementHandsOverWithoutRunningANodeTwiceAtOnce(t *testing.T
 		}},
 		abortAt(10 * time.Hour),
 	}
-	runs, err, last := c.runConverge(t, req, time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC), steps)
+	runs, last, err := c.runConverge(t, req, time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC), steps)
 	require.Error(t, err)
 	require.Equal(t, 2, runs, "one hand-over")
 	require.Equal(t, next.JobTemplate, last.JobTemplate)

@@ -161,9 +161,9 @@ func TestConvergeIdleRolloutAddsNoEvents(t *testing.T) {
 		return st.Phase == "converging" && st.Converge != nil && st.Converge.AtTemplate == 3 && st.Converge.Pending == 0
 	})
 	events := func() int64 {
-		d, err := stack.Temporal.DescribeWorkflowExecution(ctx, run.GetID(), "")
+		d, err := stack.Temporal.DescribeWorkflow(ctx, run.GetID(), "")
 		require.NoError(t, err)
-		return d.GetWorkflowExecutionInfo().GetHistoryLength()
+		return d.RawResponse.GetWorkflowExecutionInfo().GetHistoryLength()
 	}
 	startEvents := events()
 	startActions := temporalActions(t)
