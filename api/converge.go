@@ -55,6 +55,8 @@ type ConvergeProgress struct {
 	// AtTemplate is how many selected nodes were at the template when last counted.
 	AtTemplate int       `json:"atTemplate"`
 	LastChange time.Time `json:"lastChange,omitempty"`
+	// RetryAt are the failed nodes to run again (retryFailedAfter), by when.
+	RetryAt map[string]time.Time `json:"retryAt,omitempty"`
 	// Replacement is the request this rollout hands over to once its nodes in flight end.
 	Replacement *RolloutRequest `json:"replacement,omitempty"`
 }
@@ -65,6 +67,14 @@ type ConvergeStatus struct {
 	Pending    int       `json:"pending"`
 	LastChange time.Time `json:"lastChange,omitempty"`
 	Replacing  bool      `json:"replacing,omitempty"`
+}
+
+// retryFailedAfterField bounds retryFailedAfter: at least a minute, at most 30 days.
+var retryFailedAfterField = durationField{"retryFailedAfter", 0, time.Minute, 30 * 24 * time.Hour}
+
+// RetryFailedAfterDuration is retryFailedAfter's duration; 0 when unset (never retry).
+func (r RolloutRequest) RetryFailedAfterDuration() time.Duration {
+	return retryFailedAfterField.read(r.RetryFailedAfter)
 }
 
 // Converging says the request asks for converge mode.
@@ -85,6 +95,12 @@ func (r RolloutRequest) checkConverge(ps *problems) {
 		}
 		if r.DryRun {
 			ps.add("mode", "converge with dryRun: a dry run lists the nodes once", "omit mode for a dry run")
+		}
+	}
+	if r.RetryFailedAfter != "" {
+		retryFailedAfterField.check(ps, r.RetryFailedAfter)
+		if !r.Converging() {
+			ps.add("retryFailedAfter", "is set without mode: converge; a rollout that runs once retries nothing", "set mode: converge, or remove retryFailedAfter")
 		}
 	}
 	d := r.OnDeselect

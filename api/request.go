@@ -71,6 +71,9 @@ type RolloutRequest struct {
 	Mode string `json:"mode,omitempty"`
 	// OnDeselect is the Job a converging rollout runs once on a node that leaves its selector.
 	OnDeselect *DeselectJob `json:"onDeselect,omitempty"`
+	// RetryFailedAfter runs a converging rollout's failed or timed-out node again this long
+	// after it failed (default: never).
+	RetryFailedAfter string `json:"retryFailedAfter,omitempty"`
 
 	// legacyProgress is the continue-as-new state that runs before the "field-guarantees"
 	// version carried inside the request as "progress". Only a continued run may hold it: a

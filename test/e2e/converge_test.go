@@ -5,6 +5,7 @@ package e2e
 import (
 	"context"
 	"io"
+	"maps"
 	"net/http"
 	"os"
 	"slices"
@@ -165,8 +166,17 @@ func TestConvergeIdleRolloutAddsNoEvents(t *testing.T) {
 		require.NoError(t, err)
 		return d.RawResponse.GetWorkflowExecutionInfo().GetHistoryLength()
 	}
+	// The server reports its counters with a delay: wait until the queries above and the
+	// first pass's last tasks are counted (10 s without a change) before the idle time starts.
+	prev, changedAt := temporalActions(t), time.Now()
+	waitFor(t, 2*time.Minute, "the server's action counter to settle", func() bool {
+		if cur := temporalActions(t); !maps.Equal(cur, prev) {
+			prev, changedAt = cur, time.Now()
+		}
+		return time.Since(changedAt) >= 10*time.Second
+	})
 	startEvents := events()
-	startActions := temporalActions(t)
+	startActions := prev
 	time.Sleep(idle) // the measurement itself: nothing is awaited, time passes
 	endEvents := events()
 	endActions := temporalActions(t)
