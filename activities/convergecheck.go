@@ -26,7 +26,10 @@ type CheckNodesInput struct {
 	DeselectHash  string   `json:"deselectHash,omitempty"` // "" without onDeselect
 	Names         []string `json:"names,omitempty"`
 	Resync        bool     `json:"resync,omitempty"`
-	Labels        []string `json:"labels,omitempty"` // label keys whose values the result reports
+	// Retry are failed nodes due to run again (retryFailedAfter): run while their marker
+	// still says this template failed there.
+	Retry  []string `json:"retry,omitempty"`
+	Labels []string `json:"labels,omitempty"` // label keys whose values the result reports
 }
 
 // CheckNodesResult is what a converging rollout does next.
@@ -101,8 +104,15 @@ func (a *Activities) CheckNodes(ctx context.Context, in CheckNodesInput) (CheckN
 		return labelSel.Matches(labels.Set(n.Labels)) && fieldSel.Matches(nodeFields(n))
 	}
 	var res CheckNodesResult
+	retry := map[string]bool{}
+	for _, n := range in.Retry {
+		retry[n] = true
+	}
 	judge := func(n *corev1.Node) {
 		v := ConvergeVerdict(n, selected(n), in.Rollout, in.TemplateHash, in.DeselectHash)
+		if retry[n.Name] && selected(n) && nodeReady(n) && failedHere(n, in.Rollout, in.TemplateHash) {
+			v = verdictRun
+		}
 		switch {
 		case v.NeedsRun():
 			res.Run = append(res.Run, n.Name)
@@ -146,9 +156,9 @@ func (a *Activities) CheckNodes(ctx context.Context, in CheckNodesInput) (CheckN
 		opts.Continue = page.Continue
 	}
 	if in.Resync {
-		return res, nil
+		return res, nil // every Node was judged, the retried ones with them
 	}
-	nodes, err := a.getNodes(ctx, in.Names)
+	nodes, err := a.getNodes(ctx, append(slices.Clone(in.Names), in.Retry...))
 	if err != nil {
 		return CheckNodesResult{}, err
 	}
@@ -156,6 +166,20 @@ func (a *Activities) CheckNodes(ctx context.Context, in CheckNodesInput) (CheckN
 		judge(n)
 	}
 	return res, nil
+}
+
+// failedHere says the node's marker records that this template failed (or timed out, or
+// its maintenance failed) there.
+func failedHere(n *corev1.Node, rollout, hash string) bool {
+	h, outcome, ok := jobspec.ParseNodeMarker(n.Annotations[jobspec.NodeMarkerKey(rollout)])
+	if !ok || !jobspec.SameTemplateHash(h, hash) {
+		return false
+	}
+	switch api.Outcome(outcome) {
+	case api.OutcomeFailed, api.OutcomeTimedOut, api.OutcomeDrainTimedOut, api.OutcomeUnhealthy:
+		return true
+	}
+	return false
 }
 
 // getNodes reads the named Nodes that exist, in name order, a few at a time.

@@ -65,6 +65,12 @@ func TestCheckNodesSaysWhatAConvergingRolloutOwes(t *testing.T) {
 	require.Equal(t, res.Run, resynced.Run, "a resync finds the same among every node")
 	require.Equal(t, res.Deselect, resynced.Deselect)
 
+	in.Resync, in.Names, in.Retry = false, []string{"new"}, []string{"failed", "done"}
+	res, err = a.CheckNodes(context.Background(), in)
+	require.NoError(t, err)
+	require.Equal(t, []string{"failed", "new"}, res.Run, "a failed node due for its retry runs; a succeeded one does not")
+
+	in.Retry = nil
 	in.DeselectHash = ""
 	res, err = a.CheckNodes(context.Background(), in)
 	require.NoError(t, err)

@@ -33,7 +33,9 @@ func TestConvergeProblemsNameTheFieldAndTheFix(t *testing.T) {
 		"onDeselect both": {func(r *RolloutRequest) {
 			r.OnDeselect = &DeselectJob{JobTemplate: "u", JobTemplateRef: &TemplateRef{Name: "u"}}
 		}, "onDeselect.jobTemplate", "not both"},
-		"onDeselect ref name": {func(r *RolloutRequest) { r.OnDeselect = &DeselectJob{JobTemplateRef: &TemplateRef{}} }, "onDeselect.jobTemplateRef.name", "name the ConfigMap"},
+		"retry without converge": {func(r *RolloutRequest) { r.Mode, r.RetryFailedAfter = "", "1h" }, "retryFailedAfter", "set mode: converge"},
+		"retry too soon":         {func(r *RolloutRequest) { r.RetryFailedAfter = "10s" }, "retryFailedAfter", "write it like"},
+		"onDeselect ref name":    {func(r *RolloutRequest) { r.OnDeselect = &DeselectJob{JobTemplateRef: &TemplateRef{}} }, "onDeselect.jobTemplateRef.name", "name the ConfigMap"},
 	} {
 		req := base()
 		c.edit(&req)

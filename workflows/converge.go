@@ -2,6 +2,7 @@ package workflows
 
 import (
 	"fmt"
+	"time"
 
 	"go.temporal.io/sdk/workflow"
 
@@ -48,6 +49,9 @@ func (r *rollout) startConverge(ctx workflow.Context, carried *api.Progress) err
 		// Once the first pass ends, one look at every node counts those at the template and
 		// catches any that joined behind the listing's cursor.
 		c.Resync = true
+	}
+	if c.RetryAt == nil {
+		c.RetryAt = map[string]time.Time{}
 	}
 	r.conv = c
 	c.signals = workflow.GetSignalChannel(ctx, api.SignalNodesChanged)
@@ -123,15 +127,33 @@ func (r *rollout) converging() bool { return r.conv != nil }
 // replacing says a new request replaces this rollout: no node starts any more.
 func (r *rollout) replacing() bool { return r.conv != nil && r.conv.Replacement != nil }
 
-// awaitChanges waits for nodes to change, checks them and queues those that need a run. stop
-// says the rollout is being replaced (or no node may start): the caller drains.
+// awaitChanges waits for nodes to change (or, with retryFailedAfter, for a failed node's
+// retry to be due: the only timer converge mode sets), checks them and queues those that need
+// a run. stop says the rollout is being replaced (or no node may start): the caller drains.
 func (r *rollout) awaitChanges(ctx workflow.Context) (stop bool, err error) {
 	c := r.conv
-	err = workflow.Await(ctx, func() bool {
+	told := func() bool {
 		return len(c.changed) > 0 || c.Resync || c.Replacement != nil || r.rolloutRefusal(ctx).final
-	})
-	if err == nil {
-		err = ctx.Err()
+	}
+	var due []string
+	for {
+		if due = c.dueRetries(workflow.Now(ctx)); len(due) > 0 {
+			break
+		}
+		// A node that fails meanwhile sets a retry: the wait starts again with its time.
+		retries := len(c.RetryAt)
+		woken := func() bool { return told() || len(c.RetryAt) != retries }
+		if next, ok := c.nextRetry(); ok {
+			_, err = workflow.AwaitWithTimeout(ctx, next.Sub(workflow.Now(ctx)), woken)
+		} else {
+			err = workflow.Await(ctx, woken)
+		}
+		if err == nil {
+			err = ctx.Err()
+		}
+		if err != nil || told() {
+			break
+		}
 	}
 	if err != nil {
 		return false, err
@@ -139,13 +161,40 @@ func (r *rollout) awaitChanges(ctx workflow.Context) (stop bool, err error) {
 	if c.Replacement != nil || r.rolloutRefusal(ctx).final {
 		return true, nil
 	}
-	return false, r.checkChanged(ctx)
+	if due = c.dueRetries(workflow.Now(ctx)); len(due) > 0 {
+		for _, n := range due {
+			delete(c.RetryAt, n)
+		}
+	}
+	return false, r.checkChanged(ctx, due)
+}
+
+// nextRetry is when the earliest failed node is due to run again.
+func (c *convergeState) nextRetry() (time.Time, bool) {
+	var next time.Time
+	for _, n := range workflow.DeterministicKeys(c.RetryAt) {
+		if at := c.RetryAt[n]; next.IsZero() || at.Before(next) {
+			next = at
+		}
+	}
+	return next, !next.IsZero()
+}
+
+// dueRetries are the failed nodes whose retry is due at now.
+func (c *convergeState) dueRetries(now time.Time) []string {
+	var due []string
+	for _, n := range workflow.DeterministicKeys(c.RetryAt) {
+		if !c.RetryAt[n].After(now) {
+			due = append(due, n)
+		}
+	}
+	return due
 }
 
 // checkChanged runs CheckNodes over the nodes told of and queues those it says to run. A node
 // in flight or queued already is left alone: the end of its run writes its marker, which the
 // Node watch reads, and tells again if the node still needs something.
-func (r *rollout) checkChanged(ctx workflow.Context) error {
+func (r *rollout) checkChanged(ctx workflow.Context, retry []string) error {
 	c := r.conv
 	names := workflow.DeterministicKeys(c.changed)
 	resync := c.Resync
@@ -162,6 +211,7 @@ func (r *rollout) checkChanged(ctx workflow.Context) error {
 		DeselectHash:  c.DeselectHash,
 		Names:         names,
 		Resync:        resync,
+		Retry:         retry,
 		Labels:        r.settings.Pacing.LabelKeys(),
 	}).Get(ctx, &res)
 	c.checking = false
@@ -174,6 +224,9 @@ func (r *rollout) checkChanged(ctx workflow.Context) error {
 				c.changed[n] = true
 			}
 			c.Resync = c.Resync || resync
+			for _, n := range retry {
+				c.RetryAt[n] = workflow.Now(ctx)
+			}
 		}
 		return asWorkflowError(err)
 	}
@@ -220,6 +273,15 @@ func (r *rollout) checkChanged(ctx workflow.Context) error {
 	return nil
 }
 
+// retriedOutcome says an outcome is a failure that retryFailedAfter runs again.
+func retriedOutcome(o api.Outcome) bool {
+	switch o {
+	case api.OutcomeFailed, api.OutcomeTimedOut, api.OutcomeDrainTimedOut, api.OutcomeUnhealthy:
+		return true
+	}
+	return false
+}
+
 // templateHashOf is the template a node's child runs: onDeselect's for a node that left the
 // selector, else the rollout's.
 func (r *rollout) templateHashOf(node string) string {
@@ -229,8 +291,9 @@ func (r *rollout) templateHashOf(node string) string {
 	return r.progress.TemplateHash
 }
 
-// convergeSettled notes a node whose turn ended.
-func (r *rollout) convergeSettled(node string, end nodeEnd) {
+// convergeSettled notes a node whose turn ended; a failed one is due again after
+// retryFailedAfter, when set.
+func (r *rollout) convergeSettled(ctx workflow.Context, node string, end nodeEnd) {
 	c := r.conv
 	if c == nil {
 		return
@@ -245,6 +308,9 @@ func (r *rollout) convergeSettled(node string, end nodeEnd) {
 	if end.started && end.result.Outcome == api.OutcomeSucceeded && r.progress.ListingDone {
 		c.AtTemplate++
 		c.LastChange = end.result.FinishedAt
+	}
+	if d := r.req.RetryFailedAfterDuration(); d > 0 && end.started && retriedOutcome(end.result.Outcome) {
+		c.RetryAt[node] = workflow.Now(ctx).Add(d)
 	}
 }
 

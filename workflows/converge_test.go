@@ -429,3 +429,38 @@ func TestConvergeIdleRolloutSchedulesNoTimer(t *testing.T) {
 	require.Zero(t, timers, "a month idle, no timer")
 	require.True(t, slices.Equal([]string{"h-" + fmt.Sprint(len(sampleTemplate))}, c.runsOf("a0")))
 }
+
+// retryFailedAfter runs a failed node again that long after it failed, and not before; without
+// it a failed node stands. The retry is the one timer converge mode sets.
+func TestConvergeRetriesAFailedNodeAfterRetryFailedAfter(t *testing.T) {
+	for _, retry := range []string{"", "2h"} {
+		c := newConvergeCluster(t)
+		c.join("a0", "z1")
+		c.failing["f"] = true
+		req := convergeRequest()
+		req.MaxFailures = "1"
+		req.RetryFailedAfter = retry
+		steps := []convergeStep{
+			{at: time.Hour, do: func(env *testsuite.TestWorkflowEnvironment) { c.join("f", "z1"); told(env, "f") }},
+			// Fixed after its failure; told of nothing, the rollout only has its retry to go by.
+			{at: 90 * time.Minute, do: func(*testsuite.TestWorkflowEnvironment) {
+				c.mu.Lock()
+				c.failing["f"] = false
+				c.mu.Unlock()
+			}},
+			abortAt(10 * time.Hour),
+		}
+		start := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
+		_, _, err := c.runConverge(t, req, start, steps)
+		require.Error(t, err)
+		require.Empty(t, c.problems)
+		if retry == "" {
+			require.Len(t, c.runs["f"], 1, "without retryFailedAfter the failure stands")
+			continue
+		}
+		require.Len(t, c.runs["f"], 2, "failed, then retried once and succeeded")
+		failedAt := c.runs["f"][0].end
+		require.Equal(t, failedAt.Add(2*time.Hour), c.runs["f"][1].created, "retried 2h after it failed")
+		require.Equal(t, []string{"h-" + fmt.Sprint(len(sampleTemplate))}, c.runsOf("a0"))
+	}
+}

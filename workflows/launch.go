@@ -76,7 +76,7 @@ func (r *rollout) settle(ctx workflow.Context, node string, end nodeEnd) {
 		r.pacer.release(node)
 	}
 	r.pacer.forget(node)
-	r.convergeSettled(node, end)
+	r.convergeSettled(ctx, node, end)
 	if end.started {
 		r.record(ctx, end.result)
 	} else {

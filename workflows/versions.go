@@ -214,7 +214,7 @@ var ledger = []change{
 		id: versionConverge, workflow: "Rollout", since: "converge branch (2026-12-02)",
 		what: []string{
 			"never taken: no rollout converged before it (mode: converge is refused by older workers as an unknown field)",
-			"mode: converge: after the first pass the run waits for nodes-changed signals, checks those nodes (CheckNodes) and runs them through the admission point; onDeselect; replace hands over by continue-as-new",
+			"mode: converge: after the first pass the run waits for nodes-changed signals, checks those nodes (CheckNodes) and runs them through the admission point; onDeselect; retryFailedAfter (a timer for the earliest due retry); replace hands over by continue-as-new",
 		},
 		asked:     "only by a converging rollout, once its template is prepared",
 		covered:   "no fixture reaches the path; TestConvergeRunsNodesJoiningAtEveryStepAcrossContinueAsNew and TestConvergeReplacementHandsOverWithoutRunningANodeTwiceAtOnce run version 1",
