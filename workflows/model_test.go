@@ -93,7 +93,10 @@ type modelNode struct {
 	// is wiped at driftAt (0: never), which the rollout must run again.
 	joinAt, driftAt time.Duration
 	joined          bool
-	drifts          int // drifts that came after a run of it ended
+	drifts          int    // drifts that came after a run of it ended
+	wiped           bool   // its marker was wiped since its last run ended
+	failedRuns      int    // runs that ended failed (retryFailedAfter runs them again)
+	markerBefore    string // the marker when its last run began (an aborted run may leave it)
 	jobTakes        time.Duration
 	jobFails        bool
 	unhealthy       bool // fails its health gate
@@ -274,6 +277,9 @@ func (m *model) makeConverge() {
 	}
 	if c := m.req.Canary; c != nil && len(c.Nodes) == 0 {
 		m.req.Canary = nil
+	}
+	if r.IntN(2) == 0 {
+		m.req.RetryFailedAfter = fmt.Sprintf("%dm", 30+r.IntN(12*60))
 	}
 }
 
@@ -583,6 +589,7 @@ func (m *model) happen(env *testsuite.TestWorkflowEnvironment, i int, e modelEve
 			n.marker = ""
 			if n.runs > 0 && !n.running {
 				n.drifts++
+				n.wiped = true
 			}
 		}
 		m.note("%s: %s at %s", e.node, e.kind, at.Format(time.TimeOnly))
@@ -706,9 +713,10 @@ func (m *model) mockActivities(env *testsuite.TestWorkflowEnvironment) {
 				res.AtTemplate++
 			}
 		}
-		for _, name := range names {
+		for _, name := range append(slices.Clone(names), in.Retry...) {
 			n := m.nodes[name]
-			if n.joined && (n.marker == "" || n.marker == string(api.OutcomeAborted)) && !slices.Contains(res.Run, name) {
+			retry := slices.Contains(in.Retry, name) && failedOutcome(n.marker)
+			if n.joined && (n.marker == "" || n.marker == string(api.OutcomeAborted) || retry) && !slices.Contains(res.Run, name) {
 				res.Run = append(res.Run, name)
 				res.Labels[name] = map[string]string{zoneKey: n.zone}
 			}
@@ -904,7 +912,17 @@ func (m *model) nodeBegins(node string, at time.Time) {
 	if n.running {
 		m.fail("%s: a second node workflow runs while one runs", node)
 	}
-	n.running, n.runs, n.started = true, n.runs+1, at
+	if m.converge && n.runs > 0 && failedOutcome(n.outcome) && !n.wiped {
+		// A failed node runs again only through retryFailedAfter, and not before it.
+		retry := m.req.RetryFailedAfterDuration()
+		switch {
+		case retry == 0:
+			m.fail("%s failed at %s and runs again at %s without retryFailedAfter", node, n.ended, at)
+		case at.Before(n.ended.Add(retry)):
+			m.fail("%s failed at %s and runs again at %s, before retryFailedAfter %s", node, n.ended, at, retry)
+		}
+	}
+	n.running, n.runs, n.started, n.wiped, n.markerBefore = true, n.runs+1, at, false, n.marker
 	m.note("%s: node workflow begins at %s", node, at.Format(time.TimeOnly))
 }
 
@@ -913,11 +931,17 @@ func (m *model) nodeEnds(node string, at time.Time, outcome string) {
 	defer m.mu.Unlock()
 	n := m.nodes[node]
 	n.running, n.ended, n.outcome = false, at, outcome
+	if failedOutcome(outcome) {
+		n.failedRuns++
+	}
 	m.note("%s: node workflow ends %s at %s", node, outcome, at.Format(time.TimeOnly))
 	if n.liveJobs > 0 {
 		m.fail("%s: its node workflow ended (%s) with a Job of ours still there", node, outcome)
 	}
 }
+
+// retries is how many runs of the node retryFailedAfter may have made: one per failed run.
+func (n *modelNode) retries() int { return n.failedRuns }
 
 // failedOutcome says whether an outcome spends the failure budget.
 func failedOutcome(o string) bool {
@@ -1075,8 +1099,8 @@ func (m *model) checkEnd(final error, result api.RolloutResult) {
 	for _, name := range m.order {
 		n := m.nodes[name]
 		switch {
-		case n.runs > 1+n.drifts:
-			m.fail("%s ran %d times (%d drifts after a run)", name, n.runs, n.drifts)
+		case n.runs > 1+n.drifts+n.retries():
+			m.fail("%s ran %d times (%d drifts after a run, %d failed runs retried)", name, n.runs, n.drifts, n.retries())
 		case m.converge && n.joined && n.runs == 0 && !n.done && m.convergedToTheEnd(final):
 			m.fail("%s joined at %v and never ran, though the rollout converged until its end", name, n.joinAt)
 		case m.converge && n.driftAt > 0 && n.marker == "" && m.convergedToTheEnd(final):
@@ -1105,7 +1129,8 @@ func (m *model) checkEnd(final error, result api.RolloutResult) {
 				m.fail("%s ended %s and our cordon was lifted (onFailure %q keeps it)", name, n.outcome, mt.OnFailure)
 			}
 		}
-		if n.runs >= 1 && n.outcome != "" && n.marker != n.outcome && !(n.marker == "" && n.outcome == string(api.OutcomeAborted)) &&
+		if n.runs >= 1 && n.outcome != "" && n.marker != n.outcome &&
+			!(n.outcome == string(api.OutcomeAborted) && (n.marker == "" || n.marker == n.markerBefore)) &&
 			(n.driftAt == 0 || n.ended.After(m.start.Add(n.driftAt))) {
 			m.fail("%s ended %s but its marker says %q", name, n.outcome, n.marker)
 		}
