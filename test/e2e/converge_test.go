@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -217,4 +218,54 @@ func temporalActions(t *testing.T) map[string]float64 {
 		}
 	}
 	return out
+}
+
+// starter start of a running converging rollout's name with a new template hands over: each
+// node runs the new template once its old Job has ended, never both at once.
+func TestConvergeStarterStartReplacesTheTemplate(t *testing.T) {
+	f := NewFleet(t, 3)
+	req := f.Request("converge-replace", time.Second)
+	req.Mode = api.ModeConverge
+	req = withJobTimeout(req)
+	out, code := runStarter(t, "start", "-f", writeRequest(t, req))
+	require.Zero(t, code, out)
+	id := api.RolloutID(req.Name)
+	defer func() { _ = stack.Temporal.CancelWorkflow(context.Background(), id, "") }()
+	ctx := context.Background()
+	markers := func() map[string]string { return f.Markers(t, req.Name) }
+	waitFor(t, 90*time.Second, "the first template on every node", func() bool {
+		for _, m := range markers() {
+			if !strings.HasSuffix(m, ":succeeded") {
+				return false
+			}
+		}
+		return len(markers()) == 3
+	})
+	old := markers()[f.Nodes[0]]
+
+	next := req
+	next.JobTemplate = JobTemplate(2*time.Second, nil)
+	out, code = runStarter(t, "start", "-f", writeRequest(t, next))
+	require.Zero(t, code, out)
+	require.Contains(t, out, "replacing template")
+	waitFor(t, 90*time.Second, "the new template on every node", func() bool {
+		for _, m := range markers() {
+			if m == old || !strings.HasSuffix(m, ":succeeded") {
+				return false
+			}
+		}
+		return true
+	})
+	for node, jobs := range f.Jobs(t, req.Name) {
+		require.Len(t, jobs, 2, "%s: the old template's Job, then the new one's", node)
+		slices.SortFunc(jobs, func(a, b batchv1.Job) int { return a.CreationTimestamp.Compare(b.CreationTimestamp.Time) })
+		ended := jobs[0].Status.CompletionTime
+		require.NotNil(t, ended, "%s: the old Job completed", node)
+		require.False(t, jobs[1].CreationTimestamp.Before(ended), "%s: the new Job was created after the old one ended", node)
+	}
+	v, err := stack.Temporal.QueryWorkflow(ctx, id, "", api.QueryStatus)
+	require.NoError(t, err)
+	var st api.RolloutStatus
+	require.NoError(t, v.Get(&st))
+	require.Equal(t, "converging", st.Phase)
 }
