@@ -53,7 +53,7 @@ func (l *Lineage) verify(ctx context.Context, templateHash string, strict bool) 
 	info := activity.GetInfo(ctx)
 	caller := info.WorkflowExecution
 	if h, ok := l.verified.Load(caller.RunID); ok {
-		return l.sameTemplate(caller.ID, h.(string), templateHash)
+		return l.sameTemplate(caller.ID, h.([]string), templateHash)
 	}
 	refuse := func(format string, args ...any) error {
 		return temporal.NewNonRetryableApplicationError(fmt.Sprintf("workflow %s (%s) may not write to the cluster: ", caller.ID, info.WorkflowType.Name)+
@@ -89,19 +89,25 @@ func (l *Lineage) verify(ctx context.Context, templateHash string, strict bool) 
 	if !listed {
 		return refuse("its parent %s does not list it among its running children", parent.GetWorkflowId())
 	}
-	var rolloutHash string
-	if f := p.GetMemo().GetFields()["templateHash"]; f != nil {
-		_ = json.Unmarshal(f.GetData(), &rolloutHash)
+	// A converging rollout also prepared its onDeselect Job (deselectHash).
+	var rolloutHashes []string
+	for _, key := range []string{"templateHash", "deselectHash"} {
+		var h string
+		if f := p.GetMemo().GetFields()[key]; f != nil {
+			_ = json.Unmarshal(f.GetData(), &h)
+		}
+		rolloutHashes = append(rolloutHashes, h)
 	}
-	l.verified.Store(caller.RunID, rolloutHash)
-	return l.sameTemplate(caller.ID, rolloutHash, templateHash)
+	l.verified.Store(caller.RunID, rolloutHashes)
+	return l.sameTemplate(caller.ID, rolloutHashes, templateHash)
 }
 
 // sameTemplate refuses a node that carries another template than its rollout prepared. A
 // rollout whose memo names no template (none prepared yet, or a memo a run did not carry) is
 // not held against the node: CreateJob still runs only a template under its own hash.
-func (l *Lineage) sameTemplate(node, rolloutHash, templateHash string) error {
-	if templateHash == "" || rolloutHash == "" || rolloutHash == templateHash {
+func (l *Lineage) sameTemplate(node string, rolloutHashes []string, templateHash string) error {
+	rolloutHash := rolloutHashes[0]
+	if templateHash == "" || rolloutHash == "" || slices.Contains(rolloutHashes, templateHash) {
 		return nil
 	}
 	return temporal.NewNonRetryableApplicationError(fmt.Sprintf(

@@ -33,6 +33,8 @@ type Progress struct {
 	TaintCheck *TaintCheck `json:"taintCheck,omitempty"`
 	// Gate is the metric gate's state (gates.prometheus).
 	Gate *GateState `json:"gate,omitempty"`
+	// Converge is a converging rollout's state (mode: converge).
+	Converge *ConvergeProgress `json:"converge,omitempty"`
 }
 
 // PacingProgress is the pacing state carried across continue-as-new.

@@ -71,6 +71,14 @@ type RolloutRequest struct {
 	// ContinueAsNewAfter bounds how many nodes one workflow run launches before it continues
 	// as new, keeping every history short. Rarely worth changing.
 	ContinueAsNewAfter int `json:"continueAsNewAfter,omitempty"`
+	// Mode is once (the default) or converge: keep every selected node at the template until
+	// the rollout is aborted or replaced (converge.go).
+	Mode string `json:"mode,omitempty"`
+	// OnDeselect is the Job a converging rollout runs once on a node that leaves its selector.
+	OnDeselect *DeselectJob `json:"onDeselect,omitempty"`
+	// RetryFailedAfter runs a converging rollout's failed or timed-out node again this long
+	// after it failed (default: never).
+	RetryFailedAfter string `json:"retryFailedAfter,omitempty"`
 
 	// legacyProgress is the continue-as-new state that runs before the "field-guarantees"
 	// version carried inside the request as "progress". Only a continued run may hold it: a

@@ -136,6 +136,8 @@ type RolloutStatus struct {
 	Pacing *PacingStatus `json:"pacing,omitempty"`
 	// Gate is the metric gate's state (gates.prometheus); nil without one.
 	Gate *GateState `json:"gate,omitempty"`
+	// Converge is set while a converging rollout keeps its nodes at its template.
+	Converge *ConvergeStatus `json:"converge,omitempty"`
 }
 
 // SetParallelismRequest is the input of the setParallelism update.

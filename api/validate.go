@@ -53,6 +53,7 @@ func (r RolloutRequest) Problems() []*FieldError {
 		ps.add("continueAsNewAfter", "must be positive", "omit it for the default")
 	}
 	r.checkPacing(&ps)
+	r.checkConverge(&ps)
 	return ps
 }
 

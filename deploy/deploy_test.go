@@ -40,7 +40,7 @@ import (
 // test/e2e/deploy_test.go shows on a real API server that each is needed).
 var WorkerRules = []rbacv1.PolicyRule{
 	{APIGroups: []string{"batch"}, Resources: []string{"jobs"}, Verbs: []string{"create", "delete", "get", "list", "patch", "watch"}},
-	{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"get", "list", "patch"}},
+	{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"get", "list", "patch", "watch"}},
 	{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"list"}},
 	{APIGroups: []string{""}, Resources: []string{"pods/log"}, Verbs: []string{"get"}},
 	{APIGroups: []string{""}, Resources: []string{"namespaces"}, Verbs: []string{"get"}},
@@ -58,7 +58,7 @@ var DrainRules = []rbacv1.PolicyRule{
 
 // NamespacedClusterRules is the ClusterRole in namespaced mode: what cannot be namespaced.
 var NamespacedClusterRules = []rbacv1.PolicyRule{
-	{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"get", "list", "patch"}},
+	{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"get", "list", "patch", "watch"}},
 	{APIGroups: []string{""}, Resources: []string{"namespaces"}, Verbs: []string{"get"}},
 }
 

@@ -129,15 +129,16 @@ type rolloutView struct {
 	Counts       api.Counts `json:"counts"`
 	Waiting      []string   `json:"waiting,omitempty"`
 	// WaitingForClusterSlot and Pacing are what the table shows of a running rollout.
-	WaitingForClusterSlot []string          `json:"waitingForClusterSlot,omitempty"`
-	Pacing                *api.PacingStatus `json:"pacing,omitempty"`
-	Gate                  *api.GateState    `json:"gate,omitempty"`
-	Recent                []api.NodeResult  `json:"recent,omitempty"`
-	Failures              []api.NodeResult  `json:"failures,omitempty"`
-	ContinuedAsNew        int               `json:"continuedAsNew"`
-	StartedAt             time.Time         `json:"startedAt"`
-	FinishedAt            *time.Time        `json:"finishedAt,omitempty"`
-	Error                 string            `json:"error,omitempty"`
+	WaitingForClusterSlot []string            `json:"waitingForClusterSlot,omitempty"`
+	Pacing                *api.PacingStatus   `json:"pacing,omitempty"`
+	Gate                  *api.GateState      `json:"gate,omitempty"`
+	Converge              *api.ConvergeStatus `json:"converge,omitempty"`
+	Recent                []api.NodeResult    `json:"recent,omitempty"`
+	Failures              []api.NodeResult    `json:"failures,omitempty"`
+	ContinuedAsNew        int                 `json:"continuedAsNew"`
+	StartedAt             time.Time           `json:"startedAt"`
+	FinishedAt            *time.Time          `json:"finishedAt,omitempty"`
+	Error                 string              `json:"error,omitempty"`
 	// Requester and Reason come from the memo the starter wrote; empty when started otherwise.
 	Requester string `json:"requester,omitempty"`
 	Reason    string `json:"reason,omitempty"`
@@ -150,7 +151,7 @@ func runningView(id string, st api.RolloutStatus) rolloutView {
 	return rolloutView{
 		WorkflowID: id, Status: "Running", Phase: st.Phase, Name: st.Name, TemplateHash: st.TemplateHash,
 		Parallelism: st.Parallelism, Window: st.Window, Selected: st.Selected, ListingDone: st.ListingDone,
-		Counts: st.Counts, Waiting: st.Waiting, WaitingForClusterSlot: st.WaitingForClusterSlot, Pacing: st.Pacing, Gate: st.Gate,
+		Counts: st.Counts, Waiting: st.Waiting, WaitingForClusterSlot: st.WaitingForClusterSlot, Pacing: st.Pacing, Gate: st.Gate, Converge: st.Converge,
 		Recent: st.Recent, Failures: st.Failures,
 		ContinuedAsNew: st.ContinuedAsNew, StartedAt: st.StartedAt,
 	}
@@ -274,6 +275,9 @@ func printStatus(w io.Writer, st api.RolloutStatus) {
 	fmt.Fprintf(tw, "PENDING\t%d\nRUNNING\t%d\nWAITING\t%d\nSUCCEEDED\t%d\nFAILED\t%d\nTIMED OUT\t%d\nSKIPPED\t%d\nNODE GONE\t%d\n",
 		c.Pending, c.Running, c.Waiting, c.Succeeded, c.Failed, c.TimedOut, c.Skipped, c.NodeGone)
 	fmt.Fprintf(tw, "CONTINUED AS NEW\t%d\n", st.ContinuedAsNew)
+	if st.Converge != nil {
+		fmt.Fprintf(tw, "CONVERGING\t%s\n", convergeLine(st.Converge, st.TemplateHash))
+	}
 	if len(st.Waiting) > 0 {
 		fmt.Fprintf(tw, "WAITING ON\t%s\n", strings.Join(st.Waiting, ", "))
 	}

@@ -319,6 +319,12 @@ func (a *app) startRollout() error {
 	id := a.rolloutID(req.Name)
 	run, err := tc.ExecuteWorkflow(a.ctx, a.startOptions(id, req), api.RolloutWorkflow, req)
 	var already *serviceerror.WorkflowExecutionAlreadyStarted
+	if errors.As(err, &already) && req.Converging() {
+		if d, derr := tc.DescribeWorkflow(a.ctx, id, ""); derr == nil &&
+			d.RawResponse.GetWorkflowExecutionInfo().GetStatus() == enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {
+			return a.replaceConverging(tc, id, req)
+		}
+	}
 	if errors.As(err, &already) {
 		return fmt.Errorf("rollout %s is already running or already completed (workflow %s); use 'starter status %s', or --allow-rerun to run it again", req.Name, id, req.Name)
 	}

@@ -192,6 +192,15 @@ func run(ctx context.Context, cfg config.Config, pol *policy.Policy) error {
 		return fmt.Errorf("starting the fleet worker: %w", err)
 	}
 	defer fleet.Stop()
+	// Converging rollouts (mode: converge) hear of node changes from this watch; its first
+	// list tells each of them to look at all its nodes, which catches what changed while no
+	// worker watched. Without it (RBAC refusing watch on Nodes) they hear of nothing new.
+	nodeWatch := &activities.NodeWatch{Kube: kube, Temporal: tc, TaskQueue: cfg.TaskQueue, Logger: logger}
+	go func() {
+		if err := nodeWatch.Run(informerCtx); err != nil && informerCtx.Err() == nil {
+			logger.Warn("the Node watch did not start: converging rollouts hear of no node changes", "error", err)
+		}
+	}()
 	health.SetReady(true)
 	logger.Info("worker polling", "taskQueue", cfg.TaskQueue, "cluster", cfg.Cluster, "clusterBudget", cfg.ClusterBudget, "temporal", cfg.TemporalAddress, "namespace", cfg.TemporalNamespace, "version", version.Get().Version)
 	select {

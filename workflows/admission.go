@@ -25,6 +25,7 @@ func (f refusal) admits() bool { return f.rule == "" }
 const (
 	refusedAborted       = "the rollout was aborted"
 	refusedHandingOver   = "this run hands its waiting nodes to the next"
+	refusedReplaced      = "a new request replaces this converging rollout"
 	refusedFailureBudget = "the failure budget is spent"
 	refusedCanaryFailed  = "a canary failed"
 	refusedCanariesFirst = "the canaries go first"
@@ -42,6 +43,8 @@ func (r *rollout) rolloutRefusal(ctx workflow.Context) refusal {
 		return refusal{rule: refusedAborted, final: true}
 	case r.handedOver != nil:
 		return refusal{rule: refusedHandingOver, final: true}
+	case r.replacing():
+		return refusal{rule: refusedReplaced, final: true}
 	case r.failureBudgetSpent():
 		return refusal{rule: refusedFailureBudget, final: true}
 	case r.pacer.canaryFailed(r.progress.Counts.Failures()):

@@ -76,6 +76,7 @@ func (r *rollout) settle(ctx workflow.Context, node string, end nodeEnd) {
 		r.pacer.release(node)
 	}
 	r.pacer.forget(node)
+	r.convergeSettled(ctx, node, end)
 	if end.started {
 		r.record(ctx, end.result)
 	} else {
@@ -105,7 +106,7 @@ func (r *rollout) startChild(ctx workflow.Context, node string) workflow.ChildWo
 		Namespace:         r.settings.Namespace,
 		Node:              node,
 		Template:          r.progress.Template,
-		TemplateHash:      r.progress.TemplateHash,
+		TemplateHash:      r.templateHashOf(node),
 		Owner:             r.req.Owner,
 		JobTimeoutSeconds: int64(r.settings.JobTimeout / time.Second),
 		JobTTLSeconds:     int32(r.settings.JobTTL / time.Second),

@@ -89,9 +89,17 @@ type modelNode struct {
 	missing    bool          // named in the request, no Node object
 	done       bool          // marked succeeded for this template before the rollout
 	heldFor    time.Duration // another rollout holds it this long from the start
-	jobTakes   time.Duration
-	jobFails   bool
-	unhealthy  bool // fails its health gate
+	// Converge scenarios: a node that joins at joinAt (absent before), and one whose marker
+	// is wiped at driftAt (0: never), which the rollout must run again.
+	joinAt, driftAt time.Duration
+	joined          bool
+	drifts          int    // drifts that came after a run of it ended
+	wiped           bool   // its marker was wiped since its last run ended
+	failedRuns      int    // runs that ended failed (retryFailedAfter runs them again)
+	markerBefore    string // the marker when its last run began (an aborted run may leave it)
+	jobTakes        time.Duration
+	jobFails        bool
+	unhealthy       bool // fails its health gate
 
 	// The fake cluster's state of the node.
 	cordoned, ourCordon bool
@@ -111,8 +119,9 @@ type modelNode struct {
 // modelEvent is one scripted event at an offset from the scenario's start.
 type modelEvent struct {
 	at   time.Duration
-	kind string // pause, resume, parallelism, approve, abort, leak, unleak
+	kind string // pause, resume, parallelism, approve, abort, leak, unleak, join, drift
 	n    int
+	node string // join and drift
 }
 
 type model struct {
@@ -129,6 +138,9 @@ type model struct {
 	// abortInUncordon: the abort comes while a node's uncordon runs (uncordoning says when).
 	abortInUncordon bool
 	abortScheduled  bool
+	// converge: the request has mode: converge; nodes join and drift, and it ends by an abort.
+	converge bool
+	now      func() time.Time
 
 	mu       sync.Mutex
 	problems []string
@@ -225,9 +237,52 @@ func newModel(seed uint64) *model {
 	}
 	m.crashes = r.IntN(3) == 0
 	m.req = req
+	if r.IntN(4) == 0 {
+		m.makeConverge()
+	}
+	for _, n := range m.nodes {
+		n.joined = n.joinAt == 0
+	}
 	m.script()
 	m.scriptGate()
 	return m
+}
+
+// modelConvergeEnd is when a converging scenario's rollout is aborted (its only end but a
+// failure): late enough for every joined node's turn, windows, holders and pauses included.
+const modelConvergeEnd = 10 * 24 * time.Hour
+
+// makeConverge turns the scenario into a converging rollout over a selector: the nodes the
+// request would have named missing join during the first two days instead, and some nodes
+// have their marker wiped at some point, which the rollout must repair.
+func (m *model) makeConverge() {
+	r := m.rng
+	m.converge = true
+	m.req.Nodes = nil
+	m.req.NodeSelector = "pool=model"
+	m.req.Mode = api.ModeConverge
+	for _, name := range m.order {
+		n := m.nodes[name]
+		if n.missing || r.IntN(100) < 15 {
+			n.missing = false
+			n.joinAt = time.Duration(1+r.IntN(48*60)) * time.Minute
+			n.heldFor = 0
+			if c := m.req.Canary; c != nil {
+				c.Nodes = slices.DeleteFunc(c.Nodes, func(s string) bool { return s == name })
+			}
+		}
+		// A canary's re-run after the canary stage is an ordinary node's, which the model's
+		// canary rules (measured from a canary's last end) would not tell apart.
+		if r.IntN(100) < 15 && (m.req.Canary == nil || !slices.Contains(m.req.Canary.Nodes, name)) {
+			n.driftAt = n.joinAt + time.Duration(1+r.IntN(72*60))*time.Minute
+		}
+	}
+	if c := m.req.Canary; c != nil && len(c.Nodes) == 0 {
+		m.req.Canary = nil
+	}
+	if r.IntN(2) == 0 {
+		m.req.RetryFailedAfter = fmt.Sprintf("%dm", 30+r.IntN(12*60))
+	}
 }
 
 // script makes the events: pause/resume pairs, parallelism changes, approvals tried every two
@@ -248,6 +303,18 @@ func (m *model) script() {
 			m.events = append(m.events, modelEvent{at: at, kind: "leak"},
 				modelEvent{at: at + time.Duration(10+r.IntN(300))*time.Minute, kind: "unleak"})
 		}
+	}
+	if m.converge {
+		for _, name := range m.order {
+			n := m.nodes[name]
+			if n.joinAt > 0 {
+				m.events = append(m.events, modelEvent{at: n.joinAt, kind: "join", node: name})
+			}
+			if n.driftAt > 0 {
+				m.events = append(m.events, modelEvent{at: n.driftAt, kind: "drift", node: name})
+			}
+		}
+		m.events = append(m.events, modelEvent{at: modelConvergeEnd, kind: "abort"})
 	}
 	switch x := r.IntN(10); {
 	case x < 2:
@@ -279,12 +346,18 @@ func (m *model) describe() string {
 		if n.unhealthy {
 			s += " unhealthy"
 		}
+		if n.joinAt > 0 {
+			s += fmt.Sprintf(" joins %v", n.joinAt)
+		}
+		if n.driftAt > 0 {
+			s += fmt.Sprintf(" drifts %v", n.driftAt)
+		}
 		parts = append(parts, s+")")
 	}
 	req := m.req
 	req.Nodes, req.JobTemplate = nil, ""
-	return fmt.Sprintf("start %s; budget %d; crashes %v; abort in an uncordon %v\nnodes %s\nrequest %+v maintenance %+v canary %+v window %+v topology %+v batch %+v\nmetric gate %v\nevents %v",
-		m.start.Format(time.RFC3339), m.cluster.Budget, m.crashes, m.abortInUncordon, strings.Join(parts, " "), req, req.Maintenance, req.Canary,
+	return fmt.Sprintf("start %s; converge %v; budget %d; crashes %v; abort in an uncordon %v\nnodes %s\nrequest %+v maintenance %+v canary %+v window %+v topology %+v batch %+v\nmetric gate %v\nevents %v",
+		m.start.Format(time.RFC3339), m.converge, m.cluster.Budget, m.crashes, m.abortInUncordon, strings.Join(parts, " "), req, req.Maintenance, req.Canary,
 		req.MaintenanceWindow, req.Topology, req.Batch, m.gate, m.events)
 }
 
@@ -403,8 +476,20 @@ func (m *model) harness(ctx workflow.Context, req api.RolloutRequest, carried *a
 	return rolloutIn(ctx, m.cluster, req, carried)
 }
 
+// joinedNodes are the nodes a converging rollout's selector matches now (callers hold m.mu).
+func (m *model) joinedNodes() []string {
+	var out []string
+	for _, name := range m.order {
+		if n := m.nodes[name]; n.joined && !n.missing {
+			out = append(out, name)
+		}
+	}
+	return out
+}
+
 func (m *model) newEnv(t *testing.T, now time.Time, run int) (*testsuite.TestWorkflowEnvironment, *historyMeter) {
 	env, _ := newTestEnv(nil, m.cluster)
+	m.now = env.Now
 	meter := newHistoryMeter(env, modelRoot)
 	intercept(env, meter, &modelWatch{m: m})
 	env.SetStartTime(now)
@@ -497,6 +582,23 @@ func (m *model) happen(env *testsuite.TestWorkflowEnvironment, i int, e modelEve
 		m.abortedAt = at
 		m.mu.Unlock()
 		env.CancelWorkflow()
+	case "join", "drift":
+		m.mu.Lock()
+		n := m.nodes[e.node]
+		if e.kind == "join" {
+			n.joined = true
+		} else {
+			// A drift while the node runs is repaired by that run's own marker: no run more.
+			n.marker = ""
+			if n.runs > 0 && !n.running {
+				n.drifts++
+				n.wiped = true
+			}
+		}
+		m.note("%s: %s at %s", e.node, e.kind, at.Format(time.TimeOnly))
+		m.mu.Unlock()
+		// What the worker's Node watch sends.
+		env.SignalWorkflow(api.SignalNodesChanged, api.NodesChanged{Nodes: []string{e.node}})
 	case "leak":
 		m.mu.Lock()
 		m.leaks++
@@ -571,6 +673,9 @@ func (m *model) mockActivities(env *testsuite.TestWorkflowEnvironment) {
 		m.mu.Lock()
 		defer m.mu.Unlock()
 		names := slices.Clone(in.Names)
+		if len(names) == 0 { // a converging rollout's selector: the nodes that have joined
+			names = m.joinedNodes()
+		}
 		slices.Sort(names)
 		names = slices.Compact(names)
 		res := activities.ListNodesResult{Total: len(names), Labels: map[string]map[string]string{}}
@@ -594,6 +699,30 @@ func (m *model) mockActivities(env *testsuite.TestWorkflowEnvironment) {
 				res.Nodes = append(res.Nodes, name)
 			}
 			res.Labels[name] = map[string]string{zoneKey: n.zone}
+		}
+		return res, nil
+	}).Maybe()
+	env.OnActivity(a.CheckNodes, mock.Anything, mock.Anything).Return(func(_ context.Context, in activities.CheckNodesInput) (activities.CheckNodesResult, error) {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		joined := m.joinedNodes()
+		names := in.Names
+		if in.Resync {
+			names = joined
+		}
+		res := activities.CheckNodesResult{Selected: len(joined), Labels: map[string]map[string]string{}}
+		for _, name := range joined {
+			if m.nodes[name].marker == string(api.OutcomeSucceeded) {
+				res.AtTemplate++
+			}
+		}
+		for _, name := range append(slices.Clone(names), in.Retry...) {
+			n := m.nodes[name]
+			retry := slices.Contains(in.Retry, name) && failedOutcome(n.marker)
+			if n.joined && (n.marker == "" || n.marker == string(api.OutcomeAborted) || retry) && !slices.Contains(res.Run, name) {
+				res.Run = append(res.Run, name)
+				res.Labels[name] = map[string]string{zoneKey: n.zone}
+			}
 		}
 		return res, nil
 	}).Maybe()
@@ -786,7 +915,17 @@ func (m *model) nodeBegins(node string, at time.Time) {
 	if n.running {
 		m.fail("%s: a second node workflow runs while one runs", node)
 	}
-	n.running, n.runs, n.started = true, n.runs+1, at
+	if m.converge && n.runs > 0 && failedOutcome(n.outcome) && !n.wiped {
+		// A failed node runs again only through retryFailedAfter, and not before it.
+		retry := m.req.RetryFailedAfterDuration()
+		switch {
+		case retry == 0:
+			m.fail("%s failed at %s and runs again at %s without retryFailedAfter", node, n.ended, at)
+		case at.Before(n.ended.Add(retry)):
+			m.fail("%s failed at %s and runs again at %s, before retryFailedAfter %s", node, n.ended, at, retry)
+		}
+	}
+	n.running, n.runs, n.started, n.wiped, n.markerBefore = true, n.runs+1, at, false, n.marker
 	m.note("%s: node workflow begins at %s", node, at.Format(time.TimeOnly))
 }
 
@@ -795,11 +934,17 @@ func (m *model) nodeEnds(node string, at time.Time, outcome string) {
 	defer m.mu.Unlock()
 	n := m.nodes[node]
 	n.running, n.ended, n.outcome = false, at, outcome
+	if failedOutcome(outcome) {
+		n.failedRuns++
+	}
 	m.note("%s: node workflow ends %s at %s", node, outcome, at.Format(time.TimeOnly))
 	if n.liveJobs > 0 {
 		m.fail("%s: its node workflow ended (%s) with a Job of ours still there", node, outcome)
 	}
 }
+
+// retries is how many runs of the node retryFailedAfter may have made: one per failed run.
+func (n *modelNode) retries() int { return n.failedRuns }
 
 // failedOutcome says whether an outcome spends the failure budget.
 func failedOutcome(o string) bool {
@@ -838,7 +983,14 @@ func (m *model) checkStart(node string, t time.Time) {
 			failures++
 		}
 	}
-	if !settings.FailureBudget.Allows(failures, len(m.req.Nodes)) {
+	selected := len(m.req.Nodes)
+	if m.converge {
+		selected = len(m.joinedNodes())
+		if !n.joined {
+			m.fail("%s started at %s before it joined", node, t)
+		}
+	}
+	if !settings.FailureBudget.Allows(failures, selected) {
 		m.fail("%s started at %s with %d failures known, over maxFailures %s", node, t, failures, m.req.MaxFailures)
 	}
 	if c := m.req.Canary; c != nil {
@@ -936,6 +1088,12 @@ func maxTime(a, b time.Time) time.Time {
 	return a
 }
 
+// convergedToTheEnd says a converging rollout went on until the scenario's last abort: no
+// earlier abort, no failure that stopped it.
+func (m *model) convergedToTheEnd(final error) bool {
+	return temporal.IsCanceledError(final) && !m.abortedAt.Before(m.start.Add(modelConvergeEnd))
+}
+
 // checkEnd checks the invariants that hold once the rollout has ended.
 func (m *model) checkEnd(final error, result api.RolloutResult) {
 	m.mu.Lock()
@@ -945,8 +1103,12 @@ func (m *model) checkEnd(final error, result api.RolloutResult) {
 	for _, name := range m.order {
 		n := m.nodes[name]
 		switch {
-		case n.runs > 1:
-			m.fail("%s ran %d times", name, n.runs)
+		case n.runs > 1+n.drifts+n.retries():
+			m.fail("%s ran %d times (%d drifts after a run, %d failed runs retried)", name, n.runs, n.drifts, n.retries())
+		case m.converge && n.joined && n.runs == 0 && !n.done && m.convergedToTheEnd(final):
+			m.fail("%s joined at %v and never ran, though the rollout converged until its end", name, n.joinAt)
+		case m.converge && n.driftAt > 0 && n.marker == "" && m.convergedToTheEnd(final):
+			m.fail("%s's marker was wiped at %v and never restored, though the rollout converged until its end", name, n.driftAt)
 		case n.running:
 			m.fail("%s still runs after the rollout ended", name)
 		case n.missing:
@@ -962,7 +1124,7 @@ func (m *model) checkEnd(final error, result api.RolloutResult) {
 			m.fail("%s: a Job of ours is left after the rollout ended", name)
 		}
 		// Our cordon: lifted after success; after anything else, kept or lifted as onFailure says.
-		if mt := m.req.Maintenance; mt != nil && n.runs == 1 {
+		if mt := m.req.Maintenance; mt != nil && n.runs >= 1 {
 			keep := n.outcome != string(api.OutcomeSucceeded) && mt.OnFailure != api.OnFailureUncordon
 			switch {
 			case n.ourCordon && !keep:
@@ -971,10 +1133,12 @@ func (m *model) checkEnd(final error, result api.RolloutResult) {
 				m.fail("%s ended %s and our cordon was lifted (onFailure %q keeps it)", name, n.outcome, mt.OnFailure)
 			}
 		}
-		if n.runs == 1 && n.outcome != "" && n.marker != n.outcome && !(n.marker == "" && n.outcome == string(api.OutcomeAborted)) {
+		if n.runs >= 1 && n.outcome != "" && n.marker != n.outcome &&
+			!(n.outcome == string(api.OutcomeAborted) && (n.marker == "" || n.marker == n.markerBefore)) &&
+			(n.driftAt == 0 || n.ended.After(m.start.Add(n.driftAt))) {
 			m.fail("%s ended %s but its marker says %q", name, n.outcome, n.marker)
 		}
-		if n.runs == 1 && n.outcome == string(api.OutcomeAborted) && n.marker == string(api.OutcomeSucceeded) {
+		if n.runs >= 1 && n.outcome == string(api.OutcomeAborted) && n.marker == string(api.OutcomeSucceeded) {
 			m.fail("%s was aborted but is marked succeeded: a re-run would skip it", name)
 		}
 	}
@@ -996,7 +1160,9 @@ func (m *model) checkEnd(final error, result api.RolloutResult) {
 		counted.Skipped = min(counted.Skipped, got.Skipped)
 		counted.NodeGone = min(counted.NodeGone, got.NodeGone)
 	}
-	if got != counted {
+	// A converging rollout counts every run of a node (joins and repairs); the nodes' own
+	// checks above are what holds for it.
+	if got != counted && !m.converge {
 		m.fail("the result counts %+v, the nodes say %+v (final error: %v)", got, counted, final)
 	}
 	if !stoppedEarly && result.Selected != len(m.req.Nodes) {

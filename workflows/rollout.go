@@ -55,6 +55,9 @@ func rolloutIn(ctx workflow.Context, cluster api.Cluster, req api.RolloutRequest
 	if err := r.registerHandlers(ctx); err != nil {
 		return api.RolloutResult{}, err
 	}
+	if err := r.startConverge(ctx, carried); err != nil {
+		return api.RolloutResult{}, err
+	}
 	if !req.DryRun {
 		r.clusterSlots = newClusterSlots(ctx, cluster)
 		if r.clusterSlots != nil {
@@ -66,6 +69,9 @@ func rolloutIn(ctx workflow.Context, cluster api.Cluster, req api.RolloutRequest
 	}
 	if carried == nil {
 		if err := r.prepare(ctx); err != nil {
+			return api.RolloutResult{}, err
+		}
+		if err := r.prepareConverge(ctx); err != nil {
 			return api.RolloutResult{}, err
 		}
 	}
@@ -117,6 +123,9 @@ type rollout struct {
 	// children waits on the children that started without waiting; nil in runs before
 	// versionChildCollector and where a cluster-wide budget makes every node wait for a slot.
 	children *childCollector
+
+	// conv is a converging rollout's state (converge.go); nil for one that runs once.
+	conv *convergeState
 }
 
 // restore takes over carried progress, or starts it afresh on the first run.
@@ -200,7 +209,27 @@ func (r *rollout) run(ctx workflow.Context) (api.RolloutResult, error) {
 	var listErr error
 	for !r.failureBudgetSpent() {
 		if len(r.queue) == 0 && r.progress.ListingDone {
-			break
+			if !r.converging() {
+				break
+			}
+			// Converging: wait to be told of changed nodes, unless the history is full.
+			if r.dueToContinueAsNew(ctx) {
+				continueAsNew = true
+				r.continuing = r.features.admission
+				break
+			}
+			stop, err := r.awaitChanges(ctx)
+			if err != nil {
+				if ctx.Err() != nil {
+					return r.cancelled(ctx)
+				}
+				listErr = err
+				break
+			}
+			if stop {
+				break
+			}
+			continue
 		}
 		if r.dueToContinueAsNew(ctx) {
 			continueAsNew = true
@@ -245,6 +274,9 @@ func (r *rollout) run(ctx workflow.Context) (api.RolloutResult, error) {
 	}
 	if listErr != nil {
 		return r.listingFailed(ctx, listErr)
+	}
+	if r.replacing() {
+		return r.handOver(ctx)
 	}
 	if continueAsNew || handOver {
 		return r.continueAsNew(ctx)
@@ -333,6 +365,7 @@ func (r *rollout) continueAsNew(ctx workflow.Context) (api.RolloutResult, error)
 		progress.WaitingNodes = r.handedOver
 		progress.Counts.Waiting = 0 // nothing else is in flight: every waiting node is handed over
 	}
+	r.carryConverge(&progress)
 	progress.Failures = make([]api.NodeResult, len(r.progress.Failures))
 	for i, f := range r.progress.Failures {
 		progress.Failures[i] = carriedFailure(f)

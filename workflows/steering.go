@@ -86,10 +86,14 @@ func (r *rollout) status() api.RolloutStatus {
 	switch {
 	case r.done:
 		phase = "done"
+	case r.replacing():
+		phase = "replacing"
 	case r.draining:
 		phase = "draining"
 	case r.progress.Paused || r.gate.pausing():
 		phase = "paused"
+	case r.conv != nil && r.progress.ListingDone:
+		phase = "converging"
 	case r.pacer.phaseWord() != "":
 		phase = r.pacer.phaseWord()
 	}
@@ -116,6 +120,7 @@ func (r *rollout) status() api.RolloutStatus {
 		ContinuedAsNew:        r.progress.ContinuedAsNew,
 		TemplateHash:          r.progress.TemplateHash,
 		StartedAt:             r.progress.StartedAt,
+		Converge:              r.convergeStatus(),
 	}
 }
 
@@ -126,7 +131,7 @@ func (r *rollout) showProgress(ctx workflow.Context) {
 	workflow.SetCurrentDetails(ctx, fmt.Sprintf(
 		"**%s** %d/%d done: %d succeeded, %d failed, %d timed out, %d skipped, %d gone, %d aborted; %d running, %d waiting; window %d of %d",
 		st.Phase, c.Finished(), st.Selected, c.Succeeded, c.Failed, c.TimedOut, c.Skipped, c.NodeGone, c.Aborted,
-		c.Running, c.Waiting, st.Window, st.Parallelism)+r.clusterSlots.describeWaits()+r.pacer.details()+r.gate.details())
+		c.Running, c.Waiting, st.Window, st.Parallelism)+r.clusterSlots.describeWaits()+r.pacer.details()+r.gate.details()+convergeDetails(st))
 }
 
 // registerApprove lets an operator go on after the canaries (update approve).

@@ -39,6 +39,7 @@ const (
 	versionHandOverWaiting  = "hand-over-waiting-nodes"
 	versionCutDelay         = "cut-delay-when-no-node-may-start"
 	versionCapBeforePrepare = "set-parallelism-waits-for-the-cap"
+	versionConverge         = "converge-mode"
 	// NodeRollout (versionFieldGuarantees, at its start), and every node type on its path.
 	versionRecordAbortInFinalize = "record-abort-in-finalize"
 	versionAbortDuringUncordon   = "abort-during-uncordon"
@@ -213,6 +214,16 @@ var ledger = []change{
 		asked:     "only by a setParallelism update that arrives before the template is prepared",
 		covered:   "no fixture reaches the path; TestSetParallelismBeforeTheTemplateIsPreparedStaysWithinThePolicy runs version 1, TestModel (modelBefore) the default",
 		removable: removableOnceDrained,
+	},
+	{
+		id: versionConverge, workflow: "Rollout", since: "converge branch (2026-12-02)",
+		what: []string{
+			"never taken: no rollout converged before it (mode: converge is refused by older workers as an unknown field)",
+			"mode: converge: after the first pass the run waits for nodes-changed signals, checks those nodes (CheckNodes) and runs them through the admission point; onDeselect; retryFailedAfter (a timer for the earliest due retry); replace hands over by continue-as-new",
+		},
+		asked:     "only by a converging rollout, once its template is prepared",
+		covered:   "no fixture reaches the path; TestConvergeRunsNodesJoiningAtEveryStepAcrossContinueAsNew and TestConvergeReplacementHandsOverWithoutRunningANodeTwiceAtOnce run version 1",
+		removable: "never: it is the baseline of converge mode, for its later changes",
 	},
 	{
 		id: versionRecordAbortInFinalize, workflow: "NodeRollout, NodeRolloutV2, NodeRolloutV3", since: "7557946 (2026-12-02)",

@@ -1,0 +1,238 @@
+package activities
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync/atomic"
+	"time"
+
+	"go.temporal.io/api/workflowservice/v1"
+	"go.temporal.io/sdk/client"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/labels"
+	coreinformers "k8s.io/client-go/informers/core/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/noderollout/noderollout/activities/jobspec"
+	"github.com/noderollout/noderollout/api"
+)
+
+// NodeWatch is the worker's watch on Nodes for converging rollouts (mode: converge): when a
+// node joins, becomes Ready, is replaced by a new machine under its name (new UID), changes
+// labels or has its marker changed, and a running converging rollout of this task queue owes it
+// a run or onDeselect's Job, it signals that rollout with the node's name. Nothing polls: a
+// rollout hears only of changes. When the watch starts (the worker starts) it signals every
+// converging rollout once to look at all its nodes, which catches what changed while no
+// worker watched.
+type NodeWatch struct {
+	Kube      kubernetes.Interface
+	Temporal  client.Client
+	TaskQueue string
+	Logger    *slog.Logger
+	// Gather is how long events are gathered into one signal per rollout (default 200 ms).
+	Gather time.Duration
+
+	events chan nodeChange
+}
+
+// nodeChange is one Node event: old is nil for an added Node.
+type nodeChange struct{ old, new *corev1.Node }
+
+// convergingRollout is what the watch knows of a running converging rollout, from its memo.
+type convergingRollout struct {
+	workflowID, name   string
+	selector           labels.Selector
+	fieldSelector      fields.Selector
+	hash, deselectHash string
+}
+
+// Run watches Nodes until ctx ends. It returns once the informer's first list has synced and
+// the resync signals are sent; the watch goes on in the background.
+func (w *NodeWatch) Run(ctx context.Context) error {
+	if w.Gather <= 0 {
+		w.Gather = 200 * time.Millisecond
+	}
+	w.events = make(chan nodeChange, 1024)
+	informer := coreinformers.NewNodeInformer(w.Kube, 0, cache.Indexers{})
+	_ = informer.SetTransform(func(obj any) (any, error) {
+		if m, err := meta.Accessor(obj); err == nil {
+			m.SetManagedFields(nil)
+		}
+		return obj, nil
+	})
+	var synced atomic.Bool
+	_, err := informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc: func(obj any) {
+			if n, ok := obj.(*corev1.Node); ok && synced.Load() {
+				w.events <- nodeChange{new: n}
+			}
+		},
+		UpdateFunc: func(old, obj any) {
+			o, ok1 := old.(*corev1.Node)
+			n, ok2 := obj.(*corev1.Node)
+			if ok1 && ok2 {
+				w.events <- nodeChange{old: o, new: n}
+			}
+		},
+	})
+	if err != nil {
+		return err
+	}
+	go informer.Run(ctx.Done())
+	if !cache.WaitForCacheSync(ctx.Done(), informer.HasSynced) {
+		return fmt.Errorf("the Node informer did not sync: can the worker list and watch Nodes (RBAC)?")
+	}
+	// The initial list's adds are not signalled one by one: one resync per rollout covers them.
+	synced.Store(true)
+	w.resync(ctx)
+	go w.loop(ctx)
+	return nil
+}
+
+// resync tells every converging rollout to look at all its nodes.
+func (w *NodeWatch) resync(ctx context.Context) {
+	rollouts, err := w.converging(ctx)
+	if err != nil {
+		w.Logger.Warn("node watch: could not list converging rollouts to resync them", "error", err)
+		return
+	}
+	for _, r := range rollouts {
+		w.signal(ctx, r, api.NodesChanged{Resync: true})
+	}
+}
+
+// loop gathers events for a moment and signals each rollout that owes something to a node.
+func (w *NodeWatch) loop(ctx context.Context) {
+	for {
+		var batch []nodeChange
+		select {
+		case <-ctx.Done():
+			return
+		case ev := <-w.events:
+			batch = append(batch, ev)
+		}
+		timer := time.NewTimer(w.Gather)
+	gather:
+		for {
+			select {
+			case ev := <-w.events:
+				batch = append(batch, ev)
+			case <-timer.C:
+				break gather
+			case <-ctx.Done():
+				timer.Stop()
+				return
+			}
+		}
+		w.dispatch(ctx, batch)
+	}
+}
+
+// dispatch signals, per converging rollout, the nodes of the batch it must look at.
+func (w *NodeWatch) dispatch(ctx context.Context, batch []nodeChange) {
+	for _, r := range w.listFor(ctx, batch) {
+		var names []string
+		for _, ev := range batch {
+			if r.owes(ev) && !slices.Contains(names, ev.new.Name) {
+				names = append(names, ev.new.Name)
+			}
+		}
+		if len(names) > 0 {
+			w.signal(ctx, r, api.NodesChanged{Nodes: names})
+		}
+	}
+}
+
+// listFor lists the converging rollouts once a batch holds an event that may matter to one
+// (a cheap visibility call, no Temporal action); a batch of status heartbeats lists nothing.
+func (w *NodeWatch) listFor(ctx context.Context, batch []nodeChange) []convergingRollout {
+	relevant := slices.ContainsFunc(batch, func(ev nodeChange) bool { return ev.old == nil || mayMatter(ev.old, ev.new) })
+	if !relevant {
+		return nil
+	}
+	rs, err := w.converging(ctx)
+	if err != nil {
+		w.Logger.Warn("node watch: could not list converging rollouts; the nodes of this change are looked at on the next resync (worker restart)", "error", err)
+		return nil
+	}
+	return rs
+}
+
+// mayMatter says an update changed what a converging rollout judges a node by: its UID, its
+// labels, its Ready condition or an annotation (the markers).
+func mayMatter(old, n *corev1.Node) bool {
+	return old.UID != n.UID || nodeReady(old) != nodeReady(n) ||
+		!labels.Equals(old.Labels, n.Labels) || !labels.Equals(old.Annotations, n.Annotations)
+}
+
+// owes says the event changed something this rollout judges the node by, and the rollout now
+// owes the node a run or onDeselect's Job.
+func (r convergingRollout) owes(ev nodeChange) bool {
+	n := ev.new
+	selected := func(n *corev1.Node) bool {
+		return r.selector.Matches(labels.Set(n.Labels)) && r.fieldSelector.Matches(nodeFields(n))
+	}
+	need := ConvergeVerdict(n, selected(n), r.name, r.hash, r.deselectHash)
+	if !need.NeedsRun() && !need.NeedsDeselect() {
+		return false
+	}
+	o := ev.old
+	key := jobspec.NodeMarkerKey(r.name)
+	return o == nil || o.UID != n.UID || nodeReady(o) != nodeReady(n) || selected(o) != selected(n) ||
+		o.Annotations[key] != n.Annotations[key]
+}
+
+// converging lists the running converging rollouts of this task queue, from their memos.
+func (w *NodeWatch) converging(ctx context.Context) ([]convergingRollout, error) {
+	query := fmt.Sprintf("WorkflowType = '%s' AND ExecutionStatus = 'Running' AND TaskQueue = '%s'", api.RolloutWorkflow, w.TaskQueue)
+	var out []convergingRollout
+	var token []byte
+	for {
+		resp, err := w.Temporal.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{Query: query, NextPageToken: token})
+		if err != nil {
+			return nil, err
+		}
+		for _, e := range resp.GetExecutions() {
+			memo := map[string]string{}
+			for k, p := range e.GetMemo().GetFields() {
+				var v string
+				if json.Unmarshal(p.GetData(), &v) == nil {
+					memo[k] = v
+				}
+			}
+			if memo[api.MemoMode] != api.ModeConverge || memo["templateHash"] == "" || memo["name"] == "" {
+				continue
+			}
+			sel, err := labels.Parse(memo["nodeSelector"])
+			if err != nil {
+				continue
+			}
+			fsel, err := fields.ParseSelector(memo["fieldSelector"])
+			if err != nil {
+				continue
+			}
+			id := e.GetExecution().GetWorkflowId()
+			out = append(out, convergingRollout{workflowID: id, name: memo["name"], selector: sel, fieldSelector: fsel,
+				hash: memo["templateHash"], deselectHash: memo["deselectHash"]})
+		}
+		token = resp.GetNextPageToken()
+		if len(token) == 0 {
+			return out, nil
+		}
+	}
+}
+
+// signal tells a rollout's current run which nodes changed.
+func (w *NodeWatch) signal(ctx context.Context, r convergingRollout, in api.NodesChanged) {
+	if err := w.Temporal.SignalWorkflow(ctx, r.workflowID, "", api.SignalNodesChanged, in); err != nil {
+		w.Logger.Warn("node watch: could not signal a converging rollout", "workflowID", r.workflowID, "nodes", in.Nodes, "resync", in.Resync, "error", err)
+		return
+	}
+	w.Logger.Debug("node watch: signalled a converging rollout", "workflowID", r.workflowID, "nodes", in.Nodes, "resync", in.Resync)
+}

@@ -1,0 +1,53 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"time"
+
+	"go.temporal.io/sdk/client"
+
+	"github.com/noderollout/noderollout/api"
+)
+
+// Converging rollouts in the starter: start of a running converging rollout's name with a new
+// request hands it over (UpdateReplace), and status shows what it keeps.
+
+// replaceConverging hands the running converging rollout id over to req: it lets its nodes in
+// flight end and continues as new with req, whose run moves every node to the new template.
+func (a *app) replaceConverging(tc client.Client, id string, req api.RolloutRequest) error {
+	handle, err := tc.UpdateWorkflow(a.ctx, client.UpdateWorkflowOptions{
+		WorkflowID:   id,
+		UpdateName:   api.UpdateReplace,
+		Args:         []any{req},
+		WaitForStage: client.WorkflowUpdateStageCompleted,
+	})
+	if err != nil {
+		return fmt.Errorf("rollout %s is running and could not be replaced: %w", req.Name, err)
+	}
+	var res api.ReplaceResult
+	if err := handle.Get(a.ctx, &res); err != nil {
+		return fmt.Errorf("rollout %s is running and could not be replaced: %w", req.Name, err)
+	}
+	return a.print(res, func(w io.Writer) error {
+		_, err := fmt.Fprintf(w, "rollout %s: replacing template %s; once its nodes in flight end, a new run moves every node to the new template (starter status %s)\n",
+			req.Name, res.PreviousTemplateHash, req.Name)
+		return err
+	})
+}
+
+// convergeLine is the status line of a converging rollout.
+func convergeLine(c *api.ConvergeStatus, hash string) string {
+	if len(hash) > 12 {
+		hash = hash[:12]
+	}
+	last := "none yet"
+	if !c.LastChange.IsZero() {
+		last = c.LastChange.UTC().Format(time.RFC3339)
+	}
+	line := fmt.Sprintf("%d nodes at template %s, %d pending, last change %s", c.AtTemplate, hash, c.Pending, last)
+	if c.Replacing {
+		line += " (being replaced)"
+	}
+	return line
+}
