@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"io"
+	"strings"
 	"time"
 
 	"go.temporal.io/sdk/client"
@@ -22,12 +23,12 @@ func (a *app) replaceConverging(tc client.Client, id string, req api.RolloutRequ
 		Args:         []any{req},
 		WaitForStage: client.WorkflowUpdateStageCompleted,
 	})
-	if err != nil {
-		return fmt.Errorf("rollout %s is running and could not be replaced: %w", req.Name, err)
-	}
 	var res api.ReplaceResult
-	if err := handle.Get(a.ctx, &res); err != nil {
-		return fmt.Errorf("rollout %s is running and could not be replaced: %w", req.Name, err)
+	if err == nil {
+		err = handle.Get(a.ctx, &res)
+	}
+	if err != nil {
+		return notReplaced(req.Name, err)
 	}
 	return a.print(res, func(w io.Writer) error {
 		_, err := fmt.Fprintf(w, "rollout %s: replacing template %s; once its nodes in flight end, a new run moves every node to the new template (starter status %s)\n",
@@ -50,4 +51,13 @@ func convergeLine(c *api.ConvergeStatus, hash string) string {
 		line += " (being replaced)"
 	}
 	return line
+}
+
+// notReplaced explains a refused replace. A rollout that is not converging has no replace
+// update: the server's "unknown update" is said in the starter's words.
+func notReplaced(name string, err error) error {
+	if strings.Contains(err.Error(), "unknown update") {
+		return fmt.Errorf("rollout %s is running and does not converge, so it cannot be replaced: wait for it to end (starter status %s -w) or abort it (starter abort %s --wait), then start again", name, name, name)
+	}
+	return fmt.Errorf("rollout %s is running and could not be replaced: %w", name, err)
 }
