@@ -63,6 +63,8 @@ type RolloutRequest struct {
 	Owner             *OwnerRef          `json:"owner,omitempty"`
 	DryRun            bool               `json:"dryRun,omitempty"`
 	Maintenance       *Maintenance       `json:"maintenance,omitempty"`
+	// Gates hold back or fail nodes by checks of their own (gates.blockingPods, gates.checkJob).
+	Gates *Gates `json:"gates,omitempty"`
 	// ContinueAsNewAfter bounds how many nodes one workflow run launches before it continues
 	// as new, keeping every history short. Rarely worth changing.
 	ContinueAsNewAfter int `json:"continueAsNewAfter,omitempty"`

@@ -36,7 +36,7 @@ func (r RolloutRequest) Settings() Settings {
 		JobTimeout:         jobTimeoutField.read(r.JobTimeout),
 		JobTTL:             jobTTLField.read(r.JobTTL),
 		Pacing:             r.pacing(),
-		Maintenance:        r.Maintenance.resolve(),
+		Maintenance:        r.Gates.withGates(r.Maintenance.resolve()),
 	}
 	if s.Namespace == "" {
 		s.Namespace = DefaultNamespace

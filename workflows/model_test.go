@@ -801,7 +801,7 @@ func (m *model) nodeEnds(node string, at time.Time, outcome string) {
 // failedOutcome says whether an outcome spends the failure budget.
 func failedOutcome(o string) bool {
 	switch api.Outcome(o) {
-	case api.OutcomeFailed, api.OutcomeTimedOut, api.OutcomeDrainTimedOut, api.OutcomeUnhealthy:
+	case api.OutcomeFailed, api.OutcomeTimedOut, api.OutcomeDrainTimedOut, api.OutcomeUnhealthy, api.OutcomeRebootTimedOut, api.OutcomeCheckFailed:
 		return true
 	}
 	return false

@@ -153,9 +153,13 @@ func (r *rollout) prepare(ctx workflow.Context) error {
 		Parallelism:  r.settings.Parallelism,
 		Cordon:       r.settings.Maintenance != nil && r.settings.Maintenance.Cordon,
 		Drain:        r.settings.Maintenance != nil && r.settings.Maintenance.Drain,
+		OnSuccess:    onSuccessOf(r.settings.Maintenance),
 	}).Get(ctx, &prepared)
 	if err != nil {
 		return asWorkflowError(err)
+	}
+	if err := r.prepareStepTemplates(ctx); err != nil {
+		return err
 	}
 	r.progress.Template = prepared.Template
 	r.progress.TemplateHash = prepared.Hash
