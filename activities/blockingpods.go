@@ -68,7 +68,9 @@ func (a *Activities) blockingPods(ctx context.Context, in BlockingPodsInput) ([]
 	}
 	var names []string
 	for _, p := range pods.Items {
-		if p.Status.Phase != corev1.PodSucceeded && p.Status.Phase != corev1.PodFailed {
+		// The field selector is the server's filter; the check here keeps the answer right
+		// where a server or fake ignores it.
+		if p.Spec.NodeName == in.Node && p.Status.Phase != corev1.PodSucceeded && p.Status.Phase != corev1.PodFailed {
 			names = append(names, p.Namespace+"/"+p.Name)
 		}
 	}

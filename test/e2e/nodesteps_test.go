@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
 
 	"github.com/noderollout/noderollout/activities"
 	"github.com/noderollout/noderollout/api"
@@ -41,7 +42,7 @@ func readyBootIDs(t *testing.T, nodes []string) map[string]string {
 		waitFor(t, 30*time.Second, "node "+n+" Ready", func() bool {
 			ready, id := nodeState(t, n)
 			ids[n] = id
-			return ready == corev1.ConditionTrue && id != ""
+			return ready == corev1.ConditionTrue
 		})
 	}
 	return ids
@@ -93,11 +94,15 @@ func TestRebootThatNeverComesBackIsRebootTimedOut(t *testing.T) {
 func TestOnSuccessLabelsTheNodeAndLiftsItsStartupTaint(t *testing.T) {
 	f := NewFleet(t, 1)
 	n := f.Nodes[0]
-	node := nodeOf(t, n)
-	node.Spec.Taints = append(node.Spec.Taints,
-		corev1.Taint{Key: "example.com/driver-not-ready", Effect: corev1.TaintEffectNoSchedule},
-		corev1.Taint{Key: "example.com/other", Value: "x", Effect: corev1.TaintEffectPreferNoSchedule})
-	_, err := stack.Kube.CoreV1().Nodes().Update(context.Background(), node, metav1.UpdateOptions{})
+	// kwok writes the Node's status meanwhile: the taints go in by update, retried on a conflict.
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		node := nodeOf(t, n)
+		node.Spec.Taints = append(node.Spec.Taints,
+			corev1.Taint{Key: "example.com/driver-not-ready", Effect: corev1.TaintEffectNoSchedule},
+			corev1.Taint{Key: "example.com/other", Value: "x", Effect: corev1.TaintEffectPreferNoSchedule})
+		_, err := stack.Kube.CoreV1().Nodes().Update(context.Background(), node, metav1.UpdateOptions{})
+		return err
+	})
 	require.NoError(t, err)
 	req := f.Request("onsuccess", time.Second)
 	// The Job tolerates the start-up taint: it is what puts the driver right.
@@ -108,7 +113,7 @@ func TestOnSuccessLabelsTheNodeAndLiftsItsStartupTaint(t *testing.T) {
 		RemoveTaints: []string{"example.com/driver-not-ready"},
 		AddTaints:    []api.Taint{{Key: "example.com/driver", Value: "550.54", Effect: "PreferNoSchedule"}}}}
 	Succeeded(t, Start(t, req))
-	node = nodeOf(t, n)
+	node := nodeOf(t, n)
 	require.Equal(t, "550.54", node.Labels["example.com/gpu-driver"])
 	var keys []string
 	for _, tt := range node.Spec.Taints {
