@@ -122,10 +122,10 @@ func TestMarkNodeDoneTouchesOnlyTheNamedKeys(t *testing.T) {
 	require.Equal(t, map[string]string{"pool": "gpu", "example.com/gpu-driver": "550.54"}, got.Labels)
 	require.Equal(t, []corev1.Taint{{Key: "other", Value: "x", Effect: corev1.TaintEffectNoExecute},
 		{Key: "example.com/driver", Value: "550.54", Effect: corev1.TaintEffectPreferNoSchedule}}, got.Spec.Taints)
-	require.Equal(t, 1, countActions(cs, "update", "nodes"))
+	require.Equal(t, 1, countActions(cs, "patch", "nodes"))
 	_, err = newEnv(a).ExecuteActivity(a.MarkNodeDone, in)
 	require.NoError(t, err)
-	require.Equal(t, 1, countActions(cs, "update", "nodes"), "a node already marked is not written again")
+	require.Equal(t, 1, countActions(cs, "patch", "nodes"), "a node already marked is not written again")
 }
 
 // TestMarkNodeDoneAsksThePolicyFirst: a key the namespace's rules forbid (by default the
@@ -139,6 +139,6 @@ func TestMarkNodeDoneAsksThePolicyFirst(t *testing.T) {
 		OnSuccess: &api.OnSuccess{Labels: map[string]string{"node-role.kubernetes.io/gpu": ""}}})
 	appErr := requireAppError(t, err, api.ErrPolicyDenied, true)
 	require.Contains(t, appErr.Message(), policy.RuleForbiddenNodeLabels)
-	require.Zero(t, countActions(cs, "update", "nodes"))
+	require.Zero(t, countActions(cs, "patch", "nodes"))
 	require.Zero(t, countActions(cs, "get", "nodes"), "refused before the node is even read")
 }

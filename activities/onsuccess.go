@@ -2,6 +2,7 @@ package activities
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"maps"
 	"slices"
@@ -9,6 +10,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/retry"
 
 	"github.com/noderollout/noderollout/api"
@@ -26,7 +28,7 @@ type MarkNodeInput struct {
 // MarkNodeDone sets the labels, lifts the taints and adds the taints onSuccess names, and
 // touches no other key. The policy judges the node and the keys before the write (the same
 // judgement the rollout's start made, made again: the policy may have changed). The taints are
-// a list, so they are written by update with the resourceVersion read, retried on a conflict;
+// a list, so the patch carries the resourceVersion read and is retried on a conflict;
 // a node already as asked is not written at all, so a retried attempt changes nothing.
 func (a *Activities) MarkNodeDone(ctx context.Context, in MarkNodeInput) error {
 	if err := a.Lineage.check(ctx, ""); err != nil {
@@ -54,11 +56,21 @@ func (a *Activities) MarkNodeDone(ctx context.Context, in MarkNodeInput) error {
 		if !applyOnSuccess(node, o) {
 			return nil
 		}
-		_, err = nodes.Update(ctx, node, metav1.UpdateOptions{FieldManager: FieldManager})
+		// A merge patch (RBAC's nodes patch covers it) carrying the resourceVersion read: the
+		// taints are a list, replaced whole, so a change made since the read is a conflict,
+		// not lost.
+		patch, err := json.Marshal(map[string]any{
+			"metadata": map[string]any{"resourceVersion": node.ResourceVersion, "labels": node.Labels},
+			"spec":     map[string]any{"taints": node.Spec.Taints},
+		})
+		if err != nil {
+			return err
+		}
+		_, err = nodes.Patch(ctx, in.Node, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: FieldManager})
 		if apierrors.IsConflict(err) {
 			return err
 		}
-		return kubeError(err, "update", fmt.Sprintf("node %q", in.Node))
+		return kubeError(err, "patch", fmt.Sprintf("node %q", in.Node))
 	})
 }
 
