@@ -6,6 +6,7 @@ import (
 	"context"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -185,4 +186,46 @@ func TestFailingCheckJobFailsItsNode(t *testing.T) {
 		steps = append(steps, j.Labels[activities.LabelStep])
 	}
 	require.False(t, slices.Contains(steps, activities.StepCheck), "the check Job is deleted: %v", steps)
+}
+
+// TestRebootSurvivesAWorkerCrash: the only worker is killed while its node waits for the
+// reboot (the node down, its boot ID already new); a worker started afterwards resumes the
+// wait with the boot ID recorded before the reboot Job, and the node reboots exactly once.
+func TestRebootSurvivesAWorkerCrash(t *testing.T) {
+	queue, ws := ownWorkers(t, 1)
+	f := NewFleet(t, 1)
+	n := f.Nodes[0]
+	before := readyBootIDs(t, f.Nodes)[n]
+	ctx, stop := context.WithCancel(context.Background())
+	defer stop()
+	seen := map[string]bool{}
+	var seenMu sync.Mutex
+	go func() { // every boot ID the node shows, read more often than it can reboot
+		for ctx.Err() == nil {
+			if node, err := stack.Kube.CoreV1().Nodes().Get(ctx, n, metav1.GetOptions{}); err == nil {
+				seenMu.Lock()
+				seen[node.Status.NodeInfo.BootID] = true
+				seenMu.Unlock()
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}()
+	req := f.Request("reboot-crash", time.Second)
+	req.Maintenance = &api.Maintenance{Cordon: true, Reboot: &api.Reboot{JobTemplate: rebootTemplate("8s"), Timeout: "50s"}}
+	run := StartOn(t, req, queue)
+	waitFor(t, 30*time.Second, "the node down in its reboot", func() bool {
+		ready, id := nodeState(t, n)
+		return ready == corev1.ConditionFalse && id != before
+	})
+	ws[0].Kill()
+	restarted, err := StartWorker(ws[0].Name+"-restarted", "--task-queue", queue)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = restarted.Stop() })
+	res := Succeeded(t, run)
+	require.Equal(t, 1, res.Counts.Succeeded)
+	stop()
+	seenMu.Lock()
+	defer seenMu.Unlock()
+	require.Len(t, seen, 2, "one reboot: the boot before and one after (%v)", seen)
+	require.False(t, nodeOf(t, n).Spec.Unschedulable, "uncordoned")
 }
