@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	commonpb "go.temporal.io/api/common/v1"
+	enumspb "go.temporal.io/api/enums/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -141,4 +143,38 @@ func TestMarkNodeDoneAsksThePolicyFirst(t *testing.T) {
 	require.Contains(t, appErr.Message(), policy.RuleForbiddenNodeLabels)
 	require.Zero(t, countActions(cs, "patch", "nodes"))
 	require.Zero(t, countActions(cs, "get", "nodes"), "refused before the node is even read")
+}
+
+// TestCreateStepJobRunsOnlyATemplateItsRolloutPrepared: a node of a running Rollout gets its
+// step Job only from a step template that Rollout's memo lists; another stored template is
+// refused before anything is written.
+func TestCreateStepJobRunsOnlyATemplateItsRolloutPrepared(t *testing.T) {
+	rollout := &commonpb.WorkflowExecution{WorkflowId: "rollout-kata", RunId: "r1"}
+	running := enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING
+	req := testRequest("node-a")
+	req.Template = ""
+	for name, c := range map[string]struct {
+		listed  []string
+		refused bool
+	}{
+		"listed":        {listed: []string{"other", req.TemplateHash}},
+		"not listed":    {listed: []string{"other"}, refused: true},
+		"memo has none": {},
+	} {
+		t.Run(name, func(t *testing.T) {
+			cs, a := newCluster(testNode("node-a", nil), testNS(testNamespace))
+			require.NoError(t, a.storeTemplate(context.Background(), testNamespace, testTemplate, req.TemplateHash))
+			a.Lineage = &Lineage{Temporal: lineageOf(rollout, "Rollout", running, []string{testCallerRun}, "main-hash", c.listed...),
+				RolloutType: "Rollout", NodeTypes: []string{testCallerType}}
+			_, err := newEnv(a).ExecuteActivity(a.CreateStepJob, StepJobRequest{JobRequest: req, Step: StepReboot})
+			if !c.refused {
+				require.NoError(t, err)
+				require.Equal(t, 1, countActions(cs, "create", "jobs"))
+				return
+			}
+			appErr := requireAppError(t, err, api.ErrNotStartedByARollout, true)
+			require.Contains(t, appErr.Message(), "did not prepare")
+			require.Zero(t, countActions(cs, "create", "jobs"), "nothing written")
+		})
+	}
 }

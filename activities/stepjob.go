@@ -37,9 +37,8 @@ func StepJobName(rollout, node, runID, step string) string {
 // A reboot Job runs once (backoffLimit 0): its Pod dies with the node, and a retried Pod would
 // reboot the node again.
 func (a *Activities) CreateStepJob(ctx context.Context, in StepJobRequest) (JobRef, error) {
-	// The step's template is not the rollout's own, which lineage compares; the lineage of the
-	// caller (a node workflow of a running Rollout) is checked all the same.
-	if err := a.Lineage.check(ctx, ""); err != nil {
+	// The caller must be a node workflow of a running Rollout that prepared this step template.
+	if err := a.Lineage.checkStep(ctx, in.TemplateHash); err != nil {
 		return JobRef{}, err
 	}
 	if in.TemplateHash == "" {

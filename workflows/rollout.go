@@ -168,6 +168,9 @@ func (r *rollout) prepare(ctx workflow.Context) error {
 	}
 	r.progress.MaxParallelism = prepared.MaxParallelism
 	memo := map[string]any{"templateHash": prepared.Hash, "namespace": r.settings.Namespace}
+	if steps := r.stepTemplateHashes(); len(steps) > 0 {
+		memo["stepTemplateHashes"] = steps // what Lineage lets the nodes' step Jobs run
+	}
 	if r.req.NodeSelector != "" {
 		memo["nodeSelector"] = r.req.NodeSelector
 	}

@@ -70,3 +70,14 @@ func onSuccessOf(nm *api.NodeMaintenance) *api.OnSuccess {
 	}
 	return nm.OnSuccess
 }
+
+// stepTemplateHashes are the hashes of the step templates the rollout prepared.
+func (r *rollout) stepTemplateHashes() []string {
+	var hashes []string
+	for _, h := range []string{r.progress.RebootTemplateHash, r.progress.CheckTemplateHash} {
+		if h != "" {
+			hashes = append(hashes, h)
+		}
+	}
+	return hashes
+}
