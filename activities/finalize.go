@@ -194,6 +194,10 @@ var eventReasons = map[api.Outcome]string{
 
 	api.OutcomeDrainTimedOut: "RolloutDrainTimedOut",
 	api.OutcomeUnhealthy:     "RolloutUnhealthy",
+
+	api.OutcomeRebootTimedOut: "RolloutRebootTimedOut",
+	api.OutcomeCheckFailed:    "RolloutCheckFailed",
+	api.OutcomeBlocked:        "RolloutBlocked",
 }
 
 // recordEvent puts the outcome where `kubectl describe node` shows it.

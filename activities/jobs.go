@@ -327,6 +327,11 @@ func (a *Activities) waitJob(ctx context.Context, in WaitJobInput, stop <-chan t
 				if st.end.Outcome == api.OutcomeTimedOut {
 					st.end.PodReason = w.podReason
 				}
+				if st.end.Outcome == api.OutcomeSucceeded && in.ReadRebootRequest {
+					if st.end.RebootRequested, err = a.rebootRequested(ctx, ref); err != nil {
+						return JobEnd{}, err
+					}
+				}
 				return st.end, nil
 			}
 		case jobDeleted:

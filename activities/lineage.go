@@ -28,7 +28,14 @@ type Lineage struct {
 	RolloutType string
 	NodeTypes   []string
 
-	verified sync.Map // node workflow run ID → template hash its parent was found with
+	verified sync.Map // node workflow run ID → the templates its parent was found with (prepared)
+}
+
+// prepared are the templates a Rollout prepared, as its memo names them: its own (and its
+// onDeselect Job's) and its step Jobs' (the reboot and check Jobs).
+type prepared struct {
+	hashes []string // its template, then a converging rollout's onDeselect template
+	steps  []string
 }
 
 // check verifies the calling workflow's lineage before a disruptive write (a Job, a cordon, a
@@ -37,6 +44,24 @@ type Lineage struct {
 // error, retried.
 func (l *Lineage) check(ctx context.Context, templateHash string) error {
 	return l.verify(ctx, templateHash, true)
+}
+
+// checkStep is check for a step's Job (reboot, check): its template must be one of the step
+// templates the rollout prepared. A rollout whose memo names none is not held against the node,
+// as sameTemplate does.
+func (l *Lineage) checkStep(ctx context.Context, stepHash string) error {
+	if err := l.verify(ctx, "", true); err != nil || l == nil || l.Temporal == nil {
+		return err
+	}
+	info := activity.GetInfo(ctx)
+	p, _ := l.verified.Load(info.WorkflowExecution.RunID)
+	steps := p.(prepared).steps
+	if len(steps) == 0 || slices.Contains(steps, stepHash) {
+		return nil
+	}
+	return temporal.NewNonRetryableApplicationError(fmt.Sprintf(
+		"workflow %s asks for a step Job from template %s, which its rollout did not prepare (%v): a node runs only its rollout's templates",
+		info.WorkflowExecution.ID, stepHash, steps), api.ErrNotStartedByARollout, nil)
 }
 
 // checkCleanUp is check for writes that finish what a node began (its outcome on the Node): a
@@ -52,8 +77,8 @@ func (l *Lineage) verify(ctx context.Context, templateHash string, strict bool) 
 	}
 	info := activity.GetInfo(ctx)
 	caller := info.WorkflowExecution
-	if h, ok := l.verified.Load(caller.RunID); ok {
-		return l.sameTemplate(caller.ID, h.([]string), templateHash)
+	if p, ok := l.verified.Load(caller.RunID); ok {
+		return l.sameTemplate(caller.ID, p.(prepared).hashes, templateHash)
 	}
 	refuse := func(format string, args ...any) error {
 		return temporal.NewNonRetryableApplicationError(fmt.Sprintf("workflow %s (%s) may not write to the cluster: ", caller.ID, info.WorkflowType.Name)+
@@ -90,16 +115,19 @@ func (l *Lineage) verify(ctx context.Context, templateHash string, strict bool) 
 		return refuse("its parent %s does not list it among its running children", parent.GetWorkflowId())
 	}
 	// A converging rollout also prepared its onDeselect Job (deselectHash).
-	var rolloutHashes []string
+	var rollout prepared
 	for _, key := range []string{"templateHash", "deselectHash"} {
 		var h string
 		if f := p.GetMemo().GetFields()[key]; f != nil {
 			_ = json.Unmarshal(f.GetData(), &h)
 		}
-		rolloutHashes = append(rolloutHashes, h)
+		rollout.hashes = append(rollout.hashes, h)
 	}
-	l.verified.Store(caller.RunID, rolloutHashes)
-	return l.sameTemplate(caller.ID, rolloutHashes, templateHash)
+	if f := p.GetMemo().GetFields()["stepTemplateHashes"]; f != nil {
+		_ = json.Unmarshal(f.GetData(), &rollout.steps)
+	}
+	l.verified.Store(caller.RunID, rollout)
+	return l.sameTemplate(caller.ID, rollout.hashes, templateHash)
 }
 
 // sameTemplate refuses a node that carries another template than its rollout prepared. A

@@ -1,6 +1,7 @@
 package activities
 
 import (
+	"encoding/json"
 	"testing"
 
 	"github.com/noderollout/noderollout/api"
@@ -23,13 +24,17 @@ const (
 
 // lineageOf describes the caller (its parent) and the parent (its type, status, children and
 // template) as Temporal would.
-func lineageOf(parent *commonpb.WorkflowExecution, parentType string, status enumspb.WorkflowExecutionStatus, children []string, hash string) *mocks.Client {
+func lineageOf(parent *commonpb.WorkflowExecution, parentType string, status enumspb.WorkflowExecutionStatus, children []string, hash string, stepHashes ...string) *mocks.Client {
 	tc := &mocks.Client{}
 	tc.On("DescribeWorkflow", mock.Anything, testCallerID, testCallerRun).Return(&client.WorkflowExecutionDescription{
 		RawResponse: &workflowservice.DescribeWorkflowExecutionResponse{WorkflowExecutionInfo: &workflowpb.WorkflowExecutionInfo{ParentExecution: parent}}}, nil).Maybe()
 	if parent != nil {
 		info := &workflowpb.WorkflowExecutionInfo{Type: &commonpb.WorkflowType{Name: parentType}, Status: status,
 			Memo: &commonpb.Memo{Fields: map[string]*commonpb.Payload{"templateHash": {Data: []byte(`"` + hash + `"`)}}}}
+		if len(stepHashes) > 0 {
+			steps, _ := json.Marshal(stepHashes)
+			info.Memo.Fields["stepTemplateHashes"] = &commonpb.Payload{Data: steps}
+		}
 		var pending []*workflowpb.PendingChildExecutionInfo
 		for _, c := range children {
 			pending = append(pending, &workflowpb.PendingChildExecutionInfo{WorkflowId: testCallerID, RunId: c})

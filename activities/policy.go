@@ -30,7 +30,10 @@ func (a *Activities) checkRequestPolicy(in PrepareTemplateInput) error {
 	if ref := in.TemplateRef; ref != nil {
 		req.TemplateNamespace = ref.Namespace
 	}
-	return policyDenied(a.Policy.CheckRequest(req))
+	if err := a.Policy.CheckRequest(req); err != nil {
+		return policyDenied(err)
+	}
+	return policyDenied(a.Policy.CheckNodeMarks(NodeMarksOf(in.Namespace, in.OnSuccess)))
 }
 
 // checkTemplatePolicy judges the template as the Jobs will have it, in the request's namespace.

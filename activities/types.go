@@ -16,7 +16,8 @@ import (
 // ErrQuotaExceeded is not among them: a full quota is retried until the node's deadline (a
 // Job that cannot fit any quota is refused non-retryably by the error itself).
 var NonRetryableErrors = []string{api.ErrInvalidRequest, api.ErrForeignObject, api.ErrForbidden, api.ErrNodeGone, api.ErrAdmissionDenied, api.ErrPolicyDenied,
-	api.ErrDrainTimedOut, api.ErrDrainRefused, api.ErrUnhealthy, api.ErrNotStartedByARollout, api.ErrNoPrometheus}
+	api.ErrDrainTimedOut, api.ErrDrainRefused, api.ErrUnhealthy, api.ErrNotStartedByARollout, api.ErrNoPrometheus,
+	api.ErrRebootTimedOut, api.ErrBlocked, api.ErrCheckFailed}
 
 // PrepareTemplateInput asks for the rollout's Job template to be loaded and checked once,
 // before any node starts.
@@ -35,6 +36,9 @@ type PrepareTemplateInput struct {
 	// too, so a rollout whose namespace may not drain fails before any node starts.
 	Cordon bool `json:"cordon,omitempty"`
 	Drain  bool `json:"drain,omitempty"`
+	// OnSuccess is maintenance.onSuccess, whose label and taint keys the policy judges at the
+	// start too, before any node is written to.
+	OnSuccess *api.OnSuccess `json:"onSuccess,omitempty"`
 }
 
 // PreparedTemplate is a template that parsed and validated, with its content hash. Template is
@@ -134,6 +138,8 @@ type WaitJobInput struct {
 	// TimeoutSeconds counts from Job creation (so a retried attempt keeps the same deadline);
 	// past it the Job is deleted and the outcome is timedOut. Zero means no limit.
 	TimeoutSeconds int64 `json:"timeoutSeconds"`
+	// ReadRebootRequest: a Job that succeeded is read for a reboot request (JobEnd.RebootRequested).
+	ReadRebootRequest bool `json:"readRebootRequest,omitempty"`
 }
 
 // WatchJobInput asks to wait as WaitJob does, for at most ForSeconds.
@@ -157,6 +163,9 @@ type JobEnd struct {
 	// PodReason is why the Job's Pod had not finished when the Job timed out, as read just
 	// before the Pod was deleted (see FinalizeResult.PodReason); FinalizeJob reports it.
 	PodReason string `json:"podReason,omitempty"`
+	// RebootRequested: the Job succeeded and asked for a reboot (api.RebootRequiredMessage);
+	// read only when WaitJobInput.ReadRebootRequest.
+	RebootRequested bool `json:"rebootRequested,omitempty"`
 }
 
 // FinalizeInput records a node's outcome and tidies up its Job.

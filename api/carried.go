@@ -10,18 +10,22 @@ import (
 type Progress struct {
 	// Template is the template text, carried only by runs from before templates were stored
 	// by reference (TemplateHash names the stored copy).
-	Template       string       `json:"template,omitempty"`
-	TemplateHash   string       `json:"templateHash"`
-	Cursor         string       `json:"cursor,omitempty"` // last node handled, in name order
-	ListingDone    bool         `json:"listingDone,omitempty"`
-	Selected       int          `json:"selected"` // nodes selected so far (all of them once listing is done)
-	Counts         Counts       `json:"counts"`
-	Failures       []NodeResult `json:"failures,omitempty"` // the first MaxReportedFailures
-	Parallelism    int          `json:"parallelism"`
-	Window         int          `json:"window"`
-	Paused         bool         `json:"paused,omitempty"`
-	ContinuedAsNew int          `json:"continuedAsNew,omitempty"`
-	StartedAt      time.Time    `json:"startedAt"`
+	Template     string `json:"template,omitempty"`
+	TemplateHash string `json:"templateHash"`
+	// RebootTemplateHash and CheckTemplateHash name the stored templates of the reboot Job
+	// (maintenance.reboot) and the check Job (gates.checkJob), when the request has them.
+	RebootTemplateHash string       `json:"rebootTemplateHash,omitempty"`
+	CheckTemplateHash  string       `json:"checkTemplateHash,omitempty"`
+	Cursor             string       `json:"cursor,omitempty"` // last node handled, in name order
+	ListingDone        bool         `json:"listingDone,omitempty"`
+	Selected           int          `json:"selected"` // nodes selected so far (all of them once listing is done)
+	Counts             Counts       `json:"counts"`
+	Failures           []NodeResult `json:"failures,omitempty"` // the first MaxReportedFailures
+	Parallelism        int          `json:"parallelism"`
+	Window             int          `json:"window"`
+	Paused             bool         `json:"paused,omitempty"`
+	ContinuedAsNew     int          `json:"continuedAsNew,omitempty"`
+	StartedAt          time.Time    `json:"startedAt"`
 	// MaxParallelism is the worker policy's cap when the rollout started (0: none).
 	MaxParallelism int `json:"maxParallelism,omitempty"`
 	// Pacing is the pacing state of a request that paces (windows, domains, canaries, order).

@@ -6,8 +6,13 @@ import (
 	"time"
 )
 
-// Gates stop a bad rollout without a person: conditions checked across the rollout.
+// Gates stop a bad rollout without a person: checks of the node itself, before it starts and
+// after its Job (nodesteps.go), and a metric across the rollout.
 type Gates struct {
+	// BlockingPods: the node does not start while Pods matching the selector run on it.
+	BlockingPods *BlockingPodsGate `json:"blockingPods,omitempty"`
+	// CheckJob: a second Job on the node after its Job (and reboot, health) that must succeed.
+	CheckJob *CheckJobGate `json:"checkJob,omitempty"`
 	// Prometheus is a PromQL query that must return nothing (like an alert) before every
 	// node starts and while nodes soak; while it returns something the rollout pauses itself.
 	Prometheus *PrometheusGate `json:"prometheus,omitempty"`
@@ -73,10 +78,7 @@ func (g *Gates) metricGate() *MetricGate {
 		Manual: p.Resume == GateResumeManual}
 }
 
-func (g *Gates) check(ps *problems) {
-	if g == nil {
-		return
-	}
+func (g *Gates) checkPrometheus(ps *problems) {
 	p := g.Prometheus
 	if p == nil {
 		return

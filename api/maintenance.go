@@ -24,6 +24,10 @@ type Maintenance struct {
 	// OnFailure is what a node that did not succeed (or was aborted) is left as:
 	// keepCordoned (default) or uncordon. Either way only our own cordon is ever undone.
 	OnFailure string `json:"onFailure,omitempty"`
+	// Reboot reboots the node after its Job succeeded (always, or if the Job asked for it).
+	Reboot *Reboot `json:"reboot,omitempty"`
+	// OnSuccess labels and (un)taints the node after its soak, before its slot frees.
+	OnSuccess *OnSuccess `json:"onSuccess,omitempty"`
 }
 
 // Drain evicts through the Eviction API, so PodDisruptionBudgets are honoured.
@@ -67,6 +71,11 @@ type NodeMaintenance struct {
 	Conditions           map[string]string `json:"conditions,omitempty"`
 	SoakSeconds          int64             `json:"soakSeconds,omitempty"`
 	UncordonOnFailure    bool              `json:"uncordonOnFailure,omitempty"`
+	Reboot               *NodeReboot       `json:"reboot,omitempty"`
+	OnSuccess            *OnSuccess        `json:"onSuccess,omitempty"`
+	// BlockingPods and CheckJob are the request's node gates (gates.blockingPods, gates.checkJob).
+	BlockingPods *NodeBlockingPods `json:"blockingPods,omitempty"`
+	CheckJob     *NodeCheckJob     `json:"checkJob,omitempty"`
 }
 
 // resolve is the section as node workflows get it, its defaults applied; nil when the
@@ -102,6 +111,8 @@ func (m *Maintenance) resolve() *NodeMaintenance {
 		nm.HealthTimeoutSeconds = seconds(timeout)
 	}
 	nm.UncordonOnFailure = m.OnFailure == OnFailureUncordon
+	nm.Reboot = m.Reboot.resolve()
+	nm.OnSuccess = m.OnSuccess
 	return nm
 }
 
@@ -139,8 +150,10 @@ func (m *Maintenance) check(ps *problems) {
 	default:
 		ps.add("maintenance.onFailure", fmt.Sprintf("%q is not allowed", m.OnFailure), "use keepCordoned or uncordon")
 	}
-	if nm := m.resolve(); !nm.Cordon && !nm.Health {
-		ps.add("maintenance", "asks for nothing", "set cordon, drain, health or soak, or remove the section")
+	m.Reboot.check(ps)
+	m.OnSuccess.check(ps)
+	if nm := m.resolve(); !nm.Cordon && !nm.Health && nm.Reboot == nil && nm.OnSuccess == nil {
+		ps.add("maintenance", "asks for nothing", "set cordon, drain, health, soak, reboot or onSuccess, or remove the section")
 	}
 }
 

@@ -8,6 +8,14 @@ const (
 	// OutcomeUnhealthy: after its Job succeeded the node did not meet maintenance.health's
 	// conditions in time, or stopped meeting them during the soak.
 	OutcomeUnhealthy Outcome = "unhealthy"
+	// OutcomeRebootTimedOut: the node rebooted for maintenance.reboot did not come back (a new
+	// boot ID and its health conditions met) within maintenance.reboot.timeout.
+	OutcomeRebootTimedOut Outcome = "rebootTimedOut"
+	// OutcomeCheckFailed: the node's gates.checkJob Job did not succeed.
+	OutcomeCheckFailed Outcome = "checkFailed"
+	// OutcomeBlocked: Pods matching gates.blockingPods.selector still ran on the node when its
+	// timeout passed; nothing was done to the node. Not charged to the failure budget.
+	OutcomeBlocked Outcome = "blocked"
 )
 
 // Error types of the maintenance activities, non-retryable, and reason words of a node's result.
@@ -16,6 +24,12 @@ const (
 	// ErrDrainRefused: a Pod on the node would lose data the request did not allow losing.
 	ErrDrainRefused = "DrainRefused"
 	ErrUnhealthy    = "Unhealthy"
+	// ErrRebootTimedOut: the node did not come back from its reboot in time.
+	ErrRebootTimedOut = "RebootTimedOut"
+	// ErrBlocked: blocking Pods still ran on the node when gates.blockingPods.timeout passed.
+	ErrBlocked = "Blocked"
+	// ErrCheckFailed: the node's check Job failed (the reason word of a checkFailed node).
+	ErrCheckFailed = "CheckFailed"
 )
 
 // Outcome is how one node's rollout ended. The values are part of the public API (status

@@ -66,7 +66,8 @@ type RolloutRequest struct {
 	// Taints: respect (default) skips a node whose NoSchedule/NoExecute taints the Job's Pod
 	// does not tolerate; ignore runs it anyway.
 	Taints string `json:"taints,omitempty"`
-	// Gates stop the rollout by themselves (gates.go).
+	// Gates hold back or fail nodes by checks of their own (gates.blockingPods, gates.checkJob)
+	// and pause the rollout by themselves (gates.prometheus).
 	Gates *Gates `json:"gates,omitempty"`
 	// ContinueAsNewAfter bounds how many nodes one workflow run launches before it continues
 	// as new, keeping every history short. Rarely worth changing.

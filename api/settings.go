@@ -40,7 +40,7 @@ func (r RolloutRequest) Settings() Settings {
 		JobTimeout:         jobTimeoutField.read(r.JobTimeout),
 		JobTTL:             jobTTLField.read(r.JobTTL),
 		Pacing:             r.pacing(),
-		Maintenance:        r.Maintenance.resolve(),
+		Maintenance:        r.Gates.withGates(r.Maintenance.resolve()),
 		IgnoreTaints:       r.Taints == TaintsIgnore,
 		MetricGate:         r.Gates.metricGate(),
 	}

@@ -14,6 +14,12 @@ const (
 	NodeStepHealth   = "health"
 	NodeStepSoak     = "soak"
 	NodeStepUncordon = "uncordon"
+	// Steps of the node's reboot, gates and onSuccess (issue 33), in their order: blockingPods
+	// comes before cordon; reboot after job; checkJob after health; onSuccess after soak.
+	NodeStepBlockingPods = "blockingPods"
+	NodeStepReboot       = "reboot"
+	NodeStepCheckJob     = "checkJob"
+	NodeStepOnSuccess    = "onSuccess"
 )
 
 // NodeStep is what a node workflow is doing now.
@@ -70,13 +76,14 @@ func (c *Counts) Add(o Outcome) {
 	switch o {
 	case OutcomeSucceeded:
 		c.Succeeded++
-	case OutcomeFailed, OutcomeDrainTimedOut, OutcomeUnhealthy:
+	case OutcomeFailed, OutcomeDrainTimedOut, OutcomeUnhealthy, OutcomeRebootTimedOut, OutcomeCheckFailed:
 		// Maintenance failures count as failed (and so against the budget); their own
 		// outcome word is in the node's result.
 		c.Failed++
 	case OutcomeTimedOut:
 		c.TimedOut++
-	case OutcomeSkipped:
+	case OutcomeSkipped, OutcomeBlocked:
+		// A blocked node was not touched: it is skipped, its own word in its result.
 		c.Skipped++
 	case OutcomeNodeGone:
 		c.NodeGone++

@@ -52,7 +52,8 @@ component_command() {
       # the service range is configuration only, nothing routes to it. TaintNodesByCondition
       # is off so new Nodes carry no not-ready taint: no node-lifecycle controller runs to
       # lift it. The watch grace period makes SIGTERM close open watches; without it the
-      # server waits for its clients to hang up and takes over 20 s to stop.
+      # server waits for its clients to hang up and takes over 20 s to stop. Privileged Pods
+      # are allowed, as kubeadm's API server allows them: a reboot or driver Job is one.
       CMD=("$APISERVER_BIN"
         --etcd-servers "http://127.0.0.1:$ETCD_PORT"
         --bind-address 127.0.0.1 --advertise-address 127.0.0.1 --secure-port "$APISERVER_PORT"
@@ -65,6 +66,7 @@ component_command() {
         --service-account-signing-key-file "$PKI_DIR/sa.key"
         --service-cluster-ip-range 10.0.0.0/24
         --disable-admission-plugins TaintNodesByCondition
+        --allow-privileged=true
         --shutdown-watch-termination-grace-period 2s
         --max-requests-inflight 2000 --max-mutating-requests-inflight 1000) ;;
     kube-controller-manager)

@@ -241,6 +241,20 @@ func exactStep(s nodeStep, q api.NodeStep, d *workflowservice.DescribeWorkflowEx
 		s.Step = fmt.Sprintf("soak %s/%s", elapsed, length)
 	case api.NodeStepUncordon:
 		s.Step = "uncordon"
+	case api.NodeStepBlockingPods:
+		s.Step = fmt.Sprintf("blockingPods: waiting while the gate's Pods run on the node (timeout %s)", length)
+	case api.NodeStepReboot:
+		s.Step = fmt.Sprintf("reboot: waiting for a new boot ID and the node's conditions (timeout %s)", length)
+		if q.Job != "" {
+			s.Progress = "Job " + q.Job
+		}
+	case api.NodeStepCheckJob:
+		s.Step = "checkJob running"
+		if q.Job != "" {
+			s.Progress = "Job " + q.Job
+		}
+	case api.NodeStepOnSuccess:
+		s.Step = "onSuccess: labelling and (un)tainting the node"
 	default:
 		s.Step = q.Step
 	}

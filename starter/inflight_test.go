@@ -143,12 +143,20 @@ func TestInFlightNamesTheExactStep(t *testing.T) {
 			api.NodeWorkflowID("b"): describedNode(api.NodeWorkflowID("b"), started, pending("CheckNodeHealth", heartbeat(now.Add(-12*time.Second)))),
 			api.NodeWorkflowID("c"): describedNode(api.NodeWorkflowID("c"), started, pending("CheckNodeHealth", heartbeat(time.Time{}))),
 			api.NodeWorkflowID("d"): describedNode(api.NodeWorkflowID("d"), started),
+			api.NodeWorkflowID("f"): describedNode(api.NodeWorkflowID("f"), started, pending("WaitBlockingPods", heartbeat(1))),
+			api.NodeWorkflowID("g"): describedNode(api.NodeWorkflowID("g"), started, pending("WaitReboot", heartbeat("g"))),
+			api.NodeWorkflowID("h"): describedNode(api.NodeWorkflowID("h"), started, pending("WaitJob", nil)),
+			api.NodeWorkflowID("i"): describedNode(api.NodeWorkflowID("i"), started),
 		},
 		steps: map[string]map[string]any{
 			api.NodeWorkflowID("a"): {"step": "drain", "since": started, "seconds": 600},
 			api.NodeWorkflowID("b"): {"step": "soak", "since": now.Add(-12 * time.Second), "seconds": 40},
 			api.NodeWorkflowID("c"): {"step": "health", "since": started, "seconds": 300},
 			api.NodeWorkflowID("d"): {"step": "delete", "since": started, "job": "maint/patch-d-x"},
+			api.NodeWorkflowID("f"): {"step": "blockingPods", "since": started, "seconds": 3600},
+			api.NodeWorkflowID("g"): {"step": "reboot", "since": started, "seconds": 900, "job": "maint/reboot-g"},
+			api.NodeWorkflowID("h"): {"step": "checkJob", "since": started, "seconds": 600, "job": "maint/check-h"},
+			api.NodeWorkflowID("i"): {"step": "onSuccess", "since": started},
 		},
 	}
 	// A node inside a workflow task answers its query only when the task ends: not asked.
@@ -169,5 +177,9 @@ func TestInFlightNamesTheExactStep(t *testing.T) {
 		"c": "health: waiting for the node's conditions (timeout 5m0s)",
 		"d": "deleting Job maint/patch-d-x, waiting for its Pods to go",
 		"e": "job",
+		"f": "blockingPods: waiting while the gate's Pods run on the node (timeout 1h0m0s)",
+		"g": "reboot: waiting for a new boot ID and the node's conditions (timeout 15m0s)",
+		"h": "checkJob running",
+		"i": "onSuccess: labelling and (un)tainting the node",
 	}, got)
 }

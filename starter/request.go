@@ -179,10 +179,34 @@ func parseRequest(name string, data []byte) (api.RolloutRequest, error) {
 			}
 		}
 	}
+	problems = append(problems, stepTemplateProblems(req)...)
 	if len(problems) > 0 {
 		return bad(problems...)
 	}
 	return req, nil
+}
+
+// stepTemplateProblems checks the inline templates of the reboot Job and the check Job as the
+// worker will before the first node, each problem under its own field.
+func stepTemplateProblems(req api.RolloutRequest) []string {
+	var problems []string
+	check := func(field, text string) {
+		if text == "" || len(text) > api.MaxTemplateBytes {
+			return
+		}
+		if _, err := jobspec.ParseTemplate(text); err != nil {
+			for _, p := range templateProblems(err) {
+				problems = append(problems, field+"."+p)
+			}
+		}
+	}
+	if m := req.Maintenance; m != nil && m.Reboot != nil {
+		check("maintenance.reboot", m.Reboot.JobTemplate)
+	}
+	if g := req.Gates; g != nil && g.CheckJob != nil {
+		check("gates.checkJob", g.CheckJob.JobTemplate)
+	}
+	return problems
 }
 
 // readableProblems are a request's problems for a person reading a file: unknown fields each

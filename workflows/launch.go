@@ -112,7 +112,7 @@ func (r *rollout) startChild(ctx workflow.Context, node string) workflow.ChildWo
 		JobTTLSeconds:     int32(r.settings.JobTTL / time.Second),
 		KeepJobs:          r.settings.KeepJobs,
 		Requester:         r.requester,
-		Maintenance:       r.settings.Maintenance,
+		Maintenance:       r.nodeMaintenance(),
 	}
 	nodeWorkflow := any(NodeRollout)
 	if r.features.nodeVersion >= 1 {
@@ -224,7 +224,7 @@ func (r *rollout) record(ctx workflow.Context, result api.NodeResult) {
 	switch result.Outcome {
 	case api.OutcomeSucceeded:
 		r.launchWindow.succeeded()
-	case api.OutcomeFailed, api.OutcomeTimedOut, api.OutcomeDrainTimedOut, api.OutcomeUnhealthy:
+	case api.OutcomeFailed, api.OutcomeTimedOut, api.OutcomeDrainTimedOut, api.OutcomeUnhealthy, api.OutcomeRebootTimedOut, api.OutcomeCheckFailed:
 		r.launchWindow.failed()
 		if len(r.progress.Failures) < api.MaxReportedFailures {
 			r.progress.Failures = append(r.progress.Failures, result)

@@ -30,6 +30,9 @@ func (n *nodeSteps) runMaintained(ctx workflow.Context) (api.NodeResult, error) 
 	// cordon knows the drain that follows, so the policy can refuse it before anything is written.
 	node := activities.NodeInput{Rollout: in.Rollout, Node: in.Node, Namespace: in.Namespace,
 		Drain: m.Drain, PodSelector: m.PodSelector, DeleteEmptyDirData: m.DeleteEmptyDirData, Force: m.Force}
+	if err := n.waitBlockingPods(ctx); err != nil {
+		return n.maintenanceFailed(ctx, err, result)
+	}
 	if m.Cordon {
 		workflow.SetCurrentDetails(ctx, fmt.Sprintf("cordoning node `%s`", in.Node))
 		setStep(ctx, api.NodeStepCordon, 0, "")
@@ -62,22 +65,34 @@ func (n *nodeSteps) runMaintained(ctx workflow.Context) (api.NodeResult, error) 
 		n.leave(ctx)
 		return done, err
 	}
+	if err := n.rebootIfAsked(ctx); err != nil {
+		return n.maintenanceFailed(ctx, err, done)
+	}
+	// Health, then the check Job (when the request has one), then the soak: the commands of a
+	// node without a check Job are those recorded before it existed.
+	var health activities.HealthInput
 	if m.Health {
 		timeout := time.Duration(m.HealthTimeoutSeconds) * time.Second
 		workflow.SetCurrentDetails(ctx, fmt.Sprintf("waiting for node `%s` to be healthy (%s, timeout %v)", in.Node, conditionList(m.Conditions), timeout))
 		setStep(ctx, api.NodeStepHealth, m.HealthTimeoutSeconds, "")
-		health := activities.HealthInput{Node: in.Node, Conditions: m.Conditions, HealthyBy: workflow.Now(ctx).Add(timeout)}
-		err := workflow.ExecuteActivity(withHealthActivity(ctx, timeout, "health gate on node "+in.Node), a.CheckNodeHealth, health).Get(ctx, nil)
-		if err == nil && m.SoakSeconds > 0 {
-			soak := time.Duration(m.SoakSeconds) * time.Second
-			workflow.SetCurrentDetails(ctx, fmt.Sprintf("soaking node `%s` for %v", in.Node, soak))
-			setStep(ctx, api.NodeStepSoak, m.SoakSeconds, "")
-			health.HealthyBy, health.HoldSeconds = workflow.Now(ctx), m.SoakSeconds
-			err = workflow.ExecuteActivity(withHealthActivity(ctx, soak, "soak node "+in.Node), a.CheckNodeHealth, health).Get(ctx, nil)
-		}
-		if err != nil {
-			return n.maintenanceFailed(ctx, err, done)
-		}
+		health = activities.HealthInput{Node: in.Node, Conditions: m.Conditions, HealthyBy: workflow.Now(ctx).Add(timeout)}
+		err = workflow.ExecuteActivity(withHealthActivity(ctx, timeout, "health gate on node "+in.Node), a.CheckNodeHealth, health).Get(ctx, nil)
+	}
+	if err == nil {
+		err = n.runCheckJob(ctx)
+	}
+	if err == nil && m.Health && m.SoakSeconds > 0 {
+		soak := time.Duration(m.SoakSeconds) * time.Second
+		workflow.SetCurrentDetails(ctx, fmt.Sprintf("soaking node `%s` for %v", in.Node, soak))
+		setStep(ctx, api.NodeStepSoak, m.SoakSeconds, "")
+		health.HealthyBy, health.HoldSeconds = workflow.Now(ctx), m.SoakSeconds
+		err = workflow.ExecuteActivity(withHealthActivity(ctx, soak, "soak node "+in.Node), a.CheckNodeHealth, health).Get(ctx, nil)
+	}
+	if err == nil {
+		err = n.markDone(ctx)
+	}
+	if err != nil {
+		return n.maintenanceFailed(ctx, err, done)
 	}
 	if n.mayHaveCordoned {
 		if err := n.uncordon(ctx); err != nil {
@@ -118,6 +133,12 @@ func (n *nodeSteps) maintenanceFailed(ctx workflow.Context, err error, result ap
 			end.Outcome = api.OutcomeDrainTimedOut
 		case api.ErrUnhealthy:
 			end.Outcome = api.OutcomeUnhealthy
+		case api.ErrRebootTimedOut:
+			end.Outcome = api.OutcomeRebootTimedOut
+		case api.ErrCheckFailed:
+			end.Outcome = api.OutcomeCheckFailed
+		case api.ErrBlocked:
+			end.Outcome = api.OutcomeBlocked
 		}
 	}
 	return n.finalize(ctx, nil, end, result)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -31,8 +32,13 @@ type maintenanceRun struct {
 	errs        map[string]error
 	block       string
 	preCordoned bool
-	cordonIn    activities.NodeInput
-	drainIn     activities.DrainInput
+	// Issue 33's steps: what the node's Job says of a reboot, how the check Job ends, and the
+	// inputs the reboot wait was given.
+	rebootRequested bool
+	checkEnd        activities.JobEnd
+	rebootWaits     []activities.RebootWaitInput
+	cordonIn        activities.NodeInput
+	drainIn         activities.DrainInput
 }
 
 func newMaintenanceRun(t *testing.T) *maintenanceRun {
@@ -55,7 +61,10 @@ func newMaintenanceRun(t *testing.T) *maintenanceRun {
 		return activities.JobRef{Namespace: in.Namespace, Name: "job-" + in.Node, UID: "u1", Node: in.Node}, r.step(ctx, "create")
 	})
 	env.OnActivity(a.WaitJob, mock.Anything, mock.Anything).Return(func(ctx context.Context, in activities.WaitJobInput) (activities.JobEnd, error) {
-		return activities.JobEnd{Outcome: api.OutcomeSucceeded, Reason: "Completed"}, r.step(ctx, "wait")
+		if strings.HasPrefix(in.Job.Name, "check-") {
+			return r.checkEnd, r.step(ctx, "checkWait")
+		}
+		return activities.JobEnd{Outcome: api.OutcomeSucceeded, Reason: "Completed", RebootRequested: in.ReadRebootRequest && r.rebootRequested}, r.step(ctx, "wait")
 	})
 	env.OnActivity(a.FinalizeJob, mock.Anything, mock.Anything).Return(func(ctx context.Context, in activities.FinalizeInput) (activities.FinalizeResult, error) {
 		return activities.FinalizeResult{}, r.step(ctx, "finalize:"+string(in.End.Outcome))
@@ -72,6 +81,7 @@ func newMaintenanceRun(t *testing.T) *maintenanceRun {
 	env.OnActivity(a.DeleteJob, mock.Anything, mock.Anything).Return(func(ctx context.Context, job activities.JobRef) error {
 		return r.step(ctx, "delete")
 	})
+	mockNodeSteps(env, a, r)
 	return r
 }
 

@@ -949,7 +949,7 @@ func (n *modelNode) retries() int { return n.failedRuns }
 // failedOutcome says whether an outcome spends the failure budget.
 func failedOutcome(o string) bool {
 	switch api.Outcome(o) {
-	case api.OutcomeFailed, api.OutcomeTimedOut, api.OutcomeDrainTimedOut, api.OutcomeUnhealthy:
+	case api.OutcomeFailed, api.OutcomeTimedOut, api.OutcomeDrainTimedOut, api.OutcomeUnhealthy, api.OutcomeRebootTimedOut, api.OutcomeCheckFailed:
 		return true
 	}
 	return false

@@ -135,6 +135,8 @@ type nodeSteps struct {
 	// abortedInFinalize: an abort cut short the finalize of a Job that succeeded, which may
 	// have recorded the success on the Node already.
 	abortedInFinalize bool
+	// rebootRequested: the node's Job succeeded asking for a reboot (maintenance.reboot).
+	rebootRequested bool
 }
 
 func (n *nodeSteps) run(ctx workflow.Context) (api.NodeResult, error) {
@@ -270,7 +272,9 @@ func (n *nodeSteps) wait(ctx workflow.Context, job activities.JobRef) (activitie
 	var a *activities.Activities
 	var end activities.JobEnd
 	waitCtx := withWaitActivity(ctx, time.Duration(n.in.JobTimeoutSeconds)*time.Second, "wait for Job "+job.Name)
-	err := workflow.ExecuteActivity(waitCtx, a.WaitJob, activities.WaitJobInput{Job: job, TimeoutSeconds: n.in.JobTimeoutSeconds}).Get(ctx, &end)
+	readReboot := n.in.Maintenance != nil && n.in.Maintenance.Reboot != nil && !n.in.Maintenance.Reboot.Always()
+	err := workflow.ExecuteActivity(waitCtx, a.WaitJob, activities.WaitJobInput{Job: job, TimeoutSeconds: n.in.JobTimeoutSeconds, ReadRebootRequest: readReboot}).Get(ctx, &end)
+	n.rebootRequested = end.RebootRequested
 	return end, err
 }
 

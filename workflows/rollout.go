@@ -168,9 +168,13 @@ func (r *rollout) prepare(ctx workflow.Context) error {
 		Parallelism:  r.settings.Parallelism,
 		Cordon:       r.settings.Maintenance != nil && r.settings.Maintenance.Cordon,
 		Drain:        r.settings.Maintenance != nil && r.settings.Maintenance.Drain,
+		OnSuccess:    onSuccessOf(r.settings.Maintenance),
 	}).Get(ctx, &prepared)
 	if err != nil {
 		return asWorkflowError(err)
+	}
+	if err := r.prepareStepTemplates(ctx); err != nil {
+		return err
 	}
 	r.progress.Template = prepared.Template
 	r.progress.TemplateHash = prepared.Hash
@@ -180,6 +184,9 @@ func (r *rollout) prepare(ctx workflow.Context) error {
 	r.progress.MaxParallelism = prepared.MaxParallelism
 	r.progress.TaintCheck = r.taintCheck(prepared)
 	memo := map[string]any{"templateHash": prepared.Hash, "namespace": r.settings.Namespace}
+	if steps := r.stepTemplateHashes(); len(steps) > 0 {
+		memo["stepTemplateHashes"] = steps // what Lineage lets the nodes' step Jobs run
+	}
 	if r.req.NodeSelector != "" {
 		memo["nodeSelector"] = r.req.NodeSelector
 	}

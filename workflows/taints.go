@@ -23,8 +23,18 @@ func (r *rollout) taintCheck(prepared activities.PreparedTemplate) *api.TaintChe
 
 // ownTaintKeys are the taint keys the request puts on nodes itself: they never keep a node
 // from its Job. Our cordon's taint never counts either (jobspec.UntoleratedTaint).
+// A taint onSuccess.removeTaints lifts is not ours: it keeps workloads off until the Job is
+// done, so the Job's Pod must tolerate it (a NoExecute one would evict it).
 func (r *rollout) ownTaintKeys() []string {
-	return nil
+	m := r.req.Maintenance
+	if m == nil || m.OnSuccess == nil {
+		return nil
+	}
+	var keys []string
+	for _, t := range m.OnSuccess.AddTaints {
+		keys = append(keys, t.Key)
+	}
+	return keys
 }
 
 // untoleratedResult is the result of a node skipped for a taint.

@@ -113,3 +113,14 @@ func TestRolloutPreparedBeforeTheTaintCheckChecksNoTaints(t *testing.T) {
 	require.Equal(t, taintedFleet(), ran)
 	require.Equal(t, 0, res.Counts.Skipped)
 }
+
+// A taint the request's own onSuccess adds (an earlier run of it left node-gpu so) keeps no
+// node from its Job: the rollout re-runs the nodes it marked.
+func TestTaintTheRolloutAddsItselfDoesNotSkipTheNode(t *testing.T) {
+	req := request(taintedFleet()...)
+	req.Maintenance = &api.Maintenance{Cordon: true, OnSuccess: &api.OnSuccess{
+		AddTaints: []api.Taint{{Key: "gpu", Value: "true", Effect: "NoSchedule"}}}}
+	ran, res := runTaintedFleet(t, req)
+	require.Equal(t, taintedFleet(), ran)
+	require.Equal(t, 0, res.Counts.Skipped)
+}

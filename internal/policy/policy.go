@@ -117,6 +117,11 @@ type NamespaceRules struct {
 	// EvictNamespaces are the namespaces whose Pods their drains may evict ("*": any); left
 	// out, any. A drain that meets a Pod of another namespace is refused before it evicts.
 	EvictNamespaces []string `json:"evictNamespaces,omitempty"`
+	// ForbiddenNodeLabels and ForbiddenTaints are the label and taint keys that
+	// maintenance.onSuccess may not write to nodes: a key, or a prefix ending in "*". Left out:
+	// DefaultForbiddenNodeKeys; [] forbids none.
+	ForbiddenNodeLabels []string `json:"forbiddenNodeLabels,omitempty"`
+	ForbiddenTaints     []string `json:"forbiddenTaints,omitempty"`
 }
 
 // Denial says which rule refused what. It is the error every check returns.
