@@ -23,6 +23,8 @@ type Maintenance struct {
 	Soak string `json:"soak,omitempty"`
 	// OnFailure is what a node that did not succeed (or was aborted) is left as:
 	// keepCordoned (default) or uncordon. Either way only our own cordon is ever undone.
+	// undo runs the request's undo Job on a node whose Job or health gate failed, then
+	// uncordons it, or keeps it cordoned when the undo failed too.
 	OnFailure string `json:"onFailure,omitempty"`
 }
 
@@ -67,6 +69,7 @@ type NodeMaintenance struct {
 	Conditions           map[string]string `json:"conditions,omitempty"`
 	SoakSeconds          int64             `json:"soakSeconds,omitempty"`
 	UncordonOnFailure    bool              `json:"uncordonOnFailure,omitempty"`
+	UndoOnFailure        bool              `json:"undoOnFailure,omitempty"`
 }
 
 // resolve is the section as node workflows get it, its defaults applied; nil when the
@@ -102,6 +105,7 @@ func (m *Maintenance) resolve() *NodeMaintenance {
 		nm.HealthTimeoutSeconds = seconds(timeout)
 	}
 	nm.UncordonOnFailure = m.OnFailure == OnFailureUncordon
+	nm.UndoOnFailure = m.OnFailure == OnFailureUndo
 	return nm
 }
 
@@ -135,9 +139,9 @@ func (m *Maintenance) check(ps *problems) {
 		}
 	}
 	switch m.OnFailure {
-	case "", OnFailureKeepCordoned, OnFailureUncordon:
+	case "", OnFailureKeepCordoned, OnFailureUncordon, OnFailureUndo:
 	default:
-		ps.add("maintenance.onFailure", fmt.Sprintf("%q is not allowed", m.OnFailure), "use keepCordoned or uncordon")
+		ps.add("maintenance.onFailure", fmt.Sprintf("%q is not allowed", m.OnFailure), "use keepCordoned, uncordon or undo")
 	}
 	if nm := m.resolve(); !nm.Cordon && !nm.Health {
 		ps.add("maintenance", "asks for nothing", "set cordon, drain, health or soak, or remove the section")

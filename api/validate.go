@@ -51,6 +51,7 @@ func (r RolloutRequest) Problems() []*FieldError {
 		ps.add("continueAsNewAfter", "must be positive", "omit it for the default")
 	}
 	r.checkPacing(&ps)
+	r.checkUndo(&ps)
 	return ps
 }
 
@@ -73,7 +74,7 @@ func (r RolloutRequest) checkNodes(ps *problems) {
 	switch {
 	case len(r.Nodes) > 0 && bySelector:
 		ps.add("nodes", "is set together with nodeSelector/fieldSelector", "choose nodes either by name (nodes) or by selector, not both")
-	case len(r.Nodes) == 0 && !bySelector:
+	case len(r.Nodes) == 0 && !bySelector && r.UndoOf == nil:
 		ps.add("nodes", "no nodes are selected", "set nodes to a list of node names, or nodeSelector to a label selector such as \"pool=gpu\"")
 	}
 	if len(r.Nodes) > MaxExplicitNodes {
