@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 
 	"github.com/noderollout/noderollout/api"
@@ -89,9 +90,14 @@ func (l *Lineage) verify(ctx context.Context, templateHash string, strict bool) 
 	if !listed {
 		return refuse("its parent %s does not list it among its running children", parent.GetWorkflowId())
 	}
-	var rolloutHash string
+	var rolloutHash, undoHash string
 	if f := p.GetMemo().GetFields()["templateHash"]; f != nil {
 		_ = json.Unmarshal(f.GetData(), &rolloutHash)
+	}
+	// A node with maintenance.onFailure undo runs its rollout's undo template too.
+	if f := p.GetMemo().GetFields()["undoTemplateHash"]; f != nil && rolloutHash != "" {
+		_ = json.Unmarshal(f.GetData(), &undoHash)
+		rolloutHash = strings.TrimSpace(rolloutHash + " " + undoHash)
 	}
 	l.verified.Store(caller.RunID, rolloutHash)
 	return l.sameTemplate(caller.ID, rolloutHash, templateHash)
@@ -101,7 +107,7 @@ func (l *Lineage) verify(ctx context.Context, templateHash string, strict bool) 
 // rollout whose memo names no template (none prepared yet, or a memo a run did not carry) is
 // not held against the node: CreateJob still runs only a template under its own hash.
 func (l *Lineage) sameTemplate(node, rolloutHash, templateHash string) error {
-	if templateHash == "" || rolloutHash == "" || rolloutHash == templateHash {
+	if templateHash == "" || rolloutHash == "" || slices.Contains(strings.Fields(rolloutHash), templateHash) {
 		return nil
 	}
 	return temporal.NewNonRetryableApplicationError(fmt.Sprintf(

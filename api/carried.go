@@ -29,6 +29,9 @@ type Progress struct {
 	// WaitingNodes are the nodes another rollout held when the previous run handed them over
 	// (versionHandOverWaiting); this run waits for them first.
 	WaitingNodes []PacedNode `json:"waitingNodes,omitempty"`
+	// UndoTemplateHash names the stored undo template of a request with
+	// maintenance.onFailure undo.
+	UndoTemplateHash string `json:"undoTemplateHash,omitempty"`
 }
 
 // PacingProgress is the pacing state carried across continue-as-new.
