@@ -74,3 +74,14 @@ func TestUndoRequestKeepsPacingAndMaintenance(t *testing.T) {
 	_, err = undoRequest(done, "")
 	require.ErrorContains(t, err, "rollout gpu-driver has no undo template")
 }
+
+// A failed node's line says whether its undo ran.
+func TestFailedNodesSayWhetherTheyWereUndone(t *testing.T) {
+	var b strings.Builder
+	printNodes(&b, "FAILED NODES", []api.NodeResult{
+		{Node: "a", Outcome: api.OutcomeFailed, Undone: true, UndoJob: "undo-a-x"},
+		{Node: "b", Outcome: api.OutcomeFailed, UndoFailed: "timedOut: JobTimeout"},
+	})
+	require.Contains(t, b.String(), "undone (Job undo-a-x)")
+	require.Contains(t, b.String(), "undo failed (timedOut: JobTimeout), kept cordoned")
+}
