@@ -6,6 +6,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/noderollout/noderollout/activities/jobspec"
 	"github.com/noderollout/noderollout/api"
@@ -142,4 +143,17 @@ func TestUndoSuccessMarksTheUndoneRollout(t *testing.T) {
 	require.Equal(t, jobspec.NodeMarker(hashV2, "undone"), got[jobspec.NodeMarkerKey("kata")])
 	require.Equal(t, hashV1, got[jobspec.NodePreviousKey("kata")], "what the node went back to stays recorded")
 	require.Equal(t, jobspec.NodeMarker(hashV3, "succeeded"), got[jobspec.NodeMarkerKey("undo-kata")])
+}
+
+// RunJob, which finalizes a short Job itself, passes the undone rollout on to the finalize.
+func TestRunJobOfAnUndoMarksTheUndoneRollout(t *testing.T) {
+	req := testRequest("node-a")
+	req.Rollout = "undo-kata"
+	cs := fake.NewClientset(testNode("node-a", undoMarker(hashV2, "succeeded", hashV1, at(1))))
+	stampCreatedJobs(cs)
+	completeOnCreate(cs)
+	a := startedActivities(t, cs)
+	res := runJob(t, a, RunJobInput{Job: req, WatchSeconds: 60, TimeoutSeconds: 3600, KeepJobs: api.KeepNever, UndoOf: "kata"})
+	require.True(t, res.Done, "%+v", res)
+	require.Equal(t, jobspec.NodeMarker(hashV2, "undone"), nodeAnnotations(t, a, "node-a")[jobspec.NodeMarkerKey("kata")])
 }

@@ -192,7 +192,7 @@ func (n *nodeSteps) runJob(ctx workflow.Context) (api.NodeResult, error) {
 		workflow.SetCurrentDetails(ctx, fmt.Sprintf("Job `%s/%s` created and watched on node `%s`", planned.Namespace, planned.Name, in.Node))
 		watch := time.Duration(in.WatchSeconds) * time.Second
 		err = workflow.ExecuteLocalActivity(withLocalWatchActivity(ctx, watch, writes, "run Job "+planned.Name), a.RunJob, activities.RunJobInput{
-			Job: req, WatchSeconds: in.WatchSeconds, TimeoutSeconds: in.JobTimeoutSeconds, KeepJobs: in.KeepJobs,
+			Job: req, WatchSeconds: in.WatchSeconds, TimeoutSeconds: in.JobTimeoutSeconds, KeepJobs: in.KeepJobs, UndoOf: in.UndoOf,
 		}).Get(ctx, &run)
 		job = run.Job
 	} else {

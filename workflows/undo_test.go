@@ -241,3 +241,20 @@ func TestUndoDryRunListsWhatEachNodeGoesBackTo(t *testing.T) {
 	require.Equal(t, "h1", res.Planned[0].Undo.Previous)
 	require.Equal(t, api.OutcomeFailed, res.Planned[0].Undo.Outcome)
 }
+
+// A node of an undo rollout whose Job runs as one RunJob hands it the undone rollout, so the
+// finalize inside RunJob marks that rollout's marker undone.
+func TestUndoNodeInOneStepNamesTheUndoneRollout(t *testing.T) {
+	env, a := newTestEnv(nil)
+	var got activities.RunJobInput
+	env.OnActivity(a.RunJob, mock.Anything, mock.Anything).Return(func(_ context.Context, in activities.RunJobInput) (activities.RunJobResult, error) {
+		got = in
+		return activities.RunJobResult{Job: activities.JobRef{Namespace: "jobs", Name: "j", Node: in.Job.Node}, Done: true,
+			End: activities.JobEnd{Outcome: api.OutcomeSucceeded, Reason: "Completed"}}, nil
+	})
+	in := watchedInput()
+	in.Rollout, in.UndoOf = api.UndoName("demo"), "demo"
+	executeNodeAsChild(env, NodeRolloutV3, api.NodeRolloutV3Workflow, in)
+	require.NoError(t, env.GetWorkflowError())
+	require.Equal(t, "demo", got.UndoOf)
+}
