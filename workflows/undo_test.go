@@ -3,6 +3,7 @@ package workflows
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"sync"
@@ -257,4 +258,49 @@ func TestUndoNodeInOneStepNamesTheUndoneRollout(t *testing.T) {
 	executeNodeAsChild(env, NodeRolloutV3, api.NodeRolloutV3Workflow, in)
 	require.NoError(t, env.GetWorkflowError())
 	require.Equal(t, "demo", got.UndoOf)
+}
+
+// An undo that continues as new carries its planned order in its request: the next run reads
+// no marker again and starts the rest in the same order.
+func TestUndoRolloutKeepsItsOrderAcrossContinueAsNew(t *testing.T) {
+	undoEnv := func(started *[]string) (*testsuite.TestWorkflowEnvironment, *activities.Activities) {
+		env, a := newTestEnv(nil)
+		env.SetTestTimeout(time.Minute)
+		env.OnActivity(a.PrepareTemplate, mock.Anything, mock.Anything).Return(activities.PreparedTemplate{Hash: "undo-hash"}, nil).Maybe()
+		pagedListing(env, a)
+		env.OnWorkflow(NodeRolloutV3, mock.Anything, mock.Anything).Return(func(ctx workflow.Context, in NodeRolloutInput) (api.NodeResult, error) {
+			*started = append(*started, in.Node)
+			return api.NodeResult{Node: in.Node, Outcome: api.OutcomeSucceeded}, workflow.Sleep(ctx, time.Minute)
+		})
+		return env, a
+	}
+	var first, second []string
+	env, a := undoEnv(&first)
+	env.OnActivity(a.PlanUndo, mock.Anything, mock.Anything).Return(undoPlan, nil).Once()
+	req := api.RolloutRequest{Name: api.UndoName("demo"), Namespace: "jobs", JobTemplate: sampleTemplate, Parallelism: 1, Rerun: true,
+		ContinueAsNewAfter: 2, UndoOf: &api.UndoOf{Rollout: "demo"}}
+	env.ExecuteWorkflow(api.RolloutWorkflow, req)
+	var can *workflow.ContinueAsNewError
+	require.True(t, errors.As(env.GetWorkflowError(), &can), "%v", env.GetWorkflowError())
+	var next api.RolloutRequest
+	var carried *api.Progress
+	require.NoError(t, converterFromEnv().FromPayloads(can.Input, &next, &carried))
+	require.Equal(t, []string{"n4", "n2"}, first)
+	require.Equal(t, []string{"n4", "n2", "n5", "n1", "n3"}, next.Nodes, "the plan travels in the request")
+
+	// Later runs have no PlanUndo mock: a second read of the markers fails the test.
+	for run := 2; ; run++ {
+		require.Less(t, run, 6, "the undo ends")
+		env, _ = undoEnv(&second)
+		env.SetContinuedExecutionRunID(fmt.Sprintf("run-%d", run-1))
+		env.ExecuteWorkflow(api.RolloutWorkflow, next, carried)
+		err := env.GetWorkflowError()
+		if !errors.As(err, &can) {
+			require.NoError(t, err)
+			break
+		}
+		next, carried = api.RolloutRequest{}, nil
+		require.NoError(t, converterFromEnv().FromPayloads(can.Input, &next, &carried))
+	}
+	require.Equal(t, []string{"n5", "n1", "n3"}, second)
 }
