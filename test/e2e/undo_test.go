@@ -65,6 +65,7 @@ func TestUndoRunsTheUndoJobOnEveryNodeInReverseOrder(t *testing.T) {
 
 	out, code := runStarter(t, "undo", req.Name, "--dry-run")
 	require.Equal(t, 0, code, out)
+	t.Logf("starter undo %s --dry-run:\n%s", req.Name, out)
 	var listed []string
 	for _, line := range strings.Split(out, "\n") {
 		if fields := strings.Fields(line); len(fields) >= 2 && slices.Contains(f.Nodes, fields[1]) {
