@@ -157,7 +157,7 @@ func undoRequest(done api.RolloutRequest, to string) (api.RolloutRequest, error)
 // printUndoDryRun lists the nodes an undo would run on, in its order.
 func printUndoDryRun(w io.Writer, req api.RolloutRequest, res api.RolloutResult) error {
 	fmt.Fprintf(w, "dry run of %s (undo of %s, undo template %s): %d nodes would go back, %d missing\n",
-		req.Name, req.UndoOf.Rollout, res.TemplateHash, res.Counts.Pending, res.Counts.NodeGone)
+		req.Name, req.UndoOf.Rollout, short(res.TemplateHash), res.Counts.Pending, res.Counts.NodeGone)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "#\tNODE\tOUTCOME\tFROM TEMPLATE\tGOES BACK TO")
 	for i, p := range res.Planned {
