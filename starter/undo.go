@@ -166,14 +166,18 @@ func printUndoDryRun(w io.Writer, req api.RolloutRequest, res api.RolloutResult)
 			fmt.Fprintf(tw, "%d\t%s\t\t\t%s\n", i+1, p.Node, p.Skip)
 			continue
 		}
-		back := u.Previous
-		if back == "" {
-			back = "(not recorded: marker from before previous templates were)"
+		back := short(u.Previous)
+		switch {
+		case back != "":
+		case u.FinishedAt.IsZero():
+			back = "(unknown: marker written before previous templates were recorded)"
+		default:
+			back = "(none: the node's first template of this rollout)"
 		}
 		if p.Skip != "" {
 			back += " (skip: " + p.Skip + ")"
 		}
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\n", i+1, p.Node, u.Outcome, short(u.Template), short(back))
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\n", i+1, p.Node, u.Outcome, short(u.Template), back)
 	}
 	return tw.Flush()
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -84,4 +85,22 @@ func TestFailedNodesSayWhetherTheyWereUndone(t *testing.T) {
 	})
 	require.Contains(t, b.String(), "undone (Job undo-a-x)")
 	require.Contains(t, b.String(), "undo failed (timedOut: JobTimeout), kept cordoned")
+}
+
+// The dry run says what each node goes back to: a template, none (its first), or unknown (a
+// marker from before previous templates were recorded).
+func TestUndoDryRunSaysWhatEachNodeGoesBackTo(t *testing.T) {
+	req := api.RolloutRequest{Name: "undo-kata", UndoOf: &api.UndoOf{Rollout: "kata"}}
+	at := time.Date(2026, 12, 2, 23, 0, 0, 0, time.UTC)
+	res := api.RolloutResult{Planned: []api.PlannedNode{
+		{Node: "a", Undo: &api.UndoNode{Outcome: api.OutcomeFailed, Template: strings.Repeat("2", 64), Previous: strings.Repeat("1", 64), FinishedAt: at}},
+		{Node: "b", Undo: &api.UndoNode{Outcome: api.OutcomeSucceeded, Template: strings.Repeat("2", 64), FinishedAt: at}},
+		{Node: "c", Undo: &api.UndoNode{Outcome: api.OutcomeSucceeded, Template: strings.Repeat("2", 64)}},
+	}}
+	var b strings.Builder
+	require.NoError(t, printUndoDryRun(&b, req, res))
+	lines := strings.Split(b.String(), "\n")
+	require.Regexp(t, `^1\s+a\s+failed\s+222222222222\s+111111111111$`, lines[2])
+	require.Contains(t, lines[3], "(none: the node's first template of this rollout)")
+	require.Contains(t, lines[4], "(unknown: marker written before previous templates were recorded)")
 }
