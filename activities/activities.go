@@ -52,6 +52,11 @@ type Activities struct {
 	// worker sets it from the API server's version (TrustsJobPodCounts); off, the Pods of every
 	// ended Job are listed, which is right on any version.
 	TrustJobPodCounts bool
+	// Prometheus is where metric gates ask (worker configuration); nil: a request with a
+	// metric gate is refused.
+	Prometheus *Prometheus
+	// MetricGatePoll, when set, replaces a metric gate's interval (tests).
+	MetricGatePoll time.Duration
 	// Lineage lets only node workflows a running Rollout started write to the cluster; nil
 	// (tests, tools) checks nothing.
 	Lineage *Lineage
@@ -108,13 +113,14 @@ func (a *Activities) PrepareTemplate(ctx context.Context, in PrepareTemplateInpu
 		return PreparedTemplate{}, err
 	}
 	hash := jobspec.TemplateHash(text)
+	tolerations := job.Spec.Template.Spec.Tolerations
 	if !in.Store {
-		return PreparedTemplate{Template: text, Hash: hash, MaxParallelism: a.policyParallelism()}, nil
+		return PreparedTemplate{Template: text, Hash: hash, MaxParallelism: a.policyParallelism(), Tolerations: tolerations, TolerationsRead: true}, nil
 	}
 	if err := a.storeTemplate(ctx, in.Namespace, text, hash); err != nil {
 		return PreparedTemplate{}, err
 	}
-	return PreparedTemplate{Hash: hash, MaxParallelism: a.policyParallelism()}, nil
+	return PreparedTemplate{Hash: hash, MaxParallelism: a.policyParallelism(), Tolerations: tolerations, TolerationsRead: true}, nil
 }
 
 func (a *Activities) templateFromConfigMap(ctx context.Context, defaultNamespace string, ref api.TemplateRef) (string, error) {

@@ -27,7 +27,7 @@ func TestPrepareTemplateInline(t *testing.T) {
 	require.NoError(t, err)
 	var got PreparedTemplate
 	require.NoError(t, val.Get(&got))
-	require.Equal(t, PreparedTemplate{Template: testTemplate, Hash: jobspec.TemplateHash(testTemplate)}, got)
+	require.Equal(t, PreparedTemplate{Template: testTemplate, Hash: jobspec.TemplateHash(testTemplate), TolerationsRead: true}, got)
 	require.Equal(t, []string{"get namespaces"}, actions(cs))
 }
 

@@ -35,6 +35,7 @@ type nodeEntry struct {
 	name   string
 	marker string
 	labels map[string]string // the values of ListNodesInput.Labels it carries
+	taint  string            // the first taint its Job's Pod does not tolerate (TaintCheck)
 }
 
 // wantedLabels picks the requested label values of a node (nil when it has none of them).
@@ -153,7 +154,7 @@ func (a *Activities) walkNodes(ctx context.Context, in ListNodesInput, stopAfter
 			total++
 			largest = max(largest, node.Name)
 			if node.Name > in.After {
-				entries = append(entries, nodeEntry{name: node.Name, marker: node.Annotations[markerKey], labels: wantedLabels(in.Labels, node.Labels)})
+				entries = append(entries, newNodeEntry(in, markerKey, node))
 			}
 		}
 		if page.Continue == "" {
@@ -212,7 +213,7 @@ func (a *Activities) listNamedNodes(ctx context.Context, in ListNodesInput, limi
 			case !selected(node):
 				unselected[i] = true
 			default:
-				entries[i] = nodeEntry{name: name, marker: node.Annotations[markerKey], labels: wantedLabels(in.Labels, node.Labels)}
+				entries[i] = newNodeEntry(in, markerKey, node)
 			}
 		}()
 	}
@@ -234,7 +235,14 @@ func (a *Activities) listNamedNodes(ctx context.Context, in ListNodesInput, limi
 	return res, nil
 }
 
-// classify puts a node in Done when its marker says this template already succeeded on it.
+// newNodeEntry keeps what the listing needs of a Node.
+func newNodeEntry(in ListNodesInput, markerKey string, node *corev1.Node) nodeEntry {
+	return nodeEntry{name: node.Name, marker: node.Annotations[markerKey], labels: wantedLabels(in.Labels, node.Labels),
+		taint: untoleratedTaint(in.TaintCheck, node)}
+}
+
+// classify puts a node in Done when its marker says this template already succeeded on it,
+// else in Untolerated when a taint keeps its Pod off it.
 func classify(res *ListNodesResult, in ListNodesInput, e nodeEntry) {
 	if e.labels != nil {
 		if res.Labels == nil {
@@ -248,6 +256,13 @@ func classify(res *ListNodesResult, in ListNodesInput, e nodeEntry) {
 			res.Done = append(res.Done, e.name)
 			return
 		}
+	}
+	if e.taint != "" {
+		if res.Untolerated == nil {
+			res.Untolerated = map[string]string{}
+		}
+		res.Untolerated[e.name] = e.taint
+		return
 	}
 	res.Nodes = append(res.Nodes, e.name)
 }

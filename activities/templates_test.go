@@ -22,7 +22,7 @@ func TestStoredTemplateTravelsAsItsHashAlone(t *testing.T) {
 	var prepared PreparedTemplate
 	require.NoError(t, val.Get(&prepared))
 	hash := jobspec.TemplateHash(testTemplate)
-	require.Equal(t, PreparedTemplate{Hash: hash}, prepared, "the text stays out of the history")
+	require.Equal(t, PreparedTemplate{Hash: hash, TolerationsRead: true}, prepared, "the text stays out of the history")
 
 	cm, err := cs.CoreV1().ConfigMaps(testNamespace).Get(t.Context(), TemplateConfigMapName(hash), metav1.GetOptions{})
 	require.NoError(t, err)

@@ -6,6 +6,8 @@ package activities
 import (
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+
 	"github.com/noderollout/noderollout/api"
 )
 
@@ -14,7 +16,7 @@ import (
 // ErrQuotaExceeded is not among them: a full quota is retried until the node's deadline (a
 // Job that cannot fit any quota is refused non-retryably by the error itself).
 var NonRetryableErrors = []string{api.ErrInvalidRequest, api.ErrForeignObject, api.ErrForbidden, api.ErrNodeGone, api.ErrAdmissionDenied, api.ErrPolicyDenied,
-	api.ErrDrainTimedOut, api.ErrDrainRefused, api.ErrUnhealthy, api.ErrNotStartedByARollout}
+	api.ErrDrainTimedOut, api.ErrDrainRefused, api.ErrUnhealthy, api.ErrNotStartedByARollout, api.ErrNoPrometheus}
 
 // PrepareTemplateInput asks for the rollout's Job template to be loaded and checked once,
 // before any node starts.
@@ -42,6 +44,10 @@ type PreparedTemplate struct {
 	Hash     string `json:"hash"`
 	// MaxParallelism is the worker policy's cap (0: none), for setParallelism while running.
 	MaxParallelism int `json:"maxParallelism,omitempty"`
+	// Tolerations are the template Pod's, for the listing's taint check; TolerationsRead says
+	// this worker read them (a result recorded before the check has neither, and checks none).
+	Tolerations     []corev1.Toleration `json:"tolerations,omitempty"`
+	TolerationsRead bool                `json:"tolerationsRead,omitempty"`
 }
 
 // ListNodesInput selects nodes: Names (explicit) or Selector/FieldSelector (exactly one of
@@ -58,6 +64,8 @@ type ListNodesInput struct {
 	Limit         int      `json:"limit"`           // at most this many names in Nodes+Done+Missing
 	// Labels are node label keys whose values the result reports per node.
 	Labels []string `json:"labels,omitempty"`
+	// TaintCheck, when set, lists a node whose taints the Pod does not tolerate as Untolerated.
+	TaintCheck *api.TaintCheck `json:"taintCheck,omitempty"`
 }
 
 // ListNodesResult is one slice of the selected nodes, in name order.
@@ -72,6 +80,9 @@ type ListNodesResult struct {
 	Total      int      `json:"total"`          // nodes selected in all (unique explicit names, or all matches)
 	// Labels holds, per listed node carrying any, the values of the input's Labels keys.
 	Labels map[string]map[string]string `json:"labels,omitempty"`
+	// Untolerated holds, per node not run for a taint its Pod does not tolerate, that taint
+	// (key=value:Effect).
+	Untolerated map[string]string `json:"untolerated,omitempty"`
 }
 
 // JobRequest is everything CreateJob needs to make one node's Job.

@@ -32,6 +32,10 @@ type Progress struct {
 	// UndoTemplateHash names the stored undo template of a request with
 	// maintenance.onFailure undo.
 	UndoTemplateHash string `json:"undoTemplateHash,omitempty"`
+	// TaintCheck is what each listing checks the nodes' taints with; nil: no check.
+	TaintCheck *TaintCheck `json:"taintCheck,omitempty"`
+	// Gate is the metric gate's state (gates.prometheus).
+	Gate *GateState `json:"gate,omitempty"`
 }
 
 // PacingProgress is the pacing state carried across continue-as-new.
@@ -49,4 +53,6 @@ type PacedNode struct {
 	Skip   string `json:"skip,omitempty"`
 	Domain string `json:"domain,omitempty"`
 	Rank   string `json:"rank,omitempty"`
+	// Reason says more of a skip (the untolerated taint).
+	Reason string `json:"reason,omitempty"`
 }

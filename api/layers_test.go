@@ -22,7 +22,7 @@ var layers = [][]string{
 	{"activities/jobspec", "activities/evictable", "internal/policy", "internal/config", "internal/metrics", "internal/version"},
 	{"activities", "internal/connect"},
 	{"workflows"},
-	{"worker", "starter", "dev/cmd/fakenodes", "dev/cmd/smokejob", "dev/cmd/vulndb", "dev/cmd/vulngate"},
+	{"worker", "starter", "dev/cmd/fakenodes", "dev/cmd/fakereboot", "dev/cmd/smokejob", "dev/cmd/vulndb", "dev/cmd/vulngate"},
 }
 
 // pure are the packages that read and check requests and templates without the Temporal SDK

@@ -59,6 +59,8 @@ const (
 	// ErrNotStartedByARollout: the workflow that called a writing activity is not a node
 	// workflow that a running Rollout started (see Lineage).
 	ErrNotStartedByARollout = "NotStartedByARollout"
+	// ErrNoPrometheus: the request has a metric gate and the worker names no Prometheus.
+	ErrNoPrometheus = "NoPrometheus"
 )
 
 // Reasons recorded in NodeResult.Reason when the Job itself cannot say. Together with the error

@@ -67,6 +67,11 @@ type RolloutRequest struct {
 	// of another rollout (`starter undo` sets it).
 	Undo   *UndoTemplate `json:"undo,omitempty"`
 	UndoOf *UndoOf       `json:"undoOf,omitempty"`
+	// Taints: respect (default) skips a node whose NoSchedule/NoExecute taints the Job's Pod
+	// does not tolerate; ignore runs it anyway.
+	Taints string `json:"taints,omitempty"`
+	// Gates stop the rollout by themselves (gates.go).
+	Gates *Gates `json:"gates,omitempty"`
 	// ContinueAsNewAfter bounds how many nodes one workflow run launches before it continues
 	// as new, keeping every history short. Rarely worth changing.
 	ContinueAsNewAfter int `json:"continueAsNewAfter,omitempty"`

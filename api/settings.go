@@ -23,6 +23,10 @@ type Settings struct {
 	Pacing             Pacing
 	// Maintenance is the maintenance section as each node workflow gets it; nil without one.
 	Maintenance *NodeMaintenance
+	// IgnoreTaints runs nodes whatever their taints (taints: ignore).
+	IgnoreTaints bool
+	// MetricGate is gates.prometheus; nil without one.
+	MetricGate *MetricGate
 }
 
 // Settings is the request with its defaults applied. It is deterministic: workflows call it.
@@ -37,6 +41,8 @@ func (r RolloutRequest) Settings() Settings {
 		JobTTL:             jobTTLField.read(r.JobTTL),
 		Pacing:             r.pacing(),
 		Maintenance:        r.Maintenance.resolve(),
+		IgnoreTaints:       r.Taints == TaintsIgnore,
+		MetricGate:         r.Gates.metricGate(),
 	}
 	if s.Namespace == "" {
 		s.Namespace = DefaultNamespace

@@ -113,6 +113,8 @@ type PlannedNode struct {
 	JobPrefix string `json:"jobPrefix,omitempty"`
 	// Skip is why the node would not get a Job ("done" for this template, or "missing").
 	Skip string `json:"skip,omitempty"`
+	// Reason says more of a skip: the taint of an untoleratedTaint.
+	Reason string `json:"reason,omitempty"`
 	// Drain is what maintenance.drain would evict on the node, and which budgets would block it.
 	Drain *DrainPlan `json:"drain,omitempty"`
 	// Undo, in the dry run of an undo (undoOf), is what the node goes back from and to.
@@ -139,6 +141,8 @@ type RolloutStatus struct {
 	StartedAt             time.Time    `json:"startedAt"`
 	// Pacing shows the window, canaries and per-domain in-flight counts of a paced rollout.
 	Pacing *PacingStatus `json:"pacing,omitempty"`
+	// Gate is the metric gate's state (gates.prometheus); nil without one.
+	Gate *GateState `json:"gate,omitempty"`
 }
 
 // SetParallelismRequest is the input of the setParallelism update.

@@ -47,6 +47,8 @@ func (r RolloutRequest) Problems() []*FieldError {
 		ps.add("owner", "needs apiVersion, kind, name and uid", "copy them from the owning object, or omit owner")
 	}
 	r.Maintenance.check(&ps)
+	r.checkTaints(&ps)
+	r.Gates.check(&ps)
 	if s.ContinueAsNewAfter < 1 {
 		ps.add("continueAsNewAfter", "must be positive", "omit it for the default")
 	}

@@ -105,6 +105,17 @@ component_command() {
         --node-lease-duration-seconds 0
         --server-address "127.0.0.1:$KWOK_STUCK_PORT"
         --config "$stages/node-ready.yaml" --config "$stages/pod-delete.yaml") ;;
+    fakereboot)
+      # Reboots a kwok Node when a Pod annotated noderollout.dev/reboot-downtime runs on it.
+      CMD=("$FAKEREBOOT_BIN" --kubeconfig "$KUBECONFIG_FILE") ;;
+    pushgateway)
+      CMD=("$PUSHGATEWAY_BIN" --web.listen-address "127.0.0.1:$PUSHGATEWAY_PORT") ;;
+    prometheus)
+      # Scrapes the Pushgateway every second, so a series a test pushes is queryable at once.
+      write_prometheus_config
+      CMD=("$PROMETHEUS_BIN" --config.file "$STATE_DIR/prometheus.yml"
+        --storage.tsdb.path "$STATE_DIR/prometheus" --storage.tsdb.retention.time 1d
+        --web.listen-address "127.0.0.1:$PROMETHEUS_PORT" --log.level warn) ;;
     worker)
       CMD=("$WORKER_BIN" --kubeconfig "$KUBECONFIG_FILE"
         --temporal-address "127.0.0.1:$TEMPORAL_PORT"
@@ -112,6 +123,20 @@ component_command() {
         --kube-qps 500 --kube-burst 1000) ;;
     *) die "unknown component: $1 (one of: ${COMPONENTS[*]})" ;;
   esac
+}
+
+# write_prometheus_config writes the stack's Prometheus configuration.
+write_prometheus_config() {
+  cat >"$STATE_DIR/prometheus.yml" <<YAML
+global:
+  scrape_interval: 1s
+  evaluation_interval: 1s
+scrape_configs:
+- job_name: pushgateway
+  honor_labels: true
+  static_configs:
+  - targets: ["127.0.0.1:$PUSHGATEWAY_PORT"]
+YAML
 }
 
 KCM_CONTROLLERS=job-controller,garbage-collector-controller,ttl-after-finished-controller,serviceaccount-controller,serviceaccount-token-controller,namespace-controller,pod-garbage-collector-controller,disruption-controller
@@ -126,6 +151,8 @@ component_ports() {
     kwok) echo "$KWOK_PORT" ;;
     kwok-stuck) echo "$KWOK_STUCK_PORT" ;;
     worker) echo "$WORKER_METRICS_PORT" ;;
+    pushgateway) echo "$PUSHGATEWAY_PORT" ;;
+    prometheus) echo "$PROMETHEUS_PORT" ;;
   esac
 }
 
@@ -141,6 +168,9 @@ component_ready() {
     kwok) curl -sf --max-time 5 "http://127.0.0.1:$KWOK_PORT/healthz" >/dev/null ;;
     kwok-stuck) curl -sf --max-time 5 "http://127.0.0.1:$KWOK_STUCK_PORT/healthz" >/dev/null ;;
     worker) curl -sf --max-time 5 "http://127.0.0.1:$WORKER_METRICS_PORT/readyz" >/dev/null ;;
+    fakereboot) is_running fakereboot ;;
+    pushgateway) curl -sf --max-time 5 "http://127.0.0.1:$PUSHGATEWAY_PORT/-/ready" >/dev/null ;;
+    prometheus) curl -sf --max-time 5 "http://127.0.0.1:$PROMETHEUS_PORT/-/ready" >/dev/null ;;
   esac
 }
 

@@ -32,6 +32,8 @@ KCM_PORT=${KCM_PORT:-10257}
 KWOK_PORT=${KWOK_PORT:-10247}
 KWOK_STUCK_PORT=${KWOK_STUCK_PORT:-10248}
 WORKER_METRICS_PORT=${WORKER_METRICS_PORT:-9090}
+PROMETHEUS_PORT=${PROMETHEUS_PORT:-9095}
+PUSHGATEWAY_PORT=${PUSHGATEWAY_PORT:-9096}
 
 # Where a running stack keeps its data, pids, logs, certificates and client config.
 PID_DIR=$STATE_DIR/pids
@@ -42,10 +44,16 @@ ENV_FILE=$STATE_DIR/env
 
 # The noderollout worker, when started by dev/worker.sh (make demo).
 WORKER_BIN=$STATE_DIR/bin/worker
+# The stack's fake reboots of kwok Nodes (dev/cmd/fakereboot), built by up.sh.
+FAKEREBOOT_BIN=$STATE_DIR/bin/fakereboot
+# Prometheus and its Pushgateway, from Debian's packages (dev/build.sh installs them): the
+# metric gates are tested against the real query API, on series the tests push.
+PROMETHEUS_BIN=${PROMETHEUS_BIN:-/usr/bin/prometheus}
+PUSHGATEWAY_BIN=${PUSHGATEWAY_BIN:-/usr/bin/prometheus-pushgateway}
 
 # Components in start order; down.sh stops them in reverse. up.sh starts all but the worker.
-COMPONENTS=(temporal etcd kube-apiserver kube-controller-manager kwok kwok-stuck worker)
-STACK_COMPONENTS=(temporal etcd kube-apiserver kube-controller-manager kwok kwok-stuck)
+COMPONENTS=(temporal etcd kube-apiserver kube-controller-manager kwok kwok-stuck fakereboot pushgateway prometheus worker)
+STACK_COMPONENTS=(temporal etcd kube-apiserver kube-controller-manager kwok kwok-stuck fakereboot pushgateway prometheus)
 
 # Seconds to wait for a component to become ready, and for one to exit after SIGTERM.
 READY_TIMEOUT=${READY_TIMEOUT:-120}
@@ -98,6 +106,9 @@ component_bin() {
     kube-apiserver) echo "$APISERVER_BIN" ;;
     kube-controller-manager) echo "$KCM_BIN" ;;
     kwok | kwok-stuck) echo "$KWOK_BIN" ;;
+    fakereboot) echo "$FAKEREBOOT_BIN" ;;
+    prometheus) echo "$PROMETHEUS_BIN" ;;
+    pushgateway) echo "$PUSHGATEWAY_BIN" ;;
     worker) echo "$WORKER_BIN" ;;
     *) return 1 ;;
   esac

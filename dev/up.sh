@@ -91,6 +91,8 @@ export KUBECONFIG=$KUBECONFIG_FILE
 export TEMPORAL_ADDRESS=127.0.0.1:$TEMPORAL_PORT
 export TEMPORAL_UI=http://127.0.0.1:$TEMPORAL_UI_PORT
 export NODEROLLOUT_STATE=$STATE_DIR
+export PROMETHEUS_URL=http://127.0.0.1:$PROMETHEUS_PORT
+export PUSHGATEWAY_URL=http://127.0.0.1:$PUSHGATEWAY_PORT
 ENV
   mv "$ENV_FILE.tmp" "$ENV_FILE"
 }
@@ -107,7 +109,12 @@ wait_ready kube-apiserver
 start_component kube-controller-manager
 start_component kwok
 start_component kwok-stuck
-for c in temporal kube-controller-manager kwok kwok-stuck; do
+# The fake reboots are the project's own code, built here like the worker.
+(cd "$REPO_DIR" && go build -o "$FAKEREBOOT_BIN" ./dev/cmd/fakereboot) || die "building dev/cmd/fakereboot failed"
+start_component fakereboot
+start_component pushgateway
+start_component prometheus
+for c in temporal kube-controller-manager kwok kwok-stuck fakereboot pushgateway prometheus; do
   [ "$c" = temporal ] && $kube_only && continue
   wait_ready "$c"
 done

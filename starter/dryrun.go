@@ -154,7 +154,7 @@ func (a *app) noticeNoWorker(ctx context.Context, tc client.Client, id, runID, t
 }
 
 func printDryRun(w io.Writer, req api.RolloutRequest, res api.RolloutResult) error {
-	fmt.Fprintf(w, "dry run of %s (template %s): %d nodes selected, %d would run, %d already done, %d missing\n",
+	fmt.Fprintf(w, "dry run of %s (template %s): %d nodes selected, %d would run, %d skipped (done or tainted), %d missing\n",
 		req.Name, res.TemplateHash, res.Selected, res.Counts.Pending, res.Counts.Skipped, res.Counts.NodeGone)
 	if res.Selected == 0 {
 		fmt.Fprintf(w, "no node selected: check the selector (kubectl get nodes -l '%s')\n", req.NodeSelector)
@@ -166,6 +166,9 @@ func printDryRun(w io.Writer, req api.RolloutRequest, res api.RolloutResult) err
 		what := p.JobPrefix + "…"
 		if p.Skip != "" {
 			what = "skip: " + p.Skip
+			if p.Reason != "" {
+				what += " (" + p.Reason + ")"
+			}
 		}
 		fmt.Fprintf(tw, "%s\t%s\n", p.Node, what)
 		if d := p.Drain; d != nil {

@@ -131,6 +131,7 @@ type rolloutView struct {
 	// WaitingForClusterSlot and Pacing are what the table shows of a running rollout.
 	WaitingForClusterSlot []string          `json:"waitingForClusterSlot,omitempty"`
 	Pacing                *api.PacingStatus `json:"pacing,omitempty"`
+	Gate                  *api.GateState    `json:"gate,omitempty"`
 	Recent                []api.NodeResult  `json:"recent,omitempty"`
 	Failures              []api.NodeResult  `json:"failures,omitempty"`
 	ContinuedAsNew        int               `json:"continuedAsNew"`
@@ -149,7 +150,7 @@ func runningView(id string, st api.RolloutStatus) rolloutView {
 	return rolloutView{
 		WorkflowID: id, Status: "Running", Phase: st.Phase, Name: st.Name, TemplateHash: st.TemplateHash,
 		Parallelism: st.Parallelism, Window: st.Window, Selected: st.Selected, ListingDone: st.ListingDone,
-		Counts: st.Counts, Waiting: st.Waiting, WaitingForClusterSlot: st.WaitingForClusterSlot, Pacing: st.Pacing,
+		Counts: st.Counts, Waiting: st.Waiting, WaitingForClusterSlot: st.WaitingForClusterSlot, Pacing: st.Pacing, Gate: st.Gate,
 		Recent: st.Recent, Failures: st.Failures,
 		ContinuedAsNew: st.ContinuedAsNew, StartedAt: st.StartedAt,
 	}
@@ -280,6 +281,7 @@ func printStatus(w io.Writer, st api.RolloutStatus) {
 		fmt.Fprintf(tw, "WAITING FOR CLUSTER SLOT\t%s\n", strings.Join(st.WaitingForClusterSlot, ", "))
 	}
 	printPacing(tw, st.Pacing)
+	printGate(tw, st.Gate)
 	tw.Flush()
 	printNodes(w, "FAILED NODES", st.Failures)
 	printNodes(w, "RECENT", st.Recent)

@@ -114,6 +114,9 @@ func run(ctx context.Context, cfg config.Config, pol *policy.Policy) error {
 	acts := activities.New(kube)
 	acts.NodeCheckInterval = cfg.NodeCheckInterval
 	acts.Policy = pol
+	if acts.Prometheus, err = prometheus(cfg); err != nil {
+		return err
+	}
 	if pol != nil {
 		logger.Info("policy in force", "file", cfg.PolicyFile, "jobNamespaces", cfg.JobNamespaces)
 	}

@@ -6,7 +6,7 @@ import (
 )
 
 // The one admission point of a rollout. Every feature that bounds when a node may start (abort,
-// hand-over, the failure budget, canaries, pause, the maintenance window, parallelism, the
+// hand-over, the failure budget, canaries, pause, the metric gate, the maintenance window, parallelism, the
 // per-domain limit, the cluster-wide budget) has its rule in startRefusal and nowhere else, and
 // every path that starts a node calls it immediately before the node's child workflow starts,
 // after whatever the node waited for: a wait for one rule never returns into a start that
@@ -46,8 +46,12 @@ func (r *rollout) rolloutRefusal(ctx workflow.Context) refusal {
 		return refusal{rule: refusedFailureBudget, final: true}
 	case r.pacer.canaryFailed(r.progress.Counts.Failures()):
 		return refusal{rule: refusedCanaryFailed, final: true}
+	case r.gate.broken():
+		return refusal{rule: refusedGateBroken, final: true}
 	case r.progress.Paused:
 		return refusal{rule: refusedPaused}
+	case r.gate.closed():
+		return refusal{rule: refusedMetricGate}
 	case !r.maintenanceWindowOpen(ctx):
 		return refusal{rule: refusedWindowClosed}
 	}

@@ -124,7 +124,8 @@ type model struct {
 	req     api.RolloutRequest
 	cluster api.Cluster
 	events  []modelEvent
-	crashes bool // some activity attempts fail as if their worker died
+	crashes bool       // some activity attempts fail as if their worker died
+	gate    *modelGate // gates.prometheus; nil in most scenarios (model_gate_test.go)
 	// abortInUncordon: the abort comes while a node's uncordon runs (uncordoning says when).
 	abortInUncordon bool
 	abortScheduled  bool
@@ -225,6 +226,7 @@ func newModel(seed uint64) *model {
 	m.crashes = r.IntN(3) == 0
 	m.req = req
 	m.script()
+	m.scriptGate()
 	return m
 }
 
@@ -281,9 +283,9 @@ func (m *model) describe() string {
 	}
 	req := m.req
 	req.Nodes, req.JobTemplate = nil, ""
-	return fmt.Sprintf("start %s; budget %d; crashes %v; abort in an uncordon %v\nnodes %s\nrequest %+v maintenance %+v canary %+v window %+v topology %+v batch %+v\nevents %v",
+	return fmt.Sprintf("start %s; budget %d; crashes %v; abort in an uncordon %v\nnodes %s\nrequest %+v maintenance %+v canary %+v window %+v topology %+v batch %+v\nmetric gate %v\nevents %v",
 		m.start.Format(time.RFC3339), m.cluster.Budget, m.crashes, m.abortInUncordon, strings.Join(parts, " "), req, req.Maintenance, req.Canary,
-		req.MaintenanceWindow, req.Topology, req.Batch, m.events)
+		req.MaintenanceWindow, req.Topology, req.Batch, m.gate, m.events)
 }
 
 func (m *model) fail(format string, args ...any) {
@@ -418,6 +420,7 @@ func (m *model) newEnv(t *testing.T, now time.Time, run int) (*testsuite.TestWor
 		}
 	}
 	m.mockActivities(env)
+	m.mockGate(env)
 	m.mockBudget(env)
 	m.schedule(env, now)
 	return env, meter
@@ -822,6 +825,7 @@ func (m *model) checkStart(node string, t time.Time) {
 	if m.paused(t) {
 		m.fail("%s started at %s while the rollout was paused", node, t)
 	}
+	m.checkGate(node, t)
 	settings := m.req.Settings()
 	if w := m.req.MaintenanceWindow; w != nil {
 		if open, _ := api.WindowState(*settings.Pacing.Window, time.UTC, t); !open {

@@ -154,7 +154,7 @@ func spread(queue []queuedNode) {
 func (p *pacer) carried(queue []queuedNode) *api.PacingProgress {
 	c := &api.PacingProgress{CanaryStage: p.canaryStage, CanaryNodes: p.canaries}
 	for _, n := range queue {
-		c.Queue = append(c.Queue, api.PacedNode{Name: n.name, Skip: n.skip, Domain: n.domain, Rank: n.rank})
+		c.Queue = append(c.Queue, api.PacedNode{Name: n.name, Skip: n.skip, Reason: n.reason, Domain: n.domain, Rank: n.rank})
 	}
 	return c
 }
@@ -165,7 +165,7 @@ func restoredQueue(c *api.PacingProgress) []queuedNode {
 	}
 	q := make([]queuedNode, 0, len(c.Queue))
 	for _, n := range c.Queue {
-		q = append(q, queuedNode{name: n.Name, skip: n.Skip, domain: n.Domain, rank: n.Rank})
+		q = append(q, queuedNode{name: n.Name, skip: n.Skip, reason: n.Reason, domain: n.Domain, rank: n.Rank})
 	}
 	return q
 }

@@ -19,7 +19,8 @@ import (
 // queuedNode is a listed node not yet handled, in name order.
 type queuedNode struct {
 	name   string
-	skip   string // "", "done" or "missing"
+	skip   string // "", "done", "missing" or api.SkipUntoleratedTaint
+	reason string // more of the skip: the untolerated taint
 	domain string // value of topology.key (pacing only)
 	rank   string // value of order.label (pacing only)
 }
@@ -29,6 +30,10 @@ func (r *rollout) recordSkip(ctx workflow.Context, n queuedNode) {
 	if n.skip == "missing" {
 		r.record(ctx, api.NodeResult{Node: n.name, Outcome: api.OutcomeNodeGone, Reason: "NodeNotFound",
 			Message: "no Node named " + n.name})
+		return
+	}
+	if n.skip == api.SkipUntoleratedTaint {
+		r.record(ctx, untoleratedResult(n))
 		return
 	}
 	r.record(ctx, api.NodeResult{Node: n.name, Outcome: api.OutcomeSkipped, Reason: "AlreadyDone"})
@@ -69,6 +74,7 @@ func (r *rollout) listPage(ctx workflow.Context, after string) (activities.ListN
 		After:         after,
 		Limit:         listPageSize,
 		Labels:        r.settings.Pacing.LabelKeys(),
+		TaintCheck:    r.progress.TaintCheck,
 	}).Get(ctx, &page)
 	if err != nil {
 		return activities.ListNodesResult{}, asWorkflowError(err)
@@ -85,7 +91,7 @@ func quoteOrStart(cursor string) string {
 
 // mergeListed puts one ListNodes slice back into a single name-ordered queue.
 func mergeListed(page activities.ListNodesResult) []queuedNode {
-	q := make([]queuedNode, 0, len(page.Nodes)+len(page.Done)+len(page.Missing))
+	q := make([]queuedNode, 0, len(page.Nodes)+len(page.Done)+len(page.Missing)+len(page.Untolerated))
 	for _, n := range page.Nodes {
 		q = append(q, queuedNode{name: n})
 	}
@@ -94,6 +100,9 @@ func mergeListed(page activities.ListNodesResult) []queuedNode {
 	}
 	for _, n := range page.Missing {
 		q = append(q, queuedNode{name: n, skip: "missing"})
+	}
+	for _, n := range workflow.DeterministicKeys(page.Untolerated) {
+		q = append(q, queuedNode{name: n, skip: api.SkipUntoleratedTaint, reason: page.Untolerated[n]})
 	}
 	sort.Slice(q, func(i, j int) bool { return q[i].name < q[j].name })
 	return q
@@ -139,6 +148,7 @@ func (r *rollout) listCanaries(ctx workflow.Context) error {
 		Rerun:        r.req.Rerun,
 		Limit:        api.MaxCanaries,
 		Labels:       r.settings.Pacing.LabelKeys(),
+		TaintCheck:   r.progress.TaintCheck,
 	}
 	switch {
 	case len(c.Nodes) > 0:
@@ -166,6 +176,11 @@ func (r *rollout) listCanaries(ctx workflow.Context) error {
 	keepOwn := func(p *activities.ListNodesResult) {
 		p.Nodes = slices.DeleteFunc(p.Nodes, func(n string) bool { return !inRequest[n] })
 		p.Done = slices.DeleteFunc(p.Done, func(n string) bool { return !inRequest[n] })
+		for _, n := range workflow.DeterministicKeys(p.Untolerated) {
+			if !inRequest[n] {
+				delete(p.Untolerated, n)
+			}
+		}
 	}
 	if ownNodes {
 		inRequest = map[string]bool{}
@@ -176,7 +191,7 @@ func (r *rollout) listCanaries(ctx workflow.Context) error {
 		// From versionCanaryOwnNodes on, the 100 canaries are counted among the rollout's own
 		// nodes: the listing pages on through the selector's other matches.
 		if page.More && workflow.GetVersion(ctx, versionCanaryOwnNodes, workflow.DefaultVersion, 1) == 1 {
-			for page.More && len(page.Nodes)+len(page.Done) <= api.MaxCanaries {
+			for page.More && len(page.Nodes)+len(page.Done)+len(page.Untolerated) <= api.MaxCanaries {
 				in.After, in.Limit = page.Next, listPageSize
 				var next activities.ListNodesResult
 				err := workflow.ExecuteActivity(withAPIActivity(ctx, "list canary nodes after "+in.After), a.ListNodes, in).Get(ctx, &next)
@@ -186,6 +201,12 @@ func (r *rollout) listCanaries(ctx workflow.Context) error {
 				keepOwn(&next)
 				page.Nodes = append(page.Nodes, next.Nodes...)
 				page.Done = append(page.Done, next.Done...)
+				for _, n := range workflow.DeterministicKeys(next.Untolerated) {
+					if page.Untolerated == nil {
+						page.Untolerated = map[string]string{}
+					}
+					page.Untolerated[n] = next.Untolerated[n]
+				}
 				for _, n := range workflow.DeterministicKeys(next.Labels) {
 					if page.Labels == nil {
 						page.Labels = map[string]map[string]string{}
@@ -194,7 +215,7 @@ func (r *rollout) listCanaries(ctx workflow.Context) error {
 				}
 				page.More, page.Next = next.More, next.Next
 			}
-			page.More = len(page.Nodes)+len(page.Done) > api.MaxCanaries
+			page.More = len(page.Nodes)+len(page.Done)+len(page.Untolerated) > api.MaxCanaries
 		}
 	}
 	if page.More {

@@ -112,6 +112,7 @@ type rollout struct {
 
 	cluster      api.Cluster
 	clusterSlots *clusterSlots // the cluster-wide budget's slots; nil without one
+	gate         *metricGate   // gates.prometheus; nil without one
 
 	// undoPlan is what PlanUndo found for an undo (undoOf) in this run, by node: the dry
 	// run shows it.
@@ -128,6 +129,11 @@ type rollout struct {
 func (r *rollout) restore(ctx workflow.Context, carried *api.Progress) {
 	r.waiting = map[string]bool{}
 	r.freed = map[string]bool{}
+	var carriedGate *api.GateState
+	if carried != nil {
+		carriedGate = carried.Gate
+	}
+	r.gate = newMetricGate(ctx, r.settings.MetricGate, carriedGate)
 	if carried != nil {
 		r.progress = *carried
 		r.pacer = newPacer(r.settings.Pacing, carried.Pacing)
@@ -169,6 +175,7 @@ func (r *rollout) prepare(ctx workflow.Context) error {
 		r.progress.Template = ""
 	}
 	r.progress.MaxParallelism = prepared.MaxParallelism
+	r.progress.TaintCheck = r.taintCheck(prepared)
 	if err := r.prepareUndo(ctx, store); err != nil {
 		return err
 	}
@@ -192,6 +199,8 @@ func (r *rollout) run(ctx workflow.Context) (api.RolloutResult, error) {
 	if err := r.checkMaintenanceWindow(ctx); err != nil {
 		return api.RolloutResult{}, err
 	}
+	r.watchMetricGate(ctx)
+	defer r.stopMetricGate()
 	if stop, res, err := r.runCanaries(ctx); stop {
 		return res, err
 	}
@@ -238,6 +247,10 @@ func (r *rollout) run(ctx workflow.Context) (api.RolloutResult, error) {
 	handOver, err := r.drain(ctx, continueAsNew, listErr == nil)
 	if err != nil {
 		return r.cancelled(ctx)
+	}
+	r.stopMetricGate()
+	if r.gate.broken() {
+		return r.metricGateFailed(ctx)
 	}
 	if listErr != nil {
 		return r.listingFailed(ctx, listErr)
@@ -317,6 +330,7 @@ func (r *rollout) continueAsNew(ctx workflow.Context) (api.RolloutResult, error)
 	progress.Window = r.launchWindow.size
 	progress.Parallelism = r.launchWindow.ceiling
 	progress.ContinuedAsNew++
+	progress.Gate = r.gate.carried()
 	// Listed but unlaunched nodes are listed again after the cursor by the next run, or
 	// (pacing) carried as they are.
 	progress.ListingDone = r.progress.ListingDone && len(r.queue) == 0
@@ -377,11 +391,13 @@ func (r *rollout) dryRun(ctx workflow.Context) (api.RolloutResult, error) {
 				r.progress.Counts.Skipped++
 			case "missing":
 				r.progress.Counts.NodeGone++
+			case api.SkipUntoleratedTaint:
+				r.progress.Counts.Skipped++
 			default:
 				r.progress.Counts.Pending++
 			}
 			if len(planned) < api.MaxExplicitNodes {
-				p := api.PlannedNode{Node: n.name, Skip: n.skip, Undo: r.undoPlan[n.name]}
+				p := api.PlannedNode{Node: n.name, Skip: n.skip, Reason: n.reason, Undo: r.undoPlan[n.name]}
 				if n.skip == "" {
 					p.JobPrefix = jobspec.JobNamePrefix(r.req.Name, n.name)
 				}

@@ -88,7 +88,7 @@ func (r *rollout) status() api.RolloutStatus {
 		phase = "done"
 	case r.draining:
 		phase = "draining"
-	case r.progress.Paused:
+	case r.progress.Paused || r.gate.pausing():
 		phase = "paused"
 	case r.pacer.phaseWord() != "":
 		phase = r.pacer.phaseWord()
@@ -102,7 +102,8 @@ func (r *rollout) status() api.RolloutStatus {
 		Pacing:                pacing,
 		Name:                  r.req.Name,
 		Phase:                 phase,
-		Paused:                r.progress.Paused,
+		Paused:                r.progress.Paused || r.gate.pausing(),
+		Gate:                  r.gate.status(),
 		Parallelism:           r.launchWindow.ceiling,
 		Window:                r.launchWindow.size,
 		Selected:              r.progress.Selected,
@@ -125,7 +126,7 @@ func (r *rollout) showProgress(ctx workflow.Context) {
 	workflow.SetCurrentDetails(ctx, fmt.Sprintf(
 		"**%s** %d/%d done: %d succeeded, %d failed, %d timed out, %d skipped, %d gone, %d aborted; %d running, %d waiting; window %d of %d",
 		st.Phase, c.Finished(), st.Selected, c.Succeeded, c.Failed, c.TimedOut, c.Skipped, c.NodeGone, c.Aborted,
-		c.Running, c.Waiting, st.Window, st.Parallelism)+r.clusterSlots.describeWaits()+r.pacer.details())
+		c.Running, c.Waiting, st.Window, st.Parallelism)+r.clusterSlots.describeWaits()+r.pacer.details()+r.gate.details())
 }
 
 // registerApprove lets an operator go on after the canaries (update approve).

@@ -81,6 +81,18 @@ func (r *rollout) listRest(ctx workflow.Context, page activities.ListNodesResult
 		page.Done = append(page.Done, next.Done...)
 		page.Missing = append(page.Missing, next.Missing...)
 		page.Unselected = append(page.Unselected, next.Unselected...)
+		for _, n := range workflow.DeterministicKeys(next.Untolerated) {
+			if page.Untolerated == nil {
+				page.Untolerated = map[string]string{}
+			}
+			page.Untolerated[n] = next.Untolerated[n]
+		}
+		for _, n := range workflow.DeterministicKeys(next.Labels) {
+			if page.Labels == nil {
+				page.Labels = map[string]map[string]string{}
+			}
+			page.Labels[n] = next.Labels[n]
+		}
 		page.More, page.Next = next.More, next.Next
 	}
 	return page, nil

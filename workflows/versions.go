@@ -17,6 +17,11 @@ import (
 // Most IDs are asked only on the path they change, so that no other history carries their
 // marker (a marker costs an event and a search-attribute upsert per workflow): such a branch
 // is pinned by a fixture only if one was recorded on that path.
+//
+// Changes that need no ID, because no recorded history can take their path: the metric gate
+// (metricgate.go) makes commands only for a request with gates.prometheus, a field no history
+// recorded before it has; the taint check (taints.go) changes no command, only ListNodes' input,
+// and checks only when the recorded PrepareTemplate result says it read the tolerations.
 
 // Change IDs, by the workflow that asks them.
 const (

@@ -82,6 +82,12 @@ type Config struct {
 	PolicyFile        string   `mapstructure:"policy-file"`
 	JobNamespacesList string   `mapstructure:"job-namespaces"`
 	JobNamespaces     []string `mapstructure:"-"`
+	// Prometheus is where rollouts' metric gates (gates.prometheus) are asked; empty: a
+	// request with a gate fails.
+	PrometheusURL                string `mapstructure:"prometheus-url"`
+	PrometheusBearerTokenFile    string `mapstructure:"prometheus-bearer-token-file"`
+	PrometheusCAFile             string `mapstructure:"prometheus-ca-file"`
+	PrometheusInsecureSkipVerify bool   `mapstructure:"prometheus-insecure-skip-verify"`
 }
 
 // key is one setting: its name, its default (whose type is the flag's type) and its help.
@@ -120,6 +126,10 @@ var keys = []key{
 	{"startup-timeout", 2 * time.Minute, "how long a starting worker retries an unreachable Kubernetes API server (and waits for its Job informer) before it exits 1", "write it like 2m", true},
 	{"node-check-interval", 60 * time.Second, "how often a Job wait checks that its node still exists (one GET per running Job)", "write it like 60s", true},
 	{"policy-file", "", "policy (YAML/JSON) of namespaces, images, ServiceAccounts, host access, parallelism and nodes rollouts may use; empty: no limits (README: Security model)", "", true},
+	{"prometheus-url", "", "Prometheus (or a compatible query API) that rollouts' gates.prometheus ask, e.g. http://prometheus.monitoring:9090; empty: a request with that gate fails", "give an http(s) URL, e.g. http://prometheus.monitoring:9090", true},
+	{"prometheus-bearer-token-file", "", "file holding a bearer token sent to Prometheus, read for every query (rotated tokens work)", "", true},
+	{"prometheus-ca-file", "", "CA file that Prometheus's HTTPS certificate is verified with (default: system roots)", "", true},
+	{"prometheus-insecure-skip-verify", false, "do not verify Prometheus's HTTPS certificate (tests only)", "use true or false", true},
 	{"job-namespaces", "", "comma-separated namespaces the worker watches Jobs in (namespaced RBAC); empty: all", "write the namespaces comma-separated, e.g. maint,apps (or as a list in a file)", true},
 }
 

@@ -104,7 +104,8 @@ func run(m *testing.M) (int, error) {
 	if err := build.Run(); err != nil {
 		return 0, fmt.Errorf("building worker and starter: %w", err)
 	}
-	if defaultWorker, err = StartWorker("default", "--task-queue", suiteQueue); err != nil {
+	// The stack's Prometheus, for the rollouts with gates.prometheus (prometheus_test.go).
+	if defaultWorker, err = StartWorker("default", "--task-queue", suiteQueue, "--prometheus-url", os.Getenv("PROMETHEUS_URL")); err != nil {
 		return 0, err
 	}
 	watching, stopWatching := context.WithCancel(context.Background())
