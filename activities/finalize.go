@@ -22,7 +22,6 @@ import (
 
 	"go.temporal.io/sdk/activity"
 
-	"github.com/noderollout/noderollout/activities/jobspec"
 	"github.com/noderollout/noderollout/api"
 	"github.com/noderollout/noderollout/internal/policy"
 )
@@ -147,22 +146,21 @@ func (a *Activities) markNode(ctx context.Context, in FinalizeInput) (*corev1.No
 		}
 		return node, kubeError(err, "get", fmt.Sprintf("node %q", in.Node))
 	}
-	annotations := map[string]string{
-		jobspec.NodeMarkerKey(in.Rollout): jobspec.NodeMarker(in.TemplateHash, string(in.End.Outcome)),
-	}
-	if in.Requester != "" {
-		annotations[NodeRequesterKey(in.Rollout)] = in.Requester
-	}
-	if run := finalizingRun(in); run != "" {
-		annotations[jobspec.NodeRunKey(in.Rollout)] = run
-	}
-	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": annotations}})
-	if err != nil {
-		return nil, err
-	}
 	var node *corev1.Node
-	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		var err error
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		current, err := nodes.Get(ctx, in.Node, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		// The resource version makes the patch conditional: the previous template recorded
+		// is the one the marker it replaces named.
+		patch, err := json.Marshal(map[string]any{"metadata": map[string]any{
+			"resourceVersion": current.ResourceVersion,
+			"annotations":     a.markerAnnotations(current, in),
+		}})
+		if err != nil {
+			return err
+		}
 		node, err = nodes.Patch(ctx, in.Node, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: FieldManager})
 		return err
 	})

@@ -74,15 +74,16 @@ func TestFinalizeJobSucceeded(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, FinalizeResult{}, res)
 	// Without the informer's cache, the finalizer's removal reads the Job first.
-	require.Equal(t, []string{"patch nodes", "create events", "get jobs", "patch jobs", "delete jobs"}, actions(cs))
+	require.Equal(t, []string{"get nodes", "patch nodes", "create events", "get jobs", "patch jobs", "delete jobs"}, actions(cs))
 
-	patch := cs.Actions()[0].(k8stesting.PatchActionImpl)
+	patch := cs.Actions()[1].(k8stesting.PatchActionImpl)
 	require.Equal(t, types.MergePatchType, patch.PatchType)
 	require.Equal(t, FieldManager, patch.PatchOptions.FieldManager)
 	node, err := cs.CoreV1().Nodes().Get(t.Context(), "node-a", metav1.GetOptions{})
 	require.NoError(t, err)
 	require.Equal(t, map[string]string{"keep": "me", jobspec.NodeMarkerKey("kata"): jobspec.NodeMarker(testHash, "succeeded"),
-		jobspec.NodeRunKey("kata"): "run-1"}, node.Annotations, "the run that finalized is recorded next to the marker")
+		jobspec.NodeRunKey("kata"): "run-1", jobspec.NodeFinishedKey("kata"): a.Now().UTC().Format(time.RFC3339Nano)},
+		node.Annotations, "the run that finalized is recorded next to the marker, and when")
 
 	events := getEvents(t, cs)
 	require.Len(t, events, 1)
@@ -114,9 +115,9 @@ func TestFinalizeJobWritesAtOnceWhenTheNodeIsKnown(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, FinalizeResult{}, res)
 	got := actions(cs)
-	require.Len(t, got, 4)
-	require.ElementsMatch(t, []string{"patch nodes", "create events", "delete jobs"}, got[:3])
-	require.Equal(t, "patch jobs", got[3], "our finalizer comes off once the marker is recorded; the informer's copy saves a GET")
+	require.Len(t, got, 5)
+	require.ElementsMatch(t, []string{"get nodes", "patch nodes", "create events", "delete jobs"}, got[:4])
+	require.Equal(t, "patch jobs", got[4], "our finalizer comes off once the marker is recorded; the informer's copy saves a GET")
 	stored, err := cs.BatchV1().Jobs(testNamespace).Get(t.Context(), job.Name, metav1.GetOptions{})
 	require.NoError(t, err)
 	require.Empty(t, stored.Finalizers)
@@ -142,8 +143,8 @@ func TestFinalizeJobWritesAtOnceWhenTheNodeIsKnown(t *testing.T) {
 	require.Equal(t, new(int32(2)), res.ExitCode)
 	got = actions(cs)
 	require.Equal(t, []string{"list pods", "get pods/log"}, got[:2])
-	require.ElementsMatch(t, []string{"patch nodes", "create events", "delete jobs"}, got[2:5])
-	require.Equal(t, []string{"patch jobs"}, got[5:])
+	require.ElementsMatch(t, []string{"get nodes", "patch nodes", "create events", "delete jobs"}, got[2:6])
+	require.Equal(t, []string{"patch jobs"}, got[6:])
 	require.Contains(t, getEvents(t, cs)[0].Message, "exit code 2")
 }
 
@@ -160,7 +161,7 @@ func TestFinalizeJobFailedCollectsPodDiagnosis(t *testing.T) {
 	res, err := finalize(t, a, finalizeInput(job, api.OutcomeFailed, api.KeepFailed))
 	require.NoError(t, err)
 	require.Equal(t, FinalizeResult{LogTail: "fake logs", ExitCode: new(int32(3)), TerminationMessage: "disk full"}, res)
-	require.Equal(t, []string{"list pods", "get pods/log", "patch nodes", "create events", "get jobs", "patch jobs"}, actions(cs),
+	require.Equal(t, []string{"list pods", "get pods/log", "get nodes", "patch nodes", "create events", "get jobs", "patch jobs"}, actions(cs),
 		"a failed Job is kept, without our finalizer")
 
 	logs := cs.Actions()[1].(k8stesting.GenericActionImpl)
@@ -249,7 +250,7 @@ func TestFinalizeJobForbiddenIsNotRetried(t *testing.T) {
 	_, err := finalize(t, a, finalizeInput(job, api.OutcomeSucceeded, api.KeepNever))
 	appErr := requireAppError(t, err, api.ErrForbidden, true)
 	require.Contains(t, appErr.Error(), "patch")
-	require.Equal(t, []string{"patch nodes"}, actions(cs))
+	require.Equal(t, []string{"get nodes", "patch nodes"}, actions(cs))
 }
 
 func TestFinalizeJobNodeGone(t *testing.T) {
@@ -257,7 +258,7 @@ func TestFinalizeJobNodeGone(t *testing.T) {
 	cs, a := newCluster(job)
 	_, err := finalize(t, a, finalizeInput(job, api.OutcomeNodeGone, api.KeepFailed))
 	require.NoError(t, err)
-	require.Equal(t, []string{"patch nodes", "get jobs", "patch jobs", "delete jobs"}, actions(cs), "no Event about a Node that is gone")
+	require.Equal(t, []string{"get nodes", "get jobs", "patch jobs", "delete jobs"}, actions(cs), "no Event about a Node that is gone")
 }
 
 func TestFinalizeJobWithoutJob(t *testing.T) {
@@ -267,7 +268,7 @@ func TestFinalizeJobWithoutJob(t *testing.T) {
 	res, err := finalize(t, a, in)
 	require.NoError(t, err)
 	require.Equal(t, FinalizeResult{}, res)
-	require.Equal(t, []string{"patch nodes", "create events"}, actions(cs))
+	require.Equal(t, []string{"get nodes", "patch nodes", "create events"}, actions(cs))
 }
 
 func TestFinalizeJobSkippedKeepsMarker(t *testing.T) {

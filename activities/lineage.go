@@ -114,9 +114,10 @@ func (l *Lineage) verify(ctx context.Context, templateHash string, strict bool) 
 	if !listed {
 		return refuse("its parent %s does not list it among its running children", parent.GetWorkflowId())
 	}
-	// A converging rollout also prepared its onDeselect Job (deselectHash).
+	// A converging rollout also prepared its onDeselect Job (deselectHash), and a node with
+	// maintenance.onFailure undo runs its rollout's undo template (undoTemplateHash).
 	var rollout prepared
-	for _, key := range []string{"templateHash", "deselectHash"} {
+	for _, key := range []string{"templateHash", "deselectHash", "undoTemplateHash"} {
 		var h string
 		if f := p.GetMemo().GetFields()[key]; f != nil {
 			_ = json.Unmarshal(f.GetData(), &h)

@@ -13,6 +13,8 @@ type RunJobInput struct {
 	WatchSeconds   int64        `json:"watchSeconds"`
 	TimeoutSeconds int64        `json:"timeoutSeconds"` // the Job's deadline, from its creation
 	KeepJobs       api.KeepJobs `json:"keepJobs"`
+	// UndoOf is FinalizeInput.UndoOf: the rollout an undo rollout's node undoes.
+	UndoOf string `json:"undoOf,omitempty"`
 }
 
 // RunJobResult is how far RunJob got. Done: the Job ended and was finalized, End and Fin are
@@ -56,6 +58,7 @@ func (a *Activities) RunJob(ctx context.Context, in RunJobInput) (RunJobResult, 
 		KeepJobs:     in.KeepJobs,
 		Requester:    in.Job.Requester,
 		RunID:        in.Job.RunID,
+		UndoOf:       in.UndoOf,
 	})
 	if ctx.Err() != nil {
 		return RunJobResult{}, ctx.Err()

@@ -180,6 +180,9 @@ type FinalizeInput struct {
 	// RunID is the NodeRollout run finalizing the node, recorded on the Node next to the
 	// marker (see JobRequest.FirstTask); empty in histories from before it, then Job.RunID.
 	RunID string `json:"runID,omitempty"`
+	// UndoOf, on an undo rollout's node, is the undone rollout: a succeeded undo marks that
+	// rollout's marker undone (undo.go).
+	UndoOf string `json:"undoOf,omitempty"`
 }
 
 // FinalizeResult carries what was learned from a failed or timed-out Job's Pod.

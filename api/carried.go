@@ -33,6 +33,9 @@ type Progress struct {
 	// WaitingNodes are the nodes another rollout held when the previous run handed them over
 	// (versionHandOverWaiting); this run waits for them first.
 	WaitingNodes []PacedNode `json:"waitingNodes,omitempty"`
+	// UndoTemplateHash names the stored undo template of a request with
+	// maintenance.onFailure undo.
+	UndoTemplateHash string `json:"undoTemplateHash,omitempty"`
 	// TaintCheck is what each listing checks the nodes' taints with; nil: no check.
 	TaintCheck *TaintCheck `json:"taintCheck,omitempty"`
 	// Gate is the metric gate's state (gates.prometheus).

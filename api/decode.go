@@ -64,6 +64,7 @@ func decodeRolloutRequest(b []byte, prefix string) RolloutRequest {
 		text, _ := json.Marshal(string(t))
 		raw["jobTemplate"] = text
 	}
+	undoObjectTemplate(raw)
 	explicitZeroParallelism := false
 	if p, ok := raw["parallelism"]; ok && strings.TrimSpace(string(p)) == "0" {
 		explicitZeroParallelism = true

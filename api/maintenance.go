@@ -23,6 +23,8 @@ type Maintenance struct {
 	Soak string `json:"soak,omitempty"`
 	// OnFailure is what a node that did not succeed (or was aborted) is left as:
 	// keepCordoned (default) or uncordon. Either way only our own cordon is ever undone.
+	// undo runs the request's undo Job on a node whose Job or health gate failed, then
+	// uncordons it, or keeps it cordoned when the undo failed too.
 	OnFailure string `json:"onFailure,omitempty"`
 	// Reboot reboots the node after its Job succeeded (always, or if the Job asked for it).
 	Reboot *Reboot `json:"reboot,omitempty"`
@@ -74,8 +76,9 @@ type NodeMaintenance struct {
 	Reboot               *NodeReboot       `json:"reboot,omitempty"`
 	OnSuccess            *OnSuccess        `json:"onSuccess,omitempty"`
 	// BlockingPods and CheckJob are the request's node gates (gates.blockingPods, gates.checkJob).
-	BlockingPods *NodeBlockingPods `json:"blockingPods,omitempty"`
-	CheckJob     *NodeCheckJob     `json:"checkJob,omitempty"`
+	BlockingPods  *NodeBlockingPods `json:"blockingPods,omitempty"`
+	CheckJob      *NodeCheckJob     `json:"checkJob,omitempty"`
+	UndoOnFailure bool              `json:"undoOnFailure,omitempty"`
 }
 
 // resolve is the section as node workflows get it, its defaults applied; nil when the
@@ -113,6 +116,7 @@ func (m *Maintenance) resolve() *NodeMaintenance {
 	nm.UncordonOnFailure = m.OnFailure == OnFailureUncordon
 	nm.Reboot = m.Reboot.resolve()
 	nm.OnSuccess = m.OnSuccess
+	nm.UndoOnFailure = m.OnFailure == OnFailureUndo
 	return nm
 }
 
@@ -146,9 +150,9 @@ func (m *Maintenance) check(ps *problems) {
 		}
 	}
 	switch m.OnFailure {
-	case "", OnFailureKeepCordoned, OnFailureUncordon:
+	case "", OnFailureKeepCordoned, OnFailureUncordon, OnFailureUndo:
 	default:
-		ps.add("maintenance.onFailure", fmt.Sprintf("%q is not allowed", m.OnFailure), "use keepCordoned or uncordon")
+		ps.add("maintenance.onFailure", fmt.Sprintf("%q is not allowed", m.OnFailure), "use keepCordoned, uncordon or undo")
 	}
 	m.Reboot.check(ps)
 	m.OnSuccess.check(ps)

@@ -19,6 +19,7 @@ const (
 	OrderByName       = "name"
 	OrderByLabel      = "label"
 	OrderSpread       = "spread"
+	// OrderGiven (undo.go) keeps the order of the nodes list.
 )
 
 // MaintenanceWindow is a recurring time in which nodes may start: on Days (all days when
@@ -119,6 +120,9 @@ func (r RolloutRequest) pacing() Pacing {
 			}
 		}
 	}
+	if r.UndoOf != nil {
+		p.Order = OrderGiven // failed nodes first, then in reverse order of completion
+	}
 	return p
 }
 
@@ -151,12 +155,16 @@ func (r RolloutRequest) checkPacing(ps *problems) {
 			if o.Label == "" {
 				ps.add("order.label", "is required with order.by label", "name the node label whose value orders the nodes, e.g. rollout-priority")
 			}
+		case OrderGiven:
+			if o.Label != "" {
+				ps.add("order.label", "is only for order.by label or spread", "remove it")
+			}
 		case OrderSpread:
 			if r.pacing().OrderLabel == "" {
 				ps.add("order.label", "names no domain to spread over", "set order.label, or topology.key")
 			}
 		default:
-			ps.add("order.by", fmt.Sprintf("%q is not an order", o.By), "use name, label or spread")
+			ps.add("order.by", fmt.Sprintf("%q is not an order", o.By), "use name, label, spread or given")
 		}
 		if o.Label != "" {
 			if errs := validation.IsQualifiedName(o.Label); len(errs) > 0 {

@@ -63,6 +63,10 @@ type RolloutRequest struct {
 	Owner             *OwnerRef          `json:"owner,omitempty"`
 	DryRun            bool               `json:"dryRun,omitempty"`
 	Maintenance       *Maintenance       `json:"maintenance,omitempty"`
+	// Undo is the Job that takes a node back (undo.go); UndoOf makes this request the undo
+	// of another rollout (`starter undo` sets it).
+	Undo   *UndoTemplate `json:"undo,omitempty"`
+	UndoOf *UndoOf       `json:"undoOf,omitempty"`
 	// Taints: respect (default) skips a node whose NoSchedule/NoExecute taints the Job's Pod
 	// does not tolerate; ignore runs it anyway.
 	Taints string `json:"taints,omitempty"`

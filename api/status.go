@@ -49,6 +49,11 @@ type NodeResult struct {
 	PodReason  string    `json:"podReason,omitempty"`
 	StartedAt  time.Time `json:"startedAt,omitempty"`
 	FinishedAt time.Time `json:"finishedAt,omitempty"`
+	// Undone: maintenance.onFailure undo ran the undo Job (UndoJob) on the failed node and it
+	// succeeded; UndoFailed says how it ended when it did not (the node stays cordoned).
+	Undone     bool   `json:"undone,omitempty"`
+	UndoFailed string `json:"undoFailed,omitempty"`
+	UndoJob    string `json:"undoJob,omitempty"`
 }
 
 // Counts tallies nodes by state. Pending counts only nodes already listed.
@@ -119,6 +124,8 @@ type PlannedNode struct {
 	Reason string `json:"reason,omitempty"`
 	// Drain is what maintenance.drain would evict on the node, and which budgets would block it.
 	Drain *DrainPlan `json:"drain,omitempty"`
+	// Undo, in the dry run of an undo (undoOf), is what the node goes back from and to.
+	Undo *UndoNode `json:"undo,omitempty"`
 }
 
 // RolloutStatus answers the status query.

@@ -54,6 +54,7 @@ func (r RolloutRequest) Problems() []*FieldError {
 	}
 	r.checkPacing(&ps)
 	r.checkConverge(&ps)
+	r.checkUndo(&ps)
 	return ps
 }
 
@@ -76,7 +77,7 @@ func (r RolloutRequest) checkNodes(ps *problems) {
 	switch {
 	case len(r.Nodes) > 0 && bySelector:
 		ps.add("nodes", "is set together with nodeSelector/fieldSelector", "choose nodes either by name (nodes) or by selector, not both")
-	case len(r.Nodes) == 0 && !bySelector:
+	case len(r.Nodes) == 0 && !bySelector && r.UndoOf == nil:
 		ps.add("nodes", "no nodes are selected", "set nodes to a list of node names, or nodeSelector to a label selector such as \"pool=gpu\"")
 	}
 	if len(r.Nodes) > MaxExplicitNodes {

@@ -313,6 +313,12 @@ func printNodes(w io.Writer, title string, nodes []api.NodeResult) {
 		if n.ExitCode != nil {
 			msg = fmt.Sprintf("exit %d; %s", *n.ExitCode, msg)
 		}
+		switch {
+		case n.Undone:
+			msg = "undone (Job " + n.UndoJob + "); " + msg
+		case n.UndoFailed != "":
+			msg = "undo failed (" + n.UndoFailed + "), kept cordoned; " + msg
+		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", n.Node, n.Outcome, n.Reason, n.Job, clipMessage(msg))
 	}
 	tw.Flush()

@@ -142,7 +142,7 @@ the --config file; NODEROLLOUT_<FLAG> variables; flags.`,
 		return usageError{config.WithFlagHint(err, cmd.Flags()).Error()}
 	})
 	root.AddGroup(&cobra.Group{ID: "rollout", Title: "Rollouts:"}, &cobra.Group{ID: "steer", Title: "Steering a running rollout:"})
-	root.AddCommand(startCommand(a), dryRunCommand(a), validateCommand(a), listCommand(a), statusCommand(a),
+	root.AddCommand(startCommand(a), dryRunCommand(a), undoCommand(a), validateCommand(a), listCommand(a), statusCommand(a),
 		signalCommand(a, "pause"), signalCommand(a, "resume"), setParallelismCommand(a), approveCommand(a), abortCommand(a),
 		fleetCommand(a), scheduleCommand(a), versionCommand(a))
 	a.completeIDs(root)

@@ -180,6 +180,13 @@ func parseRequest(name string, data []byte) (api.RolloutRequest, error) {
 		}
 	}
 	problems = append(problems, stepTemplateProblems(req)...)
+	if u := req.Undo; u != nil && u.JobTemplate != "" && len(u.JobTemplate) <= api.MaxTemplateBytes {
+		if _, err := jobspec.ParseTemplate(u.JobTemplate); err != nil {
+			for _, p := range templateProblems(err) {
+				problems = append(problems, "undo: "+suggestJobField(p))
+			}
+		}
+	}
 	if len(problems) > 0 {
 		return bad(problems...)
 	}

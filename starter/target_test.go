@@ -100,7 +100,7 @@ func TestEveryIDCommandHasTheIDFlag(t *testing.T) {
 		}
 	}
 	walk(newRoot(&app{}))
-	require.Equal(t, 10, seen, "status, pause, resume, set-parallelism, approve, abort; fleet status, pause, resume, abort")
+	require.Equal(t, 11, seen, "status, undo, pause, resume, set-parallelism, approve, abort; fleet status, pause, resume, abort")
 }
 
 // fakeClient answers DescribeWorkflow from a fakeDescriber; any other call panics.

@@ -113,6 +113,10 @@ func (r *rollout) startChild(ctx workflow.Context, node string) workflow.ChildWo
 		KeepJobs:          r.settings.KeepJobs,
 		Requester:         r.requester,
 		Maintenance:       r.nodeMaintenance(),
+		UndoTemplateHash:  r.progress.UndoTemplateHash,
+	}
+	if r.req.UndoOf != nil {
+		in.UndoOf = r.req.UndoOf.Rollout
 	}
 	nodeWorkflow := any(NodeRollout)
 	if r.features.nodeVersion >= 1 {

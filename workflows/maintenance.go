@@ -62,6 +62,9 @@ func (n *nodeSteps) runMaintained(ctx workflow.Context) (api.NodeResult, error) 
 	done, err := n.runJob(ctx)
 	done.StartedAt = result.StartedAt
 	if err != nil {
+		if n.undoes(ctx, err, done) {
+			return n.undo(ctx, done, err)
+		}
 		n.leave(ctx)
 		return done, err
 	}
@@ -114,7 +117,11 @@ func (n *nodeSteps) runMaintained(ctx workflow.Context) (api.NodeResult, error) 
 // left as onFailure says and the outcome recorded on it (replacing the Job's, when health
 // failed after it).
 func (n *nodeSteps) maintenanceFailed(ctx workflow.Context, err error, result api.NodeResult) (api.NodeResult, error) {
-	n.leave(ctx)
+	// A health gate that failed after the Job ran is undone once its outcome is recorded.
+	gateFailed := result.Outcome == api.OutcomeSucceeded && n.in.Maintenance.UndoOnFailure && !isCancel(ctx, err)
+	if !gateFailed {
+		n.leave(ctx)
+	}
 	if isCancel(ctx, err) {
 		jobRecorded := result.Outcome == api.OutcomeSucceeded
 		result.Outcome = api.OutcomeAborted
@@ -141,7 +148,14 @@ func (n *nodeSteps) maintenanceFailed(ctx workflow.Context, err error, result ap
 			end.Outcome = api.OutcomeBlocked
 		}
 	}
-	return n.finalize(ctx, nil, end, result)
+	done, err := n.finalize(ctx, nil, end, result)
+	if gateFailed && n.undoes(ctx, err, done) {
+		return n.undo(ctx, done, err)
+	}
+	if gateFailed {
+		n.leave(ctx)
+	}
+	return done, err
 }
 
 // recordAbort replaces the succeeded marker the Job left on the Node with aborted, so a re-run

@@ -31,6 +31,10 @@ type NodeRolloutInput struct {
 	// WatchSeconds, when set, is how long the node first watches its Job from a local activity
 	// in its first workflow task (see nodeWatchSeconds). Only NodeRolloutV2 nodes have it.
 	WatchSeconds int64 `json:"watchSeconds,omitempty"`
+	// UndoTemplateHash is the stored undo template (maintenance.onFailure undo); UndoOf, on a
+	// node of an undo rollout, the rollout it undoes (undo.go).
+	UndoTemplateHash string `json:"undoTemplateHash,omitempty"`
+	UndoOf           string `json:"undoOf,omitempty"`
 }
 
 // NodeRollout creates the node's Job, waits for it to end and finalizes it. Its workflow ID is
@@ -190,7 +194,7 @@ func (n *nodeSteps) runJob(ctx workflow.Context) (api.NodeResult, error) {
 		workflow.SetCurrentDetails(ctx, fmt.Sprintf("Job `%s/%s` created and watched on node `%s`", planned.Namespace, planned.Name, in.Node))
 		watch := time.Duration(in.WatchSeconds) * time.Second
 		err = workflow.ExecuteLocalActivity(withLocalWatchActivity(ctx, watch, writes, "run Job "+planned.Name), a.RunJob, activities.RunJobInput{
-			Job: req, WatchSeconds: in.WatchSeconds, TimeoutSeconds: in.JobTimeoutSeconds, KeepJobs: in.KeepJobs,
+			Job: req, WatchSeconds: in.WatchSeconds, TimeoutSeconds: in.JobTimeoutSeconds, KeepJobs: in.KeepJobs, UndoOf: in.UndoOf,
 		}).Get(ctx, &run)
 		job = run.Job
 	} else {
@@ -300,6 +304,7 @@ func (n *nodeSteps) finalize(ctx workflow.Context, job *activities.JobRef, end a
 		KeepJobs:     in.KeepJobs,
 		Requester:    in.Requester,
 		RunID:        workflow.GetInfo(ctx).WorkflowExecution.RunID,
+		UndoOf:       in.UndoOf,
 	}).Get(ctx, &fin)
 	if err != nil && isCancel(ctx, err) && job != nil {
 		n.abortedInFinalize = end.Outcome == api.OutcomeSucceeded
@@ -332,6 +337,11 @@ func nodeOutcome(ctx workflow.Context, node string, end activities.JobEnd, fin a
 	if result.Outcome == api.OutcomeSucceeded {
 		return result, nil
 	}
+	return result, nodeFailed(node, result)
+}
+
+// nodeFailed is the error of a node that did not succeed: ErrNodeFailed with the result.
+func nodeFailed(node string, result api.NodeResult) error {
 	msg := fmt.Sprintf("node %s %s", node, result.Outcome)
 	if result.Reason != "" {
 		msg += ": " + result.Reason
@@ -342,7 +352,8 @@ func nodeOutcome(ctx workflow.Context, node string, end activities.JobEnd, fin a
 	if result.Message != "" {
 		msg += ": " + result.Message
 	}
-	return result, temporal.NewNonRetryableApplicationError(msg, api.ErrNodeFailed, nil, result)
+	msg += undoNote(result)
+	return temporal.NewNonRetryableApplicationError(msg, api.ErrNodeFailed, nil, result)
 }
 
 // abort deletes the node's Job when the rollout is cancelled and waits for its Pods to go,

@@ -98,7 +98,7 @@ func (p *pacer) pick(queue []queuedNode) int {
 // order sorts a listed page as the request asks; name order is the listing's own.
 func (p *pacer) order(queue []queuedNode) {
 	switch p.rules.Order {
-	case api.OrderByLabel:
+	case api.OrderByLabel, api.OrderGiven: // given: rank is the place in the nodes list
 		sort.SliceStable(queue, func(i, j int) bool { return rankLess(queue[i], queue[j]) })
 	case api.OrderSpread:
 		spread(queue)

@@ -41,22 +41,12 @@ func (r *rollout) recordSkip(ctx workflow.Context, n queuedNode) {
 
 // listMore fetches the next slice of selected nodes after the cursor.
 func (r *rollout) listMore(ctx workflow.Context) error {
-	var a *activities.Activities
-	var page activities.ListNodesResult
-	err := workflow.ExecuteActivity(withAPIActivity(ctx, "list nodes after "+quoteOrStart(r.progress.Cursor)), a.ListNodes, activities.ListNodesInput{
-		Rollout:       r.req.Name,
-		Names:         r.req.Nodes,
-		Selector:      r.req.NodeSelector,
-		FieldSelector: r.req.FieldSelector,
-		TemplateHash:  r.progress.TemplateHash,
-		Rerun:         r.req.Rerun,
-		After:         r.progress.Cursor,
-		Limit:         listPageSize,
-		Labels:        r.settings.Pacing.LabelKeys(),
-		TaintCheck:    r.progress.TaintCheck,
-	}).Get(ctx, &page)
+	page, err := r.listPage(ctx, r.progress.Cursor)
+	if err == nil && r.settings.Pacing.Order == api.OrderGiven {
+		page, err = r.listRest(ctx, page)
+	}
 	if err != nil {
-		return asWorkflowError(err)
+		return err
 	}
 	r.queue = r.queuePage(page)
 	r.progress.ListingDone = !page.More
@@ -68,6 +58,28 @@ func (r *rollout) listMore(ctx workflow.Context) error {
 	}
 	r.showProgress(ctx)
 	return nil
+}
+
+// listPage fetches one slice of the selected nodes after the cursor.
+func (r *rollout) listPage(ctx workflow.Context, after string) (activities.ListNodesResult, error) {
+	var a *activities.Activities
+	var page activities.ListNodesResult
+	err := workflow.ExecuteActivity(withAPIActivity(ctx, "list nodes after "+quoteOrStart(after)), a.ListNodes, activities.ListNodesInput{
+		Rollout:       r.req.Name,
+		Names:         r.req.Nodes,
+		Selector:      r.req.NodeSelector,
+		FieldSelector: r.req.FieldSelector,
+		TemplateHash:  r.progress.TemplateHash,
+		Rerun:         r.req.Rerun,
+		After:         after,
+		Limit:         listPageSize,
+		Labels:        r.settings.Pacing.LabelKeys(),
+		TaintCheck:    r.progress.TaintCheck,
+	}).Get(ctx, &page)
+	if err != nil {
+		return activities.ListNodesResult{}, asWorkflowError(err)
+	}
+	return page, nil
 }
 
 func quoteOrStart(cursor string) string {
@@ -116,6 +128,9 @@ func (r *rollout) queuePage(page activities.ListNodesResult) []queuedNode {
 		}
 		if r.settings.Pacing.OrderLabel != "" {
 			n.rank = page.Labels[n.name][r.settings.Pacing.OrderLabel]
+		}
+		if r.settings.Pacing.Order == api.OrderGiven {
+			n.rank = r.givenRank(n.name)
 		}
 		kept = append(kept, n)
 	}

@@ -120,6 +120,12 @@ type rollout struct {
 	clusterSlots *clusterSlots // the cluster-wide budget's slots; nil without one
 	gate         *metricGate   // gates.prometheus; nil without one
 
+	// undoPlan is what PlanUndo found for an undo (undoOf) in this run, by node: the dry
+	// run shows it.
+	undoPlan map[string]*api.UndoNode
+	// givenPlace is each node's place in the request's nodes list (order given).
+	givenPlace map[string]int
+
 	// children waits on the children that started without waiting; nil in runs before
 	// versionChildCollector and where a cluster-wide budget makes every node wait for a slot.
 	children *childCollector
@@ -183,6 +189,9 @@ func (r *rollout) prepare(ctx workflow.Context) error {
 	}
 	r.progress.MaxParallelism = prepared.MaxParallelism
 	r.progress.TaintCheck = r.taintCheck(prepared)
+	if err := r.prepareUndo(ctx, store); err != nil {
+		return err
+	}
 	memo := map[string]any{"templateHash": prepared.Hash, "namespace": r.settings.Namespace}
 	if steps := r.stepTemplateHashes(); len(steps) > 0 {
 		memo["stepTemplateHashes"] = steps // what Lineage lets the nodes' step Jobs run
@@ -428,7 +437,7 @@ func (r *rollout) dryRun(ctx workflow.Context) (api.RolloutResult, error) {
 				r.progress.Counts.Pending++
 			}
 			if len(planned) < api.MaxExplicitNodes {
-				p := api.PlannedNode{Node: n.name, Skip: n.skip, Reason: n.reason}
+				p := api.PlannedNode{Node: n.name, Skip: n.skip, Reason: n.reason, Undo: r.undoPlan[n.name]}
 				if n.skip == "" {
 					p.JobPrefix = jobspec.JobNamePrefix(r.req.Name, n.name)
 				}
