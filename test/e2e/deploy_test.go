@@ -534,6 +534,14 @@ func verbChecks() []verbCheck {
 				}
 				return nil
 			}},
+		{"", "nodes", "watch", "the worker's Node watch (it tells converging rollouts of node changes)",
+			func(ctx context.Context, p *probe) error {
+				w, err := p.kube.CoreV1().Nodes().Watch(ctx, metav1.ListOptions{AllowWatchBookmarks: true})
+				if err == nil {
+					w.Stop()
+				}
+				return err
+			}},
 		{"", "nodes", "get", "ListNodes with explicit names (and CreateJob, WaitJob)",
 			func(ctx context.Context, p *probe) error {
 				return p.execute(p.acts.ListNodes, activities.ListNodesInput{Rollout: "probe", Names: p.fleet.Nodes, TemplateHash: p.hash, Limit: 10})
