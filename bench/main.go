@@ -462,20 +462,26 @@ func (e *env) measureNoderollout(ctx context.Context, s runSpec, r *result) erro
 }
 
 // measureFloor runs the Temporal floor (package floor): a child workflow per node of the
-// fleet that only waits D seconds, on a worker of its own, with no Kubernetes calls.
+// fleet, its ID the node's alone (reused by every repetition, as noderollout's are), whose
+// local activity makes the baseline's Kubernetes calls for the node, on a worker of its own
+// that reaches the API server through the counting proxy.
 func (e *env) measureFloor(ctx context.Context, s runSpec, r *result) error {
 	taskQueue := "bench-" + s.id()
+	tmpl := filepath.Join(e.cfg.workDir, "floor-job-"+s.id()+".yaml")
+	if err := os.WriteFile(tmpl, []byte(s.template), 0o644); err != nil {
+		return err
+	}
 	w, err := startReadyProcess(ctx, e.cfg.floorBin, filepath.Join(e.cfg.workDir, "bench-worker-"+s.id()+".log"),
 		func(addr string) []string {
-			return []string{"--temporal-address", e.cfg.temporalAddress, "--task-queue", taskQueue, "--metrics-listen", addr}
+			return []string{"--temporal-address", e.cfg.temporalAddress, "--task-queue", taskQueue, "--metrics-listen", addr,
+				"--kubeconfig", e.proxyKubeconfig, "--namespace", s.namespace, "--template", tmpl, "--run", s.id(),
+				"--kube-qps", "1000", "--kube-burst", "2000"}
 		})
 	if err != nil {
 		return err
 	}
 	defer w.stop()
 	req := floor.Request{Name: "bench-" + s.id(), Nodes: s.fleet.nodes, Parallelism: s.parallelism, JobSeconds: s.jobSeconds}
-	// Its nodes never fail: the fleet's failing nodes are failed by their Pods.
-	r.ExpectedFailed = 0
 	return e.measureWorkflow(ctx, s, r, w, workflowRun{
 		start: func(ctx context.Context) (client.WorkflowRun, error) {
 			return e.tc.ExecuteWorkflow(ctx, client.StartWorkflowOptions{

@@ -137,9 +137,6 @@ func markdownReport(cfg config, run string, date time.Time, results []*result) s
 	b.WriteString("| N | system | Job→Pod | Pod→Running | Running (D) | Pod end→Job done | Job done→deleted | deleted→next Job | cycle | overhead over D | slots busy | first Job after start | last deletion→done |\n")
 	b.WriteString("|--:|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|\n")
 	for _, r := range results {
-		if r.System == systemTemporalFloor {
-			continue // it runs no Jobs
-		}
 		s := r.Slot
 		cycle := s.JobToPod.Mean + s.PodToRunning.Mean + s.Running.Mean + s.PodToJobDone.Mean + s.JobDoneToGone.Mean + s.GoneToNextJob.Mean
 		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %.0f%% | %s | %s |\n", thousands(r.Nodes), r.System,
