@@ -34,6 +34,11 @@ const (
 	// systemTemporalFloor is a child workflow per node and nothing else (package floor): what
 	// the design costs Temporal at least, the floor under noderollout's Temporal figures.
 	systemTemporalFloor = "temporal-floor"
+	// systemSUC is the peer, Rancher system-upgrade-controller, as shipped (one Plan over the
+	// fleet); systemSUCQPS the same with its client rate limit raised from client-go's default
+	// 5 QPS to the worker's (dev/peers/suc-client-qps.patch).
+	systemSUC    = "suc"
+	systemSUCQPS = "suc-qps"
 )
 
 // isNoderollout says whether the system is a noderollout worker.
@@ -54,7 +59,8 @@ type runSpec struct {
 	template    string
 	parallelism int
 	jobSeconds  float64
-	rep         int // repetition, 0-based
+	rep         int     // repetition, 0-based
+	tr          *tracer // the bench's own watch on the run's Jobs and Pods; nil without --trace
 }
 
 // id names this run's namespace, rollout, task queue and files: the fleet, the system and the
@@ -228,6 +234,24 @@ func followRollout(ctx context.Context, tc client.Client, id string, every time.
 			logf("  noderollout t=%3.0fs: %d/%d done (%d failed), %d running, run %d",
 				time.Since(started).Seconds(), c.Finished(), st.Selected, c.Failures(), c.Running, st.ContinuedAsNew+1)
 		}
+	}
+}
+
+// watchWithStarter follows the rollout with "starter status -w" until it ends (or ctx does), as
+// a user watching it would, so that its queries show in the run's Temporal actions.
+func watchWithStarter(ctx context.Context, bin, temporalAddress, id, logPath string) {
+	logFile, err := os.Create(logPath)
+	if err != nil {
+		logf("watch: %v", err)
+		return
+	}
+	defer logFile.Close()
+	cmd := exec.CommandContext(ctx, bin, "status", "-w", id, "--address", temporalAddress)
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
+	cmd.WaitDelay = 5 * time.Second
+	if err := cmd.Run(); err != nil && ctx.Err() == nil {
+		logf("watch: starter status -w %s: %v (see %s)", id, err, logPath)
 	}
 }
 
