@@ -10,12 +10,15 @@ import (
 
 // result is one system's rollout on one fleet size: what the table, CSV and plot show.
 type result struct {
-	System         string  `json:"system"`
-	Rep            int     `json:"repetition"` // 0-based; the systems alternate ABBA across repetitions
-	Nodes          int     `json:"nodes"`
-	Parallelism    int     `json:"parallelism"`
-	JobSeconds     float64 `json:"jobSeconds"`
-	MakespanS      float64 `json:"makespanSeconds"`
+	System      string  `json:"system"`
+	Rep         int     `json:"repetition"` // 0-based; the systems alternate ABBA across repetitions
+	Nodes       int     `json:"nodes"`
+	Parallelism int     `json:"parallelism"`
+	JobSeconds  float64 `json:"jobSeconds"`
+	MakespanS   float64 `json:"makespanSeconds"`
+	// EndNoticeLagS is, for a workflow, how long after its last run's close (server time) the
+	// client's wait for the result returned; the makespan ends at the close.
+	EndNoticeLagS  float64 `json:"endNoticeLagSeconds,omitempty"`
 	IdealS         float64 `json:"idealSeconds"`
 	Ratio          float64 `json:"makespanRatio"`
 	VsBaseline     float64 `json:"vsBaseline,omitempty"`

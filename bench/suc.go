@@ -275,7 +275,6 @@ type sucWatch struct {
 	mu      sync.Mutex
 	start   time.Time
 	done    map[string]time.Time // node -> when its label was seen
-	nodes   int                  // Nodes of the fleet seen
 	jobs    map[string][]jobSeen // node -> its Jobs, by first sight
 	changed chan struct{}
 }

@@ -184,8 +184,14 @@ func (t *tracer) phases(start, end time.Time, p int) slotPhases {
 	var held float64
 	for _, n := range t.nodes {
 		freed := n.slotFreed()
-		if !n.jobCreated.IsZero() && !freed.IsZero() {
+		if freed.After(end) {
+			freed = time.Time{} // after the run: a node the system never finished (SUC's failing node)
+		}
+		switch {
+		case !n.jobCreated.IsZero() && !freed.IsZero():
 			held += freed.Sub(n.jobCreated).Seconds()
+		case !n.jobCreated.IsZero() && n.jobCreated.Before(end):
+			held += end.Sub(n.jobCreated).Seconds() // held to the end
 		}
 		ph.Nodes++
 		add := func(dst *[]float64, from, to time.Time) {
