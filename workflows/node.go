@@ -408,7 +408,7 @@ func createMayHaveHappened(err error) bool {
 		return true
 	}
 	switch appErr.Type() {
-	case activities.ErrNodeGone, activities.ErrInvalidRequest, activities.ErrForeignObject, activities.ErrPolicyDenied:
+	case activities.ErrNodeGone, activities.ErrInvalidRequest, activities.ErrForeignObject, activities.ErrPolicyDenied, activities.ErrNotStartedByARollout:
 		return false
 	}
 	return true

@@ -249,6 +249,9 @@ func recordPacedMaintained(t *testing.T, rec *recorder) {
 // runs on (its history is read once every slot is back).
 func recordBudgeted(t *testing.T, rec *recorder) {
 	c := workflows.BudgetFixtureCluster
+	// A coordinator left running by an earlier run ran older code: end it, so this rollout
+	// starts a fresh one (which counts the node workflows still running first).
+	_ = stack.Temporal.TerminateWorkflow(context.Background(), c.BudgetWorkflowID(), "", "a fresh coordinator for the fixtures")
 	w, err := StartWorker(c.Name, "--cluster", c.Name, "--cluster-budget", strconv.Itoa(c.Budget))
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = w.Stop() })
