@@ -143,7 +143,7 @@ func parseFlags(args []string) (config, error) {
 	fs.DurationVar(&c.sucObserve, "suc-observe", 150*time.Second, "with failing nodes, how long the peer's runs watch them after every other node is done (its retries)")
 	fs.DurationVar(&c.sucTimeout, "suc-timeout", time.Hour, "give up on a peer run after this long")
 	fs.StringVar(&c.devDir, "dev-dir", "dev", "the repository's dev/ directory, whose scripts start and stop the stack's kube-scheduler for the peer's runs")
-	fs.StringVar(&c.watch, "watch", "", `"status-w": follow each noderollout run with "starter status -w" (--starter-bin) instead of the bench's own query every 15 s, to price following a rollout in Temporal actions`)
+	fs.StringVar(&c.watch, "watch", "", `"status-w": follow each noderollout run with "starter status -w" (--starter-bin) instead of the bench's own query every 15 s; "start-wait": start it with "starter start --wait", which follows it; to price following a rollout in Temporal actions`)
 	fs.StringVar(&c.starterBin, "starter-bin", "bin/starter", "the built starter, for --watch")
 	fs.Float64Var(&c.gateActions, "gate-actions", 0, "fail when a noderollout run's Temporal actions per node (queries left out) exceed this; 0: no such check")
 	if err := fs.Parse(args); err != nil {
@@ -189,9 +189,9 @@ func parseFlags(args []string) (config, error) {
 		c.systems = append(c.systems, s)
 	}
 	switch c.watch {
-	case "", "status-w":
+	case "", "status-w", "start-wait":
 	default:
-		return c, fmt.Errorf(`--watch %q: want "status-w" or nothing`, c.watch)
+		return c, fmt.Errorf(`--watch %q: want "status-w", "start-wait" or nothing`, c.watch)
 	}
 	switch {
 	case c.rewrite != "":
@@ -494,10 +494,24 @@ func (e *env) measureNoderollout(ctx context.Context, s runSpec, r *result) erro
 	req := rolloutRequest("bench-"+s.id(), s)
 	req.ContinueAsNewAfter = e.cfg.canAfter
 	r.Watch = e.cfg.watch
+	start := func(ctx context.Context) (client.WorkflowRun, error) { return startRollout(ctx, e.tc, taskQueue, req) }
+	stopStarter := func() {}
+	if e.cfg.watch == "start-wait" {
+		var starterCtx context.Context
+		starterCtx, stopStarter = context.WithCancel(ctx)
+		defer stopStarter()
+		start = func(context.Context) (client.WorkflowRun, error) {
+			return startWithStarter(starterCtx, e.tc, e.cfg.starterBin, e.cfg.temporalAddress, taskQueue, req,
+				filepath.Join(e.cfg.workDir, "bench-watch-"+s.id()))
+		}
+	}
 	return e.measureWorkflow(ctx, s, r, w, workflowRun{
-		start: func(ctx context.Context) (client.WorkflowRun, error) { return startRollout(ctx, e.tc, taskQueue, req) },
+		start: start,
 		follow: func(ctx context.Context, id string) {
-			if e.cfg.watch == "status-w" {
+			switch e.cfg.watch {
+			case "start-wait":
+				return // the starter that started it follows it
+			case "status-w":
 				watchWithStarter(ctx, e.cfg.starterBin, e.cfg.temporalAddress, id,
 					filepath.Join(e.cfg.workDir, "bench-watch-"+s.id()+".log"))
 				return
@@ -506,6 +520,7 @@ func (e *env) measureNoderollout(ctx context.Context, s runSpec, r *result) erro
 		},
 		wait: func(ctx context.Context, id string) error {
 			res, err := waitRollout(ctx, e.tc, id)
+			stopStarter()
 			r.Selected = res.Selected
 			r.Succeeded = res.Counts.Succeeded
 			r.Failed = res.Counts.Failures()
@@ -589,8 +604,8 @@ func (e *env) measureWorkflow(ctx context.Context, s runSpec, r *result, w *work
 	// The clock stops where the last run closed, by the server's record (same machine): the
 	// client's long poll for the close has been seen to return up to 20 s late (its poll
 	// timeout) on this dev server, which is not the rollout's time.
-	if desc, err := e.tc.DescribeWorkflowExecution(ctx, wr.GetID(), ""); err == nil {
-		if closed := desc.GetWorkflowExecutionInfo().GetCloseTime().AsTime(); closed.After(r.start) && closed.Before(r.end) {
+	if desc, err := e.tc.DescribeWorkflow(ctx, wr.GetID(), ""); err == nil {
+		if closed := desc.RawResponse.GetWorkflowExecutionInfo().GetCloseTime().AsTime(); closed.After(r.start) && closed.Before(r.end) {
 			r.EndNoticeLagS = r.end.Sub(closed).Seconds()
 			if r.EndNoticeLagS > 1 {
 				logf("N=%d %s: the client saw the workflow's close %.1fs after it (its long poll); the clock stops at the close", r.Nodes, s.system, r.EndNoticeLagS)

@@ -255,6 +255,50 @@ func watchWithStarter(ctx context.Context, bin, temporalAddress, id, logPath str
 	}
 }
 
+// startWithStarter starts the rollout with "starter start -f FILE --wait", as a user would,
+// and returns once the workflow exists; the starter goes on following it until it ends or ctx
+// does. Its output goes to logPrefix.log, the request to logPrefix.json.
+func startWithStarter(ctx context.Context, tc client.Client, bin, temporalAddress, taskQueue string, req workflows.RolloutRequest, logPrefix string) (client.WorkflowRun, error) {
+	raw, err := json.Marshal(req)
+	if err != nil {
+		return nil, err
+	}
+	if err := os.WriteFile(logPrefix+".json", raw, 0o644); err != nil {
+		return nil, err
+	}
+	logFile, err := os.Create(logPrefix + ".log")
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.CommandContext(ctx, bin, "start", "-f", logPrefix+".json", "--wait",
+		"--address", temporalAddress, "--task-queue", taskQueue)
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
+	cmd.WaitDelay = 5 * time.Second
+	if err := cmd.Start(); err != nil {
+		logFile.Close()
+		return nil, err
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait(); logFile.Close() }()
+	id := workflows.RolloutID(req.Name)
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		if _, err := tc.DescribeWorkflow(ctx, id, ""); err == nil {
+			return tc.GetWorkflow(ctx, id, ""), nil
+		}
+		select {
+		case err := <-exited:
+			return nil, fmt.Errorf("starter start exited before the rollout existed: %v (see %s.log)", err, logPrefix)
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(10 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			return nil, fmt.Errorf("no rollout %s 30 s after starter start (see %s.log)", id, logPrefix)
+		}
+	}
+}
+
 // waitRollout waits for the rollout's last run and returns its result, also when it failed
 // with the result in its error's details.
 func waitRollout(ctx context.Context, tc client.Client, id string) (workflows.RolloutResult, error) {
