@@ -63,6 +63,7 @@ type config struct {
 	sucQPSBin       string
 	sucJobTTL       int
 	sucObserve      time.Duration
+	sucTail         bool
 	sucTimeout      time.Duration
 	devDir          string
 	watch           string
@@ -142,6 +143,7 @@ func parseFlags(args []string) (config, error) {
 	fs.IntVar(&c.sucJobTTL, "suc-job-ttl", 60, "seconds the peer keeps a finished Job (its SYSTEM_UPGRADE_JOB_TTL_SECONDS_AFTER_FINISH)")
 	fs.DurationVar(&c.sucObserve, "suc-observe", 150*time.Second, "with failing nodes, how long the peer's runs watch them after every other node is done (its retries)")
 	fs.DurationVar(&c.sucTimeout, "suc-timeout", time.Hour, "give up on a peer run after this long")
+	fs.BoolVar(&c.sucTail, "suc-tail", true, "after a peer run, wait until its finished Jobs' TTL ran out and count its requests meanwhile (the tail)")
 	fs.StringVar(&c.devDir, "dev-dir", "dev", "the repository's dev/ directory, whose scripts start and stop the stack's kube-scheduler for the peer's runs")
 	fs.StringVar(&c.watch, "watch", "", `"status-w": follow each noderollout run with "starter status -w" (--starter-bin) instead of the bench's own query every 15 s; "start-wait": start it with "starter start --wait", which follows it; to price following a rollout in Temporal actions`)
 	fs.StringVar(&c.starterBin, "starter-bin", "bin/starter", "the built starter, for --watch")

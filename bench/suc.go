@@ -157,7 +157,7 @@ func (e *env) measureSUC(ctx context.Context, s runSpec, r *result) error {
 		case <-time.After(e.cfg.sucObserve):
 		}
 		r.Peer.ObservedS = time.Since(r.end).Seconds()
-	} else if len(s.fleet.fail) == 0 {
+	} else if len(s.fleet.fail) == 0 && e.cfg.sucTail {
 		// SUC keeps each finished Job for its TTL, then deletes it: count those requests too.
 		tailFrom, _ := e.proxy.snapshot()
 		tailStart := time.Now()
