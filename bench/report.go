@@ -489,7 +489,7 @@ func actionsSection(results []*result) string {
 		}
 		watch := ""
 		if r.Watch != "" {
-			watch = fmt.Sprintf("; followed with `starter %s`: %.1f queries a minute", strings.Replace(r.Watch, "-", " -", 1), r.WatchQueriesPerMinute)
+			watch = fmt.Sprintf("; followed with `starter %s`: %.1f queries a minute", watchCommand[r.Watch], r.WatchQueriesPerMinute)
 		}
 		fmt.Fprintf(&b, "- N=%s D=%g s %s (repetition %d): %.2f actions / node (+ %.2f queries / node%s): %s\n",
 			thousands(r.Nodes), r.JobSeconds, r.System, r.Rep+1, r.ActionsPerNode, r.QueriesPerNode, watch, strings.Join(parts, ", "))
@@ -528,3 +528,6 @@ func peerSection(results []*result) string {
 	}
 	return b.String()
 }
+
+// watchCommand is the starter command each --watch runs.
+var watchCommand = map[string]string{"status-w": "status -w", "start-wait": "start --wait"}

@@ -283,8 +283,9 @@ func startWithStarter(ctx context.Context, tc client.Client, bin, temporalAddres
 	go func() { exited <- cmd.Wait(); logFile.Close() }()
 	id := workflows.RolloutID(req.Name)
 	for deadline := time.Now().Add(30 * time.Second); ; {
-		if _, err := tc.DescribeWorkflow(ctx, id, ""); err == nil {
-			return tc.GetWorkflow(ctx, id, ""), nil
+		if desc, err := tc.DescribeWorkflow(ctx, id, ""); err == nil {
+			// The run ID, from which the bench walks the rollout's runs and children.
+			return tc.GetWorkflow(ctx, id, desc.RawResponse.GetWorkflowExecutionInfo().GetExecution().GetRunId()), nil
 		}
 		select {
 		case err := <-exited:
