@@ -11,6 +11,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/noderollout/noderollout/activities/jobspec"
+	"github.com/noderollout/noderollout/api"
 	"github.com/noderollout/noderollout/internal/policy"
 )
 
@@ -116,7 +117,7 @@ func (a *Activities) PrepareTemplate(ctx context.Context, in PrepareTemplateInpu
 	return PreparedTemplate{Hash: hash, MaxParallelism: a.policyParallelism()}, nil
 }
 
-func (a *Activities) templateFromConfigMap(ctx context.Context, defaultNamespace string, ref TemplateRef) (string, error) {
+func (a *Activities) templateFromConfigMap(ctx context.Context, defaultNamespace string, ref api.TemplateRef) (string, error) {
 	ns, key := ref.Namespace, ref.Key
 	if ns == "" {
 		ns = defaultNamespace

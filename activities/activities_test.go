@@ -18,11 +18,11 @@ import (
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/noderollout/noderollout/activities/jobspec"
+	"github.com/noderollout/noderollout/api"
 )
 
 func TestPrepareTemplateInline(t *testing.T) {
-	cs := fake.NewClientset(testNS(testNamespace))
-	a := newActivities(cs)
+	cs, a := newCluster(testNS(testNamespace))
 	val, err := newEnv(a).ExecuteActivity(a.PrepareTemplate, PrepareTemplateInput{Namespace: testNamespace, Template: testTemplate})
 	require.NoError(t, err)
 	var got PreparedTemplate
@@ -34,22 +34,21 @@ func TestPrepareTemplateInline(t *testing.T) {
 func TestPrepareTemplateFromConfigMap(t *testing.T) {
 	for _, tc := range []struct {
 		name string
-		ref  TemplateRef
+		ref  api.TemplateRef
 		cm   *corev1.ConfigMap
 	}{{
 		name: "defaults to the rollout namespace and job.yaml",
-		ref:  TemplateRef{Name: "kata-job"},
+		ref:  api.TemplateRef{Name: "kata-job"},
 		cm: &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "kata-job", Namespace: testNamespace},
 			Data: map[string]string{"job.yaml": testTemplate}},
 	}, {
 		name: "named namespace and key",
-		ref:  TemplateRef{Namespace: "templates", Name: "kata-job", Key: "install.yaml"},
+		ref:  api.TemplateRef{Namespace: "templates", Name: "kata-job", Key: "install.yaml"},
 		cm: &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "kata-job", Namespace: "templates"},
 			Data: map[string]string{"install.yaml": testTemplate}},
 	}} {
 		t.Run(tc.name, func(t *testing.T) {
-			cs := fake.NewClientset(testNS(testNamespace), tc.cm)
-			a := newActivities(cs)
+			cs, a := newCluster(testNS(testNamespace), tc.cm)
 			val, err := newEnv(a).ExecuteActivity(a.PrepareTemplate, PrepareTemplateInput{Namespace: testNamespace, TemplateRef: &tc.ref})
 			require.NoError(t, err)
 			var got PreparedTemplate
@@ -71,21 +70,20 @@ func TestPrepareTemplateInvalid(t *testing.T) {
 	}{
 		{"namespace missing", PrepareTemplateInput{Namespace: "nope", Template: testTemplate},
 			[]string{"namespace", `"nope"`, "create it"}},
-		{"configmap missing", PrepareTemplateInput{Namespace: testNamespace, TemplateRef: &TemplateRef{Name: "absent"}},
+		{"configmap missing", PrepareTemplateInput{Namespace: testNamespace, TemplateRef: &api.TemplateRef{Name: "absent"}},
 			[]string{"jobTemplateRef", testNamespace + "/absent", `"job.yaml"`}},
-		{"key missing", PrepareTemplateInput{Namespace: testNamespace, TemplateRef: &TemplateRef{Name: "kata-job"}},
+		{"key missing", PrepareTemplateInput{Namespace: testNamespace, TemplateRef: &api.TemplateRef{Name: "kata-job"}},
 			[]string{"jobTemplateRef", testNamespace + "/kata-job", `"job.yaml"`}},
 		{"not a Job", PrepareTemplateInput{Namespace: testNamespace, Template: "apiVersion: v1\nkind: Pod\n"},
 			[]string{"jobTemplate"}},
-		{"both inline and ref", PrepareTemplateInput{Namespace: testNamespace, Template: testTemplate, TemplateRef: &TemplateRef{Name: "kata-job"}},
+		{"both inline and ref", PrepareTemplateInput{Namespace: testNamespace, Template: testTemplate, TemplateRef: &api.TemplateRef{Name: "kata-job"}},
 			[]string{"jobTemplate", "exactly one"}},
 		{"neither", PrepareTemplateInput{Namespace: testNamespace}, []string{"jobTemplate", "exactly one"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			cs := fake.NewClientset(testNS(testNamespace), cm)
-			a := newActivities(cs)
+			_, a := newCluster(testNS(testNamespace), cm)
 			_, err := newEnv(a).ExecuteActivity(a.PrepareTemplate, tc.in)
-			appErr := requireAppError(t, err, ErrInvalidRequest, true)
+			appErr := requireAppError(t, err, api.ErrInvalidRequest, true)
 			for _, want := range tc.wantText {
 				require.Contains(t, appErr.Error(), want)
 			}
@@ -94,32 +92,29 @@ func TestPrepareTemplateInvalid(t *testing.T) {
 }
 
 func TestPrepareTemplateReportsParseError(t *testing.T) {
-	cs := fake.NewClientset(testNS(testNamespace))
-	a := newActivities(cs)
+	_, a := newCluster(testNS(testNamespace))
 	bad := "apiVersion: v1\nkind: Pod\n"
 	_, parseErr := jobspec.ParseTemplate(bad)
-	var fieldErr *jobspec.FieldError
+	var fieldErr *api.FieldError
 	require.True(t, errors.As(parseErr, &fieldErr))
 	_, err := newEnv(a).ExecuteActivity(a.PrepareTemplate, PrepareTemplateInput{Namespace: testNamespace, Template: bad})
-	appErr := requireAppError(t, err, ErrInvalidRequest, true)
+	appErr := requireAppError(t, err, api.ErrInvalidRequest, true)
 	require.Contains(t, appErr.Error(), fieldErr.Error())
 }
 
 func TestPrepareTemplateForbiddenIsNotRetried(t *testing.T) {
-	cs := fake.NewClientset()
+	cs, a := newCluster()
 	failOn(cs, "get", "namespaces", forbidden("namespaces"))
-	a := newActivities(cs)
 	_, err := newEnv(a).ExecuteActivity(a.PrepareTemplate, PrepareTemplateInput{Namespace: testNamespace, Template: testTemplate})
-	appErr := requireAppError(t, err, ErrForbidden, true)
+	appErr := requireAppError(t, err, api.ErrForbidden, true)
 	require.Contains(t, appErr.Error(), "get")
 	require.Contains(t, appErr.Error(), "namespace")
 	require.Contains(t, appErr.Error(), "grant")
 }
 
 func TestPrepareTemplateServerErrorIsRetried(t *testing.T) {
-	cs := fake.NewClientset()
+	cs, a := newCluster()
 	failOn(cs, "get", "namespaces", apierrors.NewInternalError(errors.New("etcd leader changed")))
-	a := newActivities(cs)
 	_, err := newEnv(a).ExecuteActivity(a.PrepareTemplate, PrepareTemplateInput{Namespace: testNamespace, Template: testTemplate})
 	requireAppError(t, err, "", false)
 }
@@ -132,9 +127,9 @@ func TestKubeErrorClasses(t *testing.T) {
 		wantType     string // "" for a plain, retryable error
 		nonRetryable bool
 	}{
-		{"forbidden", apierrors.NewForbidden(gr, "j", errors.New("rbac")), ErrForbidden, true},
-		{"invalid", apierrors.NewInvalid(schema.GroupKind{Group: "batch", Kind: "Job"}, "j", nil), ErrInvalidRequest, true},
-		{"bad request", apierrors.NewBadRequest("bad"), ErrInvalidRequest, true},
+		{"forbidden", apierrors.NewForbidden(gr, "j", errors.New("rbac")), api.ErrForbidden, true},
+		{"invalid", apierrors.NewInvalid(schema.GroupKind{Group: "batch", Kind: "Job"}, "j", nil), api.ErrInvalidRequest, true},
+		{"bad request", apierrors.NewBadRequest("bad"), api.ErrInvalidRequest, true},
 		{"internal", apierrors.NewInternalError(errors.New("boom")), "", false},
 		{"timeout", apierrors.NewServerTimeout(gr, "create", 1), "", false},
 		{"conflict", apierrors.NewConflict(gr, "j", errors.New("changed")), "", false},
@@ -142,19 +137,19 @@ func TestKubeErrorClasses(t *testing.T) {
 		{"unavailable", apierrors.NewServiceUnavailable("later"), "", false},
 		// 403s that are not RBAC, and admission refusals with other codes.
 		{"quota exceeded", apierrors.NewForbidden(gr, "j", errors.New("exceeded quota: compute, requested: pods=1, used: pods=10, limited: pods=10")),
-			ErrQuotaExceeded, false},
-		{"quota needs requests", apierrors.NewForbidden(gr, "j", errors.New("failed quota: compute: must specify limits.cpu")), ErrQuotaExceeded, true},
+			api.ErrQuotaExceeded, false},
+		{"quota needs requests", apierrors.NewForbidden(gr, "j", errors.New("failed quota: compute: must specify limits.cpu")), api.ErrQuotaExceeded, true},
 		{"webhook denied", apierrors.NewForbidden(gr, "j", errors.New(`admission webhook "policy.example.com" denied the request: no GPU Jobs on Fridays`)),
-			ErrAdmissionDenied, true},
+			api.ErrAdmissionDenied, true},
 		{"webhook denied with 400", apierrors.NewBadRequest(`admission webhook "policy.example.com" denied the request: image not signed`),
-			ErrAdmissionDenied, true},
+			api.ErrAdmissionDenied, true},
 		{"admission policy denied", apierrors.NewInvalid(schema.GroupKind{Group: "batch", Kind: "Job"}, "j", field.ErrorList{
 			field.Invalid(field.NewPath(""), "j", "ValidatingAdmissionPolicy 'no-privileged' with binding 'all' denied request: privileged")}),
-			ErrAdmissionDenied, true},
+			api.ErrAdmissionDenied, true},
 		// A webhook that cannot be called is a 500 and may come back: retried, but typed.
 		{"webhook unreachable", apierrors.NewInternalError(errors.New(`failed calling webhook "policy.example.com": failed to call webhook: ` +
 			`Post "https://policy.example.svc:443/validate": dial tcp 10.0.0.9:443: connect: connection refused`)),
-			ErrAdmissionUnavailable, false},
+			api.ErrAdmissionUnavailable, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			err := kubeError(tc.err, "create", "jobs")
@@ -199,9 +194,8 @@ func requireDelete(t *testing.T, cs *fake.Clientset, name string, policy metav1.
 // documented list, never the Go type name the SDK gives a plain error ("wrapError").
 func TestReasonForError(t *testing.T) {
 	fail := func(err error) error {
-		cs := fake.NewClientset(testNode("node-a", nil))
+		cs, a := newCluster(testNode("node-a", nil))
 		failOn(cs, "create", "jobs", err)
-		a := newActivities(cs)
 		_, actErr := createJob(t, a, testRequest("node-a"))
 		require.Error(t, actErr)
 		return actErr
@@ -212,23 +206,23 @@ func TestReasonForError(t *testing.T) {
 		err  error
 		want string
 	}{
-		{"RBAC", forbidden("jobs"), ErrForbidden},
-		{"quota", apierrors.NewForbidden(gr, "j", errors.New("exceeded quota: compute")), ErrQuotaExceeded},
-		{"webhook denied", apierrors.NewForbidden(gr, "j", errors.New(`admission webhook "w" denied the request: no`)), ErrAdmissionDenied},
-		{"webhook unreachable", apierrors.NewInternalError(errors.New(`failed calling webhook "w": connection refused`)), ErrAdmissionUnavailable},
-		{"server error", apierrors.NewInternalError(errors.New("etcdserver: request timed out")), ReasonAPIError},
+		{"RBAC", forbidden("jobs"), api.ErrForbidden},
+		{"quota", apierrors.NewForbidden(gr, "j", errors.New("exceeded quota: compute")), api.ErrQuotaExceeded},
+		{"webhook denied", apierrors.NewForbidden(gr, "j", errors.New(`admission webhook "w" denied the request: no`)), api.ErrAdmissionDenied},
+		{"webhook unreachable", apierrors.NewInternalError(errors.New(`failed calling webhook "w": connection refused`)), api.ErrAdmissionUnavailable},
+		{"server error", apierrors.NewInternalError(errors.New("etcdserver: request timed out")), api.ReasonAPIError},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got := fail(tc.err)
 			require.Equal(t, tc.want, ReasonForError(got), "error: %v", got)
 			var appErr *temporal.ApplicationError
 			require.True(t, errors.As(got, &appErr))
-			if tc.want != ReasonAPIError {
+			if tc.want != api.ReasonAPIError {
 				require.Equal(t, tc.want, appErr.Type(), "the ApplicationError itself carries the word")
 			}
 		})
 	}
-	require.Equal(t, ReasonActivityTimeout, ReasonForError(temporal.NewTimeoutError(enumspb.TIMEOUT_TYPE_START_TO_CLOSE, nil)))
-	require.Equal(t, ReasonAPIError, ReasonForError(errors.New("anything")))
-	require.Equal(t, ReasonAPIError, ReasonForError(temporal.NewApplicationError("x", "SomeoneElsesType")))
+	require.Equal(t, api.ReasonActivityTimeout, ReasonForError(temporal.NewTimeoutError(enumspb.TIMEOUT_TYPE_START_TO_CLOSE, nil)))
+	require.Equal(t, api.ReasonAPIError, ReasonForError(errors.New("anything")))
+	require.Equal(t, api.ReasonAPIError, ReasonForError(temporal.NewApplicationError("x", "SomeoneElsesType")))
 }

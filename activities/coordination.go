@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/noderollout/noderollout/api"
 	commonpb "go.temporal.io/api/common/v1"
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/serviceerror"
@@ -45,23 +46,12 @@ func (c *Coordination) SignalWithStart(ctx context.Context, in SignalWithStartIn
 	return err
 }
 
-// SlotHolder is who holds a slot of a cluster's disruption budget: the node workflow it was
-// granted for, and the run of the Rollout that asked.
-type SlotHolder struct {
-	Rollout    string `json:"rollout"`
-	RolloutRun string `json:"rolloutRun"`
-	Node       string `json:"node"`
-}
-
-// Key identifies the grant: one per node workflow and rollout run.
-func (h SlotHolder) Key() string { return h.Rollout + "/" + h.RolloutRun + "/" + h.Node }
-
 // GoneHolders returns the holders whose slot nobody can return any more: their Rollout run is
 // closed (terminated, reset, timed out) and no node workflow it started still runs. Children of
 // a closed rollout are cancelled and close only once their Job is gone, so the slot comes back
 // when the node is really free, not when the rollout is.
-func (c *Coordination) GoneHolders(ctx context.Context, holders []SlotHolder) ([]SlotHolder, error) {
-	var gone []SlotHolder
+func (c *Coordination) GoneHolders(ctx context.Context, holders []api.SlotHolder) ([]api.SlotHolder, error) {
+	var gone []api.SlotHolder
 	for _, h := range holders {
 		rolloutOpen, _, err := c.running(ctx, h.Rollout, h.RolloutRun)
 		if err != nil {
@@ -105,7 +95,7 @@ type NodeHoldersInput struct {
 
 // NodeHolders lists the node workflows running on the task queue, each as the holder of the
 // slot its Rollout took for it.
-func (c *Coordination) NodeHolders(ctx context.Context, in NodeHoldersInput) ([]SlotHolder, error) {
+func (c *Coordination) NodeHolders(ctx context.Context, in NodeHoldersInput) ([]api.SlotHolder, error) {
 	types := make([]string, len(in.WorkflowTypes))
 	for i, t := range in.WorkflowTypes {
 		types[i] = "'" + t + "'"
@@ -115,7 +105,7 @@ func (c *Coordination) NodeHolders(ctx context.Context, in NodeHoldersInput) ([]
 			in.TaskQueue, strings.Join(types, ", ")),
 		PageSize: 1000,
 	}
-	var holders []SlotHolder
+	var holders []api.SlotHolder
 	for {
 		page, err := c.Temporal.ListWorkflow(ctx, req)
 		if err != nil {
@@ -131,7 +121,7 @@ func (c *Coordination) NodeHolders(ctx context.Context, in NodeHoldersInput) ([]
 				}
 			}
 			if parent != nil {
-				holders = append(holders, SlotHolder{Rollout: parent.GetWorkflowId(), RolloutRun: parent.GetRunId(), Node: id})
+				holders = append(holders, api.SlotHolder{Rollout: parent.GetWorkflowId(), RolloutRun: parent.GetRunId(), Node: id})
 			}
 		}
 		if len(page.GetNextPageToken()) == 0 {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"testing"
 
+	"github.com/noderollout/noderollout/api"
 	"github.com/stretchr/testify/mock"
 	"github.com/stretchr/testify/require"
 	commonpb "go.temporal.io/api/common/v1"
@@ -33,7 +34,7 @@ func TestGoneHoldersOnlyWhenRolloutAndItsNodeAreClosed(t *testing.T) {
 	tc.On("DescribeWorkflow", mock.Anything, "node-taken-over", "").Return(described(running, other), nil)
 	tc.On("DescribeWorkflow", mock.Anything, "node-never-started", "").Return(nil, serviceerror.NewNotFound("no such workflow"))
 	c := &Coordination{Temporal: tc}
-	held := []SlotHolder{
+	held := []api.SlotHolder{
 		{Rollout: "rollout-live", RolloutRun: "r1", Node: "node-x"},
 		{Rollout: "rollout-a", RolloutRun: "r1", Node: "node-draining"},
 		{Rollout: "rollout-a", RolloutRun: "r1", Node: "node-done"},
@@ -66,7 +67,7 @@ func TestNodeHoldersListsRunningNodesWithTheirRollouts(t *testing.T) {
 	c := &Coordination{Temporal: tc}
 	holders, err := c.NodeHolders(context.Background(), NodeHoldersInput{TaskQueue: "noderollout-c1", WorkflowTypes: []string{"NodeRolloutV2", "NodeRolloutV3"}})
 	require.NoError(t, err)
-	require.Equal(t, []SlotHolder{
+	require.Equal(t, []api.SlotHolder{
 		{Rollout: "rollout-c1:a", RolloutRun: "r1", Node: "noderollout-node-c1:x"},
 		{Rollout: "rollout-c1:a", RolloutRun: "r1", Node: "noderollout-node-c1:y"},
 	}, holders)

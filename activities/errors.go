@@ -6,11 +6,10 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/noderollout/noderollout/api"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 
 	"go.temporal.io/sdk/temporal"
-
-	"github.com/noderollout/noderollout/activities/jobspec"
 )
 
 // kubeError sorts an API error into what Temporal should do with it. RBAC, quota, admission
@@ -30,30 +29,30 @@ func kubeError(err error, verb, resource string) error {
 	case admissionDenied(msg):
 		return temporal.NewNonRetryableApplicationError(
 			fmt.Sprintf("admission control refused to %s %s: %v; the webhook or policy named says why", verb, resource, err),
-			ErrAdmissionDenied, err)
+			api.ErrAdmissionDenied, err)
 	case apierrors.IsForbidden(err) && quotaMisfit(msg):
 		return temporal.NewNonRetryableApplicationError(
 			fmt.Sprintf("a ResourceQuota refused to %s %s: %v; give the template the requests and limits the quota needs", verb, resource, err),
-			ErrQuotaExceeded, err)
+			api.ErrQuotaExceeded, err)
 	case apierrors.IsForbidden(err) && quotaExceeded(msg):
 		// A full quota frees as other work ends: retried until the node's deadline, like any
 		// passing refusal.
 		return temporal.NewApplicationErrorWithCause(
 			fmt.Sprintf("a ResourceQuota refused to %s %s (retrying until it has room): %v; raise the quota or lower the template's requests", verb, resource, err),
-			ErrQuotaExceeded, err)
+			api.ErrQuotaExceeded, err)
 	case apierrors.IsForbidden(err):
 		return temporal.NewNonRetryableApplicationError(
 			fmt.Sprintf("forbidden to %s %s: %v; grant the worker's ServiceAccount %q on this resource (see deploy/ for the ClusterRole)",
 				verb, resource, err, verb),
-			ErrForbidden, err)
+			api.ErrForbidden, err)
 	case apierrors.IsInvalid(err), apierrors.IsBadRequest(err):
 		return temporal.NewNonRetryableApplicationError(
 			fmt.Sprintf("the API server rejected %s %s: %v", verb, resource, err),
-			ErrInvalidRequest, err)
+			api.ErrInvalidRequest, err)
 	case strings.Contains(msg, "failed calling webhook"):
 		return temporal.NewApplicationErrorWithCause(
 			fmt.Sprintf("%s %s: an admission webhook could not be reached (retrying): %v", verb, resource, err),
-			ErrAdmissionUnavailable, err)
+			api.ErrAdmissionUnavailable, err)
 	default:
 		return fmt.Errorf("%s %s: %w", verb, resource, err)
 	}
@@ -77,7 +76,7 @@ func quotaMisfit(msg string) bool {
 }
 
 // ReasonForError turns the error an activity ended with into a reason word of our documented
-// list (README, "Node outcomes"): our own ApplicationError types pass through; a timeout of the
+// list (docs/outcomes.md): our own ApplicationError types pass through; a timeout of the
 // activity is ActivityTimeout; anything else, such as the last API error of an activity that
 // ran out of retries, is APIError. Never a Go type name.
 func ReasonForError(err error) string {
@@ -87,27 +86,27 @@ func ReasonForError(err error) string {
 	}
 	var timeoutErr *temporal.TimeoutError
 	if errors.As(err, &timeoutErr) {
-		return ReasonActivityTimeout
+		return api.ReasonActivityTimeout
 	}
-	return ReasonAPIError
+	return api.ReasonAPIError
 }
 
 // errorTypes are the ApplicationError types the activities raise.
-var errorTypes = append(slices.Clone(NonRetryableErrors), ErrAdmissionUnavailable, ErrQuotaExceeded)
+var errorTypes = append(slices.Clone(NonRetryableErrors), api.ErrAdmissionUnavailable, api.ErrQuotaExceeded)
 
 // invalidRequest is the non-retryable error for a request, or the template it names, that
 // cannot work as given. field is the request field to fix, as the user spells it.
 func invalidRequest(field, format string, args ...any) error {
 	return temporal.NewNonRetryableApplicationError(
-		field+": "+fmt.Sprintf(format, args...), ErrInvalidRequest, nil)
+		field+": "+fmt.Sprintf(format, args...), api.ErrInvalidRequest, nil)
 }
 
 // templateError reports a template that jobspec refused. Its FieldError already names the
 // field (e.g. jobTemplate.spec.template.spec.restartPolicy) and the fix.
 func templateError(err error) error {
-	var fieldErr *jobspec.FieldError
+	var fieldErr *api.FieldError
 	if errors.As(err, &fieldErr) {
-		return temporal.NewNonRetryableApplicationError(fieldErr.Error(), ErrInvalidRequest, nil)
+		return temporal.NewNonRetryableApplicationError(fieldErr.Error(), api.ErrInvalidRequest, nil)
 	}
 	return invalidRequest("jobTemplate", "%v", err)
 }

@@ -23,6 +23,7 @@ import (
 	"go.temporal.io/sdk/activity"
 
 	"github.com/noderollout/noderollout/activities/jobspec"
+	"github.com/noderollout/noderollout/api"
 	"github.com/noderollout/noderollout/internal/policy"
 )
 
@@ -46,7 +47,7 @@ func (a *Activities) FinalizeJob(ctx context.Context, in FinalizeInput) (Finaliz
 		return FinalizeResult{}, err
 	}
 	var res FinalizeResult
-	failed := in.End.Outcome == OutcomeFailed || in.End.Outcome == OutcomeTimedOut
+	failed := in.End.Outcome == api.OutcomeFailed || in.End.Outcome == api.OutcomeTimedOut
 	if failed && in.Job != nil {
 		// Before any deletion: Background propagation takes the Pods with the Job.
 		var err error
@@ -57,7 +58,7 @@ func (a *Activities) FinalizeJob(ctx context.Context, in FinalizeInput) (Finaliz
 	if res.PodReason == "" {
 		res.PodReason = in.End.PodReason // read by WaitJob before the Pod was deleted
 	}
-	if in.Job == nil || in.Job.NodeUID == "" || in.Job.UID == "" || in.End.Outcome == OutcomeNodeGone {
+	if in.Job == nil || in.Job.NodeUID == "" || in.Job.UID == "" || in.End.Outcome == api.OutcomeNodeGone {
 		return res, a.finalizeInOrder(ctx, in, res)
 	}
 
@@ -123,14 +124,14 @@ func (a *Activities) finalizeInOrder(ctx context.Context, in FinalizeInput, res 
 }
 
 // keepJob applies the KeepJobs policy; anything unrecognised keeps failures, the default.
-func keepJob(k KeepJobs, o Outcome) bool {
+func keepJob(k api.KeepJobs, o api.Outcome) bool {
 	switch k {
-	case KeepAlways:
+	case api.KeepAlways:
 		return true
-	case KeepNever:
+	case api.KeepNever:
 		return false
 	default:
-		return o == OutcomeFailed || o == OutcomeTimedOut
+		return o == api.OutcomeFailed || o == api.OutcomeTimedOut
 	}
 }
 
@@ -138,7 +139,7 @@ func keepJob(k KeepJobs, o Outcome) bool {
 // node. It returns the Node, or nil when the Node no longer exists.
 func (a *Activities) markNode(ctx context.Context, in FinalizeInput) (*corev1.Node, error) {
 	nodes := a.Kube.CoreV1().Nodes()
-	if in.End.Outcome == OutcomeSkipped {
+	if in.End.Outcome == api.OutcomeSkipped {
 		// The node already carries a marker for this template; leave it exactly as it is.
 		node, err := nodes.Get(ctx, in.Node, metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
@@ -183,16 +184,16 @@ func finalizingRun(in FinalizeInput) string {
 }
 
 // eventReasons names each outcome's Event.
-var eventReasons = map[Outcome]string{
-	OutcomeSucceeded: "RolloutSucceeded",
-	OutcomeFailed:    "RolloutFailed",
-	OutcomeTimedOut:  "RolloutTimedOut",
-	OutcomeSkipped:   "RolloutSkipped",
-	OutcomeNodeGone:  "RolloutNodeGone",
-	OutcomeAborted:   "RolloutAborted",
+var eventReasons = map[api.Outcome]string{
+	api.OutcomeSucceeded: "RolloutSucceeded",
+	api.OutcomeFailed:    "RolloutFailed",
+	api.OutcomeTimedOut:  "RolloutTimedOut",
+	api.OutcomeSkipped:   "RolloutSkipped",
+	api.OutcomeNodeGone:  "RolloutNodeGone",
+	api.OutcomeAborted:   "RolloutAborted",
 
-	OutcomeDrainTimedOut: "RolloutDrainTimedOut",
-	OutcomeUnhealthy:     "RolloutUnhealthy",
+	api.OutcomeDrainTimedOut: "RolloutDrainTimedOut",
+	api.OutcomeUnhealthy:     "RolloutUnhealthy",
 }
 
 // recordEvent puts the outcome where `kubectl describe node` shows it.
@@ -202,7 +203,7 @@ func (a *Activities) recordEvent(ctx context.Context, in FinalizeInput, node *co
 		reason = "RolloutFinished"
 	}
 	eventType := corev1.EventTypeWarning
-	if in.End.Outcome == OutcomeSucceeded || in.End.Outcome == OutcomeSkipped {
+	if in.End.Outcome == api.OutcomeSucceeded || in.End.Outcome == api.OutcomeSkipped {
 		eventType = corev1.EventTypeNormal
 	}
 	msg := fmt.Sprintf("rollout %s: %s", in.Rollout, in.End.Outcome)

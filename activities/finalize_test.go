@@ -5,10 +5,16 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/noderollout/noderollout/activities/jobspec"
+	"github.com/noderollout/noderollout/api"
+	"github.com/noderollout/noderollout/internal/policy"
 	"github.com/stretchr/testify/require"
+	"go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/converter"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -17,23 +23,14 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
-
-	"github.com/noderollout/noderollout/activities/jobspec"
-	"github.com/noderollout/noderollout/internal/policy"
 )
 
 func finalize(t *testing.T, a *Activities, in FinalizeInput) (FinalizeResult, error) {
 	t.Helper()
-	val, err := newEnv(a).ExecuteActivity(a.FinalizeJob, in)
-	if err != nil {
-		return FinalizeResult{}, err
-	}
-	var res FinalizeResult
-	require.NoError(t, val.Get(&res))
-	return res, nil
+	return execute[FinalizeResult](t, a, a.FinalizeJob, in)
 }
 
-func finalizeInput(job *batchv1.Job, outcome Outcome, keep KeepJobs) FinalizeInput {
+func finalizeInput(job *batchv1.Job, outcome api.Outcome, keep api.KeepJobs) FinalizeInput {
 	ref := refOf(job, "node-a")
 	return FinalizeInput{
 		Rollout: "kata", Node: "node-a", TemplateHash: testHash, Job: &ref,
@@ -71,10 +68,9 @@ func getEvents(t *testing.T, cs *fake.Clientset) []corev1.Event {
 
 func TestFinalizeJobSucceeded(t *testing.T) {
 	job := ourJob(t, testRequest("node-a"))
-	cs := fake.NewClientset(testNode("node-a", map[string]string{"keep": "me"}), job)
-	a := newActivities(cs)
+	cs, a := newCluster(testNode("node-a", map[string]string{"keep": "me"}), job)
 
-	res, err := finalize(t, a, finalizeInput(job, OutcomeSucceeded, KeepFailed))
+	res, err := finalize(t, a, finalizeInput(job, api.OutcomeSucceeded, api.KeepFailed))
 	require.NoError(t, err)
 	require.Equal(t, FinalizeResult{}, res)
 	// Without the informer's cache, the finalizer's removal reads the Job first.
@@ -111,7 +107,7 @@ func TestFinalizeJobWritesAtOnceWhenTheNodeIsKnown(t *testing.T) {
 	keepDeletedJobs(cs)
 	a := startedActivities(t, cs)
 	cs.ClearActions()
-	in := finalizeInput(job, OutcomeSucceeded, KeepFailed)
+	in := finalizeInput(job, api.OutcomeSucceeded, api.KeepFailed)
 	in.Job.NodeUID = "uid-node-node-a" // CreateJob read it
 
 	res, err := finalize(t, a, in)
@@ -139,7 +135,7 @@ func TestFinalizeJobWritesAtOnceWhenTheNodeIsKnown(t *testing.T) {
 	keepDeletedJobs(cs)
 	a = startedActivities(t, cs)
 	cs.ClearActions()
-	in = finalizeInput(failedJob, OutcomeFailed, KeepNever)
+	in = finalizeInput(failedJob, api.OutcomeFailed, api.KeepNever)
 	in.Node, in.Job.Node, in.Job.NodeUID = "node-b", "node-b", "uid-node-node-b"
 	res, err = finalize(t, a, in)
 	require.NoError(t, err)
@@ -154,15 +150,14 @@ func TestFinalizeJobWritesAtOnceWhenTheNodeIsKnown(t *testing.T) {
 func TestFinalizeJobFailedCollectsPodDiagnosis(t *testing.T) {
 	job := ourJob(t, testRequest("node-a"))
 	otherJob := ourJob(t, testRequest("node-b"))
-	cs := fake.NewClientset(testNode("node-a", nil), job,
+	cs, a := newCluster(testNode("node-a", nil), job,
 		jobPod(job, "old", t0, corev1.PodFailed, 1, "first try"),
 		jobPod(job, "new", t0.Add(time.Minute), corev1.PodFailed, 3, "disk full"),
 		jobPod(job, "newest-running", t0.Add(2*time.Minute), corev1.PodRunning, 0, ""),
 		jobPod(otherJob, "elsewhere", t0.Add(time.Hour), corev1.PodFailed, 9, "not this job"),
 	)
-	a := newActivities(cs)
 
-	res, err := finalize(t, a, finalizeInput(job, OutcomeFailed, KeepFailed))
+	res, err := finalize(t, a, finalizeInput(job, api.OutcomeFailed, api.KeepFailed))
 	require.NoError(t, err)
 	require.Equal(t, FinalizeResult{LogTail: "fake logs", ExitCode: new(int32(3)), TerminationMessage: "disk full"}, res)
 	require.Equal(t, []string{"list pods", "get pods/log", "patch nodes", "create events", "get jobs", "patch jobs"}, actions(cs),
@@ -183,15 +178,14 @@ func TestFinalizeJobFailedCollectsPodDiagnosis(t *testing.T) {
 
 func TestFinalizeJobLogErrorIsIgnored(t *testing.T) {
 	job := ourJob(t, testRequest("node-a"))
-	cs := fake.NewClientset(testNode("node-a", nil), job, jobPod(job, "p", t0, corev1.PodFailed, 2, ""))
+	cs, a := newCluster(testNode("node-a", nil), job, jobPod(job, "p", t0, corev1.PodFailed, 2, ""))
 	cs.PrependReactor("get", "pods", func(action k8stesting.Action) (bool, runtime.Object, error) {
 		if action.GetSubresource() != "log" {
 			return false, nil, nil
 		}
 		return true, nil, errors.New("the kubelet is unreachable")
 	})
-	a := newActivities(cs)
-	res, err := finalize(t, a, finalizeInput(job, OutcomeTimedOut, KeepNever))
+	res, err := finalize(t, a, finalizeInput(job, api.OutcomeTimedOut, api.KeepNever))
 	require.NoError(t, err)
 	require.Equal(t, FinalizeResult{ExitCode: new(int32(2))}, res)
 	requireBackgroundDelete(t, cs, job.Name)
@@ -200,27 +194,26 @@ func TestFinalizeJobLogErrorIsIgnored(t *testing.T) {
 
 func TestFinalizeJobKeepJobs(t *testing.T) {
 	for _, tc := range []struct {
-		keep    KeepJobs
-		outcome Outcome
+		keep    api.KeepJobs
+		outcome api.Outcome
 		deleted bool
 	}{
-		{KeepNever, OutcomeSucceeded, true},
-		{KeepNever, OutcomeFailed, true},
-		{KeepNever, OutcomeTimedOut, true},
-		{KeepFailed, OutcomeSucceeded, true},
-		{KeepFailed, OutcomeFailed, false},
-		{KeepFailed, OutcomeTimedOut, false},
-		{KeepFailed, OutcomeNodeGone, true},
-		{KeepAlways, OutcomeSucceeded, false},
-		{KeepAlways, OutcomeFailed, false},
-		{KeepAlways, OutcomeTimedOut, false},
-		{"", OutcomeFailed, false}, // unset means failed
-		{"", OutcomeSucceeded, true},
+		{api.KeepNever, api.OutcomeSucceeded, true},
+		{api.KeepNever, api.OutcomeFailed, true},
+		{api.KeepNever, api.OutcomeTimedOut, true},
+		{api.KeepFailed, api.OutcomeSucceeded, true},
+		{api.KeepFailed, api.OutcomeFailed, false},
+		{api.KeepFailed, api.OutcomeTimedOut, false},
+		{api.KeepFailed, api.OutcomeNodeGone, true},
+		{api.KeepAlways, api.OutcomeSucceeded, false},
+		{api.KeepAlways, api.OutcomeFailed, false},
+		{api.KeepAlways, api.OutcomeTimedOut, false},
+		{"", api.OutcomeFailed, false}, // unset means failed
+		{"", api.OutcomeSucceeded, true},
 	} {
 		t.Run(string(tc.keep)+"/"+string(tc.outcome), func(t *testing.T) {
 			job := ourJob(t, testRequest("node-a"))
-			cs := fake.NewClientset(testNode("node-a", nil), job)
-			a := newActivities(cs)
+			cs, a := newCluster(testNode("node-a", nil), job)
 			_, err := finalize(t, a, finalizeInput(job, tc.outcome, tc.keep))
 			require.NoError(t, err)
 			_, err = cs.BatchV1().Jobs(testNamespace).Get(t.Context(), job.Name, metav1.GetOptions{})
@@ -232,7 +225,7 @@ func TestFinalizeJobKeepJobs(t *testing.T) {
 
 func TestFinalizeJobRetriesConflictOnNode(t *testing.T) {
 	job := ourJob(t, testRequest("node-a"))
-	cs := fake.NewClientset(testNode("node-a", nil), job)
+	cs, a := newCluster(testNode("node-a", nil), job)
 	conflicts := 2
 	cs.PrependReactor("patch", "nodes", func(k8stesting.Action) (bool, runtime.Object, error) {
 		if conflicts == 0 {
@@ -241,8 +234,7 @@ func TestFinalizeJobRetriesConflictOnNode(t *testing.T) {
 		conflicts--
 		return true, nil, apierrors.NewConflict(corev1.Resource("nodes"), "node-a", errors.New("the object has been modified"))
 	})
-	a := newActivities(cs)
-	_, err := finalize(t, a, finalizeInput(job, OutcomeSucceeded, KeepNever))
+	_, err := finalize(t, a, finalizeInput(job, api.OutcomeSucceeded, api.KeepNever))
 	require.NoError(t, err)
 	require.Equal(t, 3, countActions(cs, "patch", "nodes"))
 	node, err := cs.CoreV1().Nodes().Get(t.Context(), "node-a", metav1.GetOptions{})
@@ -252,29 +244,26 @@ func TestFinalizeJobRetriesConflictOnNode(t *testing.T) {
 
 func TestFinalizeJobForbiddenIsNotRetried(t *testing.T) {
 	job := ourJob(t, testRequest("node-a"))
-	cs := fake.NewClientset(testNode("node-a", nil), job)
+	cs, a := newCluster(testNode("node-a", nil), job)
 	failOn(cs, "patch", "nodes", forbidden("nodes"))
-	a := newActivities(cs)
-	_, err := finalize(t, a, finalizeInput(job, OutcomeSucceeded, KeepNever))
-	appErr := requireAppError(t, err, ErrForbidden, true)
+	_, err := finalize(t, a, finalizeInput(job, api.OutcomeSucceeded, api.KeepNever))
+	appErr := requireAppError(t, err, api.ErrForbidden, true)
 	require.Contains(t, appErr.Error(), "patch")
 	require.Equal(t, []string{"patch nodes"}, actions(cs))
 }
 
 func TestFinalizeJobNodeGone(t *testing.T) {
 	job := ourJob(t, testRequest("node-a"))
-	cs := fake.NewClientset(job)
-	a := newActivities(cs)
-	_, err := finalize(t, a, finalizeInput(job, OutcomeNodeGone, KeepFailed))
+	cs, a := newCluster(job)
+	_, err := finalize(t, a, finalizeInput(job, api.OutcomeNodeGone, api.KeepFailed))
 	require.NoError(t, err)
 	require.Equal(t, []string{"patch nodes", "get jobs", "patch jobs", "delete jobs"}, actions(cs), "no Event about a Node that is gone")
 }
 
 func TestFinalizeJobWithoutJob(t *testing.T) {
-	cs := fake.NewClientset(testNode("node-a", nil))
-	a := newActivities(cs)
+	cs, a := newCluster(testNode("node-a", nil))
 	in := FinalizeInput{Rollout: "kata", Node: "node-a", TemplateHash: testHash,
-		End: JobEnd{Outcome: OutcomeFailed, Reason: ReasonAborted}, KeepJobs: KeepNever}
+		End: JobEnd{Outcome: api.OutcomeFailed, Reason: api.ReasonAborted}, KeepJobs: api.KeepNever}
 	res, err := finalize(t, a, in)
 	require.NoError(t, err)
 	require.Equal(t, FinalizeResult{}, res)
@@ -283,9 +272,8 @@ func TestFinalizeJobWithoutJob(t *testing.T) {
 
 func TestFinalizeJobSkippedKeepsMarker(t *testing.T) {
 	marker := doneMarker(testHash)
-	cs := fake.NewClientset(testNode("node-a", marker))
-	a := newActivities(cs)
-	in := FinalizeInput{Rollout: "kata", Node: "node-a", TemplateHash: testHash, End: JobEnd{Outcome: OutcomeSkipped}}
+	cs, a := newCluster(testNode("node-a", marker))
+	in := FinalizeInput{Rollout: "kata", Node: "node-a", TemplateHash: testHash, End: JobEnd{Outcome: api.OutcomeSkipped}}
 	_, err := finalize(t, a, in)
 	require.NoError(t, err)
 	require.Equal(t, []string{"get nodes", "create events"}, actions(cs))
@@ -294,9 +282,8 @@ func TestFinalizeJobSkippedKeepsMarker(t *testing.T) {
 
 func TestFinalizeJobRetryDoesNotDuplicateEvent(t *testing.T) {
 	job := ourJob(t, testRequest("node-a"))
-	cs := fake.NewClientset(testNode("node-a", nil), job)
-	a := newActivities(cs)
-	in := finalizeInput(job, OutcomeFailed, KeepFailed)
+	cs, a := newCluster(testNode("node-a", nil), job)
+	in := finalizeInput(job, api.OutcomeFailed, api.KeepFailed)
 	_, err := finalize(t, a, in)
 	require.NoError(t, err)
 	_, err = finalize(t, a, in)
@@ -316,13 +303,13 @@ func TestFinalizeJobRetryDoesNotDuplicateEvent(t *testing.T) {
 func TestFinalizeJobReleasesOurFinalizer(t *testing.T) {
 	for _, tc := range []struct {
 		name      string
-		keep      KeepJobs
+		keep      api.KeepJobs
 		finalizer bool
 		wantPatch bool
 	}{
-		{"kept", KeepAlways, true, true},
-		{"deleted", KeepNever, true, true},
-		{"made by an older release", KeepAlways, false, false},
+		{"kept", api.KeepAlways, true, true},
+		{"deleted", api.KeepNever, true, true},
+		{"made by an older release", api.KeepAlways, false, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			job := ourJob(t, testRequest("node-a"))
@@ -333,7 +320,7 @@ func TestFinalizeJobReleasesOurFinalizer(t *testing.T) {
 			keepDeletedJobs(cs)
 			a := startedActivities(t, cs)
 			cs.ClearActions()
-			_, err := finalize(t, a, finalizeInput(job, OutcomeSucceeded, tc.keep))
+			_, err := finalize(t, a, finalizeInput(job, api.OutcomeSucceeded, tc.keep))
 			require.NoError(t, err)
 			got := actions(cs)
 			require.Equal(t, tc.wantPatch, slices.Contains(got, "patch jobs"), "%v", got)
@@ -377,9 +364,8 @@ func TestFinalizeJobSaysWhyThePodNeverRan(t *testing.T) {
 			if tc.pod != nil {
 				objs = append(objs, tc.pod)
 			}
-			cs := fake.NewClientset(objs...)
-			a := newActivities(cs)
-			in := finalizeInput(job, OutcomeTimedOut, KeepNever)
+			cs, a := newCluster(objs...)
+			in := finalizeInput(job, api.OutcomeTimedOut, api.KeepNever)
 			in.End.PodReason = tc.fromWait
 			res, err := finalize(t, a, in)
 			require.NoError(t, err)
@@ -416,15 +402,14 @@ func kubeletLogs(cs *fake.Clientset, log string) {
 // error is, also when the last LogTailLines lines hold more than LogTailBytes.
 func TestFinalizeJobLogTailEndsWithTheLastLine(t *testing.T) {
 	job := ourJob(t, testRequest("node-a"))
-	cs := fake.NewClientset(testNode("node-a", nil), job, jobPod(job, "p", t0, corev1.PodFailed, 1, ""))
+	cs, a := newCluster(testNode("node-a", nil), job, jobPod(job, "p", t0, corev1.PodFailed, 1, ""))
 	var log strings.Builder
 	for i := range 300 {
 		fmt.Fprintf(&log, "step %03d: installing payload ............................................ ok\n", i)
 	}
 	log.WriteString("FATAL: checksum mismatch for kata-runtime.tar.zst\n")
 	kubeletLogs(cs, log.String())
-	a := newActivities(cs)
-	res, err := finalize(t, a, finalizeInput(job, OutcomeFailed, KeepFailed))
+	res, err := finalize(t, a, finalizeInput(job, api.OutcomeFailed, api.KeepFailed))
 	require.NoError(t, err)
 	require.LessOrEqual(t, len(res.LogTail), LogTailBytes)
 	require.True(t, strings.HasSuffix(res.LogTail, "FATAL: checksum mismatch for kata-runtime.tar.zst\n"),
@@ -434,10 +419,9 @@ func TestFinalizeJobLogTailEndsWithTheLastLine(t *testing.T) {
 // TestFinalizeJobEventPerRunWithoutJob: two runs that end the node the same way without a Job
 // (a drain timed out both times) each leave their Event; only a retry of one run is deduplicated.
 func TestFinalizeJobEventPerRunWithoutJob(t *testing.T) {
-	cs := fake.NewClientset(testNode("node-a", nil))
-	a := newActivities(cs)
+	cs, a := newCluster(testNode("node-a", nil))
 	in := FinalizeInput{Rollout: "kata", Node: "node-a", TemplateHash: testHash, RunID: "run-1",
-		End: JobEnd{Outcome: OutcomeDrainTimedOut, Reason: ErrDrainTimedOut, Message: "tenant/web-1 left"}}
+		End: JobEnd{Outcome: api.OutcomeDrainTimedOut, Reason: api.ErrDrainTimedOut, Message: "tenant/web-1 left"}}
 	_, err := finalize(t, a, in)
 	require.NoError(t, err)
 	_, err = finalize(t, a, in)
@@ -483,12 +467,11 @@ func TestFinalizeJobWithholdsTheLogTailOfAPodThatReadsSecrets(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			pod := jobPod(job, "p", t0, corev1.PodFailed, 3, "disk full")
 			c.pod(pod)
-			cs := fake.NewClientset(testNode("node-a", nil), job, pod)
-			a := newActivities(cs)
+			cs, a := newCluster(testNode("node-a", nil), job, pod)
 			if c.setup != nil {
 				c.setup(a)
 			}
-			res, err := finalize(t, a, finalizeInput(job, OutcomeFailed, KeepFailed))
+			res, err := finalize(t, a, finalizeInput(job, api.OutcomeFailed, api.KeepFailed))
 			require.NoError(t, err)
 			require.Equal(t, int32(3), *res.ExitCode)
 			require.Equal(t, "disk full", res.TerminationMessage)
@@ -509,4 +492,194 @@ func withPolicyOf(t *testing.T, text string) func(*Activities) {
 		require.NoError(t, err)
 		a.Policy = p
 	}
+}
+
+// deleteJob runs DeleteJob in the background and counts its heartbeats.
+func deleteJobAsync(t *testing.T, a *Activities, ref JobRef) (done <-chan error, heartbeats *atomic.Int64) {
+	t.Helper()
+	env := newEnv(a)
+	heartbeats = &atomic.Int64{}
+	env.SetOnActivityHeartbeatListener(func(*activity.Info, converter.EncodedValues) { heartbeats.Add(1) })
+	result := make(chan error, 1)
+	go func() {
+		_, err := env.ExecuteActivity(a.DeleteJob, ref)
+		result <- err
+	}()
+	return result, heartbeats
+}
+
+// fastWaits makes the Pod polls and heartbeats of a test quick.
+func fastWaits(a *Activities) *Activities {
+	a.PodPollInterval = 10 * time.Millisecond
+	a.HeartbeatInterval = 10 * time.Millisecond
+	return a
+}
+
+// TestDeleteJobWaitsForThePods: DeleteJob removes our finalizer, deletes the Job with
+// Foreground propagation and a UID precondition, and returns only once no Pod of the Job is
+// running or terminating, heartbeating meanwhile. (The fake removes the Job at once and
+// leaves the Pods, as a Background deletion by someone else would.)
+func TestDeleteJobWaitsForThePods(t *testing.T) {
+	job := ourJob(t, testRequest("node-a"))
+	pod := jobPod(job, "p", t0, corev1.PodRunning, 0, "")
+	pod.DeletionTimestamp = &metav1.Time{Time: t0} // terminating, its grace period running
+	cs := fake.NewClientset(job, pod)
+	a := fastWaits(startedActivities(t, cs))
+	ref := refOf(job, "node-a")
+	ref.RunID = "run-1"
+
+	done, heartbeats := deleteJobAsync(t, a, ref)
+	require.Eventually(t, func() bool { return countActions(cs, "list", "pods") >= 3 && heartbeats.Load() >= 1 },
+		waitTimeout, time.Millisecond, "DeleteJob keeps waiting for the terminating Pod, heartbeating")
+	select {
+	case err := <-done:
+		t.Fatalf("DeleteJob returned while a Pod of the Job was terminating: %v", err)
+	default:
+	}
+	requireDelete(t, cs, job.Name, metav1.DeletePropagationForeground)
+	require.Contains(t, actions(cs), "patch jobs", "our finalizer comes off")
+
+	// The kubelet confirms: the Pod is gone.
+	require.NoError(t, cs.CoreV1().Pods(testNamespace).Delete(t.Context(), pod.Name, metav1.DeleteOptions{}))
+	require.NoError(t, receive(t, done, "DeleteJob to return"))
+	_, err := cs.BatchV1().Jobs(testNamespace).Get(t.Context(), job.Name, metav1.GetOptions{})
+	require.True(t, apierrors.IsNotFound(err))
+}
+
+// TestDeleteJobRemovesOurFinalizer: the finalizer patch tests the list it was computed from and
+// keeps everyone else's finalizers.
+func TestDeleteJobRemovesOurFinalizer(t *testing.T) {
+	job := ourJob(t, testRequest("node-a"))
+	job.Finalizers = []string{"example.com/keep", jobspec.FinalizerOutcome}
+	cs, a := newCluster(job)
+	// Keep the Job after its deletion, as the API server does while finalizers remain.
+	var patched *batchv1.Job
+	cs.PrependReactor("delete", "jobs", func(k8stesting.Action) (bool, runtime.Object, error) { return true, nil, nil })
+	cs.PrependReactor("patch", "jobs", func(action k8stesting.Action) (bool, runtime.Object, error) {
+		require.Equal(t, types.JSONPatchType, action.(k8stesting.PatchAction).GetPatchType())
+		return false, nil, nil
+	})
+	require.NoError(t, a.dropFinalizer(t.Context(), refOf(job, "node-a"), a.Jobs.Subscribe(testNamespace, job.Name)))
+	patched, err := cs.BatchV1().Jobs(testNamespace).Get(t.Context(), job.Name, metav1.GetOptions{})
+	require.NoError(t, err)
+	require.Equal(t, []string{"example.com/keep"}, patched.Finalizers)
+}
+
+func TestDeleteJobWithoutUID(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		change     func(*batchv1.Job)
+		wantDelete bool
+	}{
+		{"ours", func(*batchv1.Job) {}, true},
+		{"not ours", func(j *batchv1.Job) { j.Labels = map[string]string{"app": "other"}; j.Annotations = nil }, false},
+		{"another run's", func(j *batchv1.Job) { j.Annotations[jobspec.AnnotationRunID] = "run-0" }, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			job := ourJob(t, testRequest("node-a"))
+			tc.change(job)
+			cs := fake.NewClientset(job)
+			a := fastWaits(startedActivities(t, cs))
+			// CreateJob's reply was lost: the workflow knows the name and its run, not the UID.
+			ref := JobRef{Namespace: testNamespace, Name: job.Name, Node: "node-a", RunID: "run-1"}
+			done, _ := deleteJobAsync(t, a, ref)
+			require.NoError(t, receive(t, done, "DeleteJob to return"))
+			_, err := cs.BatchV1().Jobs(testNamespace).Get(t.Context(), job.Name, metav1.GetOptions{})
+			if !tc.wantDelete {
+				require.NoError(t, err, "someone else's Job is left alone")
+				require.Zero(t, countActions(cs, "delete", "jobs"))
+				require.Zero(t, countActions(cs, "patch", "jobs"))
+				return
+			}
+			require.True(t, apierrors.IsNotFound(err))
+			requireDelete(t, cs, job.Name, metav1.DeletePropagationForeground)
+		})
+	}
+}
+
+func TestDeleteJobAlreadyGone(t *testing.T) {
+	job := ourJob(t, testRequest("node-a")) // never stored, or long gone
+	cs := fake.NewClientset()
+	a := fastWaits(startedActivities(t, cs))
+	for _, ref := range []JobRef{refOf(job, "node-a"), {Namespace: testNamespace, Name: job.Name, RunID: "run-1"}} {
+		done, _ := deleteJobAsync(t, a, ref)
+		require.NoError(t, receive(t, done, "DeleteJob to return"))
+	}
+}
+
+// TestDropFinalizerRereadsWhenTheListChanged: the finalizer list read from the cache may be
+// stale (the garbage collector added or removed one); the API server then fails the patch's
+// test with a 422, and the Job is read afresh before trying again.
+func TestDropFinalizerRereadsWhenTheListChanged(t *testing.T) {
+	job := ourJob(t, testRequest("node-a"))
+	cs, a := newCluster(job)
+	stale := job.DeepCopy()
+	stale.Finalizers = []string{jobspec.FinalizerOutcome, "foregroundDeletion"}
+	first := true
+	cs.PrependReactor("patch", "jobs", func(k8stesting.Action) (bool, runtime.Object, error) {
+		if first {
+			first = false
+			return true, nil, apierrors.NewGenericServerResponse(422, "patch", batchv1.Resource("jobs"), job.Name,
+				`testing value /metadata/finalizers failed: test failed`, 0, false)
+		}
+		return false, nil, nil
+	})
+	sub := a.Jobs.Subscribe(testNamespace, job.Name)
+	defer sub.Close()
+	sub.job = stale // what an informer that lags would hold
+	require.NoError(t, a.dropFinalizer(t.Context(), refOf(job, "node-a"), sub))
+	require.Equal(t, []string{"patch jobs", "get jobs", "patch jobs"}, actions(cs))
+	stored, err := cs.BatchV1().Jobs(testNamespace).Get(t.Context(), job.Name, metav1.GetOptions{})
+	require.NoError(t, err)
+	require.Empty(t, stored.Finalizers)
+}
+
+// TestDeleteJobHeldByAnotherFinalizer: a Job that someone else's finalizer keeps (one from the
+// template, a policy engine's) stays stored after its deletion for as long as that finalizer
+// does; once the garbage collector has let go of it (its foregroundDeletion finalizer removed,
+// which it does when the Job's Pods are gone) and no Pod of it is left, the node is free.
+func TestDeleteJobHeldByAnotherFinalizer(t *testing.T) {
+	job := ourJob(t, testRequest("node-a"))
+	job.Finalizers = []string{"example.com/keep", jobspec.FinalizerOutcome}
+	pod := jobPod(job, "p", t0, corev1.PodRunning, 0, "")
+	cs := fake.NewClientset(job, pod)
+	jobs := batchv1.SchemeGroupVersion.WithResource("jobs")
+	// The API server keeps a deleted object while it has finalizers: it sets its deletion
+	// timestamp, and a Foreground deletion adds foregroundDeletion for the garbage collector.
+	cs.PrependReactor("delete", "jobs", func(action k8stesting.Action) (bool, runtime.Object, error) {
+		del := action.(k8stesting.DeleteActionImpl)
+		obj, err := cs.Tracker().Get(jobs, del.Namespace, del.Name)
+		if err != nil {
+			return true, nil, err
+		}
+		deleting := obj.(*batchv1.Job).DeepCopy()
+		deleting.DeletionTimestamp = &metav1.Time{Time: t0}
+		if p := del.DeleteOptions.PropagationPolicy; p != nil && *p == metav1.DeletePropagationForeground {
+			deleting.Finalizers = append(deleting.Finalizers, metav1.FinalizerDeleteDependents)
+		}
+		return true, nil, cs.Tracker().Update(jobs, deleting, del.Namespace)
+	})
+	a := fastWaits(startedActivities(t, cs))
+	ref := refOf(job, "node-a")
+
+	done, heartbeats := deleteJobAsync(t, a, ref)
+	require.Eventually(t, func() bool {
+		obj, err := cs.Tracker().Get(jobs, testNamespace, job.Name)
+		return err == nil && obj.(*batchv1.Job).DeletionTimestamp != nil && heartbeats.Load() >= 1
+	}, waitTimeout, time.Millisecond, "DeleteJob deletes the Job and waits")
+	select {
+	case err := <-done:
+		t.Fatalf("DeleteJob returned while a Pod of the Job was running: %v", err)
+	default:
+	}
+
+	// The Pod goes; the garbage collector then drops foregroundDeletion. example.com/keep stays.
+	require.NoError(t, cs.CoreV1().Pods(testNamespace).Delete(t.Context(), pod.Name, metav1.DeleteOptions{}))
+	obj, err := cs.Tracker().Get(jobs, testNamespace, job.Name)
+	require.NoError(t, err)
+	released := obj.(*batchv1.Job).DeepCopy()
+	released.Finalizers = []string{"example.com/keep"}
+	require.NoError(t, cs.Tracker().Update(jobs, released, testNamespace))
+
+	require.NoError(t, receive(t, done, "DeleteJob to return once no Pod of the Job is left"))
 }

@@ -48,6 +48,27 @@ func newEnv(a *Activities) *testsuite.TestActivityEnvironment {
 	return env
 }
 
+// execute runs one activity of a in a test environment and decodes its result into a T.
+func execute[T any](t *testing.T, a *Activities, activity, in any) (T, error) {
+	t.Helper()
+	var out T
+	val, err := newEnv(a).ExecuteActivity(activity, in)
+	if err != nil {
+		return out, err
+	}
+	require.NoError(t, val.Get(&out))
+	return out, nil
+}
+
+// newCluster is the activity tests' fake cluster: a fake clientset holding objs, where a
+// created Job gets what the API server stamps on it (stampCreatedJobs), and the Activities on
+// it with the tests' clock (newActivities).
+func newCluster(objs ...runtime.Object) (*fake.Clientset, *Activities) {
+	cs := fake.NewClientset(objs...)
+	stampCreatedJobs(cs)
+	return cs, newActivities(cs)
+}
+
 // newActivities is New with a fixed clock.
 func newActivities(cs *fake.Clientset) *Activities {
 	a := New(cs)

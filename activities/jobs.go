@@ -16,6 +16,7 @@ import (
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/noderollout/noderollout/activities/jobspec"
+	"github.com/noderollout/noderollout/api"
 )
 
 // CreateJob renders the template for one node and creates its Job. The name is deterministic,
@@ -123,9 +124,9 @@ func (a *Activities) createUnlessFinalized(ctx context.Context, in JobRequest, j
 		return JobRef{}, kubeError(err, "get", fmt.Sprintf("node %q", in.Node))
 	}
 	if in.RunID != "" && node.Annotations[jobspec.NodeRunKey(in.Rollout)] == in.RunID {
-		outcome := OutcomeFailed // the marker was edited since: what the run found is unknown
+		outcome := api.OutcomeFailed // the marker was edited since: what the run found is unknown
 		if _, o, ok := jobspec.ParseNodeMarker(node.Annotations[jobspec.NodeMarkerKey(in.Rollout)]); ok {
-			outcome = Outcome(o)
+			outcome = api.Outcome(o)
 		}
 		return JobRef{Namespace: in.Namespace, Name: job.Name, RunID: in.RunID, Node: in.Node, NodeUID: string(node.UID), Finalized: outcome}, nil
 	}
@@ -139,7 +140,7 @@ func (a *Activities) createUnlessFinalized(ctx context.Context, in JobRequest, j
 
 func nodeGone(node string) error {
 	return temporal.NewNonRetryableApplicationError(
-		fmt.Sprintf("node %q does not exist (deleted before its Job was created)", node), ErrNodeGone, nil)
+		fmt.Sprintf("node %q does not exist (deleted before its Job was created)", node), api.ErrNodeGone, nil)
 }
 
 // activeDeadlineMargin puts the Job's own activeDeadlineSeconds (a backstop for when no worker
@@ -203,7 +204,7 @@ func (a *Activities) adoptJob(ctx context.Context, in JobRequest, name string) (
 	return JobRef{}, temporal.NewNonRetryableApplicationError(
 		fmt.Sprintf("job %s/%s exists but was not created by this run of rollout %q for node %q (labels %v); delete or rename it",
 			in.Namespace, name, in.Rollout, in.Node, existing.Labels),
-		ErrForeignObject, nil)
+		api.ErrForeignObject, nil)
 }
 
 func jobRef(job *batchv1.Job, node string) JobRef {
@@ -323,7 +324,7 @@ func (a *Activities) waitJob(ctx context.Context, in WaitJobInput, stop <-chan t
 				podPoll = time.After(a.PodPollInterval)
 			}
 			if stopped {
-				if st.end.Outcome == OutcomeTimedOut {
+				if st.end.Outcome == api.OutcomeTimedOut {
 					st.end.PodReason = w.podReason
 				}
 				return st.end, nil
@@ -339,14 +340,14 @@ func (a *Activities) waitJob(ctx context.Context, in WaitJobInput, stop <-chan t
 			}
 			return w.teardown(ctx, w.deleted(st.what), 0, st.gone)
 		case jobInterim:
-			if st.end.Outcome == OutcomeTimedOut && !w.podRead {
+			if st.end.Outcome == api.OutcomeTimedOut && !w.podRead {
 				// The Job controller is deleting the Pods of a Job past activeDeadlineSeconds;
 				// read what they were waiting for while they are still there.
 				w.podReason, w.podRead = a.podSnapshot(ctx, w.ref), true
 			}
 			if since := st.since; !since.IsZero() && !a.Now().Before(since.Add(interimGrace)) {
 				end := st.end
-				end.Reason = ReasonTerminationStuck
+				end.Reason = api.ReasonTerminationStuck
 				end.Message = fmt.Sprintf("Job %s/%s reached %s (%s: %s) but its Pods did not stop within %s; deleted it",
 					ref.Namespace, ref.Name, st.condition, st.end.Reason, st.end.Message, interimGrace)
 				return w.teardown(ctx, end, 0, false)
@@ -360,8 +361,8 @@ func (a *Activities) waitJob(ctx context.Context, in WaitJobInput, stop <-chan t
 				w.podReason = a.podSnapshot(ctx, w.ref) // before the deletion takes the Pod
 			}
 			return w.teardown(ctx, JobEnd{
-				Outcome: OutcomeTimedOut,
-				Reason:  ReasonJobTimeout,
+				Outcome: api.OutcomeTimedOut,
+				Reason:  api.ReasonJobTimeout,
 				Message: fmt.Sprintf("Job %s/%s did not finish within %ds of its creation; deleted it", ref.Namespace, ref.Name, in.TimeoutSeconds),
 			}, 0, false)
 		}
@@ -471,7 +472,7 @@ func (w *jobWait) classify(job *batchv1.Job, gone bool) jobState {
 		// Our finalizer keeps a finished Job that was then deleted (its TTL, a person tidying
 		// up): that is how it ended. A failure that came after the deletion began was caused
 		// by it.
-		if del := job.DeletionTimestamp; del != nil && end.Outcome != OutcomeSucceeded && at.After(del.Time) {
+		if del := job.DeletionTimestamp; del != nil && end.Outcome != api.OutcomeSucceeded && at.After(del.Time) {
 			return jobState{kind: jobDeleted, what: "was deleted"}
 		}
 		return jobState{kind: jobEnded, job: job, end: end}
@@ -513,7 +514,7 @@ func (w *jobWait) teardown(ctx context.Context, end JobEnd, bound time.Duration,
 		}
 	}
 	end.FinishedAt = w.a.Now()
-	if end.Outcome == OutcomeTimedOut {
+	if end.Outcome == api.OutcomeTimedOut {
 		end.PodReason = w.podReason
 	}
 	return end, nil
@@ -521,16 +522,16 @@ func (w *jobWait) teardown(ctx context.Context, end JobEnd, bound time.Duration,
 
 func (w *jobWait) nodeGone() JobEnd {
 	return JobEnd{
-		Outcome: OutcomeNodeGone,
-		Reason:  ReasonNodeDeleted,
+		Outcome: api.OutcomeNodeGone,
+		Reason:  api.ReasonNodeDeleted,
 		Message: fmt.Sprintf("node %q was deleted while Job %s/%s ran; deleted the Job", w.ref.Node, w.ref.Namespace, w.ref.Name),
 	}
 }
 
 func (w *jobWait) deleted(what string) JobEnd {
 	return JobEnd{
-		Outcome: OutcomeFailed,
-		Reason:  ReasonJobDeleted,
+		Outcome: api.OutcomeFailed,
+		Reason:  api.ReasonJobDeleted,
 		Message: fmt.Sprintf("Job %s/%s %s before it finished", w.ref.Namespace, w.ref.Name, what),
 	}
 }
@@ -541,11 +542,11 @@ func (a *Activities) jobEnd(job *batchv1.Job) (end JobEnd, decided bool) {
 	phase, reason, message := jobspec.Interpret(job.Status)
 	switch phase {
 	case jobspec.PhaseSucceeded:
-		end.Outcome = OutcomeSucceeded
+		end.Outcome = api.OutcomeSucceeded
 	case jobspec.PhaseFailed:
-		end.Outcome = OutcomeFailed
+		end.Outcome = api.OutcomeFailed
 		if reason == batchv1.JobReasonDeadlineExceeded {
-			end.Outcome = OutcomeTimedOut
+			end.Outcome = api.OutcomeTimedOut
 		}
 	default:
 		return JobEnd{}, false

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"sync"
 
+	"github.com/noderollout/noderollout/api"
 	enumspb "go.temporal.io/api/enums/v1"
 	workflowpb "go.temporal.io/api/workflow/v1"
 	"go.temporal.io/sdk/activity"
@@ -56,7 +57,7 @@ func (l *Lineage) verify(ctx context.Context, templateHash string, strict bool) 
 	}
 	refuse := func(format string, args ...any) error {
 		return temporal.NewNonRetryableApplicationError(fmt.Sprintf("workflow %s (%s) may not write to the cluster: ", caller.ID, info.WorkflowType.Name)+
-			fmt.Sprintf(format, args...)+"; node workflows run only as the children of a Rollout: start a Rollout instead", ErrNotStartedByARollout, nil)
+			fmt.Sprintf(format, args...)+"; node workflows run only as the children of a Rollout: start a Rollout instead", api.ErrNotStartedByARollout, nil)
 	}
 	if !slices.Contains(l.NodeTypes, info.WorkflowType.Name) {
 		return refuse("it is not a node workflow")
@@ -105,5 +106,5 @@ func (l *Lineage) sameTemplate(node, rolloutHash, templateHash string) error {
 	}
 	return temporal.NewNonRetryableApplicationError(fmt.Sprintf(
 		"workflow %s carries template %s, but its rollout prepared %s: a node runs only its rollout's template",
-		node, templateHash, rolloutHash), ErrNotStartedByARollout, nil)
+		node, templateHash, rolloutHash), api.ErrNotStartedByARollout, nil)
 }

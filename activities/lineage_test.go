@@ -3,6 +3,7 @@ package activities
 import (
 	"testing"
 
+	"github.com/noderollout/noderollout/api"
 	"github.com/stretchr/testify/mock"
 	"github.com/stretchr/testify/require"
 	commonpb "go.temporal.io/api/common/v1"
@@ -11,7 +12,6 @@ import (
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/mocks"
-	"k8s.io/client-go/kubernetes/fake"
 )
 
 // The test activity environment calls every activity from this workflow.
@@ -62,8 +62,7 @@ func TestCreateJobOnlyForANodeOfARunningRollout(t *testing.T) {
 		"a rollout's node":       {client: lineageOf(rollout, "Rollout", running, []string{testCallerRun}, req.TemplateHash)},
 	} {
 		t.Run(name, func(t *testing.T) {
-			cs := fake.NewClientset(testNode("node-a", nil), testNS("jobs"))
-			a := newActivities(cs)
+			cs, a := newCluster(testNode("node-a", nil), testNS("jobs"))
 			types := tc.types
 			if types == nil {
 				types = []string{testCallerType}
@@ -78,7 +77,7 @@ func TestCreateJobOnlyForANodeOfARunningRollout(t *testing.T) {
 				tc.client.AssertNumberOfCalls(t, "DescribeWorkflow", 2)
 				return
 			}
-			appErr := requireAppError(t, err, ErrNotStartedByARollout, true)
+			appErr := requireAppError(t, err, api.ErrNotStartedByARollout, true)
 			require.Contains(t, appErr.Error(), tc.refusal)
 			require.Zero(t, countActions(cs, "create", "jobs"), "nothing written")
 		})

@@ -21,24 +21,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/noderollout/noderollout/activities/evictable"
-)
-
-// Outcomes of a node whose maintenance failed; the failure budget is charged with both.
-const (
-	// OutcomeDrainTimedOut: Pods still stood on the node when maintenance.drain.timeout passed
-	// (typically a PodDisruptionBudget that allowed no disruption); no Job was created.
-	OutcomeDrainTimedOut Outcome = "drainTimedOut"
-	// OutcomeUnhealthy: after its Job succeeded the node did not meet maintenance.health's
-	// conditions in time, or stopped meeting them during the soak.
-	OutcomeUnhealthy Outcome = "unhealthy"
-)
-
-// Error types of the maintenance activities, non-retryable, and reason words of a node's result.
-const (
-	ErrDrainTimedOut = "DrainTimedOut"
-	// ErrDrainRefused: a Pod on the node would lose data the request did not allow losing.
-	ErrDrainRefused = "DrainRefused"
-	ErrUnhealthy    = "Unhealthy"
+	"github.com/noderollout/noderollout/api"
 )
 
 // CordonedByKey is the Node annotation saying that noderollout (the rollout named in the value)
@@ -110,15 +93,6 @@ type DrainPlanInput struct {
 	PodSelector        string   `json:"podSelector,omitempty"`
 	DeleteEmptyDirData bool     `json:"deleteEmptyDirData,omitempty"`
 	Force              bool     `json:"force,omitempty"`
-}
-
-// DrainPlan is, per node, the Pods a drain would evict, those it would refuse, and the
-// PodDisruptionBudgets that allow no disruption now and so would block it.
-type DrainPlan struct {
-	Node     string   `json:"node"`
-	Evict    []string `json:"evict,omitempty"`
-	Refused  []string `json:"refused,omitempty"`
-	Blocking []string `json:"blockingPDBs,omitempty"`
 }
 
 // CordonNode marks the node unschedulable and records on it that we did. A node already
@@ -336,7 +310,7 @@ func (a *Activities) DrainNode(ctx context.Context, in DrainInput) (DrainResult,
 		if len(refused) > 0 {
 			return res, temporal.NewNonRetryableApplicationError(fmt.Sprintf(
 				"drain of node %s refused: %s; set maintenance.drain.deleteEmptyDirData (local storage) or maintenance.drain.force (no controller) to allow it, or narrow maintenance.drain.podSelector",
-				in.Node, strings.Join(refused, "; ")), ErrDrainRefused, nil)
+				in.Node, strings.Join(refused, "; ")), api.ErrDrainRefused, nil)
 		}
 		if len(left) == 0 {
 			return res, nil
@@ -457,7 +431,7 @@ func drainTimedOut(node string, left []*corev1.Pod, blocked map[string]string) e
 	}
 	return temporal.NewNonRetryableApplicationError(fmt.Sprintf(
 		"drain of node %s timed out with %d Pod(s) left: %s; raise maintenance.drain.timeout or free the PodDisruptionBudgets",
-		node, len(left), strings.Join(names, "; ")), ErrDrainTimedOut, nil)
+		node, len(left), strings.Join(names, "; ")), api.ErrDrainTimedOut, nil)
 }
 
 // podsOnNode lists every Pod bound to the node. One node holds at most a few hundred Pods, so
@@ -564,11 +538,11 @@ func (a *Activities) CheckNodeHealth(ctx context.Context, in HealthInput) error 
 		case len(unmet) > 0 && !p.Since.IsZero():
 			return temporal.NewNonRetryableApplicationError(fmt.Sprintf(
 				"node %s stopped being healthy %s after it was: %s", in.Node, now.Sub(p.Since).Round(time.Second), strings.Join(unmet, "; ")),
-				ErrUnhealthy, nil)
+				api.ErrUnhealthy, nil)
 		case len(unmet) > 0 && !now.Before(deadline):
 			return temporal.NewNonRetryableApplicationError(fmt.Sprintf(
 				"node %s was not healthy in time: %s; see maintenance.health", in.Node, strings.Join(unmet, "; ")),
-				ErrUnhealthy, nil)
+				api.ErrUnhealthy, nil)
 		}
 		if !p.Since.IsZero() && now.Sub(p.Since)-p.BlindSince >= hold {
 			return nil
@@ -636,7 +610,7 @@ func unmetConditions(node *corev1.Node, want map[string]string) []string {
 
 // PlanDrain says, for a dry run, which Pods a drain of each node would evict or refuse, and
 // which PodDisruptionBudgets allow no disruption now and cover one of them.
-func (a *Activities) PlanDrain(ctx context.Context, in DrainPlanInput) ([]DrainPlan, error) {
+func (a *Activities) PlanDrain(ctx context.Context, in DrainPlanInput) ([]api.DrainPlan, error) {
 	rules, err := drainRules(in.PodSelector, in.DeleteEmptyDirData, in.Force)
 	if err != nil {
 		return nil, err
@@ -645,13 +619,13 @@ func (a *Activities) PlanDrain(ctx context.Context, in DrainPlanInput) ([]DrainP
 	if err != nil {
 		return nil, kubeError(err, "list", "poddisruptionbudgets")
 	}
-	plans := make([]DrainPlan, 0, len(in.Nodes))
+	plans := make([]api.DrainPlan, 0, len(in.Nodes))
 	for _, node := range in.Nodes {
 		pods, err := a.podsOnNode(ctx, node)
 		if err != nil {
 			return nil, err
 		}
-		plan := DrainPlan{Node: node}
+		plan := api.DrainPlan{Node: node}
 		blocking := map[string]bool{}
 		for i := range pods {
 			pod := &pods[i]
@@ -684,7 +658,7 @@ func (a *Activities) PlanDrain(ctx context.Context, in DrainPlanInput) ([]DrainP
 }
 
 func errNodeGone(node string) error {
-	return temporal.NewNonRetryableApplicationError(fmt.Sprintf("node %s no longer exists", node), ErrNodeGone, nil)
+	return temporal.NewNonRetryableApplicationError(fmt.Sprintf("node %s no longer exists", node), api.ErrNodeGone, nil)
 }
 
 // sleep waits d or until the activity is cancelled.

@@ -2,10 +2,16 @@ package activities
 
 import (
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/noderollout/noderollout/activities/evictable"
+	"github.com/noderollout/noderollout/api"
 	"github.com/stretchr/testify/require"
+	"go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/converter"
+	"go.temporal.io/sdk/temporal"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -16,10 +22,6 @@ import (
 	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
-
-	"go.temporal.io/sdk/temporal"
-
-	"github.com/noderollout/noderollout/activities/evictable"
 )
 
 // tenantPod is a ReplicaSet's Pod on node.
@@ -91,13 +93,22 @@ func drain(t *testing.T, a *Activities, in DrainInput) (DrainResult, error) {
 	if in.Deadline.IsZero() {
 		in.Deadline = time.Now().Add(time.Minute)
 	}
-	val, err := newEnv(a).ExecuteActivity(a.DrainNode, in)
-	if err != nil {
-		return DrainResult{}, err
-	}
-	var res DrainResult
-	require.NoError(t, val.Get(&res))
-	return res, nil
+	return execute[DrainResult](t, a, a.DrainNode, in)
+}
+
+// cordon and uncordon run CordonNode and UncordonNode for rollout on node, which must not fail.
+func cordon(t *testing.T, a *Activities, rollout, node string) CordonResult {
+	t.Helper()
+	c, err := execute[CordonResult](t, a, a.CordonNode, NodeInput{Rollout: rollout, Node: node})
+	require.NoError(t, err)
+	return c
+}
+
+func uncordon(t *testing.T, a *Activities, rollout, node string) UncordonResult {
+	t.Helper()
+	u, err := execute[UncordonResult](t, a, a.UncordonNode, NodeInput{Rollout: rollout, Node: node})
+	require.NoError(t, err)
+	return u
 }
 
 func remainingPods(t *testing.T, a *Activities) []string {
@@ -134,7 +145,7 @@ func TestDrainTimesOutOnABudgetThatNeverAllows(t *testing.T) {
 	_, err := drain(t, a, DrainInput{Node: "n1", Deadline: time.Now().Add(50 * time.Millisecond)})
 	var appErr *temporal.ApplicationError
 	require.ErrorAs(t, err, &appErr)
-	require.Equal(t, ErrDrainTimedOut, appErr.Type())
+	require.Equal(t, api.ErrDrainTimedOut, appErr.Type())
 	require.True(t, appErr.NonRetryable())
 	require.Contains(t, appErr.Message(), "tenant/web-1 (")
 	require.Contains(t, appErr.Message(), "disruption budget")
@@ -169,7 +180,7 @@ func TestDrainRefusesLocalStorageUnlessAllowed(t *testing.T) {
 	_, err := drain(t, a, DrainInput{Node: "n1"})
 	var appErr *temporal.ApplicationError
 	require.ErrorAs(t, err, &appErr)
-	require.Equal(t, ErrDrainRefused, appErr.Type())
+	require.Equal(t, api.ErrDrainRefused, appErr.Type())
 	require.Contains(t, appErr.Message(), "tenant/cache-1")
 	require.Contains(t, appErr.Message(), "maintenance.drain.deleteEmptyDirData")
 	require.Empty(t, e.asked, "nothing is evicted when one Pod is refused")
@@ -227,26 +238,17 @@ func getNode(t *testing.T, a *Activities, name string) *corev1.Node {
 // uncordoned and unmarked; a node someone else cordoned is neither marked nor uncordoned.
 func TestCordonAndUncordonOnlyWhatWeCordoned(t *testing.T) {
 	a := cordonEnv(t, testNode("n1", nil))
-	env := newEnv(a)
-	val, err := env.ExecuteActivity(a.CordonNode, NodeInput{Rollout: "kata", Node: "n1"})
-	require.NoError(t, err)
-	var c CordonResult
-	require.NoError(t, val.Get(&c))
+	c := cordon(t, a, "kata", "n1")
 	require.True(t, c.WeCordoned)
 	n := getNode(t, a, "n1")
 	require.True(t, n.Spec.Unschedulable)
 	require.Equal(t, "kata", n.Annotations[CordonedByKey])
 
 	// A retried cordon is still ours.
-	val, err = env.ExecuteActivity(a.CordonNode, NodeInput{Rollout: "kata", Node: "n1"})
-	require.NoError(t, err)
-	require.NoError(t, val.Get(&c))
+	c = cordon(t, a, "kata", "n1")
 	require.True(t, c.WeCordoned)
 
-	val, err = env.ExecuteActivity(a.UncordonNode, NodeInput{Rollout: "kata", Node: "n1"})
-	require.NoError(t, err)
-	var u UncordonResult
-	require.NoError(t, val.Get(&u))
+	u := uncordon(t, a, "kata", "n1")
 	require.True(t, u.Uncordoned)
 	n = getNode(t, a, "n1")
 	require.False(t, n.Spec.Unschedulable)
@@ -255,14 +257,9 @@ func TestCordonAndUncordonOnlyWhatWeCordoned(t *testing.T) {
 	admin := testNode("n2", nil)
 	admin.Spec.Unschedulable = true
 	b := cordonEnv(t, admin)
-	env = newEnv(b)
-	val, err = env.ExecuteActivity(b.CordonNode, NodeInput{Rollout: "kata", Node: "n2"})
-	require.NoError(t, err)
-	require.NoError(t, val.Get(&c))
+	c = cordon(t, b, "kata", "n2")
 	require.False(t, c.WeCordoned)
-	val, err = env.ExecuteActivity(b.UncordonNode, NodeInput{Rollout: "kata", Node: "n2"})
-	require.NoError(t, err)
-	require.NoError(t, val.Get(&u))
+	u = uncordon(t, b, "kata", "n2")
 	require.False(t, u.Uncordoned)
 	n = getNode(t, b, "n2")
 	require.True(t, n.Spec.Unschedulable, "the admin's cordon stays")
@@ -292,7 +289,7 @@ func TestHealthSoakFailsWhenTheNodeTurnsNotReady(t *testing.T) {
 		HealthyBy: time.Now(), HoldSeconds: 60})
 	var appErr *temporal.ApplicationError
 	require.ErrorAs(t, err, &appErr)
-	require.Equal(t, ErrUnhealthy, appErr.Type())
+	require.Equal(t, api.ErrUnhealthy, appErr.Type())
 	require.Contains(t, appErr.Message(), "stopped being healthy")
 	require.Contains(t, appErr.Message(), "Ready=False")
 }
@@ -305,7 +302,7 @@ func TestHealthGateTimesOut(t *testing.T) {
 		Conditions: map[string]string{"Ready": "True", "GPUDriverReady": "True"}, HealthyBy: time.Now().Add(20 * time.Millisecond)})
 	var appErr *temporal.ApplicationError
 	require.ErrorAs(t, err, &appErr)
-	require.Equal(t, ErrUnhealthy, appErr.Type())
+	require.Equal(t, api.ErrUnhealthy, appErr.Type())
 	require.Contains(t, appErr.Message(), "GPUDriverReady is not reported")
 
 	_, err = newEnv(a).ExecuteActivity(a.CheckNodeHealth, HealthInput{Node: "n1",
@@ -323,9 +320,9 @@ func TestPlanDrainNamesPodsAndBlockingBudgets(t *testing.T) {
 	a := New(fake.NewClientset(pdb, tenantPod("web-1", "n1", nil), tenantPod("web-2", "n2", nil)))
 	val, err := newEnv(a).ExecuteActivity(a.PlanDrain, DrainPlanInput{Nodes: []string{"n1", "n3"}})
 	require.NoError(t, err)
-	var plans []DrainPlan
+	var plans []api.DrainPlan
 	require.NoError(t, val.Get(&plans))
-	require.Equal(t, []DrainPlan{{Node: "n1", Evict: []string{"tenant/web-1"}, Blocking: []string{"tenant/web"}}, {Node: "n3"}}, plans)
+	require.Equal(t, []api.DrainPlan{{Node: "n1", Evict: []string{"tenant/web-1"}, Blocking: []string{"tenant/web"}}, {Node: "n3"}}, plans)
 }
 
 // TestDrainWaitsForATerminatingPodWithLocalStorage: a Pod with an emptyDir that is already
@@ -400,9 +397,9 @@ func TestPlanDrainNamesABudgetOverTheWholeNamespace(t *testing.T) {
 	a := New(fake.NewClientset(budget("all", &metav1.LabelSelector{}), budget("none", nil), tenantPod("web-1", "n1", nil)))
 	val, err := newEnv(a).ExecuteActivity(a.PlanDrain, DrainPlanInput{Nodes: []string{"n1"}})
 	require.NoError(t, err)
-	var plans []DrainPlan
+	var plans []api.DrainPlan
 	require.NoError(t, val.Get(&plans))
-	require.Equal(t, []DrainPlan{{Node: "n1", Evict: []string{"tenant/web-1"}, Blocking: []string{"tenant/all"}}}, plans)
+	require.Equal(t, []api.DrainPlan{{Node: "n1", Evict: []string{"tenant/web-1"}, Blocking: []string{"tenant/all"}}}, plans)
 }
 
 // TestDrainEvictsOnlyThePodItListed: a StatefulSet's Pod listed on the node is deleted and made
@@ -479,7 +476,7 @@ func TestDrainRefusesUnmanagedPodsUnlessForced(t *testing.T) {
 	e := &evictions{}
 	a := drainEnv(t, e, tenantPod("web-1", "n1", nil), bare)
 	_, err := drain(t, a, DrainInput{Node: "n1"})
-	appErr := requireAppError(t, err, ErrDrainRefused, true)
+	appErr := requireAppError(t, err, api.ErrDrainRefused, true)
 	require.Contains(t, appErr.Message(), "tenant/bare-1 is managed by no controller")
 	require.Contains(t, appErr.Message(), "maintenance.drain.force")
 	require.Empty(t, e.asked, "nothing is evicted when one Pod is refused")
@@ -515,11 +512,7 @@ func adminPatch(t *testing.T, a *Activities, node, patch string) {
 // it at the end nor take it over in a later rollout; our stale annotation is removed.
 func TestAnAdminsRecordonIsNotOurs(t *testing.T) {
 	a := fieldManagedEnv(t, "n1")
-	env := newEnv(a)
-	val, err := env.ExecuteActivity(a.CordonNode, NodeInput{Rollout: "kata", Node: "n1"})
-	require.NoError(t, err)
-	var c CordonResult
-	require.NoError(t, val.Get(&c))
+	c := cordon(t, a, "kata", "n1")
 	require.True(t, c.WeCordoned)
 
 	adminPatch(t, a, "n1", `{"spec":{"unschedulable":null}}`)
@@ -527,15 +520,10 @@ func TestAnAdminsRecordonIsNotOurs(t *testing.T) {
 	require.Equal(t, "kata", getNode(t, a, "n1").Annotations[CordonedByKey], "the annotation outlived our cordon")
 
 	// A later rollout does not take the admin's cordon over.
-	val, err = env.ExecuteActivity(a.CordonNode, NodeInput{Rollout: "other", Node: "n1"})
-	require.NoError(t, err)
-	require.NoError(t, val.Get(&c))
+	c = cordon(t, a, "other", "n1")
 	require.False(t, c.WeCordoned, "the admin's cordon is not ours to take over")
 
-	val, err = env.ExecuteActivity(a.UncordonNode, NodeInput{Rollout: "kata", Node: "n1"})
-	require.NoError(t, err)
-	var u UncordonResult
-	require.NoError(t, val.Get(&u))
+	u := uncordon(t, a, "kata", "n1")
 	require.False(t, u.Uncordoned)
 	n := getNode(t, a, "n1")
 	require.True(t, n.Spec.Unschedulable, "the admin's cordon stays")
@@ -543,16 +531,10 @@ func TestAnAdminsRecordonIsNotOurs(t *testing.T) {
 
 	// Our own cordon, kept after a failure and taken over by the next rollout, is still ours.
 	b := fieldManagedEnv(t, "n2")
-	env = newEnv(b)
-	_, err = env.ExecuteActivity(b.CordonNode, NodeInput{Rollout: "kata", Node: "n2"})
-	require.NoError(t, err)
-	val, err = env.ExecuteActivity(b.CordonNode, NodeInput{Rollout: "other", Node: "n2"})
-	require.NoError(t, err)
-	require.NoError(t, val.Get(&c))
+	cordon(t, b, "kata", "n2")
+	c = cordon(t, b, "other", "n2")
 	require.True(t, c.WeCordoned)
-	val, err = env.ExecuteActivity(b.UncordonNode, NodeInput{Rollout: "other", Node: "n2"})
-	require.NoError(t, err)
-	require.NoError(t, val.Get(&u))
+	u = uncordon(t, b, "other", "n2")
 	require.True(t, u.Uncordoned)
 	require.False(t, getNode(t, b, "n2").Spec.Unschedulable)
 }
@@ -604,6 +586,32 @@ func TestHealthGateAndSoakOutlastAnAPIServerOutage(t *testing.T) {
 	// Unhealthy for good after the outage: the soak still breaks, once the grace is over.
 	a = outage(t, 3, 18, 1000)
 	_, err = newEnv(a).ExecuteActivity(a.CheckNodeHealth, HealthInput{Node: "n1", Conditions: ready, HealthyBy: t0, HoldSeconds: 300})
-	appErr := requireAppError(t, err, ErrUnhealthy, true)
+	appErr := requireAppError(t, err, api.ErrUnhealthy, true)
 	require.Contains(t, appErr.Message(), "Ready=Unknown")
+}
+
+// The drain heartbeats how many Pods it evicted and how many it still waits for, so starter
+// status can say "drain (2 Pods left)".
+func TestDrainHeartbeatsThePodsLeft(t *testing.T) {
+	e := &evictions{refuse: func(pod string, try int) bool { return pod == "web-1" && try < 3 }}
+	a := drainEnv(t, e, tenantPod("web-1", "n1", nil), tenantPod("web-2", "n1", nil), tenantPod("other", "n2", nil))
+	env := newEnv(a)
+	var mu sync.Mutex
+	var beats [][2]int
+	env.SetOnActivityHeartbeatListener(func(_ *activity.Info, details converter.EncodedValues) {
+		var evicted, left int
+		if details.Get(&evicted, &left) == nil {
+			mu.Lock()
+			beats = append(beats, [2]int{evicted, left})
+			mu.Unlock()
+		}
+	})
+	_, err := env.ExecuteActivity(a.DrainNode, DrainInput{Node: "n1", Deadline: time.Now().Add(time.Minute)})
+	require.NoError(t, err)
+	mu.Lock()
+	defer mu.Unlock()
+	// The SDK sends the first heartbeat at once and holds later ones back; the first says
+	// that none was evicted yet and both of the node's Pods are left.
+	require.NotEmpty(t, beats)
+	require.Equal(t, [2]int{0, 2}, beats[0])
 }

@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 
 	"github.com/noderollout/noderollout/activities/jobspec"
+	"github.com/noderollout/noderollout/api"
 )
 
 const (
@@ -243,7 +244,7 @@ func classify(res *ListNodesResult, in ListNodesInput, e nodeEntry) {
 	}
 	if !in.Rerun {
 		if hash, outcome, ok := jobspec.ParseNodeMarker(e.marker); ok &&
-			jobspec.SameTemplateHash(hash, in.TemplateHash) && outcome == string(OutcomeSucceeded) {
+			jobspec.SameTemplateHash(hash, in.TemplateHash) && outcome == string(api.OutcomeSucceeded) {
 			res.Done = append(res.Done, e.name)
 			return
 		}

@@ -16,34 +16,28 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/noderollout/noderollout/activities/jobspec"
+	"github.com/noderollout/noderollout/api"
 )
 
 const testHash = "0123456789"
 
 func listNodes(t *testing.T, a *Activities, in ListNodesInput) (ListNodesResult, error) {
 	t.Helper()
-	val, err := newEnv(a).ExecuteActivity(a.ListNodes, in)
-	if err != nil {
-		return ListNodesResult{}, err
-	}
-	var res ListNodesResult
-	require.NoError(t, val.Get(&res))
-	return res, nil
+	return execute[ListNodesResult](t, a, a.ListNodes, in)
 }
 
 func doneMarker(hash string) map[string]string {
-	return map[string]string{jobspec.NodeMarkerKey("kata"): jobspec.NodeMarker(hash, string(OutcomeSucceeded))}
+	return map[string]string{jobspec.NodeMarkerKey("kata"): jobspec.NodeMarker(hash, string(api.OutcomeSucceeded))}
 }
 
 func TestListNodesExplicitNames(t *testing.T) {
-	cs := fake.NewClientset(
+	cs, a := newCluster(
 		testNode("a", nil),
 		testNode("b", doneMarker(testHash)),
 		testNode("c", doneMarker("another")), // done for another template: runs again
-		testNode("e", map[string]string{jobspec.NodeMarkerKey("kata"): jobspec.NodeMarker(testHash, string(OutcomeFailed))}),
+		testNode("e", map[string]string{jobspec.NodeMarkerKey("kata"): jobspec.NodeMarker(testHash, string(api.OutcomeFailed))}),
 		testNode("f", nil),
 	)
-	a := newActivities(cs)
 	in := ListNodesInput{Rollout: "kata", TemplateHash: testHash, Names: []string{"f", "d", "a", "c", "b", "a", "e"}, Limit: 4}
 
 	res, err := listNodes(t, a, in)
@@ -59,8 +53,7 @@ func TestListNodesExplicitNames(t *testing.T) {
 }
 
 func TestListNodesRerunIgnoresMarker(t *testing.T) {
-	cs := fake.NewClientset(testNode("a", doneMarker(testHash)), testNode("b", nil))
-	a := newActivities(cs)
+	_, a := newCluster(testNode("a", doneMarker(testHash)), testNode("b", nil))
 	res, err := listNodes(t, a, ListNodesInput{Rollout: "kata", TemplateHash: testHash, Names: []string{"a", "b"}, Rerun: true, Limit: 10})
 	require.NoError(t, err)
 	require.Equal(t, ListNodesResult{Nodes: []string{"a", "b"}, Total: 2}, res)
@@ -72,8 +65,7 @@ func TestListNodesSelectorSinglePage(t *testing.T) {
 		node.Labels = map[string]string{"kata": "true"}
 		return node
 	}
-	cs := fake.NewClientset(labelled("c", nil), labelled("a", doneMarker(testHash)), labelled("b", nil), testNode("unlabelled", nil))
-	a := newActivities(cs)
+	cs, a := newCluster(labelled("c", nil), labelled("a", doneMarker(testHash)), labelled("b", nil), testNode("unlabelled", nil))
 	res, err := listNodes(t, a, ListNodesInput{Rollout: "kata", TemplateHash: testHash, Selector: "kata=true", Limit: 10})
 	require.NoError(t, err)
 	require.Equal(t, ListNodesResult{Nodes: []string{"b", "c"}, Done: []string{"a"}, Total: 3}, res)
@@ -146,10 +138,9 @@ func fleet(n int) []*corev1.Node {
 }
 
 func TestListNodesPaginatesWithSelector(t *testing.T) {
-	cs := fake.NewClientset()
+	cs, a := newCluster()
 	pages := &pagedNodes{nodes: fleet(1100)}
 	cs.PrependReactor("list", "nodes", pages.react)
-	a := newActivities(cs)
 	in := ListNodesInput{Rollout: "kata", TemplateHash: testHash, Selector: "kata=true", FieldSelector: "spec.unschedulable=false", Limit: 700}
 
 	res, err := listNodes(t, a, in)
@@ -186,12 +177,11 @@ func TestListNodesPaginatesWithSelector(t *testing.T) {
 // The API server pages in key order, and a Node's key ends in its name: a slice after the
 // first stops reading once it holds a full slice, and only the first counts the selection.
 func TestListNodesLaterSlicesStopOnceFull(t *testing.T) {
-	cs := fake.NewClientset()
+	cs, a := newCluster()
 	inKeyOrder := fleet(2600)
 	slices.Reverse(inKeyOrder)
 	pages := &pagedNodes{nodes: inKeyOrder}
 	cs.PrependReactor("list", "nodes", pages.react)
-	a := newActivities(cs)
 	in := ListNodesInput{Rollout: "kata", TemplateHash: testHash, Selector: "kata=true", Limit: 700}
 
 	res, err := listNodes(t, a, in)
@@ -224,10 +214,9 @@ func TestListNodesLaterSlicesStopOnceFull(t *testing.T) {
 // A server that pages out of name order gives no ground to stop early: stopping after the
 // first page here would hand out node-0600.. and lose node-0001..node-0599.
 func TestListNodesOutOfOrderPagesAreReadToTheEnd(t *testing.T) {
-	cs := fake.NewClientset()
+	cs, a := newCluster()
 	pages := &pagedNodes{nodes: fleet(1100)}
 	cs.PrependReactor("list", "nodes", pages.react)
-	a := newActivities(cs)
 	res, err := listNodes(t, a, ListNodesInput{Rollout: "kata", TemplateHash: testHash, Selector: "kata=true", After: "node-0000", Limit: 300})
 	require.NoError(t, err)
 	require.Equal(t, []string{"", "500", "1000"}, pages.continues())
@@ -246,10 +235,9 @@ func TestListNodesRestartsOnExpiredContinue(t *testing.T) {
 		{"gone", apierrors.NewGone("too old resource version")},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			cs := fake.NewClientset()
+			cs, a := newCluster()
 			pages := &pagedNodes{nodes: fleet(1100), expireAt: "1000", expireErr: tc.err, expireTimes: 1}
 			cs.PrependReactor("list", "nodes", pages.react)
-			a := newActivities(cs)
 
 			res, err := listNodes(t, a, ListNodesInput{Rollout: "kata", TemplateHash: testHash, Selector: "kata=true", Limit: 5000})
 			require.NoError(t, err)
@@ -266,10 +254,9 @@ func TestListNodesRestartsOnExpiredContinue(t *testing.T) {
 }
 
 func TestListNodesGivesUpAfterRepeatedExpiry(t *testing.T) {
-	cs := fake.NewClientset()
+	cs, a := newCluster()
 	pages := &pagedNodes{nodes: fleet(600), expireAt: "500", expireErr: apierrors.NewResourceExpired("too old"), expireTimes: 100}
 	cs.PrependReactor("list", "nodes", pages.react)
-	a := newActivities(cs)
 	_, err := listNodes(t, a, ListNodesInput{Rollout: "kata", TemplateHash: testHash, Selector: "kata=true", Limit: 10})
 	requireAppError(t, err, "", false) // Temporal retries the whole activity later
 	require.Len(t, pages.requests, 2*listRestarts)
@@ -287,10 +274,9 @@ func TestListNodesInvalidSelectors(t *testing.T) {
 		{"empty name", ListNodesInput{Names: []string{"a", ""}, Limit: 1}, "nodes"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			cs := fake.NewClientset()
-			a := newActivities(cs)
+			cs, a := newCluster()
 			_, err := listNodes(t, a, tc.in)
-			appErr := requireAppError(t, err, ErrInvalidRequest, true)
+			appErr := requireAppError(t, err, api.ErrInvalidRequest, true)
 			require.Contains(t, appErr.Error(), tc.field)
 			require.Empty(t, cs.Actions())
 		})
@@ -298,28 +284,25 @@ func TestListNodesInvalidSelectors(t *testing.T) {
 }
 
 func TestListNodesSelectorRejectedByServer(t *testing.T) {
-	cs := fake.NewClientset()
+	cs, a := newCluster()
 	failOn(cs, "list", "nodes", apierrors.NewBadRequest(`field label not supported: spec.foo`))
-	a := newActivities(cs)
 	_, err := listNodes(t, a, ListNodesInput{Selector: "kata=true", FieldSelector: "spec.foo=x", Limit: 1})
-	appErr := requireAppError(t, err, ErrInvalidRequest, true)
+	appErr := requireAppError(t, err, api.ErrInvalidRequest, true)
 	require.Contains(t, appErr.Error(), "fieldSelector")
 }
 
 func TestListNodesForbiddenIsNotRetried(t *testing.T) {
-	cs := fake.NewClientset()
+	cs, a := newCluster()
 	failOn(cs, "list", "nodes", forbidden("nodes"))
-	a := newActivities(cs)
 	_, err := listNodes(t, a, ListNodesInput{Selector: "kata=true", Limit: 1})
-	appErr := requireAppError(t, err, ErrForbidden, true)
+	appErr := requireAppError(t, err, api.ErrForbidden, true)
 	require.Contains(t, appErr.Error(), "list nodes")
 	require.Equal(t, 1, countActions(cs, "list", "nodes"))
 }
 
 func TestListNodesExplicitGetErrors(t *testing.T) {
-	cs := fake.NewClientset(testNode("a", nil))
+	cs, a := newCluster(testNode("a", nil))
 	failOn(cs, "get", "nodes", apierrors.NewTooManyRequests("slow down", 1))
-	a := newActivities(cs)
 	_, err := listNodes(t, a, ListNodesInput{Names: []string{"a", "b"}, Limit: 10})
 	requireAppError(t, err, "", false)
 }
@@ -331,12 +314,11 @@ func TestListNodesReportsRequestedLabelValues(t *testing.T) {
 		return n
 	}
 	const zone = "topology.kubernetes.io/zone"
-	cs := fake.NewClientset(
+	_, a := newCluster(
 		labelled("a", map[string]string{zone: "z1", "pool": "x", "prio": "2"}),
 		labelled("b", map[string]string{zone: "z2", "pool": "x"}),
 		labelled("c", map[string]string{"pool": "x"}), // no zone: its own domain ""
 	)
-	a := newActivities(cs)
 	for _, in := range []ListNodesInput{
 		{Rollout: "kata", TemplateHash: testHash, Selector: "pool=x", Limit: 10, Labels: []string{zone, "prio"}},
 		{Rollout: "kata", TemplateHash: testHash, Names: []string{"a", "b", "c"}, Limit: 10, Labels: []string{zone, "prio"}},
@@ -380,13 +362,12 @@ func TestListNodesNamesWithinSelectors(t *testing.T) {
 func TestListNodesReadsMarkersAcrossTheHashLength(t *testing.T) {
 	full := jobspec.TemplateHash(testTemplate)
 	other := jobspec.TemplateHash(testTemplate + "#")
-	cs := fake.NewClientset(
+	_, a := newCluster(
 		testNode("legacy", doneMarker(full[:10])),
 		testNode("full", doneMarker(full)),
 		testNode("other-legacy", doneMarker(other[:10])),
 		testNode("prefix", doneMarker(full[:20])),
 	)
-	a := newActivities(cs)
 	for _, hash := range []string{full, full[:10]} {
 		res, err := listNodes(t, a, ListNodesInput{Rollout: "kata", TemplateHash: hash, Names: []string{"legacy", "full", "other-legacy", "prefix"}, Limit: 10})
 		require.NoError(t, err)

@@ -12,6 +12,7 @@ import (
 
 	"go.temporal.io/sdk/temporal"
 
+	"github.com/noderollout/noderollout/api"
 	"github.com/noderollout/noderollout/internal/policy"
 )
 
@@ -93,7 +94,7 @@ func policyDenied(err error) error {
 		return err
 	}
 	return temporal.NewNonRetryableApplicationError(d.Error()+" (the worker's policy file decides this, not the request)",
-		ErrPolicyDenied, nil, PolicyViolation{Rule: d.Rule, Field: d.Field})
+		api.ErrPolicyDenied, nil, PolicyViolation{Rule: d.Rule, Field: d.Field})
 }
 
 // policyParallelism is the policy's parallelism cap, 0 when there is none.

@@ -1,14 +1,18 @@
 package activities
 
-import "context"
+import (
+	"context"
+
+	"github.com/noderollout/noderollout/api"
+)
 
 // RunJobInput asks for a node's whole Job, start to finish, within one local activity.
 type RunJobInput struct {
 	Job JobRequest `json:"job"`
 	// WatchSeconds bounds the watch: a Job still running then is left to WaitJob.
-	WatchSeconds   int64    `json:"watchSeconds"`
-	TimeoutSeconds int64    `json:"timeoutSeconds"` // the Job's deadline, from its creation
-	KeepJobs       KeepJobs `json:"keepJobs"`
+	WatchSeconds   int64        `json:"watchSeconds"`
+	TimeoutSeconds int64        `json:"timeoutSeconds"` // the Job's deadline, from its creation
+	KeepJobs       api.KeepJobs `json:"keepJobs"`
 }
 
 // RunJobResult is how far RunJob got. Done: the Job ended and was finalized, End and Fin are

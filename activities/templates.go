@@ -12,6 +12,7 @@ import (
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/noderollout/noderollout/activities/jobspec"
+	"github.com/noderollout/noderollout/api"
 )
 
 // Stored templates: a rollout's template is kept once in the cluster, in an immutable
@@ -82,7 +83,7 @@ func (a *Activities) readStoredTemplate(ctx context.Context, namespace, hash str
 	if !ok || !jobspec.TemplateHashMatches(text, hash) {
 		return "", temporal.NewNonRetryableApplicationError(
 			fmt.Sprintf("configmap %s/%s does not hold the template with hash %s; delete it and start the rollout again", namespace, name, hash),
-			ErrForeignObject, nil)
+			api.ErrForeignObject, nil)
 	}
 	return text, nil
 }

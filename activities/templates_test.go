@@ -10,15 +10,13 @@ import (
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/noderollout/noderollout/activities/jobspec"
+	"github.com/noderollout/noderollout/api"
 )
 
 func TestStoredTemplateTravelsAsItsHashAlone(t *testing.T) {
-	cs := fake.NewClientset(testNS(testNamespace), testNode("node-a", nil), testNode("node-b", nil))
-	stampCreatedJobs(cs)
-	a := newActivities(cs)
+	cs, a := newCluster(testNS(testNamespace), testNode("node-a", nil), testNode("node-b", nil))
 	val, err := newEnv(a).ExecuteActivity(a.PrepareTemplate, PrepareTemplateInput{Namespace: testNamespace, Template: testTemplate, Store: true})
 	require.NoError(t, err)
 	var prepared PreparedTemplate
@@ -62,17 +60,15 @@ func TestStoredTemplateThatChangedOrVanishedIsRefused(t *testing.T) {
 	req := testRequest("node-a")
 	req.Template = ""
 
-	cs := fake.NewClientset(testNS(testNamespace), testNode("node-a", nil), tampered)
-	a := newActivities(cs)
+	_, a := newCluster(testNS(testNamespace), testNode("node-a", nil), tampered)
 	_, err := newEnv(a).ExecuteActivity(a.CreateJob, req)
-	requireAppError(t, err, ErrForeignObject, true)
+	requireAppError(t, err, api.ErrForeignObject, true)
 	_, err = newEnv(a).ExecuteActivity(a.PrepareTemplate, PrepareTemplateInput{Namespace: testNamespace, Template: testTemplate, Store: true})
-	requireAppError(t, err, ErrForeignObject, true)
+	requireAppError(t, err, api.ErrForeignObject, true)
 
-	cs = fake.NewClientset(testNS(testNamespace), testNode("node-a", nil))
-	a = newActivities(cs)
+	cs, a := newCluster(testNS(testNamespace), testNode("node-a", nil))
 	_, err = newEnv(a).ExecuteActivity(a.CreateJob, req)
-	appErr := requireAppError(t, err, ErrInvalidRequest, true)
+	appErr := requireAppError(t, err, api.ErrInvalidRequest, true)
 	require.Contains(t, appErr.Message(), "was deleted while the rollout ran")
 	require.Zero(t, countActions(cs, "create", "jobs"))
 }
@@ -101,12 +97,10 @@ func TestStoredTemplateCannotBePlantedUnderACollidingName(t *testing.T) {
 			plant := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: testNamespace,
 				Labels: map[string]string{LabelTemplateHash: short(approved)}},
 				Data: map[string]string{DefaultTemplateKey: planted}}
-			cs := fake.NewClientset(testNS(testNamespace), testNode("node-a", nil), plant)
-			stampCreatedJobs(cs)
-			a := newActivities(cs)
+			cs, a := newCluster(testNS(testNamespace), testNode("node-a", nil), plant)
 			val, err := newEnv(a).ExecuteActivity(a.PrepareTemplate, PrepareTemplateInput{Namespace: testNamespace, Template: approved, Store: true})
 			if err != nil {
-				requireAppError(t, err, ErrForeignObject, true)
+				requireAppError(t, err, api.ErrForeignObject, true)
 				return
 			}
 			var prepared PreparedTemplate
@@ -115,7 +109,7 @@ func TestStoredTemplateCannotBePlantedUnderACollidingName(t *testing.T) {
 			req.Template, req.TemplateHash = "", prepared.Hash
 			_, err = newEnv(a).ExecuteActivity(a.CreateJob, req)
 			if err != nil {
-				requireAppError(t, err, ErrForeignObject, true)
+				requireAppError(t, err, api.ErrForeignObject, true)
 				return
 			}
 			job, err := cs.BatchV1().Jobs(testNamespace).Get(t.Context(), jobspec.JobName("kata", "node-a", "run-1"), metav1.GetOptions{})
@@ -132,9 +126,7 @@ func TestStoredTemplateOfARolloutFromBeforeTheFullHashStillReads(t *testing.T) {
 	legacy := jobspec.TemplateHash(testTemplate)[:10]
 	stored := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "noderollout-template-" + legacy, Namespace: testNamespace},
 		Data: map[string]string{DefaultTemplateKey: testTemplate}}
-	cs := fake.NewClientset(testNS(testNamespace), testNode("node-a", nil), stored)
-	stampCreatedJobs(cs)
-	a := newActivities(cs)
+	cs, a := newCluster(testNS(testNamespace), testNode("node-a", nil), stored)
 	req := testRequest("node-a")
 	req.Template, req.TemplateHash = "", legacy
 	_, err := newEnv(a).ExecuteActivity(a.CreateJob, req)

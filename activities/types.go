@@ -3,101 +3,25 @@
 // activity; every write is idempotent because activities are retried.
 package activities
 
-import "time"
+import (
+	"time"
 
-// Outcome is how one node's rollout ended. The values are part of the public API (status
-// query, results, Node annotations), so they never change spelling.
-type Outcome string
-
-const (
-	OutcomeSucceeded Outcome = "succeeded"
-	OutcomeFailed    Outcome = "failed"
-	OutcomeTimedOut  Outcome = "timedOut"
-	OutcomeSkipped   Outcome = "skipped"
-	OutcomeNodeGone  Outcome = "nodeGone"
-	// OutcomeAborted: the rollout was cancelled while the node's Job ran; the Job was deleted.
-	OutcomeAborted Outcome = "aborted"
-)
-
-// Error types carried by the activities' ApplicationErrors. Callers switch on
-// ApplicationError.Type(); retry policies list the non-retryable ones in NonRetryableErrorTypes.
-// Each is also a reason word of a node's result (ReasonForError); README lists them all.
-const (
-	// ErrInvalidRequest: the request (or the template it names) is malformed, or the API
-	// server rejected a write as invalid; retrying cannot help.
-	ErrInvalidRequest = "InvalidRequest"
-	// ErrForeignObject: a Job with our deterministic name exists but was not made by this rollout.
-	ErrForeignObject = "ForeignObject"
-	// ErrForbidden: the worker's identity may not do what the rollout needs (RBAC).
-	ErrForbidden = "Forbidden"
-	// ErrNodeGone: the node was deleted before or while its Job ran.
-	ErrNodeGone = "NodeGone"
-	// ErrQuotaExceeded: a ResourceQuota of the namespace refused the Job (a 403 that is not
-	// RBAC). Not retried: a quota frees up only when someone acts.
-	ErrQuotaExceeded = "QuotaExceeded"
-	// ErrAdmissionDenied: an admission webhook or ValidatingAdmissionPolicy refused the request.
-	ErrAdmissionDenied = "AdmissionDenied"
-	// ErrAdmissionUnavailable: an admission webhook could not be called ("failed calling
-	// webhook"). RETRYABLE: the webhook may come back; it is a type only so that, when it is
-	// the error the retries end with, the node's reason says what stood in the way.
-	ErrAdmissionUnavailable = "AdmissionUnavailable"
-	// ErrPolicyDenied: the worker's policy (--policy-file) refuses the request or a Job.
-	ErrPolicyDenied = "PolicyDenied"
-	// ErrNotStartedByARollout: the workflow that called a writing activity is not a node
-	// workflow that a running Rollout started (see Lineage).
-	ErrNotStartedByARollout = "NotStartedByARollout"
+	"github.com/noderollout/noderollout/api"
 )
 
 // NonRetryableErrors lists every non-retryable error type above, for
 // RetryPolicy.NonRetryableErrorTypes.
 // ErrQuotaExceeded is not among them: a full quota is retried until the node's deadline (a
 // Job that cannot fit any quota is refused non-retryably by the error itself).
-var NonRetryableErrors = []string{ErrInvalidRequest, ErrForeignObject, ErrForbidden, ErrNodeGone, ErrAdmissionDenied, ErrPolicyDenied,
-	ErrDrainTimedOut, ErrDrainRefused, ErrUnhealthy, ErrNotStartedByARollout}
-
-// Reasons recorded in NodeResult.Reason when the Job itself cannot say. Together with the error
-// types above, the Job conditions' own reasons (BackoffLimitExceeded, DeadlineExceeded,
-// PodFailurePolicy, ...) and the rollout's AlreadyDone and NodeNotFound, they are every reason a
-// node can end with; README's outcome table explains each.
-const (
-	ReasonJobDeleted  = "JobDeleted"
-	ReasonJobTimeout  = "JobTimeout"
-	ReasonNodeDeleted = "NodeDeleted"
-	ReasonAborted     = "Aborted"
-	// ReasonTerminationStuck: the Job's outcome was decided (FailureTarget or SuccessCriteriaMet)
-	// but its Pods did not stop within five minutes; the Job was deleted.
-	ReasonTerminationStuck = "TerminationStuck"
-	// ReasonAPIError: the last error of an activity that ran out of retries was none of ours
-	// (the API server unreachable, 5xx, timeouts).
-	ReasonAPIError = "APIError"
-	// ReasonActivityTimeout: an activity ran past its own timeouts (worker overloaded or gone).
-	ReasonActivityTimeout = "ActivityTimeout"
-	// ReasonRecordedOnNode: the node's workflow task that finalized it was lost and ran again;
-	// the outcome is the one its first run recorded on the Node, the Job's details are gone.
-	ReasonRecordedOnNode = "RecordedOnNode"
-)
-
-// TemplateRef names a Job template kept in a ConfigMap.
-type TemplateRef struct {
-	Namespace string `json:"namespace,omitempty"` // defaults to the rollout's namespace
-	Name      string `json:"name"`
-	Key       string `json:"key,omitempty"` // defaults to "job.yaml"
-}
-
-// OwnerRef is the optional OwnerReference put on every Job, so deleting the owner deletes them.
-type OwnerRef struct {
-	APIVersion string `json:"apiVersion"`
-	Kind       string `json:"kind"`
-	Name       string `json:"name"`
-	UID        string `json:"uid"`
-}
+var NonRetryableErrors = []string{api.ErrInvalidRequest, api.ErrForeignObject, api.ErrForbidden, api.ErrNodeGone, api.ErrAdmissionDenied, api.ErrPolicyDenied,
+	api.ErrDrainTimedOut, api.ErrDrainRefused, api.ErrUnhealthy, api.ErrNotStartedByARollout}
 
 // PrepareTemplateInput asks for the rollout's Job template to be loaded and checked once,
 // before any node starts.
 type PrepareTemplateInput struct {
-	Namespace   string       `json:"namespace"`
-	Template    string       `json:"template,omitempty"`
-	TemplateRef *TemplateRef `json:"templateRef,omitempty"`
+	Namespace   string           `json:"namespace"`
+	Template    string           `json:"template,omitempty"`
+	TemplateRef *api.TemplateRef `json:"templateRef,omitempty"`
 	// Store keeps the template in an immutable ConfigMap named after its hash
 	// (TemplateConfigMapName) and returns the hash alone: CreateJob reads it back by hash, so
 	// the template never travels through the workflow histories.
@@ -159,9 +83,9 @@ type JobRequest struct {
 	// adopts its own Job while a later rollout of the same node makes a fresh one.
 	RunID string `json:"runID"`
 	// Template is the template text; when empty, the one stored under TemplateHash is used.
-	Template     string    `json:"template,omitempty"`
-	TemplateHash string    `json:"templateHash"`
-	Owner        *OwnerRef `json:"owner,omitempty"`
+	Template     string        `json:"template,omitempty"`
+	TemplateHash string        `json:"templateHash"`
+	Owner        *api.OwnerRef `json:"owner,omitempty"`
 	// JobTimeoutSeconds becomes activeDeadlineSeconds when the template sets none.
 	JobTimeoutSeconds int64 `json:"jobTimeoutSeconds"`
 	// TTLSecondsAfterFinished becomes ttlSecondsAfterFinished when the template sets none.
@@ -190,7 +114,7 @@ type JobRef struct {
 	NodeUID string `json:"nodeUID,omitempty"`
 	// Finalized is set instead of a created Job when this run had finalized the node already
 	// (the Node records the run next to its outcome marker): the outcome the marker holds.
-	Finalized Outcome `json:"finalized,omitempty"`
+	Finalized api.Outcome `json:"finalized,omitempty"`
 }
 
 // WaitJobInput asks to wait until the Job finishes, disappears, or runs past its deadline.
@@ -215,33 +139,24 @@ type JobWatch struct {
 
 // JobEnd is how a Job ended, as WaitJob saw it.
 type JobEnd struct {
-	Outcome    Outcome   `json:"outcome"`
-	Reason     string    `json:"reason,omitempty"`
-	Message    string    `json:"message,omitempty"`
-	FinishedAt time.Time `json:"finishedAt"`
+	Outcome    api.Outcome `json:"outcome"`
+	Reason     string      `json:"reason,omitempty"`
+	Message    string      `json:"message,omitempty"`
+	FinishedAt time.Time   `json:"finishedAt"`
 	// PodReason is why the Job's Pod had not finished when the Job timed out, as read just
 	// before the Pod was deleted (see FinalizeResult.PodReason); FinalizeJob reports it.
 	PodReason string `json:"podReason,omitempty"`
 }
 
-// KeepJobs says which finished Jobs FinalizeJob leaves in place for inspection.
-type KeepJobs string
-
-const (
-	KeepNever  KeepJobs = "never"
-	KeepFailed KeepJobs = "failed"
-	KeepAlways KeepJobs = "always"
-)
-
 // FinalizeInput records a node's outcome and tidies up its Job.
 type FinalizeInput struct {
-	Rollout      string   `json:"rollout"`
-	Node         string   `json:"node"`
-	TemplateHash string   `json:"templateHash"`
-	Job          *JobRef  `json:"job,omitempty"` // nil when no Job was created
-	End          JobEnd   `json:"end"`
-	KeepJobs     KeepJobs `json:"keepJobs"`
-	Requester    string   `json:"requester,omitempty"` // recorded on the Node next to the marker
+	Rollout      string       `json:"rollout"`
+	Node         string       `json:"node"`
+	TemplateHash string       `json:"templateHash"`
+	Job          *JobRef      `json:"job,omitempty"` // nil when no Job was created
+	End          JobEnd       `json:"end"`
+	KeepJobs     api.KeepJobs `json:"keepJobs"`
+	Requester    string       `json:"requester,omitempty"` // recorded on the Node next to the marker
 	// RunID is the NodeRollout run finalizing the node, recorded on the Node next to the
 	// marker (see JobRequest.FirstTask); empty in histories from before it, then Job.RunID.
 	RunID string `json:"runID,omitempty"`

@@ -30,8 +30,8 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/noderollout/noderollout/api"
 	"github.com/noderollout/noderollout/bench/floor"
-	"github.com/noderollout/noderollout/workflows"
 )
 
 type config struct {
@@ -200,8 +200,8 @@ func parseFlags(args []string) (config, error) {
 		return c, nil
 	case c.kubeconfig == "" || c.temporalAddress == "" || c.stateDir == "":
 		return c, errors.New("KUBECONFIG, TEMPORAL_ADDRESS and NODEROLLOUT_STATE must point at the local stack (source .stack/env)")
-	case c.parallelism < 1 || c.parallelism > workflows.MaxParallelism:
-		return c, fmt.Errorf("--parallelism: between 1 and %d", workflows.MaxParallelism)
+	case c.parallelism < 1 || c.parallelism > api.MaxParallelism:
+		return c, fmt.Errorf("--parallelism: between 1 and %d", api.MaxParallelism)
 	case c.jobSeconds <= 0:
 		return c, errors.New("--job-seconds must be positive")
 	}

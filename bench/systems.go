@@ -16,10 +16,9 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/noderollout/noderollout/api"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
-
-	"github.com/noderollout/noderollout/workflows"
 )
 
 // Names of the systems, as the CSV's system column spells them. The baseline makes the same
@@ -195,8 +194,8 @@ func freeAddr() (string, error) {
 
 // rolloutRequest is the request the bench starts: every node of the fleet, Jobs deleted as
 // they end, a failure budget that the deterministic failures fit in.
-func rolloutRequest(name string, s runSpec) workflows.RolloutRequest {
-	return workflows.RolloutRequest{
+func rolloutRequest(name string, s runSpec) api.RolloutRequest {
+	return api.RolloutRequest{
 		Name:         name,
 		Namespace:    s.namespace,
 		NodeSelector: s.fleet.selector(),
@@ -208,12 +207,12 @@ func rolloutRequest(name string, s runSpec) workflows.RolloutRequest {
 }
 
 // startRollout starts the Rollout workflow on the bench worker's task queue.
-func startRollout(ctx context.Context, tc client.Client, taskQueue string, req workflows.RolloutRequest) (client.WorkflowRun, error) {
+func startRollout(ctx context.Context, tc client.Client, taskQueue string, req api.RolloutRequest) (client.WorkflowRun, error) {
 	return tc.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
-		ID:                       workflows.RolloutID(req.Name),
+		ID:                       api.RolloutID(req.Name),
 		TaskQueue:                taskQueue,
 		WorkflowExecutionTimeout: 3 * time.Hour,
-	}, workflows.RolloutWorkflow, req)
+	}, api.RolloutWorkflow, req)
 }
 
 // followRollout prints the status query's counts every interval until ctx ends.
@@ -224,11 +223,11 @@ func followRollout(ctx context.Context, tc client.Client, id string, every time.
 			return
 		case <-time.After(every):
 		}
-		v, err := tc.QueryWorkflow(ctx, id, "", workflows.QueryStatus)
+		v, err := tc.QueryWorkflow(ctx, id, "", api.QueryStatus)
 		if err != nil {
 			continue // between two runs of a continue-as-new the query may miss
 		}
-		var st workflows.RolloutStatus
+		var st api.RolloutStatus
 		if v.Get(&st) == nil {
 			c := st.Counts
 			logf("  noderollout t=%3.0fs: %d/%d done (%d failed), %d running, run %d",
@@ -302,8 +301,8 @@ func startWithStarter(ctx context.Context, tc client.Client, bin, temporalAddres
 
 // waitRollout waits for the rollout's last run and returns its result, also when it failed
 // with the result in its error's details.
-func waitRollout(ctx context.Context, tc client.Client, id string) (workflows.RolloutResult, error) {
-	var res workflows.RolloutResult
+func waitRollout(ctx context.Context, tc client.Client, id string) (api.RolloutResult, error) {
+	var res api.RolloutResult
 	err := tc.GetWorkflow(ctx, id, "").Get(ctx, &res)
 	var appErr *temporal.ApplicationError
 	if errors.As(err, &appErr) && appErr.HasDetails() {

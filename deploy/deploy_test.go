@@ -30,9 +30,9 @@ import (
 
 	"github.com/noderollout/noderollout/activities"
 	"github.com/noderollout/noderollout/activities/jobspec"
+	"github.com/noderollout/noderollout/api"
 	"github.com/noderollout/noderollout/internal/config"
 	"github.com/noderollout/noderollout/internal/policy"
-	"github.com/noderollout/noderollout/workflows"
 )
 
 // WorkerRules is the worker's ClusterRole, verb for verb. It changes only together with the
@@ -317,7 +317,7 @@ func TestWorkerDeployment(t *testing.T) {
 			cfg := loadWorkerConfig(t, objs, d)
 			require.Equal(t, "0.0.0.0:9090", cfg.MetricsListen)
 			require.Equal(t, want.temporalAddress, cfg.TemporalAddress)
-			require.Equal(t, workflows.TaskQueue, cfg.TaskQueue)
+			require.Equal(t, api.TaskQueue, cfg.TaskQueue)
 			require.Equal(t, "secret-api-key", cfg.APIKey, "the Secret's api-key reaches the api-key setting")
 			require.Empty(t, cfg.Kubeconfig, "in the cluster the worker uses its ServiceAccount")
 			grace := time.Duration(*pod.TerminationGracePeriodSeconds) * time.Second
@@ -420,10 +420,9 @@ func TestJobTemplateConfigMapExample(t *testing.T) {
 	require.NoError(t, err)
 	asJSON, err := yaml.YAMLToJSON(data)
 	require.NoError(t, err)
-	var req workflows.RolloutRequest
+	var req api.RolloutRequest
 	require.NoError(t, json.Unmarshal(asJSON, &req))
-	_, err = workflows.Validate(req)
-	require.NoError(t, err)
+	require.Empty(t, req.Problems())
 
 	ref := req.JobTemplateRef
 	require.NotNil(t, ref)

@@ -8,7 +8,7 @@ source "$(dirname "$0")/lib.sh"
 "$DEV_DIR/up.sh"
 "$DEV_DIR/nodes.sh" 50 --prefix demo-node- --label noderollout.dev/demo=true
 "$DEV_DIR/worker.sh" start
-# bin/worker and bin/starter, as README's "Using it" runs them afterwards.
+# bin/worker and bin/starter, as README's "A first rollout" runs them afterwards.
 make -C "$REPO_DIR" --no-print-directory build
 # A demo is run again and again: let a finished demo rollout run anew (every node is already
 # done for this template then, so ask for a rerun).

@@ -6,7 +6,7 @@ REPO_DIR=$(dirname "$DEV_DIR")
 CACHE_DIR=${NODEROLLOUT_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/noderollout}
 STATE_DIR=${NODEROLLOUT_STATE:-$REPO_DIR/.stack}
 # Let go.mod's toolchain line choose the Go that builds our modules: a Go installation defaults
-# to GOTOOLCHAIN=local and would build with whatever Go the machine has (README, "Prerequisites").
+# to GOTOOLCHAIN=local and would build with whatever Go the machine has (README, "Two commands").
 export GOTOOLCHAIN=auto
 
 TEMPORAL_CLI_VERSION=1.5.1

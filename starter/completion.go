@@ -8,8 +8,8 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/noderollout/noderollout/api"
 	"github.com/noderollout/noderollout/internal/config"
-	"github.com/noderollout/noderollout/workflows"
 )
 
 // annotationIDPrefix marks a command whose first argument names a workflow prefix+<name>.
@@ -54,9 +54,9 @@ func (a *app) namesFor(cmd *cobra.Command, prefix, toComplete string, withEnded 
 	if _, err := a.client(); err != nil {
 		return nil
 	}
-	workflowType, idPrefix := workflows.RolloutWorkflow, a.rolloutID("")
-	if prefix == workflows.FleetIDPrefix {
-		workflowType, idPrefix = workflows.FleetRolloutWorkflow, workflows.FleetIDPrefix
+	workflowType, idPrefix := api.RolloutWorkflow, a.rolloutID("")
+	if prefix == api.FleetIDPrefix {
+		workflowType, idPrefix = api.FleetRolloutWorkflow, api.FleetIDPrefix
 	}
 	query := fmt.Sprintf("WorkflowType = '%s' AND WorkflowId STARTS_WITH '%s'", workflowType, idPrefix+toComplete)
 	if !withEnded {

@@ -11,12 +11,11 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/noderollout/noderollout/api"
 	"github.com/spf13/cobra"
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
-
-	"github.com/noderollout/noderollout/workflows"
 )
 
 // DryRunIDPrefix starts the workflow ID of every dry run. A rollout's ID starts with
@@ -61,7 +60,7 @@ func dryRunID(rolloutID string) string {
 // dryRunOptions start a dry run: its own ID, never in conflict with another workflow (FAIL,
 // the server's default, is explicit so no later edit turns it into TERMINATE_EXISTING), and
 // an execution timeout so a dry run no worker took ends by itself.
-func (a *app) dryRunOptions(rolloutID, taskQueue string, req workflows.RolloutRequest, timeout time.Duration) client.StartWorkflowOptions {
+func (a *app) dryRunOptions(rolloutID, taskQueue string, req api.RolloutRequest, timeout time.Duration) client.StartWorkflowOptions {
 	return client.StartWorkflowOptions{
 		ID:                       dryRunID(rolloutID),
 		TaskQueue:                taskQueue,
@@ -73,14 +72,23 @@ func (a *app) dryRunOptions(rolloutID, taskQueue string, req workflows.RolloutRe
 	}
 }
 
+// dryRunTimeout is --timeout: how long a dry run waits for a worker to take it.
+func (a *app) dryRunTimeout() (time.Duration, error) {
+	timeout, _ := a.cmd.Flags().GetDuration("timeout")
+	if timeout < time.Second {
+		return 0, usageError{fmt.Sprintf("--timeout %s is too short; give 1s or more, e.g. --timeout 2m", timeout)}
+	}
+	return timeout, nil
+}
+
 func (a *app) dryRun() error {
 	req, err := a.request()
 	if err != nil {
 		return err
 	}
-	timeout, _ := a.cmd.Flags().GetDuration("timeout")
-	if timeout < time.Second {
-		return usageError{fmt.Sprintf("--timeout %s is too short; give 1s or more, e.g. --timeout 2m", timeout)}
+	timeout, err := a.dryRunTimeout()
+	if err != nil {
+		return err
 	}
 	tc, err := a.client()
 	if err != nil {
@@ -95,10 +103,10 @@ func (a *app) dryRun() error {
 
 // runDryRun runs a dry run of req on taskQueue and returns its plan. While no worker takes it,
 // it says so on stderr; it gives up after timeout.
-func (a *app) runDryRun(tc client.Client, rolloutID, taskQueue string, req workflows.RolloutRequest, timeout time.Duration) (workflows.RolloutResult, error) {
+func (a *app) runDryRun(tc client.Client, rolloutID, taskQueue string, req api.RolloutRequest, timeout time.Duration) (api.RolloutResult, error) {
 	req.DryRun = true
-	var res workflows.RolloutResult
-	run, err := tc.ExecuteWorkflow(a.ctx, a.dryRunOptions(rolloutID, taskQueue, req, timeout), workflows.RolloutWorkflow, req)
+	var res api.RolloutResult
+	run, err := tc.ExecuteWorkflow(a.ctx, a.dryRunOptions(rolloutID, taskQueue, req, timeout), api.RolloutWorkflow, req)
 	if err != nil {
 		return res, err
 	}
@@ -145,7 +153,7 @@ func (a *app) noticeNoWorker(ctx context.Context, tc client.Client, id, runID, t
 	}
 }
 
-func printDryRun(w io.Writer, req workflows.RolloutRequest, res workflows.RolloutResult) error {
+func printDryRun(w io.Writer, req api.RolloutRequest, res api.RolloutResult) error {
 	fmt.Fprintf(w, "dry run of %s (template %s): %d nodes selected, %d would run, %d already done, %d missing\n",
 		req.Name, res.TemplateHash, res.Selected, res.Counts.Pending, res.Counts.Skipped, res.Counts.NodeGone)
 	if res.Selected == 0 {

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/noderollout/noderollout/api"
 	"github.com/spf13/cobra"
 	"github.com/stretchr/testify/require"
 	enumspb "go.temporal.io/api/enums/v1"
@@ -15,8 +16,6 @@ import (
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
 	"google.golang.org/grpc"
-
-	"github.com/noderollout/noderollout/workflows"
 )
 
 // startRecorder records the workflows it is asked to start; each run returns a dry run's
@@ -67,7 +66,7 @@ func (r doneRun) GetID() string    { return r.id }
 func (r doneRun) GetRunID() string { return "run" }
 func (r doneRun) Get(_ context.Context, res any) error {
 	if r.result == nil {
-		*res.(*workflows.RolloutResult) = workflows.RolloutResult{Name: "demo", Selected: 1}
+		*res.(*api.RolloutResult) = api.RolloutResult{Name: "demo", Selected: 1}
 		return nil
 	}
 	b, err := json.Marshal(r.result)
@@ -100,9 +99,9 @@ func TestDryRunNeverSharesAnIDOrTerminates(t *testing.T) {
 	}
 	require.Len(t, c.started, 2)
 	for _, o := range c.started {
-		require.NotEqual(t, workflows.RolloutID("demo-dry-run"), o.ID)
-		require.False(t, strings.HasPrefix(o.ID, workflows.RolloutIDPrefix), "%s reads as a rollout's ID", o.ID)
-		require.False(t, strings.HasPrefix(o.ID, workflows.FleetIDPrefix), "%s reads as a fleet's ID", o.ID)
+		require.NotEqual(t, api.RolloutID("demo-dry-run"), o.ID)
+		require.False(t, strings.HasPrefix(o.ID, api.RolloutIDPrefix), "%s reads as a rollout's ID", o.ID)
+		require.False(t, strings.HasPrefix(o.ID, api.FleetIDPrefix), "%s reads as a fleet's ID", o.ID)
 		require.NotEqual(t, enumspb.WORKFLOW_ID_CONFLICT_POLICY_TERMINATE_EXISTING, o.WorkflowIDConflictPolicy)
 		require.NotZero(t, o.WorkflowExecutionTimeout, "a dry run no worker takes ends by itself")
 	}

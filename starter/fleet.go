@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"reflect"
 	"strings"
 	"sync"
 	"text/tabwriter"
@@ -16,8 +15,7 @@ import (
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
 
-	"github.com/noderollout/noderollout/internal/didyoumean"
-	"github.com/noderollout/noderollout/workflows"
+	"github.com/noderollout/noderollout/api"
 )
 
 // fleetCommand steers FleetRollout: one rollout over many clusters, in waves.
@@ -29,7 +27,7 @@ func fleetCommand(a *app) *cobra.Command {
 	}
 	start := &cobra.Command{
 		Use:   "start -f FILE [--wait] [--reason TEXT]",
-		Short: "Start a fleet rollout on the fleet task queue " + workflows.FleetTaskQueue,
+		Short: "Start a fleet rollout on the fleet task queue " + api.FleetTaskQueue,
 		Long: `Start a fleet rollout: workflow FleetRollout, ID fleet-<name>, on the fleet task
 queue. The file is checked first, without a server, as 'starter fleet validate'
 does. With --wait, follow it to the end; exit 1 if it fails.`,
@@ -73,7 +71,7 @@ no fleet or rollout workflow is started. Exit 1 if a cluster's dry run fails.`,
 	}
 	outputFlag(status)
 	steer := []*cobra.Command{status}
-	for _, s := range []string{workflows.SignalPause, workflows.SignalResume} {
+	for _, s := range []string{api.SignalPause, api.SignalResume} {
 		steer = append(steer, &cobra.Command{
 			Use:   s + " ID",
 			Short: s + " the fleet: the next wave and every running cluster's rollout",
@@ -98,7 +96,7 @@ no fleet or rollout workflow is started. Exit 1 if a cluster's dry run fails.`,
 		}),
 	})
 	for _, cmd := range steer {
-		idCommand(workflows.FleetIDPrefix, cmd)
+		idCommand(api.FleetIDPrefix, cmd)
 	}
 	fleet.AddCommand(start, validate, dryRun)
 	fleet.AddCommand(steer...)
@@ -107,30 +105,30 @@ no fleet or rollout workflow is started. Exit 1 if a cluster's dry run fails.`,
 
 // fleet is the Temporal client and the workflow ID of the fleet rollout the command names.
 func (a *app) fleet() (client.Client, string, error) {
-	return a.target(workflows.FleetIDPrefix, workflows.FleetID)
+	return a.target(api.FleetIDPrefix, api.FleetID)
 }
 
 // loadFleetRequest reads a fleet request (YAML or JSON; "-" is stdin) and checks it offline.
-func loadFleetRequest(path string, stdin io.Reader) (workflows.FleetRequest, error) {
+func loadFleetRequest(path string, stdin io.Reader) (api.FleetRequest, error) {
 	name, data, err := readInput(path, stdin)
 	if err != nil {
-		return workflows.FleetRequest{}, err
+		return api.FleetRequest{}, err
 	}
 	return parseFleetRequest(name, data)
 }
 
 // parseFleetRequest checks a fleet request as the FleetRollout workflow does, with its nested
 // rollout checked as 'starter validate' checks a rollout.
-func parseFleetRequest(name string, data []byte) (workflows.FleetRequest, error) {
-	var req workflows.FleetRequest
-	bad := func(problems ...string) (workflows.FleetRequest, error) {
+func parseFleetRequest(name string, data []byte) (api.FleetRequest, error) {
+	var req api.FleetRequest
+	bad := func(problems ...string) (api.FleetRequest, error) {
 		return req, &invalidRequest{path: name, what: "fleet rollout request", problems: problems}
 	}
 	asJSON, lang, err := toJSON(name, data)
 	if err != nil {
 		return bad(err.Error())
 	}
-	var fields, rollout map[string]json.RawMessage
+	var fields map[string]json.RawMessage
 	if err := json.Unmarshal(asJSON, &fields); err != nil {
 		return bad(fmt.Sprintf("the file must hold one %s object with the fleet request's fields (name, waves, rollout, ...); correct the %s", lang, lang))
 	}
@@ -142,32 +140,23 @@ func parseFleetRequest(name string, data []byte) (workflows.FleetRequest, error)
 	}
 	// Unknown fields at any depth, with a suggestion: encoding/json would drop a misspelt
 	// maxFailedClusters and leave the budget at 0.
-	unknown := didyoumean.UnknownFields(fields, reflect.TypeOf(req), "")
-	// The rollout decodes itself (RolloutRequest.UnmarshalJSON), so the walk leaves it to us.
-	if json.Unmarshal(fields["rollout"], &rollout) == nil {
-		unknown = append(unknown, didyoumean.UnknownFields(rollout, reflect.TypeOf(req.Rollout), "rollout.", "progress")...)
-	}
-	problems := unknownFields(unknown)
-	if err := workflows.ValidateFleet(req); err != nil {
-		for _, p := range validationProblems(err) {
-			if strings.Contains(p, "unknown field") && len(problems) > 0 || followsFromTypo(p, unknown) {
-				continue
-			}
-			problems = append(problems, strings.ReplaceAll(withTypeHint(p, fields), "correct the JSON", "correct the "+lang))
-		}
-	}
-	if len(problems) > 0 {
+	if problems := readableProblems(req.Problems(), req.UnknownFields(), fields, lang); len(problems) > 0 {
 		return bad(problems...)
 	}
 	return req, nil
 }
 
-func (a *app) startFleet() error {
+// fleetFile is the fleet request of -f, checked offline.
+func (a *app) fleetFile() (api.FleetRequest, error) {
 	path, err := a.filePath("the fleet request (see deploy/examples/fleet.yaml)")
 	if err != nil {
-		return err
+		return api.FleetRequest{}, err
 	}
-	req, err := a.fleetRequest(path)
+	return a.fleetRequest(path)
+}
+
+func (a *app) startFleet() error {
+	req, err := a.fleetFile()
 	if err != nil {
 		return err
 	}
@@ -176,30 +165,18 @@ func (a *app) startFleet() error {
 		return err
 	}
 	run, err := tc.ExecuteWorkflow(a.ctx, client.StartWorkflowOptions{
-		ID:                       workflows.FleetID(req.Name),
-		TaskQueue:                workflows.FleetTaskQueue,
+		ID:                       api.FleetID(req.Name),
+		TaskQueue:                api.FleetTaskQueue,
 		WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_FAIL,
 		WorkflowIDReusePolicy:    enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE_FAILED_ONLY,
 		StaticSummary:            fmt.Sprintf("fleet rollout %s over %d waves, requested by %s", req.Name, len(req.Waves), requester()),
 		// The fleet hands its requester to every cluster's rollout.
 		Memo: a.requesterMemo(),
-	}, workflows.FleetRolloutWorkflow, req)
+	}, api.FleetRolloutWorkflow, req)
 	if err != nil {
 		return err
 	}
-	s := started{Name: req.Name, WorkflowID: run.GetID(), RunID: run.GetRunID(), UI: a.uiLink(run.GetID())}
-	wait := a.flagBool("wait")
-	if wait && a.forMachines() {
-		return a.followFleet(run.GetID())
-	}
-	err = a.print(s, func(w io.Writer) error {
-		_, err := fmt.Fprintf(w, "started fleet rollout %s\n  workflow ID: %s\n  run ID:      %s\n  UI:          %s\n", s.Name, s.WorkflowID, s.RunID, s.UI)
-		return err
-	})
-	if err != nil || !wait {
-		return err
-	}
-	return a.followFleet(run.GetID())
+	return a.started("fleet rollout", req.Name, run, a.followFleet)
 }
 
 // followFleet prints each change of the fleet's clusters until it ends, then its result; an
@@ -208,7 +185,7 @@ func (a *app) startFleet() error {
 func (a *app) followFleet(id string) error {
 	quiet := a.forMachines()
 	done := make(chan struct{})
-	var res workflows.FleetResult
+	var res api.FleetResult
 	var runErr error
 	go func() {
 		runErr = a.tc.GetWorkflow(a.ctx, id, "").Get(a.ctx, &res)
@@ -250,11 +227,11 @@ func (a *app) followFleet(id string) error {
 }
 
 // fleetLine is one line of a fleet's progress: its phase and wave, and each cluster's state.
-func fleetLine(st workflows.FleetStatus) string {
+func fleetLine(st api.FleetStatus) string {
 	parts := make([]string, 0, len(st.Clusters))
 	for _, c := range st.Clusters {
 		part := c.Cluster + " " + c.State
-		if c.Counts != nil && c.State == workflows.ClusterRunning {
+		if c.Counts != nil && c.State == api.ClusterRunning {
 			part += fmt.Sprintf(" (%d/%d done)", c.Counts.Finished(), c.Counts.Finished()+c.Counts.Pending+c.Counts.Running+c.Counts.Waiting)
 		}
 		parts = append(parts, part)
@@ -262,9 +239,9 @@ func fleetLine(st workflows.FleetStatus) string {
 	return fmt.Sprintf("fleet %s: %s, wave %d of %d: %s", st.Name, st.Phase, st.Wave, st.Waves, strings.Join(parts, ", "))
 }
 
-func (a *app) queryFleet(id string) (workflows.FleetStatus, error) {
-	var st workflows.FleetStatus
-	v, err := a.tc.QueryWorkflow(a.ctx, id, "", workflows.QueryStatus)
+func (a *app) queryFleet(id string) (api.FleetStatus, error) {
+	var st api.FleetStatus
+	v, err := a.tc.QueryWorkflow(a.ctx, id, "", api.QueryStatus)
 	if err != nil {
 		return st, err
 	}
@@ -273,10 +250,10 @@ func (a *app) queryFleet(id string) (workflows.FleetStatus, error) {
 
 // fleetValidation is what fleet validate prints with -o json|yaml.
 type fleetValidation struct {
-	File     string                  `json:"file"`
-	Valid    bool                    `json:"valid"`
-	Problems []string                `json:"problems,omitempty"`
-	Request  *workflows.FleetRequest `json:"request,omitempty"`
+	File     string            `json:"file"`
+	Valid    bool              `json:"valid"`
+	Problems []string          `json:"problems,omitempty"`
+	Request  *api.FleetRequest `json:"request,omitempty"`
 }
 
 func (a *app) validateFleet() error {
@@ -311,7 +288,7 @@ func (a *app) validateFleet() error {
 	})
 }
 
-func fleetRolloutName(req workflows.FleetRequest) string {
+func fleetRolloutName(req api.FleetRequest) string {
 	if req.Rollout.Name != "" {
 		return req.Rollout.Name
 	}
@@ -320,24 +297,20 @@ func fleetRolloutName(req workflows.FleetRequest) string {
 
 // clusterDryRun is one cluster's part of fleet dry-run.
 type clusterDryRun struct {
-	Cluster string                   `json:"cluster"`
-	Wave    int                      `json:"wave"`
-	Plan    *workflows.RolloutResult `json:"plan,omitempty"`
-	Error   string                   `json:"error,omitempty"`
+	Cluster string             `json:"cluster"`
+	Wave    int                `json:"wave"`
+	Plan    *api.RolloutResult `json:"plan,omitempty"`
+	Error   string             `json:"error,omitempty"`
 }
 
 func (a *app) dryRunFleet() error {
-	path, err := a.filePath("the fleet request (see deploy/examples/fleet.yaml)")
+	req, err := a.fleetFile()
 	if err != nil {
 		return err
 	}
-	req, err := a.fleetRequest(path)
+	timeout, err := a.dryRunTimeout()
 	if err != nil {
 		return err
-	}
-	timeout, _ := a.cmd.Flags().GetDuration("timeout")
-	if timeout < time.Second {
-		return usageError{fmt.Sprintf("--timeout %s is too short; give 1s or more, e.g. --timeout 2m", timeout)}
 	}
 	tc, err := a.client()
 	if err != nil {
@@ -347,7 +320,7 @@ func (a *app) dryRunFleet() error {
 	rollout.Name = fleetRolloutName(req)
 	base := req.TaskQueue
 	if base == "" {
-		base = workflows.TaskQueue
+		base = api.TaskQueue
 	}
 	var plans []clusterDryRun
 	for w, wave := range req.Waves {
@@ -360,8 +333,8 @@ func (a *app) dryRunFleet() error {
 		wg.Add(1)
 		go func(p *clusterDryRun) {
 			defer wg.Done()
-			cl := workflows.Cluster{Name: p.Cluster}
-			res, err := a.runDryRun(tc, cl.RolloutID(rollout.Name), workflows.ClusterTaskQueue(base, p.Cluster), rollout, timeout)
+			cl := api.Cluster{Name: p.Cluster}
+			res, err := a.runDryRun(tc, cl.RolloutID(rollout.Name), api.ClusterTaskQueue(base, p.Cluster), rollout, timeout)
 			if err != nil {
 				p.Error = humanError(err)
 				return
@@ -402,7 +375,7 @@ func (a *app) dryRunFleet() error {
 }
 
 // printFleet draws the fleet's clusters.
-func printFleet(w io.Writer, st workflows.FleetStatus) error {
+func printFleet(w io.Writer, st api.FleetStatus) error {
 	phase := st.Phase
 	if phase == "draining" {
 		phase = "draining (starting no more clusters)"

@@ -9,11 +9,10 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/noderollout/noderollout/api"
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/temporal"
 	"golang.org/x/term"
-
-	"github.com/noderollout/noderollout/workflows"
 )
 
 // followInterval is how often --wait and status -w ask the rollout for its status.
@@ -31,7 +30,7 @@ func (a *app) follow(id string) error {
 	tty, _ := terminal(a.out)
 	quiet := a.forMachines()
 	done := make(chan struct{})
-	var res workflows.RolloutResult
+	var res api.RolloutResult
 	var runErr error
 	go func() {
 		res, runErr = a.result(id)
@@ -74,7 +73,7 @@ func (a *app) follow(id string) error {
 
 // changeLine is the progress that is worth a line of its own when it changes: the counts and
 // the phase, not the rate or the ETA, which change every time.
-func changeLine(st workflows.RolloutStatus) string {
+func changeLine(st api.RolloutStatus) string {
 	c := st.Counts
 	done := c.Finished()
 	line := fmt.Sprintf("%d/%d done, %d failed, %d in flight", done, max(st.Selected, done), c.Failures(), c.Running)
@@ -85,7 +84,7 @@ func changeLine(st workflows.RolloutStatus) string {
 }
 
 // ended prints the ended rollout and decides the exit code.
-func (a *app) ended(id string, res workflows.RolloutResult, runErr error, endLine bool) error {
+func (a *app) ended(id string, res api.RolloutResult, runErr error, endLine bool) error {
 	status := enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED
 	if runErr != nil {
 		status = enumspb.WORKFLOW_EXECUTION_STATUS_FAILED
@@ -120,24 +119,24 @@ type rolloutView struct {
 	// Status is the workflow's: Running, Completed, Failed, Canceled, Terminated, TimedOut.
 	Status string `json:"status"`
 	// Phase is running, paused, a pacing wait or draining while it runs, and done once it ended.
-	Phase        string           `json:"phase"`
-	Name         string           `json:"name"`
-	TemplateHash string           `json:"templateHash"`
-	Parallelism  int              `json:"parallelism,omitempty"`
-	Window       int              `json:"window,omitempty"`
-	Selected     int              `json:"selected"`
-	ListingDone  bool             `json:"listingDone"`
-	Counts       workflows.Counts `json:"counts"`
-	Waiting      []string         `json:"waiting,omitempty"`
+	Phase        string     `json:"phase"`
+	Name         string     `json:"name"`
+	TemplateHash string     `json:"templateHash"`
+	Parallelism  int        `json:"parallelism,omitempty"`
+	Window       int        `json:"window,omitempty"`
+	Selected     int        `json:"selected"`
+	ListingDone  bool       `json:"listingDone"`
+	Counts       api.Counts `json:"counts"`
+	Waiting      []string   `json:"waiting,omitempty"`
 	// WaitingForClusterSlot and Pacing are what the table shows of a running rollout.
-	WaitingForClusterSlot []string                `json:"waitingForClusterSlot,omitempty"`
-	Pacing                *workflows.PacingStatus `json:"pacing,omitempty"`
-	Recent                []workflows.NodeResult  `json:"recent,omitempty"`
-	Failures              []workflows.NodeResult  `json:"failures,omitempty"`
-	ContinuedAsNew        int                     `json:"continuedAsNew"`
-	StartedAt             time.Time               `json:"startedAt"`
-	FinishedAt            *time.Time              `json:"finishedAt,omitempty"`
-	Error                 string                  `json:"error,omitempty"`
+	WaitingForClusterSlot []string          `json:"waitingForClusterSlot,omitempty"`
+	Pacing                *api.PacingStatus `json:"pacing,omitempty"`
+	Recent                []api.NodeResult  `json:"recent,omitempty"`
+	Failures              []api.NodeResult  `json:"failures,omitempty"`
+	ContinuedAsNew        int               `json:"continuedAsNew"`
+	StartedAt             time.Time         `json:"startedAt"`
+	FinishedAt            *time.Time        `json:"finishedAt,omitempty"`
+	Error                 string            `json:"error,omitempty"`
 	// Requester and Reason come from the memo the starter wrote; empty when started otherwise.
 	Requester string `json:"requester,omitempty"`
 	Reason    string `json:"reason,omitempty"`
@@ -146,7 +145,7 @@ type rolloutView struct {
 	InFlightError string     `json:"inFlightError,omitempty"`
 }
 
-func runningView(id string, st workflows.RolloutStatus) rolloutView {
+func runningView(id string, st api.RolloutStatus) rolloutView {
 	return rolloutView{
 		WorkflowID: id, Status: "Running", Phase: st.Phase, Name: st.Name, TemplateHash: st.TemplateHash,
 		Parallelism: st.Parallelism, Window: st.Window, Selected: st.Selected, ListingDone: st.ListingDone,
@@ -156,7 +155,7 @@ func runningView(id string, st workflows.RolloutStatus) rolloutView {
 	}
 }
 
-func endedView(id string, status enumspb.WorkflowExecutionStatus, res workflows.RolloutResult, runErr error) rolloutView {
+func endedView(id string, status enumspb.WorkflowExecutionStatus, res api.RolloutResult, runErr error) rolloutView {
 	v := rolloutView{
 		WorkflowID: id, Status: strings.TrimPrefix(status.String(), "WorkflowExecutionStatus"), Phase: "done",
 		Name: res.Name, TemplateHash: res.TemplateHash, Selected: res.Selected, ListingDone: true,
@@ -174,8 +173,8 @@ func endedView(id string, status enumspb.WorkflowExecutionStatus, res workflows.
 
 // result waits for the rollout (following continue-as-new) and reads its result, which a
 // failed rollout carries in its error's details.
-func (a *app) result(id string) (workflows.RolloutResult, error) {
-	var res workflows.RolloutResult
+func (a *app) result(id string) (api.RolloutResult, error) {
+	var res api.RolloutResult
 	err := a.tc.GetWorkflow(a.ctx, id, "").Get(a.ctx, &res)
 	if err == nil {
 		return res, nil
@@ -190,7 +189,7 @@ func (a *app) result(id string) (workflows.RolloutResult, error) {
 
 // progressLine is one line of at most width columns (0: no limit): the bar and the counts
 // first, the rate, ETA and phase only where they fit, so a narrow terminal never wraps it.
-func progressLine(st workflows.RolloutStatus, elapsed time.Duration, width int) string {
+func progressLine(st api.RolloutStatus, elapsed time.Duration, width int) string {
 	c := st.Counts
 	done := c.Finished()
 	total := max(st.Selected, done)
@@ -256,14 +255,14 @@ func truncate(s string, width int) string {
 // phaseText spells out the rollout's phase where its word alone misleads: a rollout's
 // "draining" starts no more nodes (all started, the failure budget spent, or an abort) and
 // waits for those in flight; it has nothing to do with draining a node of its Pods.
-func phaseText(st workflows.RolloutStatus) string {
+func phaseText(st api.RolloutStatus) string {
 	if st.Phase != "draining" {
 		return st.Phase
 	}
 	return fmt.Sprintf("draining (starting no more nodes; waiting for %d in flight)", st.Counts.Running+st.Counts.Waiting)
 }
 
-func printStatus(w io.Writer, st workflows.RolloutStatus) {
+func printStatus(w io.Writer, st api.RolloutStatus) {
 	c := st.Counts
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintf(tw, "ROLLOUT\t%s\n", st.Name)
@@ -286,7 +285,7 @@ func printStatus(w io.Writer, st workflows.RolloutStatus) {
 	printNodes(w, "RECENT", st.Recent)
 }
 
-func printResult(w io.Writer, res workflows.RolloutResult) {
+func printResult(w io.Writer, res api.RolloutResult) {
 	c := res.Counts
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintf(tw, "ROLLOUT\tSELECTED\tSUCCEEDED\tFAILED\tTIMED OUT\tSKIPPED\tNODE GONE\tDURATION\n")
@@ -296,7 +295,7 @@ func printResult(w io.Writer, res workflows.RolloutResult) {
 	printNodes(w, "FAILED NODES", res.Failures)
 }
 
-func printNodes(w io.Writer, title string, nodes []workflows.NodeResult) {
+func printNodes(w io.Writer, title string, nodes []api.NodeResult) {
 	if len(nodes) == 0 {
 		return
 	}

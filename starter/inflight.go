@@ -10,12 +10,11 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/noderollout/noderollout/api"
 	commonpb "go.temporal.io/api/common/v1"
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/converter"
-
-	"github.com/noderollout/noderollout/workflows"
 )
 
 // maxInFlightShown bounds the node workflows status describes: one call each.
@@ -102,7 +101,7 @@ func (a *app) inFlight(id string) ([]nodeStep, error) {
 // stepOf reads a node workflow's description: its pending regular activity, if any, is the step.
 func stepOf(d *workflowservice.DescribeWorkflowExecutionResponse) nodeStep {
 	info := d.GetWorkflowExecutionInfo()
-	id := strings.TrimPrefix(info.GetExecution().GetWorkflowId(), workflows.NodeIDPrefix)
+	id := strings.TrimPrefix(info.GetExecution().GetWorkflowId(), api.NodeIDPrefix)
 	s := nodeStep{Node: id[strings.LastIndex(id, ":")+1:], Step: "job", Since: info.GetStartTime().AsTime()}
 	for _, p := range d.GetPendingActivities() {
 		word, ok := stepWords[p.GetActivityType().GetName()]
@@ -187,11 +186,11 @@ const (
 
 // queryStep asks a node workflow which step it is at; false when it cannot say (one from
 // before the query, or its worker is not answering).
-func (a *app) queryStep(id, runID string) (workflows.NodeStep, bool) {
-	var q workflows.NodeStep
+func (a *app) queryStep(id, runID string) (api.NodeStep, bool) {
+	var q api.NodeStep
 	ctx, cancel := context.WithTimeout(a.ctx, stepQueryTimeout)
 	defer cancel()
-	v, err := a.tc.QueryWorkflow(ctx, id, runID, workflows.QueryNodeStep)
+	v, err := a.tc.QueryWorkflow(ctx, id, runID, api.QueryNodeStep)
 	if err != nil || v.Get(&q) != nil || q.Step == "" {
 		return q, false
 	}
@@ -200,7 +199,7 @@ func (a *app) queryStep(id, runID string) (workflows.NodeStep, bool) {
 
 // exactStep is the node's step as its workflow names it, with the progress its pending
 // activity's heartbeat tells: the Pods a drain has left, how far a soak is.
-func exactStep(s nodeStep, q workflows.NodeStep, d *workflowservice.DescribeWorkflowExecutionResponse, now time.Time) nodeStep {
+func exactStep(s nodeStep, q api.NodeStep, d *workflowservice.DescribeWorkflowExecutionResponse, now time.Time) nodeStep {
 	s.Since = q.Since
 	var details []*commonpb.Payload
 	for _, p := range d.GetPendingActivities() {
@@ -210,28 +209,28 @@ func exactStep(s nodeStep, q workflows.NodeStep, d *workflowservice.DescribeWork
 	dc := converter.GetDefaultDataConverter()
 	length := time.Duration(q.Seconds) * time.Second
 	switch q.Step {
-	case workflows.NodeStepCordon:
+	case api.NodeStepCordon:
 		s.Step = "cordon"
-	case workflows.NodeStepDrain:
+	case api.NodeStepDrain:
 		s.Step = "drain"
 		var evicted, left int
 		if len(details) >= 2 && dc.FromPayload(details[0], &evicted) == nil && dc.FromPayload(details[1], &left) == nil {
 			s.Step = fmt.Sprintf("drain (%d %s left)", left, map[bool]string{true: "Pod", false: "Pods"}[left == 1])
 			s.Progress = fmt.Sprintf("%d evicted", evicted)
 		}
-	case workflows.NodeStepJob:
+	case api.NodeStepJob:
 		s.Step = "job running"
 		if q.Job != "" {
 			s.Progress = "Job " + q.Job
 		}
-	case workflows.NodeStepRelease:
+	case api.NodeStepRelease:
 		s.Step = "deleting Job " + q.Job + ", waiting for its Pods to go"
 		s.Progress = ""
-	case workflows.NodeStepFinalize:
+	case api.NodeStepFinalize:
 		s.Step = "recording the outcome on the Node"
-	case workflows.NodeStepHealth:
+	case api.NodeStepHealth:
 		s.Step = fmt.Sprintf("health: waiting for the node's conditions (timeout %s)", length)
-	case workflows.NodeStepSoak:
+	case api.NodeStepSoak:
 		// The soak holds from the time the node was first seen healthy, which it heartbeats.
 		since := q.Since
 		var healthy time.Time
@@ -240,7 +239,7 @@ func exactStep(s nodeStep, q workflows.NodeStep, d *workflowservice.DescribeWork
 		}
 		elapsed := min(max(now.Sub(since), 0), length).Round(time.Second)
 		s.Step = fmt.Sprintf("soak %s/%s", elapsed, length)
-	case workflows.NodeStepUncordon:
+	case api.NodeStepUncordon:
 		s.Step = "uncordon"
 	default:
 		s.Step = q.Step

@@ -10,13 +10,12 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/noderollout/noderollout/api"
 	"github.com/spf13/cobra"
 	enumspb "go.temporal.io/api/enums/v1"
 	workflowpb "go.temporal.io/api/workflow/v1"
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/converter"
-
-	"github.com/noderollout/noderollout/workflows"
 )
 
 // listStates are the states list --state takes, as Temporal's ExecutionStatus values.
@@ -79,14 +78,14 @@ type rolloutItem struct {
 	StartedAt  time.Time  `json:"startedAt"`
 	ClosedAt   *time.Time `json:"closedAt,omitempty"`
 	// Phase and Counts of a running rollout, from its status query ("" when it did not answer).
-	Phase        string            `json:"phase,omitempty"`
-	Selected     int               `json:"selected,omitempty"`
-	Counts       *workflows.Counts `json:"counts,omitempty"`
-	Requester    string            `json:"requester,omitempty"`
-	Reason       string            `json:"reason,omitempty"`
-	TemplateHash string            `json:"templateHash,omitempty"`
-	Namespace    string            `json:"namespace,omitempty"`
-	NodeSelector string            `json:"nodeSelector,omitempty"`
+	Phase        string      `json:"phase,omitempty"`
+	Selected     int         `json:"selected,omitempty"`
+	Counts       *api.Counts `json:"counts,omitempty"`
+	Requester    string      `json:"requester,omitempty"`
+	Reason       string      `json:"reason,omitempty"`
+	TemplateHash string      `json:"templateHash,omitempty"`
+	Namespace    string      `json:"namespace,omitempty"`
+	NodeSelector string      `json:"nodeSelector,omitempty"`
 }
 
 func (a *app) list() error {
@@ -105,7 +104,7 @@ func (a *app) list() error {
 	if _, err := a.client(); err != nil {
 		return err
 	}
-	base := fmt.Sprintf("WorkflowType = '%s' AND WorkflowId STARTS_WITH '%s'", workflows.RolloutWorkflow, a.rolloutID(""))
+	base := fmt.Sprintf("WorkflowType = '%s' AND WorkflowId STARTS_WITH '%s'", api.RolloutWorkflow, a.rolloutID(""))
 	var execs []*workflowpb.WorkflowExecutionInfo
 	if len(statuses) == 0 {
 		// Every running rollout, then the latest ended ones.
@@ -181,7 +180,7 @@ func (a *app) listWorkflows(query string, limit int) ([]*workflowpb.WorkflowExec
 
 // rolloutName is the name in a rollout's workflow ID (rollout-<name>, rollout-<cluster>:<name>).
 func rolloutName(id string) string {
-	name := strings.TrimPrefix(id, workflows.RolloutIDPrefix)
+	name := strings.TrimPrefix(id, api.RolloutIDPrefix)
 	return name[strings.LastIndex(name, ":")+1:]
 }
 
@@ -198,8 +197,8 @@ func itemOf(e *workflowpb.WorkflowExecutionInfo) rolloutItem {
 		it.ClosedAt = &t
 	}
 	memo := e.GetMemo()
-	it.Requester = memoString(memo, workflows.MemoRequester)
-	it.Reason = memoString(memo, workflows.MemoReason)
+	it.Requester = memoString(memo, api.MemoRequester)
+	it.Reason = memoString(memo, api.MemoReason)
 	it.TemplateHash = memoString(memo, "templateHash")
 	it.Namespace = memoString(memo, "namespace")
 	it.NodeSelector = memoString(memo, "nodeSelector")
@@ -230,11 +229,11 @@ func (a *app) addProgress(items []rolloutItem) {
 			defer wg.Done()
 			ctx, cancel := context.WithTimeout(a.ctx, listQueryTimeout)
 			defer cancel()
-			v, err := a.tc.QueryWorkflow(ctx, it.WorkflowID, it.RunID, workflows.QueryStatus)
+			v, err := a.tc.QueryWorkflow(ctx, it.WorkflowID, it.RunID, api.QueryStatus)
 			if err != nil {
 				return
 			}
-			var st workflows.RolloutStatus
+			var st api.RolloutStatus
 			if v.Get(&st) != nil {
 				return
 			}

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/noderollout/noderollout/api"
 	"github.com/stretchr/testify/require"
 	commonpb "go.temporal.io/api/common/v1"
 	enumspb "go.temporal.io/api/enums/v1"
@@ -16,8 +17,6 @@ import (
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/converter"
 	"google.golang.org/protobuf/types/known/timestamppb"
-
-	"github.com/noderollout/noderollout/workflows"
 )
 
 // visibility answers list queries from a fixed set of rollouts and status queries from
@@ -25,7 +24,7 @@ import (
 type visibility struct {
 	client.Client
 	execs    []*workflowpb.WorkflowExecutionInfo
-	statuses map[string]workflows.RolloutStatus
+	statuses map[string]api.RolloutStatus
 	queries  []string
 }
 
@@ -69,12 +68,12 @@ func (e encodedValue) Get(v any) error {
 
 func execution(name string, status enumspb.WorkflowExecutionStatus, started time.Time, requester string) *workflowpb.WorkflowExecutionInfo {
 	memo := &commonpb.Memo{Fields: map[string]*commonpb.Payload{}}
-	for k, v := range map[string]any{workflows.MemoRequester: requester, "templateHash": "abc123", "namespace": "kube-system", "nodeSelector": "kata=true"} {
+	for k, v := range map[string]any{api.MemoRequester: requester, "templateHash": "abc123", "namespace": "kube-system", "nodeSelector": "kata=true"} {
 		memo.Fields[k], _ = converter.GetDefaultDataConverter().ToPayload(v)
 	}
 	e := &workflowpb.WorkflowExecutionInfo{
-		Execution: &commonpb.WorkflowExecution{WorkflowId: workflows.RolloutID(name), RunId: "run-" + name},
-		Type:      &commonpb.WorkflowType{Name: workflows.RolloutWorkflow},
+		Execution: &commonpb.WorkflowExecution{WorkflowId: api.RolloutID(name), RunId: "run-" + name},
+		Type:      &commonpb.WorkflowType{Name: api.RolloutWorkflow},
 		Status:    status,
 		StartTime: timestamppb.New(started),
 		Memo:      memo,
@@ -93,9 +92,9 @@ func listFixture() *visibility {
 			execution("kernel", enumspb.WORKFLOW_EXECUTION_STATUS_FAILED, t0.Add(-time.Hour), "bob@host"),
 			execution("firmware", enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED, t0.Add(-2*time.Hour), "ann@host"),
 		},
-		statuses: map[string]workflows.RolloutStatus{
-			workflows.RolloutID("kata"): {Name: "kata", Phase: "paused", Selected: 50, ListingDone: true,
-				Counts: workflows.Counts{Succeeded: 12, Failed: 1, Running: 3}},
+		statuses: map[string]api.RolloutStatus{
+			api.RolloutID("kata"): {Name: "kata", Phase: "paused", Selected: 50, ListingDone: true,
+				Counts: api.Counts{Succeeded: 12, Failed: 1, Running: 3}},
 		},
 	}
 }
@@ -146,7 +145,7 @@ func TestJSONPathAndNameOutputs(t *testing.T) {
 	require.NotContains(t, errOut, "temporal at")
 
 	var buf strings.Builder
-	require.NoError(t, printJSONPath(&buf, ".counts.succeeded", rolloutView{Counts: workflows.Counts{Succeeded: 7}}))
+	require.NoError(t, printJSONPath(&buf, ".counts.succeeded", rolloutView{Counts: api.Counts{Succeeded: 7}}))
 	require.Equal(t, "7\n", buf.String())
 	require.Equal(t, []string{"kata"}, rolloutView{Name: "kata"}.names())
 }

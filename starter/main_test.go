@@ -10,11 +10,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/noderollout/noderollout/api"
 	"github.com/stretchr/testify/require"
 	enumspb "go.temporal.io/api/enums/v1"
 	"sigs.k8s.io/yaml"
-
-	"github.com/noderollout/noderollout/workflows"
 )
 
 // closedAddress is a local port nothing listens on: a command that dials fails there.
@@ -143,8 +142,8 @@ func TestRunningAndEndedRolloutsShareOneJSONShape(t *testing.T) {
 		return ks
 	}
 	now := time.Now()
-	running := runningView("rollout-a", workflows.RolloutStatus{Name: "a", Phase: "running", Selected: 3, Parallelism: 2, Window: 2, StartedAt: now})
-	ended := endedView("rollout-a", enumspb.WORKFLOW_EXECUTION_STATUS_FAILED, workflows.RolloutResult{Name: "a", Selected: 3, StartedAt: now, FinishedAt: now}, errors.New("over budget"))
+	running := runningView("rollout-a", api.RolloutStatus{Name: "a", Phase: "running", Selected: 3, Parallelism: 2, Window: 2, StartedAt: now})
+	ended := endedView("rollout-a", enumspb.WORKFLOW_EXECUTION_STATUS_FAILED, api.RolloutResult{Name: "a", Selected: 3, StartedAt: now, FinishedAt: now}, errors.New("over budget"))
 	require.Equal(t, "Running", running.Status)
 	require.Equal(t, "Failed", ended.Status)
 	for _, k := range []string{"workflowId", "status", "phase", "name", "selected", "counts", "startedAt"} {
@@ -161,7 +160,7 @@ func TestWaitOnARolloutThatSelectedNoNode(t *testing.T) {
 		if allow {
 			require.NoError(t, a.cmd.Flags().Parse([]string{"--allow-empty"}))
 		}
-		err := a.ended("rollout-demo", workflows.RolloutResult{Name: "demo"}, nil, false)
+		err := a.ended("rollout-demo", api.RolloutResult{Name: "demo"}, nil, false)
 		if allow {
 			require.NoError(t, err)
 			continue
@@ -173,8 +172,8 @@ func TestWaitOnARolloutThatSelectedNoNode(t *testing.T) {
 }
 
 func TestProgressLineFitsTheTerminal(t *testing.T) {
-	st := workflows.RolloutStatus{Phase: "running", Selected: 10000, ListingDone: true,
-		Counts: workflows.Counts{Succeeded: 4321, Failed: 12, Running: 100, Waiting: 3}}
+	st := api.RolloutStatus{Phase: "running", Selected: 10000, ListingDone: true,
+		Counts: api.Counts{Succeeded: 4321, Failed: 12, Running: 100, Waiting: 3}}
 	for _, width := range []int{20, 40, 60, 80, 100, 200} {
 		line := progressLine(st, 90*time.Second, width)
 		require.LessOrEqual(t, len([]rune(line)), width-1, "width %d: %q", width, line)
@@ -185,7 +184,7 @@ func TestProgressLineFitsTheTerminal(t *testing.T) {
 }
 
 func TestStatusSaysADrainingRolloutStartsNoMoreNodes(t *testing.T) {
-	phaseLine := func(st workflows.RolloutStatus) string {
+	phaseLine := func(st api.RolloutStatus) string {
 		var b bytes.Buffer
 		printStatus(&b, st)
 		for _, l := range strings.Split(b.String(), "\n") {
@@ -195,9 +194,9 @@ func TestStatusSaysADrainingRolloutStartsNoMoreNodes(t *testing.T) {
 		}
 		return ""
 	}
-	draining := workflows.RolloutStatus{Phase: "draining", Counts: workflows.Counts{Running: 3, Waiting: 1, Failed: 9}}
+	draining := api.RolloutStatus{Phase: "draining", Counts: api.Counts{Running: 3, Waiting: 1, Failed: 9}}
 	require.Equal(t, "PHASE draining (starting no more nodes; waiting for 4 in flight)", phaseLine(draining))
-	require.Equal(t, "PHASE paused", phaseLine(workflows.RolloutStatus{Phase: "paused", Counts: draining.Counts}))
+	require.Equal(t, "PHASE paused", phaseLine(api.RolloutStatus{Phase: "paused", Counts: draining.Counts}))
 }
 
 func TestHumanErrorDropsTheSDKsTypeSuffix(t *testing.T) {
@@ -219,8 +218,8 @@ func TestScheduleCreateRefusesANegativeEvery(t *testing.T) {
 // and the pacing (window, canaries, per-domain counts).
 func TestRunningStatusJSONKeepsClusterSlotsAndPacing(t *testing.T) {
 	opens := time.Date(2026, 3, 7, 21, 0, 0, 0, time.UTC)
-	st := workflows.RolloutStatus{Name: "a", Phase: "running", WaitingForClusterSlot: []string{"n1"},
-		Pacing: &workflows.PacingStatus{WaitingFor: "window", WindowOpensAt: &opens}}
+	st := api.RolloutStatus{Name: "a", Phase: "running", WaitingForClusterSlot: []string{"n1"},
+		Pacing: &api.PacingStatus{WaitingFor: "window", WindowOpensAt: &opens}}
 	b, err := json.Marshal(runningView("rollout-a", st))
 	require.NoError(t, err)
 	var m map[string]any

@@ -8,13 +8,12 @@ import (
 	"time"
 	_ "time/tzdata" // maintenance windows name IANA zones; validate must know them all
 
+	"github.com/noderollout/noderollout/api"
 	"github.com/spf13/cobra"
-
-	"github.com/noderollout/noderollout/workflows"
 )
 
 func approveCommand(a *app) *cobra.Command {
-	cmd := idCommand(workflows.RolloutIDPrefix, &cobra.Command{
+	cmd := idCommand(api.RolloutIDPrefix, &cobra.Command{
 		Use:     "approve ID [--note TEXT]",
 		GroupID: "steer",
 		Short:   "Let a rollout go on after its canaries (canary.approval)",
@@ -29,8 +28,8 @@ rollout without canary.approval.`,
 }
 
 func (a *app) approve() error {
-	var res workflows.ApproveResult
-	id, err := a.updateRollout(workflows.UpdateApprove, workflows.ApproveRequest{Note: a.flagString("note")}, &res)
+	var res api.ApproveResult
+	id, err := a.updateRollout(api.UpdateApprove, api.ApproveRequest{Note: a.flagString("note")}, &res)
 	if err != nil {
 		return err
 	}
@@ -39,7 +38,7 @@ func (a *app) approve() error {
 }
 
 // printPacing adds the pacing lines to the status table.
-func printPacing(w io.Writer, p *workflows.PacingStatus) {
+func printPacing(w io.Writer, p *api.PacingStatus) {
 	if p == nil {
 		return
 	}
@@ -73,7 +72,7 @@ func printPacing(w io.Writer, p *workflows.PacingStatus) {
 		}
 		fmt.Fprintf(w, "IN FLIGHT BY DOMAIN\t%s: %s (max %d each)\n", p.DomainKey, strings.Join(parts, " "), p.MaxPerDomain)
 	}
-	if p.Order != "" && p.Order != workflows.OrderByName {
+	if p.Order != "" && p.Order != api.OrderByName {
 		fmt.Fprintf(w, "ORDER\t%s\n", p.Order)
 	}
 }

@@ -6,9 +6,8 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/noderollout/noderollout/api"
 	"github.com/stretchr/testify/require"
-
-	"github.com/noderollout/noderollout/workflows"
 )
 
 func TestValidateChecksPacingOffline(t *testing.T) {
@@ -33,7 +32,7 @@ func TestStatusShowsWindowCanariesAndDomains(t *testing.T) {
 	opens := time.Date(2026, 3, 7, 21, 0, 0, 0, time.UTC)
 	var b bytes.Buffer
 	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
-	printPacing(tw, &workflows.PacingStatus{WaitingFor: "window", WindowOpensAt: &opens,
+	printPacing(tw, &api.PacingStatus{WaitingFor: "window", WindowOpensAt: &opens,
 		CanaryStage: "done", Canaries: []string{"web-1"},
 		DomainKey: "topology.kubernetes.io/zone", MaxPerDomain: 2, InFlightByDom: map[string]int{"b": 1, "a": 2, "": 1}})
 	require.NoError(t, tw.Flush())

@@ -11,13 +11,12 @@ import (
 	"regexp"
 	"strings"
 
-	"go.temporal.io/sdk/temporal"
 	batchv1 "k8s.io/api/batch/v1"
 	"sigs.k8s.io/yaml"
 
 	"github.com/noderollout/noderollout/activities/jobspec"
-	"github.com/noderollout/noderollout/internal/didyoumean"
-	"github.com/noderollout/noderollout/workflows"
+	"github.com/noderollout/noderollout/api"
+	"github.com/noderollout/noderollout/api/didyoumean"
 )
 
 // invalidRequest is a request file that cannot run, with one line per problem.
@@ -125,10 +124,10 @@ func tabIndented(data []byte) (int, bool) {
 }
 
 // loadRequest reads a rollout request from a YAML or JSON file; see parseRequest.
-func loadRequest(path string) (workflows.RolloutRequest, error) {
+func loadRequest(path string) (api.RolloutRequest, error) {
 	name, data, err := readInput(path, nil)
 	if err != nil {
-		return workflows.RolloutRequest{}, err
+		return api.RolloutRequest{}, err
 	}
 	return parseRequest(name, data)
 }
@@ -137,9 +136,9 @@ func loadRequest(path string) (workflows.RolloutRequest, error) {
 // workflow's own validation and the decoding of an inline Job template that the worker does,
 // with the same functions. In YAML, jobTemplate may be written as the Job object itself; it is
 // turned into the string the workflow takes.
-func parseRequest(name string, data []byte) (workflows.RolloutRequest, error) {
-	var req workflows.RolloutRequest
-	bad := func(problems ...string) (workflows.RolloutRequest, error) {
+func parseRequest(name string, data []byte) (api.RolloutRequest, error) {
+	var req api.RolloutRequest
+	bad := func(problems ...string) (api.RolloutRequest, error) {
 		return req, &invalidRequest{path: name, problems: problems}
 	}
 	asJSON, lang, err := toJSON(name, data)
@@ -153,8 +152,6 @@ func parseRequest(name string, data []byte) (workflows.RolloutRequest, error) {
 	if fleetFile(asJSON) {
 		return bad(fmt.Sprintf("this is a fleet rollout request (it has waves and rollout): check it with 'starter fleet validate -f %s', start it with 'starter fleet start'", name))
 	}
-	unknown := didyoumean.UnknownFields(fields, reflect.TypeOf(req), "", "progress")
-	problems := unknownFields(unknown)
 	if tpl, ok := fields["jobTemplate"]; ok && len(tpl) > 0 && tpl[0] == '{' {
 		text, err := yaml.JSONToYAML(tpl)
 		if err != nil {
@@ -165,29 +162,19 @@ func parseRequest(name string, data []byte) (workflows.RolloutRequest, error) {
 			return req, err
 		}
 	}
+	var problems []string
 	if err := json.Unmarshal(asJSON, &req); err != nil {
 		problems = append(problems, err.Error())
 	}
-	if _, err := workflows.Validate(req); err != nil {
-		for _, p := range validationProblems(err) {
-			if strings.Contains(p, "unknown field") && len(problems) > 0 {
-				continue // already named above, with a suggestion
-			}
-			if followsFromTypo(p, unknown) {
-				continue // the typo's consequence (a field left at its default): the typo says it all
-			}
-			p = withTypeHint(p, fields)
-			problems = append(problems, strings.ReplaceAll(p, "correct the JSON", "correct the "+lang))
-		}
-	}
-	if p := workflows.CheckTimeZone(req); p != "" {
+	problems = append(problems, readableProblems(req.Problems(), req.UnknownFields(), fields, lang)...)
+	if p := api.CheckTimeZone(req); p != "" {
 		problems = append(problems, p)
 	}
-	if req.JobTemplate != "" && len(req.JobTemplate) <= jobspec.MaxTemplateBytes {
+	if req.JobTemplate != "" && len(req.JobTemplate) <= api.MaxTemplateBytes {
 		// The worker checks the template the same way before the first Job; here it is the
 		// same check before anything starts.
 		if _, err := jobspec.ParseTemplate(req.JobTemplate); err != nil {
-			for _, p := range validationProblems(err) {
+			for _, p := range templateProblems(err) {
 				problems = append(problems, suggestJobField(p))
 			}
 		}
@@ -196,6 +183,26 @@ func parseRequest(name string, data []byte) (workflows.RolloutRequest, error) {
 		return bad(problems...)
 	}
 	return req, nil
+}
+
+// readableProblems are a request's problems for a person reading a file: unknown fields each
+// once, with the field that was probably meant (the consequences of a typo, such as the field
+// it was meant to be left at its default, left out), a value of the wrong type with how to
+// write it, in the file's language.
+func readableProblems(problems []*api.FieldError, unknown []didyoumean.UnknownField, fields map[string]json.RawMessage, lang string) []string {
+	out := unknownFields(unknown)
+	for _, fe := range problems {
+		p := fe.Error()
+		if strings.Contains(p, "unknown field") && len(unknown) > 0 {
+			continue // already named above, with a suggestion
+		}
+		if followsFromTypo(p, unknown) {
+			continue // the typo's consequence (a field left at its default): the typo says it all
+		}
+		p = withTypeHint(p, fields)
+		out = append(out, strings.ReplaceAll(p, "correct the JSON", "correct the "+lang))
+	}
+	return out
 }
 
 // fleetFile tells a fleet request (waves and a rollout) given where a rollout request belongs.
@@ -308,45 +315,26 @@ func isDuration(fields map[string]json.RawMessage, path string) bool {
 	}
 	obj[parts[len(parts)-1]] = "1"
 	b, _ = json.Marshal(probe)
-	var req workflows.RolloutRequest
+	var req api.RolloutRequest
 	if json.Unmarshal(b, &req) != nil {
 		return false
 	}
-	_, err := workflows.Validate(req)
-	if err == nil {
-		return false
-	}
-	for _, p := range validationProblems(err) {
-		if strings.HasPrefix(p, path+": ") && strings.Contains(p, "is not a duration") {
+	for _, p := range req.Problems() {
+		if p.Field == path && strings.Contains(p.Problem, "is not a duration") {
 			return true
 		}
 	}
 	return false
 }
 
-// validationProblems splits a validation error into its problems: the field errors a
-// workflow's InvalidRequest carries in its details, or the errors a join holds.
-func validationProblems(err error) []string {
-	var appErr *temporal.ApplicationError
-	if errors.As(err, &appErr) && appErr.HasDetails() {
-		var fes []*jobspec.FieldError
-		if appErr.Details(&fes) == nil && len(fes) > 0 {
-			out := make([]string, len(fes))
-			for i, fe := range fes {
-				out[i] = fe.Error()
-			}
-			return out
-		}
-	}
+// templateProblems splits the template check's error into its problems (jobspec joins them).
+func templateProblems(err error) []string {
 	if joined, ok := err.(interface{ Unwrap() []error }); ok {
 		var out []string
 		for _, e := range joined.Unwrap() {
-			out = append(out, validationProblems(e)...)
+			out = append(out, templateProblems(e)...)
 		}
 		return out
-	}
-	if appErr != nil {
-		return []string{strings.TrimPrefix(appErr.Message(), "invalid rollout request: ")}
 	}
 	return []string{err.Error()}
 }

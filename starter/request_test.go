@@ -7,9 +7,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/noderollout/noderollout/api"
 	"github.com/stretchr/testify/require"
-
-	"github.com/noderollout/noderollout/workflows"
 )
 
 func writeFile(t *testing.T, name, text string) string {
@@ -36,13 +35,13 @@ func TestLoadRequestTakesTheJobTemplateAsAYAMLObject(t *testing.T) {
 	req, err := loadRequest(writeFile(t, "r.yaml", "name: kata\nnodeSelector: kata=true\nmaxFailures: 10%\n"+goodTemplate))
 	require.NoError(t, err)
 	require.Equal(t, "kata", req.Name)
-	require.Equal(t, workflows.IntOrPercent("10%"), req.MaxFailures)
+	require.Equal(t, api.IntOrPercent("10%"), req.MaxFailures)
 	require.Contains(t, req.JobTemplate, "kind: Job")
 	require.Contains(t, req.JobTemplate, "{{node}}")
 }
 
 func TestLoadRequestRejectsBadInputNamingTheField(t *testing.T) {
-	many := make([]string, workflows.MaxExplicitNodes+1)
+	many := make([]string, api.MaxExplicitNodes+1)
 	for i := range many {
 		many[i] = fmt.Sprintf("%q", fmt.Sprintf("n%d", i))
 	}

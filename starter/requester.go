@@ -6,12 +6,11 @@ import (
 	"os"
 	"os/user"
 
+	"github.com/noderollout/noderollout/api"
 	commonpb "go.temporal.io/api/common/v1"
 	"go.temporal.io/api/operatorservice/v1"
 	"go.temporal.io/sdk/converter"
 	"go.temporal.io/sdk/temporal"
-
-	"github.com/noderollout/noderollout/workflows"
 )
 
 // requester is who starts the rollout as far as this starter can tell: user@host. It is a claim,
@@ -34,10 +33,10 @@ func requester() string {
 // requesterMemo is the memo every rollout this starter begins carries: the requester and, with
 // --reason, why.
 func (a *app) requesterMemo() map[string]any {
-	memo := map[string]any{workflows.MemoRequester: requester()}
+	memo := map[string]any{api.MemoRequester: requester()}
 	if a.cmd != nil && a.cmd.Flags().Lookup("reason") != nil {
 		if reason := a.flagString("reason"); reason != "" {
-			memo[workflows.MemoReason] = reason
+			memo[api.MemoReason] = reason
 		}
 	}
 	return memo
@@ -52,11 +51,11 @@ func (a *app) searchAttributes(name string) temporal.SearchAttributes {
 	}
 	registered := resp.GetCustomAttributes()
 	var updates []temporal.SearchAttributeUpdate
-	if _, ok := registered[workflows.SearchAttributeRolloutName]; ok {
-		updates = append(updates, temporal.NewSearchAttributeKeyKeyword(workflows.SearchAttributeRolloutName).ValueSet(name))
+	if _, ok := registered[api.SearchAttributeRolloutName]; ok {
+		updates = append(updates, temporal.NewSearchAttributeKeyKeyword(api.SearchAttributeRolloutName).ValueSet(name))
 	}
-	if _, ok := registered[workflows.SearchAttributeRequester]; ok {
-		updates = append(updates, temporal.NewSearchAttributeKeyKeyword(workflows.SearchAttributeRequester).ValueSet(requester()))
+	if _, ok := registered[api.SearchAttributeRequester]; ok {
+		updates = append(updates, temporal.NewSearchAttributeKeyKeyword(api.SearchAttributeRequester).ValueSet(requester()))
 	}
 	return temporal.NewSearchAttributes(updates...)
 }
@@ -76,8 +75,8 @@ func memoString(memo *commonpb.Memo, key string) string {
 
 // withRequester adds the memo's requester and reason to a status view.
 func withRequester(v rolloutView, memo *commonpb.Memo) rolloutView {
-	v.Requester = memoString(memo, workflows.MemoRequester)
-	v.Reason = memoString(memo, workflows.MemoReason)
+	v.Requester = memoString(memo, api.MemoRequester)
+	v.Reason = memoString(memo, api.MemoReason)
 	return v
 }
 

@@ -17,8 +17,8 @@ import (
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/noderollout/noderollout/activities/jobspec"
+	"github.com/noderollout/noderollout/api"
 	"github.com/noderollout/noderollout/internal/policy"
-	"github.com/noderollout/noderollout/workflows"
 )
 
 func startCommand(a *app) *cobra.Command {
@@ -62,7 +62,7 @@ checked by the worker). One line per problem; exit code 2 if there is any.`,
 }
 
 func statusCommand(a *app) *cobra.Command {
-	cmd := idCommand(workflows.RolloutIDPrefix, &cobra.Command{
+	cmd := idCommand(api.RolloutIDPrefix, &cobra.Command{
 		Use:     "status ID [-w]",
 		GroupID: "rollout",
 		Short:   "Show a rollout's progress, or its result once ended",
@@ -79,10 +79,10 @@ is not a terminal); exit 1 if it fails. Ctrl-C stops watching, not the rollout.`
 
 func signalCommand(a *app, name string) *cobra.Command {
 	short := map[string]string{
-		workflows.SignalPause:  "Stop starting new nodes; nodes in flight finish",
-		workflows.SignalResume: "Start new nodes again after a pause",
+		api.SignalPause:  "Stop starting new nodes; nodes in flight finish",
+		api.SignalResume: "Start new nodes again after a pause",
 	}
-	return idCommand(workflows.RolloutIDPrefix, &cobra.Command{
+	return idCommand(api.RolloutIDPrefix, &cobra.Command{
 		Use:     name + " ID",
 		GroupID: "steer",
 		Short:   short[name],
@@ -92,17 +92,17 @@ func signalCommand(a *app, name string) *cobra.Command {
 }
 
 func setParallelismCommand(a *app) *cobra.Command {
-	return idCommand(workflows.RolloutIDPrefix, &cobra.Command{
+	return idCommand(api.RolloutIDPrefix, &cobra.Command{
 		Use:     "set-parallelism ID N",
 		GroupID: "steer",
-		Short:   fmt.Sprintf("Change how many nodes run at once (1-%d)", workflows.MaxParallelism),
+		Short:   fmt.Sprintf("Change how many nodes run at once (1-%d)", api.MaxParallelism),
 		Args:    exactArgs(2, "ID and N"),
 		RunE:    run(a.setParallelism),
 	})
 }
 
 func abortCommand(a *app) *cobra.Command {
-	cmd := idCommand(workflows.RolloutIDPrefix, &cobra.Command{
+	cmd := idCommand(api.RolloutIDPrefix, &cobra.Command{
 		Use:     "abort ID [--reason TEXT] [--wait]",
 		GroupID: "steer",
 		Short:   "Cancel a rollout: running Jobs are deleted",
@@ -132,24 +132,24 @@ func exactArgs(n int, what string) cobra.PositionalArgs {
 // rollout is the Temporal client and the workflow ID of the rollout the command names (of the
 // configured cluster, if any).
 func (a *app) rollout() (client.Client, string, error) {
-	return a.target(workflows.RolloutIDPrefix, a.rolloutID)
+	return a.target(api.RolloutIDPrefix, a.rolloutID)
 }
 
 // rolloutID is the workflow ID of a rollout: qualified by the configured cluster, so two
 // clusters sharing a Temporal namespace can run rollouts of the same name.
 func (a *app) rolloutID(name string) string {
-	return workflows.Cluster{Name: a.cfg.Cluster}.RolloutID(name)
+	return api.Cluster{Name: a.cfg.Cluster}.RolloutID(name)
 }
 
 // request reads and checks -f before anything dials Temporal.
-func (a *app) request() (workflows.RolloutRequest, error) {
+func (a *app) request() (api.RolloutRequest, error) {
 	path, err := a.filePath("the rollout request (see deploy/examples/rollout.yaml)")
 	if err != nil {
-		return workflows.RolloutRequest{}, err
+		return api.RolloutRequest{}, err
 	}
 	name, data, err := readInput(path, a.in)
 	if err != nil {
-		return workflows.RolloutRequest{}, err
+		return api.RolloutRequest{}, err
 	}
 	req, err := parseRequest(name, data)
 	var inv *invalidRequest
@@ -160,7 +160,7 @@ func (a *app) request() (workflows.RolloutRequest, error) {
 }
 
 // fleetRequest reads and checks a fleet request before anything dials Temporal.
-func (a *app) fleetRequest(path string) (workflows.FleetRequest, error) {
+func (a *app) fleetRequest(path string) (api.FleetRequest, error) {
 	req, err := loadFleetRequest(path, a.in)
 	var inv *invalidRequest
 	if errors.As(err, &inv) {
@@ -210,14 +210,14 @@ func (a *app) validate() error {
 // judgeByPolicy judges a valid request by a worker policy, as the worker does before its first
 // node: the request (namespace, selector, parallelism), then an inline template as its Jobs
 // would have it. A policy file that does not load is a bad command line.
-func judgeByPolicy(name, policyFile string, req workflows.RolloutRequest) error {
+func judgeByPolicy(name, policyFile string, req api.RolloutRequest) error {
 	pol, err := policy.Load(policyFile)
 	if err != nil {
 		return usageError{fmt.Sprintf("--policy-file: %v", err)}
 	}
 	parallelism := req.Parallelism
 	if parallelism == 0 {
-		parallelism = workflows.DefaultParallelism
+		parallelism = api.DefaultParallelism
 	}
 	r := policy.Request{Namespace: nsOrDefault(req.Namespace), NodeSelector: req.NodeSelector, Parallelism: parallelism}
 	if ref := req.JobTemplateRef; ref != nil {
@@ -244,7 +244,7 @@ func judgeByPolicy(name, policyFile string, req workflows.RolloutRequest) error 
 
 // policyCaveat says what the worker judges that validate cannot: a template kept in a
 // ConfigMap, and the labels of nodes named one by one.
-func policyCaveat(req workflows.RolloutRequest) string {
+func policyCaveat(req api.RolloutRequest) string {
 	var later []string
 	if req.JobTemplateRef != nil {
 		later = append(later, "the template in its ConfigMap")
@@ -260,13 +260,13 @@ func policyCaveat(req workflows.RolloutRequest) string {
 
 // validation is what validate prints with -o json|yaml.
 type validation struct {
-	File     string                    `json:"file"`
-	Valid    bool                      `json:"valid"`
-	Problems []string                  `json:"problems,omitempty"`
-	Request  *workflows.RolloutRequest `json:"request,omitempty"`
+	File     string              `json:"file"`
+	Valid    bool                `json:"valid"`
+	Problems []string            `json:"problems,omitempty"`
+	Request  *api.RolloutRequest `json:"request,omitempty"`
 }
 
-func (a *app) startOptions(id string, req workflows.RolloutRequest) client.StartWorkflowOptions {
+func (a *app) startOptions(id string, req api.RolloutRequest) client.StartWorkflowOptions {
 	opts := client.StartWorkflowOptions{
 		ID:                       id,
 		TaskQueue:                a.cfg.TaskQueue,
@@ -284,7 +284,7 @@ func (a *app) startOptions(id string, req workflows.RolloutRequest) client.Start
 	return opts
 }
 
-func summary(req workflows.RolloutRequest) string {
+func summary(req api.RolloutRequest) string {
 	target := fmt.Sprintf("%d nodes", len(req.Nodes))
 	if len(req.Nodes) == 0 {
 		target = "nodes " + strings.TrimSpace(req.NodeSelector+" "+req.FieldSelector)
@@ -294,7 +294,7 @@ func summary(req workflows.RolloutRequest) string {
 
 func nsOrDefault(ns string) string {
 	if ns == "" {
-		return workflows.DefaultNamespace
+		return api.DefaultNamespace
 	}
 	return ns
 }
@@ -317,7 +317,7 @@ func (a *app) startRollout() error {
 		return err
 	}
 	id := a.rolloutID(req.Name)
-	run, err := tc.ExecuteWorkflow(a.ctx, a.startOptions(id, req), workflows.RolloutWorkflow, req)
+	run, err := tc.ExecuteWorkflow(a.ctx, a.startOptions(id, req), api.RolloutWorkflow, req)
 	var already *serviceerror.WorkflowExecutionAlreadyStarted
 	if errors.As(err, &already) {
 		return fmt.Errorf("rollout %s is already running or already completed (workflow %s); use 'starter status %s', or --allow-rerun to run it again", req.Name, id, req.Name)
@@ -325,29 +325,35 @@ func (a *app) startRollout() error {
 	if err != nil {
 		return err
 	}
-	s := started{Name: req.Name, WorkflowID: run.GetID(), RunID: run.GetRunID(), UI: a.uiLink(run.GetID())}
+	return a.started("rollout", req.Name, run, a.follow)
+}
+
+// started says what start started (a rollout or a fleet rollout) and, with --wait, follows
+// it with follow. With -o json|yaml and --wait it prints only follow's one document: the
+// rollout's view once it ended.
+func (a *app) started(what, name string, run client.WorkflowRun, follow func(id string) error) error {
+	s := started{Name: name, WorkflowID: run.GetID(), RunID: run.GetRunID(), UI: a.uiLink(run.GetID())}
 	wait := a.flagBool("wait")
 	if wait && a.forMachines() {
-		// One document on stdout: the rollout's view once it ended.
-		return a.follow(run.GetID())
+		return follow(run.GetID())
 	}
-	err = a.print(s, func(w io.Writer) error {
-		_, err := fmt.Fprintf(w, "started rollout %s\n  workflow ID: %s\n  run ID:      %s\n  UI:          %s\n", s.Name, s.WorkflowID, s.RunID, s.UI)
+	err := a.print(s, func(w io.Writer) error {
+		_, err := fmt.Fprintf(w, "started %s %s\n  workflow ID: %s\n  run ID:      %s\n  UI:          %s\n", what, s.Name, s.WorkflowID, s.RunID, s.UI)
 		return err
 	})
 	if err != nil || !wait {
 		return err
 	}
-	return a.follow(run.GetID())
+	return follow(run.GetID())
 }
 
 func (a *app) uiLink(id string) string {
 	return fmt.Sprintf("%s/namespaces/%s/workflows/%s", a.cfg.UIAddress, a.cfg.TemporalNamespace, id)
 }
 
-func (a *app) queryStatus(id string) (workflows.RolloutStatus, error) {
-	var st workflows.RolloutStatus
-	v, err := a.tc.QueryWorkflow(a.ctx, id, "", workflows.QueryStatus)
+func (a *app) queryStatus(id string) (api.RolloutStatus, error) {
+	var st api.RolloutStatus
+	v, err := a.tc.QueryWorkflow(a.ctx, id, "", api.QueryStatus)
 	if err != nil {
 		return st, err
 	}
@@ -424,13 +430,13 @@ func (a *app) setParallelism() error {
 	if err != nil {
 		return usageError{fmt.Sprintf("parallelism N: %q is not a whole number", a.args[1])}
 	}
-	if n < 1 || n > workflows.MaxParallelism {
-		return usageError{fmt.Sprintf("parallelism N: %d is not between 1 and %d", n, workflows.MaxParallelism)}
+	if n < 1 || n > api.MaxParallelism {
+		return usageError{fmt.Sprintf("parallelism N: %d is not between 1 and %d", n, api.MaxParallelism)}
 	}
 	// Within it, a lower cap (the worker's policy) is the update validator's to check: it
 	// answers with the rollout's own limit.
-	var res workflows.SetParallelismResult
-	id, err := a.updateRollout(workflows.UpdateSetParallelism, workflows.SetParallelismRequest{Parallelism: n}, &res)
+	var res api.SetParallelismResult
+	id, err := a.updateRollout(api.UpdateSetParallelism, api.SetParallelismRequest{Parallelism: n}, &res)
 	if err != nil {
 		return err
 	}
@@ -488,7 +494,7 @@ var abortPoll = 2 * time.Second
 func (a *app) awaitAbort(tc client.Client, id string) error {
 	closed := make(chan error, 1)
 	go func() {
-		var res workflows.RolloutResult
+		var res api.RolloutResult
 		closed <- tc.GetWorkflow(a.ctx, id, "").Get(a.ctx, &res)
 	}()
 	rolloutClosed := false

@@ -7,11 +7,10 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/noderollout/noderollout/api"
 	"github.com/spf13/cobra"
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/client"
-
-	"github.com/noderollout/noderollout/workflows"
 )
 
 // ScheduleIDPrefix + name is the Temporal Schedule ID of a rollout schedule.
@@ -101,7 +100,7 @@ func (a *app) createSchedule() error {
 	paused := a.flagBool("paused")
 	action := &client.ScheduleWorkflowAction{
 		ID:            a.rolloutID(req.Name),
-		Workflow:      workflows.RolloutWorkflow,
+		Workflow:      api.RolloutWorkflow,
 		Args:          []any{req},
 		TaskQueue:     a.cfg.TaskQueue,
 		StaticSummary: summary(req),

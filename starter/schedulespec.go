@@ -8,7 +8,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/noderollout/noderollout/internal/didyoumean"
+	"github.com/noderollout/noderollout/api/didyoumean"
 )
 
 // The checks in this file refuse, before any request, the --cron and --every values the

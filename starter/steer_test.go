@@ -5,11 +5,10 @@ import (
 	"context"
 	"testing"
 
+	"github.com/noderollout/noderollout/api"
 	"github.com/spf13/cobra"
 	"github.com/stretchr/testify/require"
 	"go.temporal.io/sdk/client"
-
-	"github.com/noderollout/noderollout/workflows"
 )
 
 // steerClient records the signals and the update it is sent; any other call panics.
@@ -33,7 +32,7 @@ func (c *steerClient) UpdateWorkflow(_ context.Context, o client.UpdateWorkflowO
 type doneUpdate struct{ client.WorkflowUpdateHandle }
 
 func (doneUpdate) Get(_ context.Context, res any) error {
-	*res.(*workflows.SetParallelismResult) = workflows.SetParallelismResult{Previous: 4, Parallelism: 8}
+	*res.(*api.SetParallelismResult) = api.SetParallelismResult{Previous: 4, Parallelism: 8}
 	return nil
 }
 
@@ -46,9 +45,9 @@ func TestSteeringReachesTheNamedWorkflow(t *testing.T) {
 	// Names without a workflow ID's prefix resolve without asking the server.
 	a := &app{ctx: context.Background(), tc: c, cmd: cmd, out: &out, args: []string{"x"}}
 
-	require.NoError(t, a.sendSignal(a.rollout, workflows.SignalPause))
+	require.NoError(t, a.sendSignal(a.rollout, api.SignalPause))
 	a.args = []string{"y"}
-	require.NoError(t, a.sendSignal(a.fleet, workflows.SignalResume))
+	require.NoError(t, a.sendSignal(a.fleet, api.SignalResume))
 	require.Equal(t, []string{"pause rollout-x", "resume fleet-y"}, c.sent)
 	require.Equal(t, "sent pause to rollout-x\nsent resume to fleet-y\n", out.String())
 
@@ -57,8 +56,8 @@ func TestSteeringReachesTheNamedWorkflow(t *testing.T) {
 	require.NoError(t, a.setParallelism())
 	require.Equal(t, client.UpdateWorkflowOptions{
 		WorkflowID:   "rollout-x",
-		UpdateName:   workflows.UpdateSetParallelism,
-		Args:         []any{workflows.SetParallelismRequest{Parallelism: 8}},
+		UpdateName:   api.UpdateSetParallelism,
+		Args:         []any{api.SetParallelismRequest{Parallelism: 8}},
 		WaitForStage: client.WorkflowUpdateStageCompleted,
 	}, c.update)
 	require.Equal(t, "parallelism of rollout-x: 4 -> 8\n", out.String())

@@ -6,12 +6,11 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/noderollout/noderollout/api"
 	"github.com/spf13/cobra"
 	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/client"
 	k8svalidation "k8s.io/apimachinery/pkg/util/validation"
-
-	"github.com/noderollout/noderollout/workflows"
 )
 
 // idHelp is the help text of a command's ID argument, for workflow IDs prefix+<name>.
@@ -112,7 +111,7 @@ func checkIDArg(arg, prefix, what string) error {
 // as is with --id.
 func (a *app) target(prefix string, nameToID func(string) string) (client.Client, string, error) {
 	if !a.flagBool("id") {
-		what := map[string]string{workflows.FleetIDPrefix: "fleet rollout"}[prefix]
+		what := map[string]string{api.FleetIDPrefix: "fleet rollout"}[prefix]
 		if what == "" {
 			what = "rollout"
 		}

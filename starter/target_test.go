@@ -7,12 +7,11 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/noderollout/noderollout/api"
 	"github.com/spf13/cobra"
 	"github.com/stretchr/testify/require"
 	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/client"
-
-	"github.com/noderollout/noderollout/workflows"
 )
 
 // fakeDescriber knows the workflow IDs in exist, and counts the lookups.
@@ -34,7 +33,7 @@ func (f *fakeDescriber) DescribeWorkflow(_ context.Context, id, _ string) (*clie
 }
 
 func resolveRollout(d describer, arg string) (string, error) {
-	return resolveID(context.Background(), d, arg, workflows.RolloutIDPrefix, workflows.RolloutID)
+	return resolveID(context.Background(), d, arg, api.RolloutIDPrefix, api.RolloutID)
 }
 
 // "rollout-x" is the ID of the rollout named x and the name of the one with ID rollout-rollout-x:
@@ -75,8 +74,8 @@ func TestResolveIDOfAPlainName(t *testing.T) {
 	require.Equal(t, "rollout-x", id)
 	require.Zero(t, d.calls)
 
-	cluster := func(name string) string { return workflows.Cluster{Name: "eu"}.RolloutID(name) }
-	id, err = resolveID(context.Background(), d, "x", workflows.RolloutIDPrefix, cluster)
+	cluster := func(name string) string { return api.Cluster{Name: "eu"}.RolloutID(name) }
+	id, err = resolveID(context.Background(), d, "x", api.RolloutIDPrefix, cluster)
 	require.NoError(t, err)
 	require.Equal(t, "rollout-eu:x", id)
 }

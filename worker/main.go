@@ -20,6 +20,7 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/noderollout/noderollout/activities"
+	"github.com/noderollout/noderollout/api"
 	"github.com/noderollout/noderollout/internal/config"
 	"github.com/noderollout/noderollout/internal/connect"
 	"github.com/noderollout/noderollout/internal/metrics"
@@ -170,11 +171,11 @@ func run(ctx context.Context, cfg config.Config, pol *policy.Policy) error {
 			}
 		},
 	})
-	cluster := workflows.Cluster{Name: cfg.Cluster, Budget: cfg.ClusterBudget}
-	cluster.Register(w)
+	cluster := api.Cluster{Name: cfg.Cluster, Budget: cfg.ClusterBudget}
+	workflows.OnCluster{Cluster: cluster}.Register(w)
 	// Only node workflows a running Rollout started write to the cluster.
-	acts.Lineage = &activities.Lineage{Temporal: tc, RolloutType: workflows.RolloutWorkflow,
-		NodeTypes: []string{workflows.NodeRolloutWorkflow, workflows.NodeRolloutV2Workflow, workflows.NodeRolloutV3Workflow}}
+	acts.Lineage = &activities.Lineage{Temporal: tc, RolloutType: api.RolloutWorkflow,
+		NodeTypes: []string{api.NodeRolloutWorkflow, api.NodeRolloutV2Workflow, api.NodeRolloutV3Workflow}}
 	w.RegisterActivity(acts)
 	w.RegisterActivity(&activities.Coordination{Temporal: tc})
 	if err := w.Start(); err != nil {
@@ -182,8 +183,8 @@ func run(ctx context.Context, cfg config.Config, pol *policy.Policy) error {
 	}
 	// Every worker also serves the fleet queue, so a FleetRollout goes on while any cluster's
 	// worker is up.
-	fleet := worker.New(tc, workflows.FleetTaskQueue, worker.Options{Identity: identity(), WorkerStopTimeout: cfg.StopTimeout})
-	fleet.RegisterWorkflowWithOptions(workflows.FleetRollout, workflow.RegisterOptions{Name: workflows.FleetRolloutWorkflow})
+	fleet := worker.New(tc, api.FleetTaskQueue, worker.Options{Identity: identity(), WorkerStopTimeout: cfg.StopTimeout})
+	fleet.RegisterWorkflowWithOptions(workflows.FleetRollout, workflow.RegisterOptions{Name: api.FleetRolloutWorkflow})
 	if err := fleet.Start(); err != nil {
 		return fmt.Errorf("starting the fleet worker: %w", err)
 	}

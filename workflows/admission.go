@@ -1,10 +1,8 @@
 package workflows
 
 import (
-	"go.temporal.io/sdk/temporal"
+	"github.com/noderollout/noderollout/api"
 	"go.temporal.io/sdk/workflow"
-
-	"github.com/noderollout/noderollout/activities"
 )
 
 // The one admission point of a rollout. Every feature that bounds when a node may start (abort,
@@ -13,11 +11,6 @@ import (
 // every path that starts a node calls it immediately before the node's child workflow starts,
 // after whatever the node waited for: a wait for one rule never returns into a start that
 // skips another (versionAdmission).
-
-// versionAdmission marks runs whose node starts all pass startRefusal at the instant they
-// start, whose long waits watch the history's size, and whose canary stage can continue as
-// new. Runs before it keep the checks each wait made on its own.
-const versionAdmission = "one-admission-point"
 
 // refusal says why a node may not start now; the zero value admits it.
 type refusal struct {
@@ -49,13 +42,13 @@ func (r *rollout) rolloutRefusal(ctx workflow.Context) refusal {
 		return refusal{rule: refusedAborted, final: true}
 	case r.handedOver != nil:
 		return refusal{rule: refusedHandingOver, final: true}
-	case r.budgetExceeded():
+	case r.failureBudgetSpent():
 		return refusal{rule: refusedFailureBudget, final: true}
-	case r.s.pace.canary != nil && r.pace.canaryStage == canaryStageRunning && r.p.Counts.Failures() > 0:
+	case r.pacer.canaryFailed(r.progress.Counts.Failures()):
 		return refusal{rule: refusedCanaryFailed, final: true}
-	case r.p.Paused:
+	case r.progress.Paused:
 		return refusal{rule: refusedPaused}
-	case !r.windowOpenNow(ctx):
+	case !r.maintenanceWindowOpen(ctx):
 		return refusal{rule: refusedWindowClosed}
 	}
 	return refusal{}
@@ -68,21 +61,20 @@ func (r *rollout) startRefusal(ctx workflow.Context, node, domain string, reserv
 	if why := r.rolloutRefusal(ctx); !why.admits() {
 		return why
 	}
-	if r.s.pace.canary != nil && r.pace.canaryStage != canaryStageDone &&
-		(r.pace.canaryStage != canaryStageRunning || !r.pace.isCanary[node]) {
+	if r.pacer.holdsBackForCanaries(node) {
 		return refusal{rule: refusedCanariesFirst}
 	}
-	taken, takenInDomain := r.inFlight, r.pace.inFlight[domain]
+	taken, takenInDomain := r.inFlight, r.pacer.inFlightByDomain[domain]
 	if reserved {
-		taken, takenInDomain = r.started, r.pace.started[domain]
+		taken, takenInDomain = r.started, r.pacer.startedByDomain[domain]
 	}
-	if taken >= r.win.size {
+	if taken >= r.launchWindow.size {
 		return refusal{rule: refusedParallelism}
 	}
-	if r.s.pace.maxPerDomain > 0 && takenInDomain >= r.s.pace.maxPerDomain {
+	if r.settings.Pacing.MaxPerDomain > 0 && takenInDomain >= r.settings.Pacing.MaxPerDomain {
 		return refusal{rule: refusedDomainFull}
 	}
-	if r.slots != nil && !r.slots.holds(node) {
+	if r.clusterSlots != nil && !r.clusterSlots.holds(node) {
 		return refusal{rule: refusedClusterSlot}
 	}
 	return refusal{}
@@ -91,14 +83,14 @@ func (r *rollout) startRefusal(ctx workflow.Context, node, domain string, reserv
 // reserve and unreserve take and give back a node's launch slot and its domain's.
 func (r *rollout) reserve(node string) {
 	r.inFlight++
-	r.p.Counts.Running++
-	r.pace.take(node)
+	r.progress.Counts.Running++
+	r.pacer.take(node)
 }
 
 func (r *rollout) unreserve(node string) {
 	r.inFlight--
-	r.p.Counts.Running--
-	r.pace.release(node)
+	r.progress.Counts.Running--
+	r.pacer.release(node)
 }
 
 // admit waits until node may start and reports whether it may start now: true means every
@@ -108,7 +100,7 @@ func (r *rollout) unreserve(node string) {
 // holds, and never kept while the node waits for another rule. *reserved says on entry and on
 // return whether the node holds its reservation; an error means the rollout was cancelled.
 func (r *rollout) admit(ctx workflow.Context, node string, reserved *bool) (bool, error) {
-	domain := r.pace.domainOf[node]
+	domain := r.pacer.domainOf[node]
 	final := func() bool { return r.rolloutRefusal(ctx).final }
 	for {
 		why := r.startRefusal(ctx, node, domain, *reserved)
@@ -122,7 +114,7 @@ func (r *rollout) admit(ctx workflow.Context, node string, reserved *bool) (bool
 		case why.rule == refusedAborted:
 			return false, ctx.Err()
 		case why.final:
-			r.slots.giveBack(ctx, node)
+			r.clusterSlots.giveBack(ctx, node)
 			if *reserved {
 				r.unreserve(node)
 				*reserved = false
@@ -133,15 +125,15 @@ func (r *rollout) admit(ctx workflow.Context, node string, reserved *bool) (bool
 				r.reserve(node)
 				*reserved = true
 			}
-			if err := r.slots.acquire(ctx, node, func() { r.showProgress(ctx) }, final); err != nil {
+			if err := r.clusterSlots.acquire(ctx, node, func() { r.showProgress(ctx) }, final); err != nil {
 				return false, err
 			}
 			continue
 		}
-		r.slots.giveBack(ctx, node)
+		r.clusterSlots.giveBack(ctx, node)
 		var err error
 		if why.rule == refusedWindowClosed {
-			err = r.awaitWindow(ctx, final)
+			err = r.awaitMaintenanceWindow(ctx, final)
 		} else {
 			err = workflow.Await(ctx, func() bool { return r.startRefusal(ctx, node, domain, *reserved).rule != why.rule })
 		}
@@ -199,7 +191,7 @@ func (r *rollout) nextAdmitted(ctx workflow.Context, historyFull func() bool) (b
 		case historyFull():
 			return true, nil
 		case why.rule == refusedWindowClosed:
-			if err := r.awaitWindow(ctx, func() bool { return r.rolloutRefusal(ctx).final || historyFull() }); err != nil {
+			if err := r.awaitMaintenanceWindow(ctx, func() bool { return r.rolloutRefusal(ctx).final || historyFull() }); err != nil {
 				return false, err
 			}
 			continue
@@ -217,14 +209,14 @@ func (r *rollout) nextAdmitted(ctx workflow.Context, historyFull func() bool) (b
 	}
 	next := r.queue[at]
 	r.queue = append(r.queue[:at:at], r.queue[at+1:]...)
-	if !r.s.pace.active() {
-		r.p.Cursor = next.name
+	if !r.settings.Pacing.Active() {
+		r.progress.Cursor = next.name
 	}
 	if next.skip != "" {
 		r.recordSkip(ctx, next)
 		return true, nil
 	}
-	r.pace.assign(next)
+	r.pacer.assign(next)
 	r.reserve(next.name)
 	r.launchedThisRun++
 	if r.children != nil && r.startRefusal(ctx, next.name, next.domain, true).admits() {
@@ -234,7 +226,7 @@ func (r *rollout) nextAdmitted(ctx workflow.Context, historyFull func() bool) (b
 			r.settle(ctx, next.name, r.runAdmitted(ctx, next.name, false))
 		})
 	}
-	if r.s.delayBetweenNodes > 0 {
+	if r.settings.DelayBetweenNodes > 0 {
 		if err := r.delayNext(ctx, func() bool { return r.rolloutRefusal(ctx).final }); err != nil {
 			return false, err
 		}
@@ -262,12 +254,12 @@ func (r *rollout) runAdmitted(ctx workflow.Context, node string, busy bool) node
 			// Counted, it is waiting only while the other rollout holds it, so it is never
 			// counted twice (waiting and reserved, for a cluster slot).
 			r.waiting[node] = true
-			r.p.Counts.Waiting++
+			r.progress.Counts.Waiting++
 			r.showProgress(ctx)
 			err = r.waitUntilFreed(ctx, node, recheck)
 			recheck = min(2*recheck, busyNodeMaxRecheck)
 			delete(r.freed, node)
-			r.p.Counts.Waiting--
+			r.progress.Counts.Waiting--
 			if err == nil {
 				ok, err = r.admit(ctx, node, &reserved)
 			}
@@ -281,19 +273,8 @@ func (r *rollout) runAdmitted(ctx workflow.Context, node string, busy bool) node
 		if !ok {
 			return nodeEnd{} // back to pending: a later run, rollout or rerun covers it
 		}
-		child := r.startChild(ctx, node)
-		err = child.GetChildWorkflowExecution().Get(ctx, nil)
-		if err == nil {
-			var result NodeResult
-			err = child.Get(ctx, &result)
-			r.childStopped(node)
-			r.slots.release(ctx, node)
-			return nodeEnd{result: nodeResult(node, err, result), holdsSlot: true, started: true}
-		}
-		r.childStopped(node)
-		r.slots.release(ctx, node)
-		if !temporal.IsWorkflowExecutionAlreadyStartedError(err) {
-			return nodeEnd{result: nodeResult(node, err, NodeResult{}), holdsSlot: true, started: true}
+		if end, refused := r.runChild(ctx, node); !refused {
+			return end
 		}
 		busy = true
 	}
@@ -303,14 +284,14 @@ func (r *rollout) runAdmitted(ctx workflow.Context, node string, busy bool) node
 // another rollout holds the node).
 func (r *rollout) childStopped(node string) {
 	r.started--
-	d := r.pace.domainOf[node]
-	if r.pace.started[d]--; r.pace.started[d] <= 0 {
-		delete(r.pace.started, d)
+	d := r.pacer.domainOf[node]
+	if r.pacer.startedByDomain[d]--; r.pacer.startedByDomain[d] <= 0 {
+		delete(r.pacer.startedByDomain, d)
 	}
 }
 
 // abortedWaiting is the result of a node the abort found waiting for something before it started.
-func abortedWaiting(node, what string) NodeResult {
-	return NodeResult{Node: node, Outcome: activities.OutcomeAborted, Reason: activities.ReasonAborted,
+func abortedWaiting(node, what string) api.NodeResult {
+	return api.NodeResult{Node: node, Outcome: api.OutcomeAborted, Reason: api.ReasonAborted,
 		Message: "aborted while waiting for " + what}
 }

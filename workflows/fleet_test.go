@@ -8,13 +8,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/noderollout/noderollout/api"
 	"github.com/stretchr/testify/mock"
 	"github.com/stretchr/testify/require"
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/testsuite"
 	"go.temporal.io/sdk/workflow"
-
-	"github.com/noderollout/noderollout/activities/jobspec"
 )
 
 // fakeClusters stands in for each cluster's Rollout: it runs for an hour, fails on the
@@ -26,17 +25,17 @@ type fakeClusters struct {
 	empty    map[string]bool // select no node
 	started  map[string]time.Time
 	signals  map[string][]string
-	requests map[string]RolloutRequest
+	requests map[string]api.RolloutRequest
 }
 
-func (f *fakeClusters) rollout(ctx workflow.Context, req RolloutRequest) (RolloutResult, error) {
+func (f *fakeClusters) rollout(ctx workflow.Context, req api.RolloutRequest) (api.RolloutResult, error) {
 	id := workflow.GetInfo(ctx).WorkflowExecution.ID
-	cluster, _, _ := strings.Cut(strings.TrimPrefix(id, RolloutIDPrefix), ":")
+	cluster, _, _ := strings.Cut(strings.TrimPrefix(id, api.RolloutIDPrefix), ":")
 	f.mu.Lock()
 	f.started[cluster] = workflow.Now(ctx)
 	f.requests[cluster] = req
 	f.mu.Unlock()
-	for _, name := range []string{SignalPause, SignalResume} {
+	for _, name := range []string{api.SignalPause, api.SignalResume} {
 		ch := workflow.GetSignalChannel(ctx, name)
 		workflow.Go(ctx, func(ctx workflow.Context) {
 			for ch.Receive(ctx, nil) {
@@ -46,7 +45,7 @@ func (f *fakeClusters) rollout(ctx workflow.Context, req RolloutRequest) (Rollou
 			}
 		})
 	}
-	result := RolloutResult{Name: req.Name, Counts: Counts{Succeeded: 3}}
+	result := api.RolloutResult{Name: req.Name, Counts: api.Counts{Succeeded: 3}}
 	if err := workflow.Sleep(ctx, time.Hour); err != nil {
 		return result, temporal.NewCanceledError()
 	}
@@ -54,35 +53,34 @@ func (f *fakeClusters) rollout(ctx workflow.Context, req RolloutRequest) (Rollou
 		return result, temporal.NewCanceledError(result)
 	}
 	if f.empty[cluster] {
-		return RolloutResult{Name: req.Name}, nil
+		return api.RolloutResult{Name: req.Name}, nil
 	}
 	if f.fail[cluster] {
-		result.Counts = Counts{Succeeded: 1, Failed: 2}
-		return result, temporal.NewNonRetryableApplicationError("rollout demo stopped: 2 of 3 selected nodes failed", ErrFailureBudgetExceeded, nil, result)
+		result.Counts = api.Counts{Succeeded: 1, Failed: 2}
+		return result, temporal.NewNonRetryableApplicationError("rollout demo stopped: 2 of 3 selected nodes failed", api.ErrFailureBudgetExceeded, nil, result)
 	}
 	return result, nil
 }
 
 func fleetEnv(t *testing.T, fail ...string) (*testsuite.TestWorkflowEnvironment, *fakeClusters) {
 	t.Helper()
-	ts := &testsuite.WorkflowTestSuite{}
-	env := newTestEnv(ts)
-	f := &fakeClusters{fail: map[string]bool{}, abort: map[string]bool{}, empty: map[string]bool{}, started: map[string]time.Time{}, signals: map[string][]string{}, requests: map[string]RolloutRequest{}}
+	env, _ := newTestEnv(nil)
+	f := &fakeClusters{fail: map[string]bool{}, abort: map[string]bool{}, empty: map[string]bool{}, started: map[string]time.Time{}, signals: map[string][]string{}, requests: map[string]api.RolloutRequest{}}
 	for _, c := range fail {
 		f.fail[c] = true
 	}
-	env.RegisterWorkflowWithOptions(f.rollout, workflow.RegisterOptions{Name: RolloutWorkflow})
-	env.RegisterWorkflowWithOptions(FleetRollout, workflow.RegisterOptions{Name: FleetRolloutWorkflow})
+	// The clusters' rollouts are the fake's, in place of the real Rollout.
+	env.RegisterWorkflowWithOptions(f.rollout, workflow.RegisterOptions{Name: api.RolloutWorkflow, DisableAlreadyRegisteredCheck: true})
 	env.SetTestTimeout(time.Minute)
 	return env, f
 }
 
-func fleetRequest(maxFailed int) FleetRequest {
-	return FleetRequest{Name: "demo", MaxFailedClusters: maxFailed, Waves: [][]string{{"staging"}, {"a", "b"}, {"c"}},
-		Rollout: RolloutRequest{Nodes: []string{"n1"}, JobTemplate: sampleTemplate}}
+func fleetRequest(maxFailed int) api.FleetRequest {
+	return api.FleetRequest{Name: "demo", MaxFailedClusters: maxFailed, Waves: [][]string{{"staging"}, {"a", "b"}, {"c"}},
+		Rollout: api.RolloutRequest{Nodes: []string{"n1"}, JobTemplate: sampleTemplate}}
 }
 
-func clusterStates(st FleetStatus) map[string]string {
+func clusterStates(st api.FleetStatus) map[string]string {
 	out := map[string]string{}
 	for _, c := range st.Clusters {
 		out[c.Cluster] = c.State
@@ -94,15 +92,15 @@ func clusterStates(st FleetStatus) map[string]string {
 // fleet's budget lets its wave finish and starts no further wave.
 func TestFleetWavesStopWhenClustersFailOverTheBudget(t *testing.T) {
 	env, f := fleetEnv(t, "a")
-	env.ExecuteWorkflow(FleetRolloutWorkflow, fleetRequest(0))
+	env.ExecuteWorkflow(api.FleetRolloutWorkflow, fleetRequest(0))
 	require.True(t, env.IsWorkflowCompleted())
 	var appErr *temporal.ApplicationError
 	require.True(t, errors.As(env.GetWorkflowError(), &appErr), "%v", env.GetWorkflowError())
-	require.Equal(t, ErrFleetFailureBudgetExceeded, appErr.Type())
+	require.Equal(t, api.ErrFleetFailureBudgetExceeded, appErr.Type())
 	require.Contains(t, appErr.Message(), "a (rollout demo stopped")
-	var st FleetStatus
+	var st api.FleetStatus
 	require.NoError(t, appErr.Details(&st))
-	require.Equal(t, map[string]string{"staging": ClusterSucceeded, "a": ClusterFailed, "b": ClusterSucceeded, "c": ClusterNotRun}, clusterStates(st))
+	require.Equal(t, map[string]string{"staging": api.ClusterSucceeded, "a": api.ClusterFailed, "b": api.ClusterSucceeded, "c": api.ClusterNotRun}, clusterStates(st))
 	require.Equal(t, 2, st.Clusters[1].Counts.Failed, "a failed cluster's counts come from its rollout's error")
 	require.Equal(t, "rollout-a:demo", st.Clusters[1].WorkflowID)
 	require.Equal(t, "noderollout-a", st.Clusters[1].TaskQueue)
@@ -112,11 +110,11 @@ func TestFleetWavesStopWhenClustersFailOverTheBudget(t *testing.T) {
 
 	// With one failed cluster allowed, the last wave runs.
 	env, f = fleetEnv(t, "a")
-	env.ExecuteWorkflow(FleetRolloutWorkflow, fleetRequest(1))
+	env.ExecuteWorkflow(api.FleetRolloutWorkflow, fleetRequest(1))
 	require.NoError(t, env.GetWorkflowError())
-	var result FleetResult
+	var result api.FleetResult
 	require.NoError(t, env.GetWorkflowResult(&result))
-	require.Equal(t, ClusterSucceeded, clusterStates(result)["c"])
+	require.Equal(t, api.ClusterSucceeded, clusterStates(result)["c"])
 	require.Equal(t, 1, result.FailedClusters)
 	require.Equal(t, 2*time.Hour, f.started["c"].Sub(f.started["staging"]))
 }
@@ -125,35 +123,35 @@ func TestFleetWavesStopWhenClustersFailOverTheBudget(t *testing.T) {
 // abort cancels the running clusters and runs no later wave.
 func TestFleetPauseResumeAndAbort(t *testing.T) {
 	env, f := fleetEnv(t)
-	var paused FleetStatus
-	env.RegisterDelayedCallback(func() { env.SignalWorkflow(SignalPause, nil) }, 30*time.Minute)
+	var paused api.FleetStatus
+	env.RegisterDelayedCallback(func() { env.SignalWorkflow(api.SignalPause, nil) }, 30*time.Minute)
 	env.RegisterDelayedCallback(func() {
-		v, err := env.QueryWorkflow(QueryStatus)
+		v, err := env.QueryWorkflow(api.QueryStatus)
 		require.NoError(t, err)
 		require.NoError(t, v.Get(&paused))
 	}, 90*time.Minute)
-	env.RegisterDelayedCallback(func() { env.SignalWorkflow(SignalResume, nil) }, 3*time.Hour)
+	env.RegisterDelayedCallback(func() { env.SignalWorkflow(api.SignalResume, nil) }, 3*time.Hour)
 	env.RegisterDelayedCallback(func() { env.CancelWorkflow() }, 3*time.Hour+10*time.Minute)
-	env.ExecuteWorkflow(FleetRolloutWorkflow, fleetRequest(0))
+	env.ExecuteWorkflow(api.FleetRolloutWorkflow, fleetRequest(0))
 	require.True(t, env.IsWorkflowCompleted())
 	require.True(t, temporal.IsCanceledError(env.GetWorkflowError()), "%v", env.GetWorkflowError())
 
 	require.Equal(t, "paused", paused.Phase)
-	require.Equal(t, map[string]string{"staging": ClusterSucceeded, "a": ClusterPending, "b": ClusterPending, "c": ClusterPending}, clusterStates(paused),
+	require.Equal(t, map[string]string{"staging": api.ClusterSucceeded, "a": api.ClusterPending, "b": api.ClusterPending, "c": api.ClusterPending}, clusterStates(paused),
 		"a paused fleet starts no wave")
-	require.Equal(t, []string{SignalPause}, f.signals["staging"], "the pause reached the running cluster")
+	require.Equal(t, []string{api.SignalPause}, f.signals["staging"], "the pause reached the running cluster")
 	require.Equal(t, 3*time.Hour, f.started["a"].Sub(f.started["staging"]), "wave 2 started at the resume")
 
 	var canceled *temporal.CanceledError
 	require.True(t, errors.As(env.GetWorkflowError(), &canceled))
-	var st FleetStatus
+	var st api.FleetStatus
 	require.NoError(t, canceled.Details(&st))
-	require.Equal(t, map[string]string{"staging": ClusterSucceeded, "a": ClusterAborted, "b": ClusterAborted, "c": ClusterNotRun}, clusterStates(st))
+	require.Equal(t, map[string]string{"staging": api.ClusterSucceeded, "a": api.ClusterAborted, "b": api.ClusterAborted, "c": api.ClusterNotRun}, clusterStates(st))
 }
 
 func TestFleetRequestErrorsNameTheField(t *testing.T) {
 	env, _ := fleetEnv(t)
-	env.ExecuteWorkflow(FleetRolloutWorkflow, FleetRequest{Name: "demo", Waves: [][]string{{"a"}, {}, {"a", "B"}}, MaxFailedClusters: -1})
+	env.ExecuteWorkflow(api.FleetRolloutWorkflow, api.FleetRequest{Name: "demo", Waves: [][]string{{"a"}, {}, {"a", "B"}}, MaxFailedClusters: -1})
 	err := env.GetWorkflowError()
 	require.Error(t, err)
 	for _, want := range []string{"waves[1]: is empty", `waves[2][0]: cluster "a" is listed twice`, `waves[2][1]: "B" is not a cluster name`, "maxFailedClusters: is negative"} {
@@ -171,7 +169,7 @@ func TestFleetUnknownFieldsAreRefusedByPath(t *testing.T) {
 	asked := false
 	env.OnGetVersion(versionFleetUnknownFields, workflow.DefaultVersion, 1).
 		Run(func(mock.Arguments) { asked = true }).Return(workflow.Version(1))
-	env.ExecuteWorkflow(FleetRolloutWorkflow, json.RawMessage(misspelt))
+	env.ExecuteWorkflow(api.FleetRolloutWorkflow, json.RawMessage(misspelt))
 	err := env.GetWorkflowError()
 	for _, field := range []string{"maxFailedCluster: unknown field", "rollout.batch.inital: unknown field", "rollout.parallelism: must be a JSON integer"} {
 		requireInvalid(t, err, field)
@@ -184,7 +182,7 @@ func TestFleetUnknownFieldsAreRefusedByPath(t *testing.T) {
 	// A fleet field of the wrong type failed the run at once before the check too, so it
 	// needs no version; it is named now instead of the decoder's error.
 	env, _ = fleetEnv(t)
-	env.ExecuteWorkflow(FleetRolloutWorkflow, json.RawMessage(`{"name":"demo","waves":[["a"]],"maxFailedClusters":"1","rollout":{}}`))
+	env.ExecuteWorkflow(api.FleetRolloutWorkflow, json.RawMessage(`{"name":"demo","waves":[["a"]],"maxFailedClusters":"1","rollout":{}}`))
 	requireInvalid(t, env.GetWorkflowError(), "maxFailedClusters: must be a JSON integer")
 
 	// Spelt right, the same request runs with its budget, and asks for no version.
@@ -192,13 +190,13 @@ func TestFleetUnknownFieldsAreRefusedByPath(t *testing.T) {
 	asked = false
 	env.OnGetVersion(versionFleetUnknownFields, workflow.DefaultVersion, 1).
 		Run(func(mock.Arguments) { asked = true }).Return(workflow.Version(1)).Maybe()
-	env.ExecuteWorkflow(FleetRolloutWorkflow, json.RawMessage(`{"name":"demo","waves":[["a"],["b"]],"maxFailedClusters":1,
+	env.ExecuteWorkflow(api.FleetRolloutWorkflow, json.RawMessage(`{"name":"demo","waves":[["a"],["b"]],"maxFailedClusters":1,
 		"rollout":{"nodes":["n1"],"jobTemplate":"t","batch":{"initial":1},"parallelism":5}}`))
 	require.NoError(t, env.GetWorkflowError())
-	var result FleetResult
+	var result api.FleetResult
 	require.NoError(t, env.GetWorkflowResult(&result))
 	require.Equal(t, 1, result.MaxFailedClusters)
-	require.Equal(t, map[string]string{"a": ClusterFailed, "b": ClusterSucceeded}, clusterStates(result))
+	require.Equal(t, map[string]string{"a": api.ClusterFailed, "b": api.ClusterSucceeded}, clusterStates(result))
 	require.Equal(t, 5, f.requests["b"].Parallelism, "the cluster runs the rollout as given")
 	require.False(t, asked, "a request without unknown fields records no version marker")
 }
@@ -210,21 +208,21 @@ func TestFleetUnknownFieldsAreDroppedOnTheOldVersion(t *testing.T) {
 	env, f := fleetEnv(t, "a")
 	env.OnGetVersion(versionFleetUnknownFields, workflow.DefaultVersion, 1).Return(workflow.DefaultVersion)
 	env.OnGetVersion(versionFleetChecksRollout, workflow.DefaultVersion, 1).Return(workflow.DefaultVersion)
-	env.ExecuteWorkflow(FleetRolloutWorkflow, json.RawMessage(`{"name":"demo","waves":[["a"],["b"]],"maxFailedCluster":1,
+	env.ExecuteWorkflow(api.FleetRolloutWorkflow, json.RawMessage(`{"name":"demo","waves":[["a"],["b"]],"maxFailedCluster":1,
 		"rollout":{"nodes":["n1"],"jobTemplate":"t","batch":{"inital":1}}}`))
 	var appErr *temporal.ApplicationError
 	require.True(t, errors.As(env.GetWorkflowError(), &appErr), "%v", env.GetWorkflowError())
-	require.Equal(t, ErrFleetFailureBudgetExceeded, appErr.Type())
-	var st FleetStatus
+	require.Equal(t, api.ErrFleetFailureBudgetExceeded, appErr.Type())
+	var st api.FleetStatus
 	require.NoError(t, appErr.Details(&st))
 	require.Equal(t, 0, st.MaxFailedClusters)
-	require.Equal(t, map[string]string{"a": ClusterFailed, "b": ClusterNotRun}, clusterStates(st))
-	require.Equal(t, &Batch{}, f.requests["a"].Batch, "the cluster got the rollout without batch.inital")
+	require.Equal(t, map[string]string{"a": api.ClusterFailed, "b": api.ClusterNotRun}, clusterStates(st))
+	require.Equal(t, &api.Batch{}, f.requests["a"].Batch, "the cluster got the rollout without batch.inital")
 
 	// A fleet field of the wrong type failed those runs at once, and still does.
 	env, _ = fleetEnv(t)
 	env.OnGetVersion(versionFleetUnknownFields, workflow.DefaultVersion, 1).Return(workflow.DefaultVersion).Maybe()
-	env.ExecuteWorkflow(FleetRolloutWorkflow, json.RawMessage(`{"name":"demo","waves":[["a"]],"maxFailedClusters":"1","rollout":{}}`))
+	env.ExecuteWorkflow(api.FleetRolloutWorkflow, json.RawMessage(`{"name":"demo","waves":[["a"]],"maxFailedClusters":"1","rollout":{}}`))
 	requireInvalid(t, env.GetWorkflowError(), "maxFailedClusters: must be a JSON integer")
 }
 
@@ -242,7 +240,7 @@ func fieldsOf(t *testing.T, err error) []string {
 	t.Helper()
 	var appErr *temporal.ApplicationError
 	require.True(t, errors.As(err, &appErr), "want an InvalidRequest, got %v", err)
-	var ps []*jobspec.FieldError
+	var ps []*api.FieldError
 	require.NoError(t, appErr.Details(&ps))
 	fields := make([]string, len(ps))
 	for i, p := range ps {
@@ -257,7 +255,7 @@ func fieldsOf(t *testing.T, err error) []string {
 func TestFleetRefusesAnExplicitZeroParallelismInItsRollout(t *testing.T) {
 	env, f := fleetEnv(t)
 	asked := fleetVersionAsked(env, 1)
-	env.ExecuteWorkflow(FleetRolloutWorkflow, json.RawMessage(`{"name":"demo","waves":[["a"],["b"]],
+	env.ExecuteWorkflow(api.FleetRolloutWorkflow, json.RawMessage(`{"name":"demo","waves":[["a"],["b"]],
 		"rollout":{"nodes":["n1"],"jobTemplate":"t","parallelism":0}}`))
 	err := env.GetWorkflowError()
 	requireInvalid(t, err, "rollout.parallelism: must be between 1 and 1000, got 0; omit it for the default of 10")
@@ -267,7 +265,7 @@ func TestFleetRefusesAnExplicitZeroParallelismInItsRollout(t *testing.T) {
 
 	env, f = fleetEnv(t)
 	asked = fleetVersionAsked(env, 1)
-	env.ExecuteWorkflow(FleetRolloutWorkflow, json.RawMessage(`{"name":"demo","waves":[["a"],["b"]],
+	env.ExecuteWorkflow(api.FleetRolloutWorkflow, json.RawMessage(`{"name":"demo","waves":[["a"],["b"]],
 		"rollout":{"nodes":["n1"],"jobTemplate":"t","parallelism":5}}`))
 	require.NoError(t, env.GetWorkflowError())
 	require.Equal(t, 5, f.requests["b"].Parallelism)
@@ -279,8 +277,8 @@ func TestFleetRefusesAnExplicitZeroParallelismInItsRollout(t *testing.T) {
 func TestFleetRefusesAnInvalidRolloutByPath(t *testing.T) {
 	env, f := fleetEnv(t)
 	asked := fleetVersionAsked(env, 1)
-	env.ExecuteWorkflow(FleetRolloutWorkflow, FleetRequest{Name: "demo", Waves: [][]string{{"a"}, {}},
-		Rollout: RolloutRequest{NodeSelector: "pool in (gpu", Batch: &Batch{Initial: 20}}})
+	env.ExecuteWorkflow(api.FleetRolloutWorkflow, api.FleetRequest{Name: "demo", Waves: [][]string{{"a"}, {}},
+		Rollout: api.RolloutRequest{NodeSelector: "pool in (gpu", Batch: &api.Batch{Initial: 20}}})
 	err := env.GetWorkflowError()
 	for _, want := range []string{"waves[1]: is empty", `rollout.nodeSelector: "pool in (gpu" does not parse`,
 		"rollout.jobTemplate: is required", "rollout.batch.initial: must be between 1 and parallelism (10), got 20"} {
@@ -293,12 +291,12 @@ func TestFleetRefusesAnInvalidRolloutByPath(t *testing.T) {
 	// A rollout named explicitly is checked as given; one left unnamed takes the fleet's name,
 	// whose problem is the fleet's own and named once.
 	env, _ = fleetEnv(t)
-	env.ExecuteWorkflow(FleetRolloutWorkflow, FleetRequest{Name: "Demo", Waves: [][]string{{"a"}},
-		Rollout: RolloutRequest{Nodes: []string{"n1"}, JobTemplate: sampleTemplate}})
+	env.ExecuteWorkflow(api.FleetRolloutWorkflow, api.FleetRequest{Name: "Demo", Waves: [][]string{{"a"}},
+		Rollout: api.RolloutRequest{Nodes: []string{"n1"}, JobTemplate: sampleTemplate}})
 	require.Equal(t, []string{"name"}, fieldsOf(t, env.GetWorkflowError()))
 	env, _ = fleetEnv(t)
-	env.ExecuteWorkflow(FleetRolloutWorkflow, FleetRequest{Name: "demo", Waves: [][]string{{"a"}},
-		Rollout: RolloutRequest{Name: "Demo", Nodes: []string{"n1"}, JobTemplate: sampleTemplate}})
+	env.ExecuteWorkflow(api.FleetRolloutWorkflow, api.FleetRequest{Name: "demo", Waves: [][]string{{"a"}},
+		Rollout: api.RolloutRequest{Name: "Demo", Nodes: []string{"n1"}, JobTemplate: sampleTemplate}})
 	require.Equal(t, []string{"rollout.name"}, fieldsOf(t, env.GetWorkflowError()))
 }
 
@@ -307,7 +305,7 @@ func TestFleetRefusesAnInvalidRolloutByPath(t *testing.T) {
 func TestFleetStartsAnInvalidRolloutOnTheOldVersion(t *testing.T) {
 	env, f := fleetEnv(t)
 	asked := fleetVersionAsked(env, workflow.DefaultVersion)
-	env.ExecuteWorkflow(FleetRolloutWorkflow, json.RawMessage(`{"name":"demo","waves":[["a"],["b"]],
+	env.ExecuteWorkflow(api.FleetRolloutWorkflow, json.RawMessage(`{"name":"demo","waves":[["a"],["b"]],
 		"rollout":{"nodes":["n1"],"jobTemplate":"t","parallelism":0}}`))
 	require.NoError(t, env.GetWorkflowError())
 	require.True(t, *asked)
@@ -317,11 +315,11 @@ func TestFleetStartsAnInvalidRolloutOnTheOldVersion(t *testing.T) {
 
 	env, f = fleetEnv(t, "a")
 	fleetVersionAsked(env, workflow.DefaultVersion)
-	env.ExecuteWorkflow(FleetRolloutWorkflow, FleetRequest{Name: "demo", Waves: [][]string{{"a"}, {"b"}},
-		Rollout: RolloutRequest{Nodes: []string{"n1"}}})
+	env.ExecuteWorkflow(api.FleetRolloutWorkflow, api.FleetRequest{Name: "demo", Waves: [][]string{{"a"}, {"b"}},
+		Rollout: api.RolloutRequest{Nodes: []string{"n1"}}})
 	var appErr *temporal.ApplicationError
 	require.True(t, errors.As(env.GetWorkflowError(), &appErr), "%v", env.GetWorkflowError())
-	require.Equal(t, ErrFleetFailureBudgetExceeded, appErr.Type(), "the fleet counted the failed cluster")
+	require.Equal(t, api.ErrFleetFailureBudgetExceeded, appErr.Type(), "the fleet counted the failed cluster")
 	require.Contains(t, f.started, "a")
 	require.NotContains(t, f.started, "b")
 }
@@ -337,18 +335,18 @@ func TestFleetCountsAnAbortedOrEmptyClusterAsFailed(t *testing.T) {
 			} else {
 				f.empty["a"] = true
 			}
-			env.ExecuteWorkflow(FleetRolloutWorkflow, fleetRequest(0))
+			env.ExecuteWorkflow(api.FleetRolloutWorkflow, fleetRequest(0))
 			require.True(t, env.IsWorkflowCompleted())
 			var appErr *temporal.ApplicationError
 			require.True(t, errors.As(env.GetWorkflowError(), &appErr), "%v", env.GetWorkflowError())
-			require.Equal(t, ErrFleetFailureBudgetExceeded, appErr.Type())
-			var st FleetStatus
+			require.Equal(t, api.ErrFleetFailureBudgetExceeded, appErr.Type())
+			var st api.FleetStatus
 			require.NoError(t, appErr.Details(&st))
-			want := map[string]string{"aborted": ClusterAborted, "empty": ClusterFailed}[how]
+			want := map[string]string{"aborted": api.ClusterAborted, "empty": api.ClusterFailed}[how]
 			require.Equal(t, want, clusterStates(st)["a"])
 			require.Equal(t, 1, st.FailedClusters)
 			require.Contains(t, appErr.Message(), "failed: a (")
-			require.Equal(t, ClusterNotRun, clusterStates(st)["c"])
+			require.Equal(t, api.ClusterNotRun, clusterStates(st)["c"])
 			require.NotContains(t, f.started, "c")
 		})
 	}

@@ -16,33 +16,18 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/noderollout/noderollout/activities"
+	"github.com/noderollout/noderollout/api"
 )
 
 // Tests of the guarantees that must hold on a real fleet: each names the failure it guards.
-
-func nodeEnv(t *testing.T) (*testsuite.TestWorkflowEnvironment, *activities.Activities) {
-	t.Helper()
-	ts := &testsuite.WorkflowTestSuite{}
-	env := newTestEnv(ts)
-	a := &activities.Activities{}
-	env.RegisterActivity(a)
-	env.RegisterWorkflow(NodeRollout)
-	env.RegisterWorkflow(NodeRolloutV2)
-	env.RegisterWorkflow(NodeRolloutV3)
-	return env, a
-}
 
 // rolloutEnv is a test environment with Rollout and NodeRollout registered, a stored template
 // and explicit node names listed as given.
 func rolloutEnv(t *testing.T) (*testsuite.TestWorkflowEnvironment, *activities.Activities) {
 	t.Helper()
-	env, a := nodeEnv(t)
-	env.RegisterWorkflow(Rollout)
+	env, a := newTestEnv(nil)
 	jobsOutlastTheWatch(env)
-	env.OnActivity(a.PrepareTemplate, mock.Anything, mock.Anything).Return(activities.PreparedTemplate{Hash: "h"}, nil).Maybe()
-	env.OnActivity(a.ListNodes, mock.Anything, mock.Anything).Return(func(_ context.Context, in activities.ListNodesInput) (activities.ListNodesResult, error) {
-		return activities.ListNodesResult{Nodes: in.Names, Total: len(in.Names)}, nil
-	}).Maybe()
+	listsNamedNodes(env, a)
 	return env, a
 }
 
@@ -51,7 +36,7 @@ func outage() error { return errors.New("dial tcp 127.0.0.1:6443: connect: conne
 // An API server that refuses writes for minutes only delays the node (the SDK's default for
 // local activities gave up after one StartToClose, about 31 s of retries).
 func TestWritesRetryThroughAMinutesLongOutage(t *testing.T) {
-	env, a := nodeEnv(t)
+	env, a := newTestEnv(nil)
 	job := activities.JobRef{Namespace: "jobs", Name: "demo-node-a-x", UID: "u1", Node: "node-a"}
 	var creates, finalizes int
 	env.OnActivity(a.CreateJob, mock.Anything, mock.Anything).Return(func(context.Context, activities.JobRequest) (activities.JobRef, error) {
@@ -61,7 +46,7 @@ func TestWritesRetryThroughAMinutesLongOutage(t *testing.T) {
 		}
 		return job, nil
 	})
-	env.OnActivity(a.WaitJob, mock.Anything, mock.Anything).Return(activities.JobEnd{Outcome: activities.OutcomeSucceeded, Reason: "Completed"}, nil)
+	env.OnActivity(a.WaitJob, mock.Anything, mock.Anything).Return(activities.JobEnd{Outcome: api.OutcomeSucceeded, Reason: "Completed"}, nil)
 	env.OnActivity(a.FinalizeJob, mock.Anything, mock.Anything).Return(func(context.Context, activities.FinalizeInput) (activities.FinalizeResult, error) {
 		finalizes++
 		if finalizes <= 12 {
@@ -69,11 +54,11 @@ func TestWritesRetryThroughAMinutesLongOutage(t *testing.T) {
 		}
 		return activities.FinalizeResult{}, nil
 	})
-	executeNodeAsChild(env, NodeRollout, NodeRolloutWorkflow, nodeInput())
+	executeNodeAsChild(env, NodeRollout, api.NodeRolloutWorkflow, nodeInput())
 	require.NoError(t, env.GetWorkflowError())
-	var r NodeResult
+	var r api.NodeResult
 	require.NoError(t, env.GetWorkflowResult(&r))
-	require.Equal(t, activities.OutcomeSucceeded, r.Outcome)
+	require.Equal(t, api.OutcomeSucceeded, r.Outcome)
 	require.Empty(t, r.Message, "the marker and delete went through, late")
 	require.Equal(t, 13, creates)
 	require.Equal(t, 13, finalizes)
@@ -82,10 +67,10 @@ func TestWritesRetryThroughAMinutesLongOutage(t *testing.T) {
 // A create whose reply was lost and whose retry was then refused may have made the Job: the
 // name the workflow computed goes to cleanup and finalize, so no Job of ours is left behind.
 func TestFailedCreateStillCleansUpTheKnownJobName(t *testing.T) {
-	env, a := nodeEnv(t)
+	env, a := newTestEnv(nil)
 	var deleted, finalized activities.JobRef
 	env.OnActivity(a.CreateJob, mock.Anything, mock.Anything).Return(activities.JobRef{},
-		temporal.NewNonRetryableApplicationError("jobs is forbidden", activities.ErrForbidden, nil))
+		temporal.NewNonRetryableApplicationError("jobs is forbidden", api.ErrForbidden, nil))
 	env.OnActivity(a.DeleteJob, mock.Anything, mock.Anything).Return(func(_ context.Context, job activities.JobRef) error {
 		deleted = job
 		return nil
@@ -95,12 +80,12 @@ func TestFailedCreateStillCleansUpTheKnownJobName(t *testing.T) {
 		finalized = *in.Job
 		return activities.FinalizeResult{}, nil
 	}).Once()
-	executeNodeAsChild(env, NodeRollout, NodeRolloutWorkflow, nodeInput())
+	executeNodeAsChild(env, NodeRollout, api.NodeRolloutWorkflow, nodeInput())
 	var appErr *temporal.ApplicationError
 	require.True(t, errors.As(env.GetWorkflowError(), &appErr))
-	var r NodeResult
+	var r api.NodeResult
 	require.NoError(t, appErr.Details(&r))
-	require.Equal(t, activities.ErrForbidden, r.Reason)
+	require.Equal(t, api.ErrForbidden, r.Reason)
 	require.NotEmpty(t, r.Job)
 	require.Equal(t, r.Job, deleted.Name)
 	require.NotEmpty(t, deleted.RunID, "without a UID the delete checks the run that made the Job")
@@ -111,18 +96,18 @@ func TestFailedCreateStillCleansUpTheKnownJobName(t *testing.T) {
 // WaitJob failing for good (Forbidden on a GET) says nothing about the Job, which may still
 // run: it is deleted, through refusals, before the node is released.
 func TestWaitFailureDeletesTheJobBeforeTheNodeIsReleased(t *testing.T) {
-	env, a := nodeEnv(t)
+	env, a := newTestEnv(nil)
 	job := activities.JobRef{Namespace: "jobs", Name: "demo-node-a-x", UID: "u1", Node: "node-a"}
 	var order []string
 	deletes := 0
 	env.OnActivity(a.CreateJob, mock.Anything, mock.Anything).Return(job, nil)
 	env.OnActivity(a.WaitJob, mock.Anything, mock.Anything).Return(activities.JobEnd{},
-		temporal.NewNonRetryableApplicationError("get jobs: forbidden", activities.ErrForbidden, nil))
+		temporal.NewNonRetryableApplicationError("get jobs: forbidden", api.ErrForbidden, nil))
 	env.OnActivity(a.DeleteJob, mock.Anything, job).Return(func(context.Context, activities.JobRef) error {
 		deletes++
 		order = append(order, "delete")
 		if deletes <= 3 {
-			return temporal.NewNonRetryableApplicationError("delete jobs: forbidden", activities.ErrForbidden, nil)
+			return temporal.NewNonRetryableApplicationError("delete jobs: forbidden", api.ErrForbidden, nil)
 		}
 		return nil
 	})
@@ -130,13 +115,13 @@ func TestWaitFailureDeletesTheJobBeforeTheNodeIsReleased(t *testing.T) {
 		order = append(order, "finalize")
 		return activities.FinalizeResult{}, nil
 	})
-	executeNodeAsChild(env, NodeRollout, NodeRolloutWorkflow, nodeInput())
+	executeNodeAsChild(env, NodeRollout, api.NodeRolloutWorkflow, nodeInput())
 	var appErr *temporal.ApplicationError
 	require.True(t, errors.As(env.GetWorkflowError(), &appErr))
-	var r NodeResult
+	var r api.NodeResult
 	require.NoError(t, appErr.Details(&r))
-	require.Equal(t, activities.OutcomeFailed, r.Outcome)
-	require.Equal(t, activities.ErrForbidden, r.Reason)
+	require.Equal(t, api.OutcomeFailed, r.Outcome)
+	require.Equal(t, api.ErrForbidden, r.Reason)
 	require.Equal(t, []string{"delete", "delete", "delete", "delete", "finalize"}, order,
 		"a refused delete is retried; the node waits until the Job is gone")
 }
@@ -147,7 +132,7 @@ func TestWaitingNodeDoesNotStartOnceTheBudgetIsSpent(t *testing.T) {
 	env := rolloutPairEnv(t)
 	var mu sync.Mutex
 	starts := map[string][]string{}
-	env.OnWorkflow(NodeRolloutV2, mock.Anything, mock.Anything).Return(func(ctx workflow.Context, in NodeRolloutInput) (NodeResult, error) {
+	env.OnWorkflow(NodeRolloutV2, mock.Anything, mock.Anything).Return(func(ctx workflow.Context, in NodeRolloutInput) (api.NodeResult, error) {
 		mu.Lock()
 		starts[in.Node] = append(starts[in.Node], in.Rollout)
 		mu.Unlock()
@@ -156,17 +141,17 @@ func TestWaitingNodeDoesNotStartOnceTheBudgetIsSpent(t *testing.T) {
 			d = time.Minute
 		}
 		if err := workflow.Sleep(ctx, d); err != nil {
-			return NodeResult{}, err
+			return api.NodeResult{}, err
 		}
 		if in.Node == "z" {
-			res := NodeResult{Node: in.Node, Outcome: activities.OutcomeFailed, Reason: "BackoffLimitExceeded"}
-			return res, temporal.NewNonRetryableApplicationError("failed", ErrNodeFailed, nil, res)
+			res := api.NodeResult{Node: in.Node, Outcome: api.OutcomeFailed, Reason: "BackoffLimitExceeded"}
+			return res, temporal.NewNonRetryableApplicationError("failed", api.ErrNodeFailed, nil, res)
 		}
-		return NodeResult{Node: in.Node, Outcome: activities.OutcomeSucceeded}, nil
+		return api.NodeResult{Node: in.Node, Outcome: api.OutcomeSucceeded}, nil
 	})
 	env.ExecuteWorkflow("both")
 	require.True(t, env.IsWorkflowCompleted())
-	require.ErrorContains(t, env.GetWorkflowError(), ErrFailureBudgetExceeded)
+	require.ErrorContains(t, env.GetWorkflowError(), api.ErrFailureBudgetExceeded)
 	require.Equal(t, []string{"first"}, starts["shared"], "the second rollout spent its budget on z while it waited for shared")
 }
 
@@ -175,14 +160,7 @@ func TestWaitingNodeDoesNotStartOnceTheBudgetIsSpent(t *testing.T) {
 // environment requires).
 func rolloutPairEnv(t *testing.T, more ...func(*testsuite.TestWorkflowEnvironment)) *testsuite.TestWorkflowEnvironment {
 	t.Helper()
-	ts := &testsuite.WorkflowTestSuite{}
-	env := newTestEnv(ts)
-	a := &activities.Activities{}
-	env.RegisterActivity(a)
-	env.RegisterWorkflow(Rollout)
-	env.RegisterWorkflow(NodeRollout)
-	env.RegisterWorkflow(NodeRolloutV2)
-	env.RegisterWorkflow(NodeRolloutV3)
+	env, a := newTestEnv(nil)
 	env.RegisterWorkflowWithOptions(bothRollouts, workflow.RegisterOptions{Name: "both"})
 	for _, register := range more {
 		register(env)
@@ -221,8 +199,8 @@ func firstHoldsSharedTwoDays(env *testsuite.TestWorkflowEnvironment) (ended func
 		return activities.JobRef{Namespace: in.Namespace, Name: in.Rollout + "-" + in.Node, UID: in.Rollout + in.Node, Node: in.Node}, nil
 	})
 	env.OnActivity(a.WaitJob, mock.Anything, mock.MatchedBy(func(in activities.WaitJobInput) bool { return in.Job.Name == "first-shared" })).
-		After(48*time.Hour).Return(activities.JobEnd{Outcome: activities.OutcomeSucceeded}, nil)
-	env.OnActivity(a.WaitJob, mock.Anything, mock.Anything).After(time.Minute).Return(activities.JobEnd{Outcome: activities.OutcomeSucceeded}, nil)
+		After(48*time.Hour).Return(activities.JobEnd{Outcome: api.OutcomeSucceeded}, nil)
+	env.OnActivity(a.WaitJob, mock.Anything, mock.Anything).After(time.Minute).Return(activities.JobEnd{Outcome: api.OutcomeSucceeded}, nil)
 	env.OnActivity(a.FinalizeJob, mock.Anything, mock.Anything).Return(func(_ context.Context, in activities.FinalizeInput) (activities.FinalizeResult, error) {
 		mu.Lock()
 		ends[in.Node] = append(ends[in.Node], jobEnd{rollout: in.Rollout, at: env.Now()})
@@ -248,7 +226,7 @@ func TestBusyNodeIsToldWhenFreeInsteadOfPolling(t *testing.T) {
 	env.ExecuteWorkflow("both")
 	require.True(t, env.IsWorkflowCompleted())
 	require.NoError(t, env.GetWorkflowError())
-	var results []RolloutResult
+	var results []api.RolloutResult
 	require.NoError(t, env.GetWorkflowResult(&results))
 	require.Equal(t, 2, results[0].Counts.Succeeded)
 	require.Equal(t, 2, results[1].Counts.Succeeded)
@@ -262,53 +240,23 @@ func TestBusyNodeIsToldWhenFreeInsteadOfPolling(t *testing.T) {
 }
 
 // A start request cannot smuggle in continue-as-new state (it skipped the template check and
-// the parallelism ceiling), and unknown fields are named at any depth.
-func TestCallerCannotSetInternalStateAndUnknownFieldsAreNamed(t *testing.T) {
-	for _, tc := range []struct{ json, field string }{
-		{`{"name":"a","nodeSelector":"x=y","jobTemplate":"t","progress":{"templateHash":"h","template":"hidden"}}`, "progress"},
-		{`{"name":"a","nodeSelector":"x=y","jobTemplate":"t","batch":{"inital":1}}`, "batch.inital"},
-		{`{"name":"a","nodeSelector":"x=y","jobTemplate":"t","owner":{"apiVersion":"v1","kind":"K","name":"n","uid":"u","controller":true}}`, "owner.controller"},
-		{`{"name":"a","nodeSelector":"x=y","jobTemplateRef":{"nmae":"cm"}}`, "jobTemplateRef.nmae"},
-		{`{"name":"a","nodeSelector":"x=y","jobTemplate":"t","parallelism":0}`, "parallelism"},
-	} {
-		var req RolloutRequest
-		require.NoError(t, json.Unmarshal([]byte(tc.json), &req))
-		_, err := Validate(req)
-		requireInvalid(t, err, tc.field)
-	}
-
-	// The same state as the workflow's own second argument is honoured only in a run that
-	// was continued as new.
-	env, a := nodeEnv(t)
-	env.RegisterWorkflow(Rollout)
+// the parallelism ceiling): the state as the workflow's own second argument is honoured only
+// in a run that was continued as new (api's TestCallerCannotSetInternalState... checks it
+// inside the request).
+func TestCallerCannotSetInternalState(t *testing.T) {
+	env, a := newTestEnv(nil)
 	jobsOutlastTheWatch(env)
-	env.ExecuteWorkflow(RolloutWorkflow, request("a"), &Progress{TemplateHash: "h", Template: "hidden", Parallelism: 1})
+	env.ExecuteWorkflow(api.RolloutWorkflow, request("a"), &api.Progress{TemplateHash: "h", Template: "hidden", Parallelism: 1})
 	requireInvalid(t, env.GetWorkflowError(), "progress")
 	_ = a
-}
-
-// A Job pasted into the UI as an object is the same template as its YAML text.
-func TestJobTemplateAsAJSONObjectIsAccepted(t *testing.T) {
-	var req RolloutRequest
-	require.NoError(t, json.Unmarshal([]byte(`{"name":"a","nodeSelector":"x=y","jobTemplate":{"apiVersion":"batch/v1","kind":"Job"}}`), &req))
-	_, err := Validate(req)
-	require.NoError(t, err)
-	require.JSONEq(t, `{"apiVersion":"batch/v1","kind":"Job"}`, req.JobTemplate)
 }
 
 // The largest template at the largest parallelism: what each node adds to the history does
 // not grow with the template, and the state carried across continue-as-new stays small.
 func TestHistoryCostDoesNotGrowWithTemplateOrFailures(t *testing.T) {
-	ts := &testsuite.WorkflowTestSuite{}
-	env := newTestEnv(ts)
-	a := &activities.Activities{}
-	env.RegisterActivity(a)
-	env.RegisterWorkflow(Rollout)
-	env.RegisterWorkflow(NodeRollout)
-	env.RegisterWorkflow(NodeRolloutV2)
-	env.RegisterWorkflow(NodeRolloutV3)
+	env, a := newTestEnv(nil)
 	jobsOutlastTheWatch(env)
-	const fleet = 2 * MaxReportedFailures
+	const fleet = 2 * api.MaxReportedFailures
 	big := sampleTemplate + "# " + strings.Repeat("x", 256*1024-len(sampleTemplate)-3) + "\n"
 	env.OnActivity(a.PrepareTemplate, mock.Anything, mock.Anything).Return(func(_ context.Context, in activities.PrepareTemplateInput) (activities.PreparedTemplate, error) {
 		if in.Store {
@@ -322,30 +270,30 @@ func TestHistoryCostDoesNotGrowWithTemplateOrFailures(t *testing.T) {
 	})
 	largest := 0
 	var mu sync.Mutex
-	env.OnWorkflow(NodeRolloutV2, mock.Anything, mock.Anything).Return(func(ctx workflow.Context, in NodeRolloutInput) (NodeResult, error) {
+	env.OnWorkflow(NodeRolloutV2, mock.Anything, mock.Anything).Return(func(ctx workflow.Context, in NodeRolloutInput) (api.NodeResult, error) {
 		b, _ := json.Marshal(in)
 		mu.Lock()
 		largest = max(largest, len(b))
 		mu.Unlock()
-		res := NodeResult{Node: in.Node, Outcome: activities.OutcomeFailed, Reason: "BackoffLimitExceeded",
+		res := api.NodeResult{Node: in.Node, Outcome: api.OutcomeFailed, Reason: "BackoffLimitExceeded",
 			Message: strings.Repeat("m", 2048), LogTail: strings.Repeat("l", activities.LogTailBytes)}
-		return res, temporal.NewNonRetryableApplicationError("failed", ErrNodeFailed, nil, res)
+		return res, temporal.NewNonRetryableApplicationError("failed", api.ErrNodeFailed, nil, res)
 	})
 	req := request()
 	req.Nodes = nil
 	req.NodeSelector = "pool=gpu"
 	req.JobTemplate = big
-	req.Parallelism = MaxParallelism
+	req.Parallelism = api.MaxParallelism
 	req.MaxFailures = "100%"
 	req.ContinueAsNewAfter = fleet - 1
-	env.ExecuteWorkflow(RolloutWorkflow, req)
+	env.ExecuteWorkflow(api.RolloutWorkflow, req)
 	require.Less(t, largest, 1024, "a child's input must not carry the template")
 	var can *workflow.ContinueAsNewError
 	require.True(t, errors.As(env.GetWorkflowError(), &can), "%v", env.GetWorkflowError())
-	var next RolloutRequest
-	var carried *Progress
+	var next api.RolloutRequest
+	var carried *api.Progress
 	require.NoError(t, converterFromEnv().FromPayloads(can.Input, &next, &carried))
-	require.Len(t, carried.Failures, MaxReportedFailures)
+	require.Len(t, carried.Failures, api.MaxReportedFailures)
 	b, _ := json.Marshal(carried)
 	require.Less(t, len(b), 96*1024, "carried state is bounded: failures travel without log tails")
 }
@@ -354,109 +302,101 @@ func TestHistoryCostDoesNotGrowWithTemplateOrFailures(t *testing.T) {
 // carried into the next run, not lost.
 func TestPauseAtTheMomentOfContinueAsNewIsKept(t *testing.T) {
 	env, _ := rolloutEnv(t)
-	env.OnWorkflow(NodeRolloutV2, mock.Anything, mock.Anything).Return(func(ctx workflow.Context, in NodeRolloutInput) (NodeResult, error) {
+	env.OnWorkflow(NodeRolloutV2, mock.Anything, mock.Anything).Return(func(ctx workflow.Context, in NodeRolloutInput) (api.NodeResult, error) {
 		if err := workflow.Sleep(ctx, time.Minute); err != nil {
-			return NodeResult{}, err
+			return api.NodeResult{}, err
 		}
-		return NodeResult{Node: in.Node, Outcome: activities.OutcomeSucceeded}, nil
+		return api.NodeResult{Node: in.Node, Outcome: api.OutcomeSucceeded}, nil
 	})
 	req := request(nodeNames(4)...)
 	req.Parallelism = 2
 	req.ContinueAsNewAfter = 2
-	env.RegisterDelayedCallback(func() { env.SignalWorkflow(SignalPause, nil) }, time.Minute)
-	env.ExecuteWorkflow(RolloutWorkflow, req)
+	env.RegisterDelayedCallback(func() { env.SignalWorkflow(api.SignalPause, nil) }, time.Minute)
+	env.ExecuteWorkflow(api.RolloutWorkflow, req)
 	var can *workflow.ContinueAsNewError
 	require.True(t, errors.As(env.GetWorkflowError(), &can), "%v", env.GetWorkflowError())
-	var next RolloutRequest
-	var carried *Progress
+	var next api.RolloutRequest
+	var carried *api.Progress
 	require.NoError(t, converterFromEnv().FromPayloads(can.Input, &next, &carried))
 	require.True(t, carried.Paused, "the pause sent as the last nodes finished is carried over")
 }
 
 // status and setParallelism answer while the template is still being prepared.
 func TestHandlersAnswerBeforeTheTemplateIsPrepared(t *testing.T) {
-	env, a := nodeEnv(t)
-	env.RegisterWorkflow(Rollout)
+	env, a := newTestEnv(nil)
 	jobsOutlastTheWatch(env)
 	env.OnActivity(a.PrepareTemplate, mock.Anything, mock.Anything).After(10*time.Minute).Return(activities.PreparedTemplate{Hash: "h"}, nil)
 	env.OnActivity(a.ListNodes, mock.Anything, mock.Anything).Return(func(_ context.Context, in activities.ListNodesInput) (activities.ListNodesResult, error) {
 		return activities.ListNodesResult{Nodes: in.Names, Total: len(in.Names)}, nil
 	})
-	env.OnWorkflow(NodeRolloutV2, mock.Anything, mock.Anything).Return(NodeResult{Outcome: activities.OutcomeSucceeded}, nil)
-	var st RolloutStatus
+	env.OnWorkflow(NodeRolloutV2, mock.Anything, mock.Anything).Return(api.NodeResult{Outcome: api.OutcomeSucceeded}, nil)
+	var st api.RolloutStatus
 	var queryErr, updateErr error
 	env.RegisterDelayedCallback(func() {
-		v, err := env.QueryWorkflow(QueryStatus)
+		v, err := env.QueryWorkflow(api.QueryStatus)
 		queryErr = err
 		if err == nil {
 			queryErr = v.Get(&st)
 		}
-		env.UpdateWorkflow(UpdateSetParallelism, "u1", &testsuite.TestUpdateCallback{
+		env.UpdateWorkflow(api.UpdateSetParallelism, "u1", &testsuite.TestUpdateCallback{
 			OnReject:   func(err error) { updateErr = err },
 			OnAccept:   func() {},
 			OnComplete: func(_ interface{}, err error) { updateErr = err },
-		}, SetParallelismRequest{Parallelism: 3})
+		}, api.SetParallelismRequest{Parallelism: 3})
 	}, time.Minute)
 	req := request(nodeNames(4)...)
-	env.ExecuteWorkflow(RolloutWorkflow, req)
+	env.ExecuteWorkflow(api.RolloutWorkflow, req)
 	require.NoError(t, env.GetWorkflowError())
 	require.NoError(t, queryErr)
 	require.Equal(t, "running", st.Phase)
-	require.Equal(t, DefaultParallelism, st.Parallelism)
+	require.Equal(t, api.DefaultParallelism, st.Parallelism)
 	require.NoError(t, updateErr)
 }
 
 // A listing that fails for good on a later page stops new launches, but the nodes in flight
 // finish and are reported before the rollout fails.
 func TestListingFailureOnALaterPageDrainsAndReports(t *testing.T) {
-	ts := &testsuite.WorkflowTestSuite{}
-	env := newTestEnv(ts)
-	a := &activities.Activities{}
-	env.RegisterActivity(a)
-	env.RegisterWorkflow(Rollout)
-	env.RegisterWorkflow(NodeRollout)
-	env.RegisterWorkflow(NodeRolloutV2)
-	env.RegisterWorkflow(NodeRolloutV3)
+	env, a := newTestEnv(nil)
 	jobsOutlastTheWatch(env)
 	env.OnActivity(a.PrepareTemplate, mock.Anything, mock.Anything).Return(activities.PreparedTemplate{Hash: "h"}, nil)
 	env.OnActivity(a.ListNodes, mock.Anything, mock.Anything).Return(func(_ context.Context, in activities.ListNodesInput) (activities.ListNodesResult, error) {
 		if in.After == "" {
 			return activities.ListNodesResult{Nodes: []string{"a", "b", "c"}, More: true, Next: "c", Total: 6}, nil
 		}
-		return activities.ListNodesResult{}, temporal.NewNonRetryableApplicationError("nodes is forbidden", activities.ErrForbidden, nil)
+		return activities.ListNodesResult{}, temporal.NewNonRetryableApplicationError("nodes is forbidden", api.ErrForbidden, nil)
 	})
 	finished := 0
-	env.OnWorkflow(NodeRolloutV2, mock.Anything, mock.Anything).Return(func(ctx workflow.Context, in NodeRolloutInput) (NodeResult, error) {
+	env.OnWorkflow(NodeRolloutV2, mock.Anything, mock.Anything).Return(func(ctx workflow.Context, in NodeRolloutInput) (api.NodeResult, error) {
 		if err := workflow.Sleep(ctx, time.Hour); err != nil {
-			return NodeResult{}, err
+			return api.NodeResult{}, err
 		}
 		finished++
-		return NodeResult{Node: in.Node, Outcome: activities.OutcomeSucceeded}, nil
+		return api.NodeResult{Node: in.Node, Outcome: api.OutcomeSucceeded}, nil
 	})
 	req := request()
 	req.Nodes = nil
 	req.NodeSelector = "pool=gpu"
-	env.ExecuteWorkflow(RolloutWorkflow, req)
+	env.ExecuteWorkflow(api.RolloutWorkflow, req)
 	var appErr *temporal.ApplicationError
 	require.True(t, errors.As(env.GetWorkflowError(), &appErr), "%v", env.GetWorkflowError())
-	require.Equal(t, activities.ErrForbidden, appErr.Type())
+	require.Equal(t, api.ErrForbidden, appErr.Type())
 	require.Equal(t, 3, finished, "the nodes in flight were not cut off")
-	var r RolloutResult
+	var r api.RolloutResult
 	require.NoError(t, appErr.Details(&r))
 	require.Equal(t, 3, r.Counts.Succeeded)
 }
 
 // A node that timed out says why its Pod never ran, in its result and its error.
 func TestTimedOutNodeSaysWhyItsPodNeverRan(t *testing.T) {
-	env, a := nodeEnv(t)
+	env, a := newTestEnv(nil)
 	env.OnActivity(a.CreateJob, mock.Anything, mock.Anything).Return(activities.JobRef{Namespace: "jobs", Name: "j", UID: "u1", Node: "node-a"}, nil)
-	env.OnActivity(a.WaitJob, mock.Anything, mock.Anything).Return(activities.JobEnd{Outcome: activities.OutcomeTimedOut, Reason: activities.ReasonJobTimeout}, nil)
+	env.OnActivity(a.WaitJob, mock.Anything, mock.Anything).Return(activities.JobEnd{Outcome: api.OutcomeTimedOut, Reason: api.ReasonJobTimeout}, nil)
 	env.OnActivity(a.FinalizeJob, mock.Anything, mock.Anything).Return(activities.FinalizeResult{PodReason: "ImagePullBackOff: pull access denied"}, nil)
-	executeNodeAsChild(env, NodeRollout, NodeRolloutWorkflow, nodeInput())
+	executeNodeAsChild(env, NodeRollout, api.NodeRolloutWorkflow, nodeInput())
 	var appErr *temporal.ApplicationError
 	require.True(t, errors.As(env.GetWorkflowError(), &appErr))
 	require.Contains(t, appErr.Message(), "ImagePullBackOff")
-	var r NodeResult
+	var r api.NodeResult
 	require.NoError(t, appErr.Details(&r))
 	require.Equal(t, "ImagePullBackOff: pull access denied", r.PodReason)
 }

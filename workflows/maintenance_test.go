@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"slices"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -15,10 +14,10 @@ import (
 	"go.temporal.io/sdk/interceptor"
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/testsuite"
-	"go.temporal.io/sdk/worker"
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/noderollout/noderollout/activities"
+	"github.com/noderollout/noderollout/api"
 )
 
 // maintenanceRun is one NodeRollout with maintenance over mocked activities that record each
@@ -37,10 +36,8 @@ type maintenanceRun struct {
 }
 
 func newMaintenanceRun(t *testing.T) *maintenanceRun {
-	var ts testsuite.WorkflowTestSuite
-	r := &maintenanceRun{env: newTestEnv(&ts), crashes: map[string]int{}, errs: map[string]error{}}
-	env, a := r.env, &activities.Activities{}
-	env.RegisterActivity(a)
+	env, a := newTestEnv(nil)
+	r := &maintenanceRun{env: env, crashes: map[string]int{}, errs: map[string]error{}}
 	env.SetTestTimeout(time.Minute)
 	env.OnActivity(a.CordonNode, mock.Anything, mock.Anything).Return(func(ctx context.Context, in activities.NodeInput) (activities.CordonResult, error) {
 		r.mu.Lock()
@@ -58,7 +55,7 @@ func newMaintenanceRun(t *testing.T) *maintenanceRun {
 		return activities.JobRef{Namespace: in.Namespace, Name: "job-" + in.Node, UID: "u1", Node: in.Node}, r.step(ctx, "create")
 	})
 	env.OnActivity(a.WaitJob, mock.Anything, mock.Anything).Return(func(ctx context.Context, in activities.WaitJobInput) (activities.JobEnd, error) {
-		return activities.JobEnd{Outcome: activities.OutcomeSucceeded, Reason: "Completed"}, r.step(ctx, "wait")
+		return activities.JobEnd{Outcome: api.OutcomeSucceeded, Reason: "Completed"}, r.step(ctx, "wait")
 	})
 	env.OnActivity(a.FinalizeJob, mock.Anything, mock.Anything).Return(func(ctx context.Context, in activities.FinalizeInput) (activities.FinalizeResult, error) {
 		return activities.FinalizeResult{}, r.step(ctx, "finalize:"+string(in.End.Outcome))
@@ -110,17 +107,17 @@ func (r *maintenanceRun) step(ctx context.Context, name string) error {
 
 func maintainedInput(onFailure string) NodeRolloutInput {
 	in := nodeInput()
-	in.Maintenance = nodeMaintenance(&Maintenance{Drain: &Drain{Timeout: "20s"}, Health: &HealthGate{Timeout: "1m"}, Soak: "5s", OnFailure: onFailure})
+	in.Maintenance = resolvedMaintenance(&api.Maintenance{Drain: &api.Drain{Timeout: "20s"}, Health: &api.HealthGate{Timeout: "1m"}, Soak: "5s", OnFailure: onFailure})
 	return in
 }
 
-func (r *maintenanceRun) run(in NodeRolloutInput) (NodeResult, error) {
-	executeNodeAsChild(r.env, NodeRollout, NodeRolloutWorkflow, in)
+func (r *maintenanceRun) run(in NodeRolloutInput) (api.NodeResult, error) {
+	executeNodeAsChild(r.env, NodeRollout, api.NodeRolloutWorkflow, in)
 	if !r.env.IsWorkflowCompleted() {
-		return NodeResult{}, errors.New("the workflow did not complete")
+		return api.NodeResult{}, errors.New("the workflow did not complete")
 	}
 	err := r.env.GetWorkflowError()
-	var res NodeResult
+	var res api.NodeResult
 	if err == nil {
 		return res, r.env.GetWorkflowResult(&res)
 	}
@@ -141,7 +138,7 @@ func TestMaintenanceStepOrder(t *testing.T) {
 	r := newMaintenanceRun(t)
 	res, err := r.run(maintainedInput(""))
 	require.NoError(t, err)
-	require.Equal(t, activities.OutcomeSucceeded, res.Outcome)
+	require.Equal(t, api.OutcomeSucceeded, res.Outcome)
 	require.Equal(t, allSteps, r.calls)
 }
 
@@ -155,7 +152,7 @@ func TestMaintenanceResumesAfterACrashAtEachStep(t *testing.T) {
 			r.crashes[step] = 1
 			res, err := r.run(maintainedInput(""))
 			require.NoError(t, err)
-			require.Equal(t, activities.OutcomeSucceeded, res.Outcome)
+			require.Equal(t, api.OutcomeSucceeded, res.Outcome)
 			i := slices.Index(allSteps, step)
 			want := slices.Concat(allSteps[:i+1], allSteps[i:])
 			require.Equal(t, want, r.calls)
@@ -169,20 +166,20 @@ func TestMaintenanceResumesAfterACrashAtEachStep(t *testing.T) {
 // abort.
 func TestMaintenanceAbortAtEachStep(t *testing.T) {
 	for _, step := range []string{"cordon", "drain", "wait", "finalize:succeeded", "health", "soak", "uncordon"} {
-		for _, onFailure := range []string{OnFailureKeepCordoned, OnFailureUncordon} {
+		for _, onFailure := range []string{api.OnFailureKeepCordoned, api.OnFailureUncordon} {
 			t.Run(step+"/"+onFailure, func(t *testing.T) {
 				r := newMaintenanceRun(t)
 				r.block = step
 				r.env.RegisterDelayedCallback(r.env.CancelWorkflow, time.Second)
 				res, err := r.run(maintainedInput(onFailure))
 				require.True(t, temporal.IsCanceledError(err), "%v", err)
-				require.Equal(t, activities.OutcomeAborted, res.Outcome)
+				require.Equal(t, api.OutcomeAborted, res.Outcome)
 				i := slices.Index(allSteps, step)
 				want := slices.Clone(allSteps[:i+1])
 				if step == "wait" || step == "finalize:succeeded" {
 					want = append(want, "delete")
 				}
-				if onFailure == OnFailureUncordon {
+				if onFailure == api.OnFailureUncordon {
 					want = append(want, "uncordon")
 				}
 				if step == "finalize:succeeded" || step == "health" || step == "soak" || step == "uncordon" {
@@ -199,13 +196,13 @@ func TestMaintenanceAbortAtEachStep(t *testing.T) {
 // on it, no Job is made, and the node stays cordoned (keepCordoned is the default).
 func TestDrainTimeoutFailsTheNodeBeforeAnyJob(t *testing.T) {
 	r := newMaintenanceRun(t)
-	r.errs["drain"] = temporal.NewNonRetryableApplicationError("drain of node node-a timed out with 1 Pod(s) left", activities.ErrDrainTimedOut, nil)
+	r.errs["drain"] = temporal.NewNonRetryableApplicationError("drain of node node-a timed out with 1 Pod(s) left", api.ErrDrainTimedOut, nil)
 	res, err := r.run(maintainedInput(""))
 	var appErr *temporal.ApplicationError
 	require.ErrorAs(t, err, &appErr)
-	require.Equal(t, ErrNodeFailed, appErr.Type())
-	require.Equal(t, activities.OutcomeDrainTimedOut, res.Outcome)
-	require.Equal(t, activities.ErrDrainTimedOut, res.Reason)
+	require.Equal(t, api.ErrNodeFailed, appErr.Type())
+	require.Equal(t, api.OutcomeDrainTimedOut, res.Outcome)
+	require.Equal(t, api.ErrDrainTimedOut, res.Reason)
 	require.Contains(t, res.Message, "1 Pod(s) left")
 	require.Equal(t, []string{"cordon", "drain", "finalize:drainTimedOut"}, r.calls)
 }
@@ -213,16 +210,16 @@ func TestDrainTimeoutFailsTheNodeBeforeAnyJob(t *testing.T) {
 // TestHealthTimeoutIsUnhealthy: a node that is not healthy in time after its Job succeeded is
 // unhealthy, the marker on it says so (replacing succeeded), and onFailure decides the cordon.
 func TestHealthTimeoutIsUnhealthy(t *testing.T) {
-	for _, onFailure := range []string{OnFailureKeepCordoned, OnFailureUncordon} {
+	for _, onFailure := range []string{api.OnFailureKeepCordoned, api.OnFailureUncordon} {
 		t.Run(onFailure, func(t *testing.T) {
 			r := newMaintenanceRun(t)
-			r.errs["health"] = temporal.NewNonRetryableApplicationError("node node-a was not healthy in time: Ready=False", activities.ErrUnhealthy, nil)
+			r.errs["health"] = temporal.NewNonRetryableApplicationError("node node-a was not healthy in time: Ready=False", api.ErrUnhealthy, nil)
 			res, err := r.run(maintainedInput(onFailure))
 			require.Error(t, err)
-			require.Equal(t, activities.OutcomeUnhealthy, res.Outcome)
+			require.Equal(t, api.OutcomeUnhealthy, res.Outcome)
 			require.Equal(t, "job-node-a", res.Job)
 			want := []string{"cordon", "drain", "create", "wait", "finalize:succeeded", "health", "finalize:unhealthy"}
-			if onFailure == OnFailureUncordon {
+			if onFailure == api.OnFailureUncordon {
 				want = []string{"cordon", "drain", "create", "wait", "finalize:succeeded", "health", "uncordon", "finalize:unhealthy"}
 			}
 			require.Equal(t, want, r.calls)
@@ -233,10 +230,10 @@ func TestHealthTimeoutIsUnhealthy(t *testing.T) {
 // TestSoakInterruptedByAnUnhealthyCondition: the node was healthy, then not during the soak.
 func TestSoakInterruptedByAnUnhealthyCondition(t *testing.T) {
 	r := newMaintenanceRun(t)
-	r.errs["soak"] = temporal.NewNonRetryableApplicationError("node node-a stopped being healthy 3s after it was: Ready=False", activities.ErrUnhealthy, nil)
+	r.errs["soak"] = temporal.NewNonRetryableApplicationError("node node-a stopped being healthy 3s after it was: Ready=False", api.ErrUnhealthy, nil)
 	res, err := r.run(maintainedInput(""))
 	require.Error(t, err)
-	require.Equal(t, activities.OutcomeUnhealthy, res.Outcome)
+	require.Equal(t, api.OutcomeUnhealthy, res.Outcome)
 	require.Contains(t, res.Message, "stopped being healthy")
 	require.Equal(t, []string{"cordon", "drain", "create", "wait", "finalize:succeeded", "health", "soak", "finalize:unhealthy"}, r.calls)
 }
@@ -246,15 +243,15 @@ func TestSoakInterruptedByAnUnhealthyCondition(t *testing.T) {
 func TestPreCordonedNodeIsLeftCordoned(t *testing.T) {
 	r := newMaintenanceRun(t)
 	r.preCordoned = true
-	res, err := r.run(maintainedInput(OnFailureUncordon))
+	res, err := r.run(maintainedInput(api.OnFailureUncordon))
 	require.NoError(t, err)
-	require.Equal(t, activities.OutcomeSucceeded, res.Outcome)
+	require.Equal(t, api.OutcomeSucceeded, res.Outcome)
 	require.NotContains(t, r.calls, "uncordon")
 
 	r = newMaintenanceRun(t)
 	r.preCordoned = true
-	r.errs["wait"] = temporal.NewNonRetryableApplicationError("forbidden", activities.ErrForbidden, nil)
-	_, err = r.run(maintainedInput(OnFailureUncordon))
+	r.errs["wait"] = temporal.NewNonRetryableApplicationError("forbidden", api.ErrForbidden, nil)
+	_, err = r.run(maintainedInput(api.OnFailureUncordon))
 	require.Error(t, err)
 	require.NotContains(t, r.calls, "uncordon")
 }
@@ -263,58 +260,10 @@ func TestPreCordonedNodeIsLeftCordoned(t *testing.T) {
 func TestCordonOnlyNeedsNoDrainOrHealth(t *testing.T) {
 	r := newMaintenanceRun(t)
 	in := nodeInput()
-	in.Maintenance = nodeMaintenance(&Maintenance{Cordon: true})
+	in.Maintenance = resolvedMaintenance(&api.Maintenance{Cordon: true})
 	_, err := r.run(in)
 	require.NoError(t, err)
 	require.Equal(t, []string{"cordon", "create", "wait", "finalize:succeeded", "uncordon"}, r.calls)
-}
-
-func TestMaintenanceFailuresChargeTheBudget(t *testing.T) {
-	var c Counts
-	c.add(activities.OutcomeDrainTimedOut)
-	c.add(activities.OutcomeUnhealthy)
-	require.Equal(t, 2, c.Failures())
-	require.Equal(t, 2, c.Finished())
-}
-
-func TestMaintenanceValidation(t *testing.T) {
-	for _, c := range []struct {
-		json, field string
-	}{
-		{`{"maintenance": {}}`, "maintenance"},
-		{`{"maintenance": {"drain": {"timout": "1m"}}}`, "maintenance.drain.timout"},
-		{`{"maintenance": {"drain": {"timeout": "soon"}}}`, "maintenance.drain.timeout"},
-		{`{"maintenance": {"drain": {"podSelector": "app in ("}}}`, "maintenance.drain.podSelector"},
-		{`{"maintenance": {"drain": {"gracePeriod": "-1s"}}}`, "maintenance.drain.gracePeriod"},
-		{`{"maintenance": {"health": {"conditions": {"Ready": "yes"}}}}`, "maintenance.health.conditions.Ready"},
-		{`{"maintenance": {"health": {"timeout": "0s"}}}`, "maintenance.health.timeout"},
-		{`{"maintenance": {"soak": "forever"}}`, "maintenance.soak"},
-		{`{"maintenance": {"cordon": true, "onFailure": "ignore"}}`, "maintenance.onFailure"},
-		{`{"maintenance": {"cordon": "yes"}}`, "maintenance.cordon"},
-	} {
-		t.Run(c.field, func(t *testing.T) {
-			req := decodeRequest(t, c.json)
-			_, err := Validate(req)
-			require.Error(t, err)
-			require.Contains(t, err.Error(), c.field+":")
-		})
-	}
-
-	req := decodeRequest(t, `{"maintenance": {"drain": {"timeout": "20s", "gracePeriod": "5s"}, "soak": "5s"}}`)
-	_, err := Validate(req)
-	require.NoError(t, err)
-	g := int64(5)
-	require.Equal(t, &NodeMaintenance{Cordon: true, Drain: true, DrainTimeoutSeconds: 20, GracePeriodSeconds: &g,
-		Health: true, HealthTimeoutSeconds: 600, Conditions: map[string]string{"Ready": "True"}, SoakSeconds: 5}, nodeMaintenance(req.Maintenance))
-}
-
-// decodeRequest is a valid request with the given fields merged in.
-func decodeRequest(t *testing.T, fields string) RolloutRequest {
-	t.Helper()
-	base := `{"name": "demo", "nodes": ["a"], "jobTemplate": "apiVersion: batch/v1\nkind: Job\n", `
-	var req RolloutRequest
-	require.NoError(t, req.UnmarshalJSON([]byte(base+strings.TrimPrefix(fields, "{"))))
-	return req
 }
 
 // TestMaintenanceTellsThePolicyWhoWrites: the cordon and the drain carry the rollout's
@@ -324,7 +273,7 @@ func decodeRequest(t *testing.T, fields string) RolloutRequest {
 func TestMaintenanceTellsThePolicyWhoWrites(t *testing.T) {
 	r := newMaintenanceRun(t)
 	in := maintainedInput("")
-	in.Maintenance = nodeMaintenance(&Maintenance{Drain: &Drain{Timeout: "20s", PodSelector: "app=web", DeleteEmptyDirData: true, Force: true}})
+	in.Maintenance = resolvedMaintenance(&api.Maintenance{Drain: &api.Drain{Timeout: "20s", PodSelector: "app=web", DeleteEmptyDirData: true, Force: true}})
 	_, err := r.run(in)
 	require.NoError(t, err)
 	require.Equal(t, activities.NodeInput{Rollout: in.Rollout, Node: in.Node, Namespace: in.Namespace,
@@ -334,31 +283,23 @@ func TestMaintenanceTellsThePolicyWhoWrites(t *testing.T) {
 	require.Equal(t, "app=web", r.drainIn.PodSelector)
 
 	r = newMaintenanceRun(t)
-	r.errs["cordon"] = temporal.NewNonRetryableApplicationError("policy rule \"protectedNodeLabels\" denies node n1", activities.ErrPolicyDenied, nil)
+	r.errs["cordon"] = temporal.NewNonRetryableApplicationError("policy rule \"protectedNodeLabels\" denies node n1", api.ErrPolicyDenied, nil)
 	res, err := r.run(maintainedInput(""))
 	require.Error(t, err)
-	require.Equal(t, activities.ErrPolicyDenied, res.Reason)
+	require.Equal(t, api.ErrPolicyDenied, res.Reason)
 	require.Equal(t, []string{"cordon", "finalize:failed"}, r.calls, "nothing after the refusal")
 }
 
 // activityTimeouts records the options every activity is scheduled with, by activity type.
 type activityTimeouts struct {
-	interceptor.WorkerInterceptorBase
 	mu   sync.Mutex
 	opts map[string][]workflow.ActivityOptions
 }
 
-func (a *activityTimeouts) InterceptWorkflow(ctx workflow.Context, next interceptor.WorkflowInboundInterceptor) interceptor.WorkflowInboundInterceptor {
-	return &activityTimeoutsInbound{WorkflowInboundInterceptorBase: interceptor.WorkflowInboundInterceptorBase{Next: next}, a: a}
-}
-
-type activityTimeoutsInbound struct {
-	interceptor.WorkflowInboundInterceptorBase
-	a *activityTimeouts
-}
-
-func (i *activityTimeoutsInbound) Init(outbound interceptor.WorkflowOutboundInterceptor) error {
-	return i.Next.Init(&activityTimeoutsOutbound{WorkflowOutboundInterceptorBase: interceptor.WorkflowOutboundInterceptorBase{Next: outbound}, a: i.a})
+func (a *activityTimeouts) interceptor() interceptor.WorkerInterceptor {
+	return outbound(func(next interceptor.WorkflowOutboundInterceptor) interceptor.WorkflowOutboundInterceptor {
+		return &activityTimeoutsOutbound{WorkflowOutboundInterceptorBase: interceptor.WorkflowOutboundInterceptorBase{Next: next}, a: a}
+	})
 }
 
 type activityTimeoutsOutbound struct {
@@ -381,10 +322,10 @@ func (o *activityTimeoutsOutbound) ExecuteActivity(ctx workflow.Context, activit
 func TestMaintenanceHealthOutlastsAnAPIServerOutage(t *testing.T) {
 	r := newMaintenanceRun(t)
 	rec := &activityTimeouts{opts: map[string][]workflow.ActivityOptions{}}
-	r.env.SetWorkerOptions(worker.Options{DeadlockDetectionTimeout: 30 * time.Second, Interceptors: []interceptor.WorkerInterceptor{rec}})
+	intercept(r.env, rec.interceptor())
 	res, err := r.run(maintainedInput(""))
 	require.NoError(t, err)
-	require.Equal(t, activities.OutcomeSucceeded, res.Outcome)
+	require.Equal(t, api.OutcomeSucceeded, res.Outcome)
 	checks := rec.opts["CheckNodeHealth"]
 	require.Len(t, checks, 2, "the gate and the soak")
 	for _, o := range checks {
@@ -393,4 +334,9 @@ func TestMaintenanceHealthOutlastsAnAPIServerOutage(t *testing.T) {
 		require.Positive(t, o.HeartbeatTimeout, o.Summary)
 		require.Zero(t, o.RetryPolicy.MaximumAttempts, o.Summary)
 	}
+}
+
+// resolvedMaintenance is the section as the Rollout hands it to its nodes.
+func resolvedMaintenance(m *api.Maintenance) *api.NodeMaintenance {
+	return api.RolloutRequest{Maintenance: m}.Settings().Maintenance
 }

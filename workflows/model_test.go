@@ -19,10 +19,10 @@ import (
 	"go.temporal.io/sdk/interceptor"
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/testsuite"
-	"go.temporal.io/sdk/worker"
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/noderollout/noderollout/activities"
+	"github.com/noderollout/noderollout/api"
 )
 
 // The model test hunts the next defect where features meet. Each seed makes a random fleet
@@ -121,8 +121,8 @@ type model struct {
 	start   time.Time
 	nodes   map[string]*modelNode
 	order   []string
-	req     RolloutRequest
-	cluster Cluster
+	req     api.RolloutRequest
+	cluster api.Cluster
 	events  []modelEvent
 	crashes bool // some activity attempts fail as if their worker died
 	// abortInUncordon: the abort comes while a node's uncordon runs (uncordoning says when).
@@ -166,24 +166,24 @@ func newModel(seed uint64) *model {
 		case x < 5:
 			node.missing = true
 		case x < 12:
-			node.done, node.marker = true, string(activities.OutcomeSucceeded)
+			node.done, node.marker = true, string(api.OutcomeSucceeded)
 		case x < 27:
 			node.heldFor = time.Duration(10+r.IntN(600)) * time.Minute
 		}
 		m.nodes[node.name] = node
 		m.order = append(m.order, node.name)
 	}
-	req := RolloutRequest{Name: modelRollout, Namespace: "jobs", Nodes: slices.Clone(m.order), JobTemplate: sampleTemplate,
+	req := api.RolloutRequest{Name: modelRollout, Namespace: "jobs", Nodes: slices.Clone(m.order), JobTemplate: sampleTemplate,
 		Parallelism: 1 + r.IntN(6)}
-	req.MaxFailures = IntOrPercent([]string{"0", "1", "2", "25%", "100%"}[r.IntN(5)])
+	req.MaxFailures = api.IntOrPercent([]string{"0", "1", "2", "25%", "100%"}[r.IntN(5)])
 	if r.IntN(4) == 0 {
-		req.Batch = &Batch{Initial: 1, Growth: []string{GrowthLinear, GrowthExponential}[r.IntN(2)]}
+		req.Batch = &api.Batch{Initial: 1, Growth: []string{api.GrowthLinear, api.GrowthExponential}[r.IntN(2)]}
 	}
 	if r.IntN(3) == 0 {
-		req.MaintenanceWindow = &MaintenanceWindow{Start: fmt.Sprintf("%02d:00", r.IntN(24)), Duration: fmt.Sprintf("%dh", 2+r.IntN(8))}
+		req.MaintenanceWindow = &api.MaintenanceWindow{Start: fmt.Sprintf("%02d:00", r.IntN(24)), Duration: fmt.Sprintf("%dh", 2+r.IntN(8))}
 	}
 	if r.IntN(3) == 0 {
-		req.Topology = &Topology{Key: zoneKey, MaxPerDomain: 1 + r.IntN(2)}
+		req.Topology = &api.Topology{Key: zoneKey, MaxPerDomain: 1 + r.IntN(2)}
 	}
 	if r.IntN(3) == 0 {
 		var canaries []string
@@ -193,7 +193,7 @@ func newModel(seed uint64) *model {
 			}
 		}
 		if len(canaries) > 0 {
-			req.Canary = &Canary{Nodes: canaries, Approval: r.IntN(2) == 0}
+			req.Canary = &api.Canary{Nodes: canaries, Approval: r.IntN(2) == 0}
 			if r.IntN(2) == 0 {
 				req.Canary.Soak = fmt.Sprintf("%dm", 10+r.IntN(60))
 			}
@@ -206,12 +206,12 @@ func newModel(seed uint64) *model {
 		req.ContinueAsNewAfter = 2 + r.IntN(6)
 	}
 	if r.IntN(3) == 0 {
-		mt := &Maintenance{Cordon: true, OnFailure: []string{OnFailureKeepCordoned, OnFailureUncordon}[r.IntN(2)]}
+		mt := &api.Maintenance{Cordon: true, OnFailure: []string{api.OnFailureKeepCordoned, api.OnFailureUncordon}[r.IntN(2)]}
 		if r.IntN(2) == 0 {
-			mt.Drain = &Drain{Timeout: "30m"}
+			mt.Drain = &api.Drain{Timeout: "30m"}
 		}
 		if r.IntN(2) == 0 {
-			mt.Health = &HealthGate{Timeout: "20m"}
+			mt.Health = &api.HealthGate{Timeout: "20m"}
 			mt.Soak = fmt.Sprintf("%dm", 1+r.IntN(20))
 			for _, name := range m.order {
 				m.nodes[name].unhealthy = r.IntN(100) < 10
@@ -220,7 +220,7 @@ func newModel(seed uint64) *model {
 		req.Maintenance = mt
 	}
 	if r.IntN(3) == 0 {
-		m.cluster = Cluster{Name: "c1", Budget: 1 + r.IntN(3)}
+		m.cluster = api.Cluster{Name: "c1", Budget: 1 + r.IntN(3)}
 	}
 	m.crashes = r.IntN(3) == 0
 	m.req = req
@@ -321,10 +321,10 @@ var errWorkerDied = errors.New("the worker running this attempt went away")
 func (m *model) run(t *testing.T) []string {
 	m.parallelism = []timedInt{{at: m.start, n: m.req.Parallelism}}
 	now := m.start
-	var carried *Progress
+	var carried *api.Progress
 	req := m.req
 	var final error
-	var result RolloutResult
+	var result api.RolloutResult
 	for run := 1; ; run++ {
 		if run > 40 {
 			m.fail("more than 40 runs: the rollout does not end")
@@ -367,8 +367,8 @@ func (m *model) run(t *testing.T) []string {
 }
 
 // resultIn reads the RolloutResult a failed or cancelled rollout carries in its error.
-func resultIn(err error) RolloutResult {
-	var r RolloutResult
+func resultIn(err error) api.RolloutResult {
+	var r api.RolloutResult
 	var appErr *temporal.ApplicationError
 	var canceled *temporal.CanceledError
 	switch {
@@ -382,7 +382,7 @@ func resultIn(err error) RolloutResult {
 
 // modelHarness is the root workflow of a run: it starts the holders of the nodes another
 // rollout still holds, then runs the Rollout in this workflow, as the cluster's worker does.
-func (m *model) harness(ctx workflow.Context, req RolloutRequest, carried *Progress) (RolloutResult, error) {
+func (m *model) harness(ctx workflow.Context, req api.RolloutRequest, carried *api.Progress) (api.RolloutResult, error) {
 	now := workflow.Now(ctx)
 	holders := 0
 	for _, name := range m.order {
@@ -395,28 +395,23 @@ func (m *model) harness(ctx workflow.Context, req RolloutRequest, carried *Progr
 	if holders > 0 {
 		// The test environment cannot signal a child before it has run its first task.
 		if err := workflow.Sleep(ctx, time.Second); err != nil {
-			return RolloutResult{}, err
+			return api.RolloutResult{}, err
 		}
 	}
 	return rolloutIn(ctx, m.cluster, req, carried)
 }
 
 func (m *model) newEnv(t *testing.T, now time.Time, run int) (*testsuite.TestWorkflowEnvironment, *historyMeter) {
-	var ts testsuite.WorkflowTestSuite
-	env := ts.NewTestWorkflowEnvironment()
+	env, _ := newTestEnv(nil, m.cluster)
 	meter := newHistoryMeter(env, modelRoot)
-	env.SetWorkerOptions(worker.Options{DeadlockDetectionTimeout: 30 * time.Second,
-		Interceptors: []interceptor.WorkerInterceptor{meter, &modelWatch{m: m}}})
+	intercept(env, meter, &modelWatch{m: m})
 	env.SetStartTime(now)
 	env.SetTestTimeout(time.Minute)
 	if run > 1 {
 		env.SetContinuedExecutionRunID(fmt.Sprintf("run-%d", run-1))
 	}
-	m.cluster.Register(env)
 	env.RegisterWorkflowWithOptions(holdNode, workflow.RegisterOptions{Name: "hold"})
 	env.RegisterWorkflowWithOptions(m.harness, workflow.RegisterOptions{Name: modelRoot})
-	env.RegisterActivity(&activities.Activities{})
-	env.RegisterActivity(&activities.Coordination{})
 	if modelBefore {
 		for _, id := range []string{versionAdmission, versionAbortDuringUncordon, versionRecordAbortInFinalize, versionCapBeforePrepare} {
 			env.OnGetVersion(id, workflow.DefaultVersion, 1).Return(workflow.DefaultVersion).Maybe()
@@ -466,34 +461,34 @@ func (m *model) happen(env *testsuite.TestWorkflowEnvironment, i int, e modelEve
 		m.mu.Lock()
 		m.pausedAt = append(m.pausedAt, at)
 		m.mu.Unlock()
-		env.SignalWorkflow(SignalPause, nil)
+		env.SignalWorkflow(api.SignalPause, nil)
 	case "resume":
 		m.mu.Lock()
 		m.resumedAt = append(m.resumedAt, at)
 		m.mu.Unlock()
-		env.SignalWorkflow(SignalResume, nil)
+		env.SignalWorkflow(api.SignalResume, nil)
 	case "parallelism":
-		env.UpdateWorkflow(UpdateSetParallelism, fmt.Sprintf("p%d-%d", m.runs, i), &testsuite.TestUpdateCallback{
+		env.UpdateWorkflow(api.UpdateSetParallelism, fmt.Sprintf("p%d-%d", m.runs, i), &testsuite.TestUpdateCallback{
 			OnAccept: func() {
 				m.mu.Lock()
 				m.parallelism = append(m.parallelism, timedInt{at: at, n: e.n})
 				m.mu.Unlock()
 			},
 			OnReject: func(error) {}, OnComplete: func(any, error) {},
-		}, SetParallelismRequest{Parallelism: e.n})
+		}, api.SetParallelismRequest{Parallelism: e.n})
 	case "approve":
 		if !m.approvedAt.IsZero() {
 			return
 		}
 		m.approvals++ // each try is an update of its own; one ID would be answered as the first was
-		env.UpdateWorkflow(UpdateApprove, fmt.Sprintf("approve-%d", m.approvals), &testsuite.TestUpdateCallback{
+		env.UpdateWorkflow(api.UpdateApprove, fmt.Sprintf("approve-%d", m.approvals), &testsuite.TestUpdateCallback{
 			OnAccept: func() {
 				m.mu.Lock()
 				m.approvedAt = at
 				m.mu.Unlock()
 			},
 			OnReject: func(error) {}, OnComplete: func(any, error) {},
-		}, ApproveRequest{})
+		}, api.ApproveRequest{})
 	case "abort":
 		m.mu.Lock()
 		m.abortedAt = at
@@ -590,7 +585,7 @@ func (m *model) mockActivities(env *testsuite.TestWorkflowEnvironment) {
 			case n.missing:
 				res.Missing = append(res.Missing, name)
 				continue
-			case n.marker == string(activities.OutcomeSucceeded) && !in.Rerun:
+			case n.marker == string(api.OutcomeSucceeded) && !in.Rerun:
 				res.Done = append(res.Done, name)
 			default:
 				res.Nodes = append(res.Nodes, name)
@@ -637,9 +632,9 @@ func (m *model) mockActivities(env *testsuite.TestWorkflowEnvironment) {
 			}
 			m.note("%s: the Job ended", name)
 			if n.jobFails {
-				return activities.JobEnd{Outcome: activities.OutcomeFailed, Reason: "BackoffLimitExceeded"}, nil
+				return activities.JobEnd{Outcome: api.OutcomeFailed, Reason: "BackoffLimitExceeded"}, nil
 			}
-			return activities.JobEnd{Outcome: activities.OutcomeSucceeded, Reason: "Completed"}, nil
+			return activities.JobEnd{Outcome: api.OutcomeSucceeded, Reason: "Completed"}, nil
 		}).Maybe()
 	}
 	env.OnActivity(a.FinalizeJob, mock.Anything, mock.Anything).Return(func(_ context.Context, in activities.FinalizeInput) (activities.FinalizeResult, error) {
@@ -715,7 +710,7 @@ func (m *model) mockActivities(env *testsuite.TestWorkflowEnvironment) {
 			return errWorkerDied
 		}
 		if m.nodes[in.Node].unhealthy {
-			return temporal.NewNonRetryableApplicationError("node "+in.Node+" was not healthy in time: Ready=False", activities.ErrUnhealthy, nil)
+			return temporal.NewNonRetryableApplicationError("node "+in.Node+" was not healthy in time: Ready=False", api.ErrUnhealthy, nil)
 		}
 		return nil
 	}).Maybe()
@@ -731,20 +726,13 @@ type modelWatch struct {
 func (w *modelWatch) InterceptWorkflow(ctx workflow.Context, next interceptor.WorkflowInboundInterceptor) interceptor.WorkflowInboundInterceptor {
 	switch workflow.GetInfo(ctx).WorkflowType.Name {
 	case modelRoot:
-		return &rootWatch{WorkflowInboundInterceptorBase: interceptor.WorkflowInboundInterceptorBase{Next: next}, m: w.m}
-	case NodeRolloutWorkflow, NodeRolloutV2Workflow, NodeRolloutV3Workflow:
+		return outbound(func(next interceptor.WorkflowOutboundInterceptor) interceptor.WorkflowOutboundInterceptor {
+			return &rootStarts{WorkflowOutboundInterceptorBase: interceptor.WorkflowOutboundInterceptorBase{Next: next}, m: w.m}
+		}).InterceptWorkflow(ctx, next)
+	case api.NodeRolloutWorkflow, api.NodeRolloutV2Workflow, api.NodeRolloutV3Workflow:
 		return &nodeWatch{WorkflowInboundInterceptorBase: interceptor.WorkflowInboundInterceptorBase{Next: next}, m: w.m}
 	}
 	return next
-}
-
-type rootWatch struct {
-	interceptor.WorkflowInboundInterceptorBase
-	m *model
-}
-
-func (r *rootWatch) Init(outbound interceptor.WorkflowOutboundInterceptor) error {
-	return r.Next.Init(&rootStarts{WorkflowOutboundInterceptorBase: interceptor.WorkflowOutboundInterceptorBase{Next: outbound}, m: r.m})
 }
 
 type rootStarts struct {
@@ -771,8 +759,8 @@ func (w *nodeWatch) ExecuteWorkflow(ctx workflow.Context, in *interceptor.Execut
 	node := in.Args[0].(NodeRolloutInput).Node
 	w.m.nodeBegins(node, workflow.Now(ctx))
 	res, err := w.Next.ExecuteWorkflow(ctx, in)
-	var result NodeResult
-	if r, ok := res.(NodeResult); ok && err == nil {
+	var result api.NodeResult
+	if r, ok := res.(api.NodeResult); ok && err == nil {
 		result = r
 	} else {
 		var appErr *temporal.ApplicationError
@@ -812,8 +800,8 @@ func (m *model) nodeEnds(node string, at time.Time, outcome string) {
 
 // failedOutcome says whether an outcome spends the failure budget.
 func failedOutcome(o string) bool {
-	switch activities.Outcome(o) {
-	case activities.OutcomeFailed, activities.OutcomeTimedOut, activities.OutcomeDrainTimedOut, activities.OutcomeUnhealthy:
+	switch api.Outcome(o) {
+	case api.OutcomeFailed, api.OutcomeTimedOut, api.OutcomeDrainTimedOut, api.OutcomeUnhealthy:
 		return true
 	}
 	return false
@@ -834,9 +822,9 @@ func (m *model) checkStart(node string, t time.Time) {
 	if m.paused(t) {
 		m.fail("%s started at %s while the rollout was paused", node, t)
 	}
+	settings := m.req.Settings()
 	if w := m.req.MaintenanceWindow; w != nil {
-		spec := parseWindow(*w, func(field, what, fix string) {})
-		if open, _ := windowState(*spec, time.UTC, t); !open {
+		if open, _ := api.WindowState(*settings.Pacing.Window, time.UTC, t); !open {
 			m.fail("%s started at %s outside the window %+v", node, t, *w)
 		}
 	}
@@ -846,8 +834,7 @@ func (m *model) checkStart(node string, t time.Time) {
 			failures++
 		}
 	}
-	budget, _ := parseBudget(string(m.req.MaxFailures))
-	if !budget.allows(failures, len(m.req.Nodes)) {
+	if !settings.FailureBudget.Allows(failures, len(m.req.Nodes)) {
 		m.fail("%s started at %s with %d failures known, over maxFailures %s", node, t, failures, m.req.MaxFailures)
 	}
 	if c := m.req.Canary; c != nil {
@@ -946,11 +933,11 @@ func maxTime(a, b time.Time) time.Time {
 }
 
 // checkEnd checks the invariants that hold once the rollout has ended.
-func (m *model) checkEnd(final error, result RolloutResult) {
+func (m *model) checkEnd(final error, result api.RolloutResult) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	stoppedEarly := final != nil // budget spent, canary failed, aborted
-	var counted Counts
+	var counted api.Counts
 	for _, name := range m.order {
 		n := m.nodes[name]
 		switch {
@@ -963,7 +950,7 @@ func (m *model) checkEnd(final error, result RolloutResult) {
 		case n.done:
 			counted.Skipped++
 		case n.runs == 1:
-			counted.add(activities.Outcome(n.outcome))
+			counted.Add(api.Outcome(n.outcome))
 		case !stoppedEarly:
 			m.fail("%s never ran, yet the rollout ended well", name)
 		}
@@ -972,7 +959,7 @@ func (m *model) checkEnd(final error, result RolloutResult) {
 		}
 		// Our cordon: lifted after success; after anything else, kept or lifted as onFailure says.
 		if mt := m.req.Maintenance; mt != nil && n.runs == 1 {
-			keep := n.outcome != string(activities.OutcomeSucceeded) && mt.OnFailure != OnFailureUncordon
+			keep := n.outcome != string(api.OutcomeSucceeded) && mt.OnFailure != api.OnFailureUncordon
 			switch {
 			case n.ourCordon && !keep:
 				m.fail("%s ended %s and is still cordoned by us (onFailure %q)", name, n.outcome, mt.OnFailure)
@@ -980,10 +967,10 @@ func (m *model) checkEnd(final error, result RolloutResult) {
 				m.fail("%s ended %s and our cordon was lifted (onFailure %q keeps it)", name, n.outcome, mt.OnFailure)
 			}
 		}
-		if n.runs == 1 && n.outcome != "" && n.marker != n.outcome && !(n.marker == "" && n.outcome == string(activities.OutcomeAborted)) {
+		if n.runs == 1 && n.outcome != "" && n.marker != n.outcome && !(n.marker == "" && n.outcome == string(api.OutcomeAborted)) {
 			m.fail("%s ended %s but its marker says %q", name, n.outcome, n.marker)
 		}
-		if n.runs == 1 && n.outcome == string(activities.OutcomeAborted) && n.marker == string(activities.OutcomeSucceeded) {
+		if n.runs == 1 && n.outcome == string(api.OutcomeAborted) && n.marker == string(api.OutcomeSucceeded) {
 			m.fail("%s was aborted but is marked succeeded: a re-run would skip it", name)
 		}
 	}
@@ -1018,7 +1005,7 @@ func (m *model) checkEnd(final error, result RolloutResult) {
 			if m.abortedAt.IsZero() {
 				m.fail("cancelled without an abort: %v", final)
 			}
-		case errors.As(final, &appErr) && (appErr.Type() == ErrFailureBudgetExceeded || appErr.Type() == ErrCanaryFailed):
+		case errors.As(final, &appErr) && (appErr.Type() == api.ErrFailureBudgetExceeded || appErr.Type() == api.ErrCanaryFailed):
 		default:
 			var panicErr *temporal.PanicError
 			if errors.As(final, &panicErr) {

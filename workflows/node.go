@@ -10,6 +10,7 @@ import (
 
 	"github.com/noderollout/noderollout/activities"
 	"github.com/noderollout/noderollout/activities/jobspec"
+	"github.com/noderollout/noderollout/api"
 )
 
 // NodeRolloutInput is everything one node's rollout needs; the parent fills it from the request.
@@ -18,15 +19,15 @@ type NodeRolloutInput struct {
 	Namespace string `json:"namespace"`
 	Node      string `json:"node"`
 	// Template is set only by parents from before templates were stored by hash.
-	Template          string               `json:"template,omitempty"`
-	TemplateHash      string               `json:"templateHash"`
-	Owner             *activities.OwnerRef `json:"owner,omitempty"`
-	JobTimeoutSeconds int64                `json:"jobTimeoutSeconds"`
-	JobTTLSeconds     int32                `json:"jobTTLSeconds"`
-	KeepJobs          activities.KeepJobs  `json:"keepJobs"`
-	Requester         string               `json:"requester,omitempty"`
+	Template          string        `json:"template,omitempty"`
+	TemplateHash      string        `json:"templateHash"`
+	Owner             *api.OwnerRef `json:"owner,omitempty"`
+	JobTimeoutSeconds int64         `json:"jobTimeoutSeconds"`
+	JobTTLSeconds     int32         `json:"jobTTLSeconds"`
+	KeepJobs          api.KeepJobs  `json:"keepJobs"`
+	Requester         string        `json:"requester,omitempty"`
 	// Maintenance is the request's maintenance section, nil when it has none.
-	Maintenance *NodeMaintenance `json:"maintenance,omitempty"`
+	Maintenance *api.NodeMaintenance `json:"maintenance,omitempty"`
 	// WatchSeconds, when set, is how long the node first watches its Job from a local activity
 	// in its first workflow task (see nodeWatchSeconds). Only NodeRolloutV2 nodes have it.
 	WatchSeconds int64 `json:"watchSeconds,omitempty"`
@@ -37,14 +38,14 @@ type NodeRolloutInput struct {
 // lock, and it ends only when no Pod of a Job it created can still run. A node that does not
 // succeed fails this workflow with ErrNodeFailed and the NodeResult as details, so the UI shows
 // it red. Rollouts that found the node busy are told when it ends.
-func NodeRollout(ctx workflow.Context, in NodeRolloutInput) (NodeResult, error) {
-	return Cluster{}.NodeRollout(ctx, in)
+func NodeRollout(ctx workflow.Context, in NodeRolloutInput) (api.NodeResult, error) {
+	return OnCluster{}.NodeRollout(ctx, in)
 }
 
 // NodeRollout is NodeRollout as the cluster's worker runs it.
-func (c Cluster) NodeRollout(ctx workflow.Context, in NodeRolloutInput) (NodeResult, error) {
+func (c OnCluster) NodeRollout(ctx workflow.Context, in NodeRolloutInput) (api.NodeResult, error) {
 	if err := c.checkLineage(ctx, in); err != nil {
-		return NodeResult{}, err
+		return api.NodeResult{}, err
 	}
 	if workflow.GetVersion(ctx, versionFieldGuarantees, workflow.DefaultVersion, 1) == workflow.DefaultVersion {
 		return nodeRolloutBeforeGuarantees(ctx, in)
@@ -57,49 +58,51 @@ func (c Cluster) NodeRollout(ctx workflow.Context, in NodeRolloutInput) (NodeRes
 // and a visibility update; and a worker from before it, which cannot run it, fails its
 // workflow task instead of running old code on a new node, so the task goes to a newer worker
 // during a rolling update.
-func NodeRolloutV2(ctx workflow.Context, in NodeRolloutInput) (NodeResult, error) {
-	return Cluster{}.NodeRolloutV2(ctx, in)
+func NodeRolloutV2(ctx workflow.Context, in NodeRolloutInput) (api.NodeResult, error) {
+	return OnCluster{}.NodeRolloutV2(ctx, in)
 }
 
 // NodeRolloutV2 is NodeRolloutV2 as the cluster's worker runs it.
-func (c Cluster) NodeRolloutV2(ctx workflow.Context, in NodeRolloutInput) (NodeResult, error) {
-	if err := c.checkLineage(ctx, in); err != nil {
-		return NodeResult{}, err
-	}
-	return runNode(ctx, in, false)
+func (c OnCluster) NodeRolloutV2(ctx workflow.Context, in NodeRolloutInput) (api.NodeResult, error) {
+	return c.runChecked(ctx, in, false)
 }
 
 // NodeRolloutV3 is NodeRolloutV2 whose watched Job is created, watched and finalized by one
 // local activity (RunJob): one marker in its history instead of three. Parents from the second
 // version of versionNodeV2 on start it.
-func NodeRolloutV3(ctx workflow.Context, in NodeRolloutInput) (NodeResult, error) {
-	return Cluster{}.NodeRolloutV3(ctx, in)
+func NodeRolloutV3(ctx workflow.Context, in NodeRolloutInput) (api.NodeResult, error) {
+	return OnCluster{}.NodeRolloutV3(ctx, in)
 }
 
 // NodeRolloutV3 is NodeRolloutV3 as the cluster's worker runs it.
-func (c Cluster) NodeRolloutV3(ctx workflow.Context, in NodeRolloutInput) (NodeResult, error) {
+func (c OnCluster) NodeRolloutV3(ctx workflow.Context, in NodeRolloutInput) (api.NodeResult, error) {
+	return c.runChecked(ctx, in, true)
+}
+
+// runChecked runs the node (runNode) once checkLineage let it.
+func (c OnCluster) runChecked(ctx workflow.Context, in NodeRolloutInput, oneStep bool) (api.NodeResult, error) {
 	if err := c.checkLineage(ctx, in); err != nil {
-		return NodeResult{}, err
+		return api.NodeResult{}, err
 	}
-	return runNode(ctx, in, true)
+	return runNode(ctx, in, oneStep)
 }
 
 // ErrNotStartedByARollout is the error of a node workflow that a Rollout did not start.
-const ErrNotStartedByARollout = activities.ErrNotStartedByARollout
+const ErrNotStartedByARollout = api.ErrNotStartedByARollout
 
 // checkLineage refuses a node workflow that a rollout did not start as its child under the
 // node's own workflow ID: the ID is the node's lock (one rollout per node at a time), and only
 // a Rollout applies the policy's cap, the cluster-wide budget and the pacing before a node
 // starts. It makes no command, so it changes no history of a node a rollout started; the
 // worker's activities check the parent itself before they touch the cluster.
-func (c Cluster) checkLineage(ctx workflow.Context, in NodeRolloutInput) error {
+func (c OnCluster) checkLineage(ctx workflow.Context, in NodeRolloutInput) error {
 	info := workflow.GetInfo(ctx)
 	want := c.NodeWorkflowID(in.Node)
 	switch {
 	case info.ParentWorkflowExecution == nil:
 		return temporal.NewNonRetryableApplicationError(fmt.Sprintf(
 			"%s was started directly: node workflows run only as children of a Rollout, which paces them; start a Rollout (workflow type %s) naming node %q instead",
-			info.WorkflowType.Name, RolloutWorkflow, in.Node), ErrNotStartedByARollout, nil)
+			info.WorkflowType.Name, api.RolloutWorkflow, in.Node), ErrNotStartedByARollout, nil)
 	case info.WorkflowExecution.ID != want:
 		return temporal.NewNonRetryableApplicationError(fmt.Sprintf(
 			"%s runs under workflow ID %q, not %q: a node's workflow ID is its lock, derived from the node; start a Rollout instead",
@@ -110,10 +113,10 @@ func (c Cluster) checkLineage(ctx workflow.Context, in NodeRolloutInput) error {
 
 // runNode is a node's rollout from versionFieldGuarantees on; oneStep runs a watched Job with
 // RunJob.
-func runNode(ctx workflow.Context, in NodeRolloutInput, oneStep bool) (NodeResult, error) {
+func runNode(ctx workflow.Context, in NodeRolloutInput, oneStep bool) (api.NodeResult, error) {
 	ctx, err := withStepQuery(ctx)
 	if err != nil {
-		return NodeResult{}, err
+		return api.NodeResult{}, err
 	}
 	waiters := workflow.GetSignalChannel(ctx, SignalNotifyWhenFree)
 	n := nodeSteps{in: in, oneStep: oneStep}
@@ -134,11 +137,11 @@ type nodeSteps struct {
 	abortedInFinalize bool
 }
 
-func (n *nodeSteps) run(ctx workflow.Context) (NodeResult, error) {
+func (n *nodeSteps) run(ctx workflow.Context) (api.NodeResult, error) {
 	// No GetVersion here: only inputs with a maintenance section take the new path, and no
 	// history recorded before the section existed has one, so every running history replays
 	// the commands it recorded; a marker per child would cost every node history events.
-	var result NodeResult
+	var result api.NodeResult
 	var err error
 	if n.in.Maintenance != nil {
 		result, err = n.runMaintained(ctx)
@@ -152,20 +155,15 @@ func (n *nodeSteps) run(ctx workflow.Context) (NodeResult, error) {
 	return result, err
 }
 
-// versionRecordAbortInFinalize marks nodes aborted while the finalize of their successful Job
-// ran, which record the abort over the success the finalize may have written. It is asked
-// only on that path.
-const versionRecordAbortInFinalize = "record-abort-in-finalize"
-
 // runJob creates the node's Job, waits for it and finalizes it.
-func (n *nodeSteps) runJob(ctx workflow.Context) (NodeResult, error) {
+func (n *nodeSteps) runJob(ctx workflow.Context) (api.NodeResult, error) {
 	var a *activities.Activities
 	in := n.in
 	runID := workflow.GetInfo(ctx).WorkflowExecution.RunID
 	// planned is the Job as the workflow knows it before CreateJob answers: enough to find and
 	// delete it, should the create have gone through and its reply been lost.
 	planned := activities.JobRef{Namespace: in.Namespace, Name: jobspec.JobName(in.Rollout, in.Node, runID), Node: in.Node, RunID: runID}
-	result := NodeResult{Node: in.Node, Job: planned.Name, StartedAt: workflow.Now(ctx)}
+	result := api.NodeResult{Node: in.Node, Job: planned.Name, StartedAt: workflow.Now(ctx)}
 	writes := n.writeDeadline()
 	req := activities.JobRequest{
 		Rollout:                 in.Rollout,
@@ -185,7 +183,7 @@ func (n *nodeSteps) runJob(ctx workflow.Context) (NodeResult, error) {
 	var run activities.RunJobResult
 	var err error
 	inOneStep := n.oneStep && in.WatchSeconds > 0
-	setStep(ctx, NodeStepJob, in.JobTimeoutSeconds, planned.Namespace+"/"+planned.Name)
+	setStep(ctx, api.NodeStepJob, in.JobTimeoutSeconds, planned.Namespace+"/"+planned.Name)
 	if inOneStep {
 		workflow.SetCurrentDetails(ctx, fmt.Sprintf("Job `%s/%s` created and watched on node `%s`", planned.Namespace, planned.Name, in.Node))
 		watch := time.Duration(in.WatchSeconds) * time.Second
@@ -214,7 +212,7 @@ func (n *nodeSteps) runJob(ctx workflow.Context) (NodeResult, error) {
 	if job.Finalized != "" {
 		// This run finished the node in a workflow task whose completion was lost, and now runs
 		// again from the start: the Node's marker holds the outcome; the Job may be gone.
-		end := activities.JobEnd{Outcome: job.Finalized, Reason: activities.ReasonRecordedOnNode,
+		end := activities.JobEnd{Outcome: job.Finalized, Reason: api.ReasonRecordedOnNode,
 			Message: "outcome read from the Node's marker: this run had finalized the node, but the workflow task that did so could not be recorded"}
 		return nodeOutcome(ctx, in.Node, end, activities.FinalizeResult{}, result)
 	}
@@ -284,11 +282,11 @@ func (n *nodeSteps) writeDeadline() time.Duration {
 
 // finalize records the outcome on the Node, tidies the Job, and turns the outcome into the
 // workflow's result or error.
-func (n *nodeSteps) finalize(ctx workflow.Context, job *activities.JobRef, end activities.JobEnd, result NodeResult) (NodeResult, error) {
+func (n *nodeSteps) finalize(ctx workflow.Context, job *activities.JobRef, end activities.JobEnd, result api.NodeResult) (api.NodeResult, error) {
 	var a *activities.Activities
 	in := n.in
 	var fin activities.FinalizeResult
-	setStep(ctx, NodeStepFinalize, 0, "")
+	setStep(ctx, api.NodeStepFinalize, 0, "")
 	err := workflow.ExecuteLocalActivity(withLocalAPIActivity(ctx, n.writeDeadline(), "finalize "+string(end.Outcome)), a.FinalizeJob, activities.FinalizeInput{
 		Rollout:      in.Rollout,
 		Node:         in.Node,
@@ -300,7 +298,7 @@ func (n *nodeSteps) finalize(ctx workflow.Context, job *activities.JobRef, end a
 		RunID:        workflow.GetInfo(ctx).WorkflowExecution.RunID,
 	}).Get(ctx, &fin)
 	if err != nil && isCancel(ctx, err) && job != nil {
-		n.abortedInFinalize = end.Outcome == activities.OutcomeSucceeded
+		n.abortedInFinalize = end.Outcome == api.OutcomeSucceeded
 		return abort(ctx, *job, result)
 	}
 	// A finalize that failed for good (say, Forbidden on the Node) must not hide the Job's outcome.
@@ -317,7 +315,7 @@ func (n *nodeSteps) finalize(ctx workflow.Context, job *activities.JobRef, end a
 // nodeOutcome turns how the Job ended, and what finalize learned, into the workflow's result:
 // a succeeded node returns it, any other fails the workflow with ErrNodeFailed and the result
 // as details, so the UI shows the node red.
-func nodeOutcome(ctx workflow.Context, node string, end activities.JobEnd, fin activities.FinalizeResult, result NodeResult) (NodeResult, error) {
+func nodeOutcome(ctx workflow.Context, node string, end activities.JobEnd, fin activities.FinalizeResult, result api.NodeResult) (api.NodeResult, error) {
 	result.Outcome = end.Outcome
 	result.Reason = end.Reason
 	result.Message = end.Message
@@ -327,7 +325,7 @@ func nodeOutcome(ctx workflow.Context, node string, end activities.JobEnd, fin a
 	result.PodReason = fin.PodReason
 	result.FinishedAt = workflow.Now(ctx)
 	workflow.SetCurrentDetails(ctx, fmt.Sprintf("node `%s`: **%s** %s", node, result.Outcome, result.Reason))
-	if result.Outcome == activities.OutcomeSucceeded {
+	if result.Outcome == api.OutcomeSucceeded {
 		return result, nil
 	}
 	msg := fmt.Sprintf("node %s %s", node, result.Outcome)
@@ -340,15 +338,15 @@ func nodeOutcome(ctx workflow.Context, node string, end activities.JobEnd, fin a
 	if result.Message != "" {
 		msg += ": " + result.Message
 	}
-	return result, temporal.NewNonRetryableApplicationError(msg, ErrNodeFailed, nil, result)
+	return result, temporal.NewNonRetryableApplicationError(msg, api.ErrNodeFailed, nil, result)
 }
 
 // abort deletes the node's Job when the rollout is cancelled and waits for its Pods to go,
 // then reports the node as aborted.
-func abort(ctx workflow.Context, job activities.JobRef, result NodeResult) (NodeResult, error) {
+func abort(ctx workflow.Context, job activities.JobRef, result api.NodeResult) (api.NodeResult, error) {
 	release(ctx, job, "the rollout was aborted")
-	result.Outcome = activities.OutcomeAborted
-	result.Reason = activities.ReasonAborted
+	result.Outcome = api.OutcomeAborted
+	result.Reason = api.ReasonAborted
 	return result, temporal.NewCanceledError(result)
 }
 
@@ -362,7 +360,7 @@ func release(ctx workflow.Context, job activities.JobRef, why string) {
 	cleanup, _ := workflow.NewDisconnectedContext(ctx)
 	details := fmt.Sprintf("deleting Job `%s/%s` (%s); node `%s` is held until its Pods are gone", job.Namespace, job.Name, why, job.Node)
 	workflow.SetCurrentDetails(ctx, details)
-	setStep(ctx, NodeStepRelease, 0, job.Namespace+"/"+job.Name)
+	setStep(ctx, api.NodeStepRelease, 0, job.Namespace+"/"+job.Name)
 	backoff := releaseBackoff
 	for {
 		err := workflow.ExecuteActivity(withReleaseActivity(cleanup, "delete Job "+job.Name+" and wait for its Pods"), a.DeleteJob, job).Get(cleanup, nil)
@@ -408,7 +406,7 @@ func createMayHaveHappened(err error) bool {
 		return true
 	}
 	switch appErr.Type() {
-	case activities.ErrNodeGone, activities.ErrInvalidRequest, activities.ErrForeignObject, activities.ErrPolicyDenied, activities.ErrNotStartedByARollout:
+	case api.ErrNodeGone, api.ErrInvalidRequest, api.ErrForeignObject, api.ErrPolicyDenied, api.ErrNotStartedByARollout:
 		return false
 	}
 	return true
@@ -417,13 +415,13 @@ func createMayHaveHappened(err error) bool {
 // endFromError turns an activity's final error into the node's outcome, with a reason word
 // from the documented list.
 func endFromError(err error) activities.JobEnd {
-	end := activities.JobEnd{Outcome: activities.OutcomeFailed, Reason: activities.ReasonForError(err), Message: err.Error()}
+	end := activities.JobEnd{Outcome: api.OutcomeFailed, Reason: activities.ReasonForError(err), Message: err.Error()}
 	var appErr *temporal.ApplicationError
 	if errors.As(err, &appErr) {
 		end.Message = appErr.Message()
-		if appErr.Type() == activities.ErrNodeGone {
-			end.Outcome = activities.OutcomeNodeGone
-			end.Reason = activities.ReasonNodeDeleted
+		if appErr.Type() == api.ErrNodeGone {
+			end.Outcome = api.OutcomeNodeGone
+			end.Reason = api.ReasonNodeDeleted
 		}
 	}
 	return end

@@ -10,17 +10,18 @@ import (
 
 	"github.com/noderollout/noderollout/activities"
 	"github.com/noderollout/noderollout/activities/jobspec"
+	"github.com/noderollout/noderollout/api"
 )
 
 // This file keeps NodeRollout as it ran before versionFieldGuarantees, unchanged, for the
 // children that started under it: their histories must replay exactly. New children never
 // come here.
 
-func nodeRolloutBeforeGuarantees(ctx workflow.Context, in NodeRolloutInput) (NodeResult, error) {
+func nodeRolloutBeforeGuarantees(ctx workflow.Context, in NodeRolloutInput) (api.NodeResult, error) {
 	var a *activities.Activities
 	runID := workflow.GetInfo(ctx).WorkflowExecution.RunID
 	jobName := jobspec.LegacyJobName(in.Rollout, in.Node, runID)
-	result := NodeResult{Node: in.Node, Job: jobName, StartedAt: workflow.Now(ctx)}
+	result := api.NodeResult{Node: in.Node, Job: jobName, StartedAt: workflow.Now(ctx)}
 	// planned is the Job as far as the workflow knows it before CreateJob answers, enough to
 	// delete it by name if the rollout is aborted mid-create.
 	planned := activities.JobRef{Namespace: in.Namespace, Name: jobName, Node: in.Node}
@@ -60,9 +61,9 @@ func nodeRolloutBeforeGuarantees(ctx workflow.Context, in NodeRolloutInput) (Nod
 	return legacyFinalize(ctx, in, &job, end, result)
 }
 
-// finalize records the outcome on the Node, tidies the Job, and turns the outcome into the
+// legacyFinalize records the outcome on the Node, tidies the Job, and turns the outcome into the
 // workflow's result or error.
-func legacyFinalize(ctx workflow.Context, in NodeRolloutInput, job *activities.JobRef, end activities.JobEnd, result NodeResult) (NodeResult, error) {
+func legacyFinalize(ctx workflow.Context, in NodeRolloutInput, job *activities.JobRef, end activities.JobEnd, result api.NodeResult) (api.NodeResult, error) {
 	var a *activities.Activities
 	var fin activities.FinalizeResult
 	err := workflow.ExecuteLocalActivity(withLegacyLocalAPIActivity(ctx, "finalize "+string(end.Outcome)), a.FinalizeJob, activities.FinalizeInput{
@@ -83,27 +84,27 @@ func legacyFinalize(ctx workflow.Context, in NodeRolloutInput, job *activities.J
 	return nodeOutcome(ctx, in.Node, end, fin, result)
 }
 
-// abort deletes the node's Job when the rollout is cancelled, then reports the cancellation.
-func legacyAbort(ctx workflow.Context, job activities.JobRef, result NodeResult) (NodeResult, error) {
+// legacyAbort deletes the node's Job when the rollout is cancelled, then reports the cancellation.
+func legacyAbort(ctx workflow.Context, job activities.JobRef, result api.NodeResult) (api.NodeResult, error) {
 	var a *activities.Activities
 	cleanup, _ := workflow.NewDisconnectedContext(ctx)
 	if err := workflow.ExecuteLocalActivity(withLegacyLocalAPIActivity(cleanup, "delete Job "+job.Name), a.DeleteJob, job).Get(cleanup, nil); err != nil {
 		workflow.GetLogger(ctx).Error("deleting the Job of an aborted node failed", "job", job.Name, "error", err)
 	}
-	result.Reason = activities.ReasonAborted
+	result.Reason = api.ReasonAborted
 	return result, temporal.NewCanceledError(result)
 }
 
-// endFromError turns an activity's final error into the node's outcome.
+// legacyEndFromError turns an activity's final error into the node's outcome.
 func legacyEndFromError(err error) activities.JobEnd {
-	end := activities.JobEnd{Outcome: activities.OutcomeFailed, Message: err.Error()}
+	end := activities.JobEnd{Outcome: api.OutcomeFailed, Message: err.Error()}
 	var appErr *temporal.ApplicationError
 	if errors.As(err, &appErr) {
 		end.Reason = appErr.Type()
 		end.Message = appErr.Message()
-		if appErr.Type() == activities.ErrNodeGone {
-			end.Outcome = activities.OutcomeNodeGone
-			end.Reason = activities.ReasonNodeDeleted
+		if appErr.Type() == api.ErrNodeGone {
+			end.Outcome = api.OutcomeNodeGone
+			end.Reason = api.ReasonNodeDeleted
 		}
 	}
 	return end

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/noderollout/noderollout/activities"
+	"github.com/noderollout/noderollout/api"
 	"github.com/stretchr/testify/mock"
 	"github.com/stretchr/testify/require"
 	"github.com/stretchr/testify/suite"
@@ -14,8 +16,6 @@ import (
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/testsuite"
 	"go.temporal.io/sdk/workflow"
-
-	"github.com/noderollout/noderollout/activities"
 )
 
 type NodeSuite struct {
@@ -28,16 +28,14 @@ type NodeSuite struct {
 func TestNodeSuite(t *testing.T) { suite.Run(t, new(NodeSuite)) }
 
 func (s *NodeSuite) SetupTest() {
-	s.env = newTestEnv(&s.WorkflowTestSuite)
-	s.a = &activities.Activities{}
-	s.env.RegisterActivity(s.a)
+	s.env, s.a = newTestEnv(&s.WorkflowTestSuite)
 }
 
 func (s *NodeSuite) AfterTest(_, _ string) { s.env.AssertExpectations(s.T()) }
 
 func nodeInput() NodeRolloutInput {
 	return NodeRolloutInput{Rollout: "demo", Namespace: "jobs", Node: "node-a", Template: sampleTemplate,
-		TemplateHash: "h1", JobTimeoutSeconds: 600, JobTTLSeconds: 3600, KeepJobs: activities.KeepFailed}
+		TemplateHash: "h1", JobTimeoutSeconds: 600, JobTTLSeconds: 3600, KeepJobs: api.KeepFailed}
 }
 
 func (s *NodeSuite) TestCreateWaitFinalize() {
@@ -47,15 +45,15 @@ func (s *NodeSuite) TestCreateWaitFinalize() {
 			in.JobTimeoutSeconds == 600 && in.TTLSecondsAfterFinished == 3600
 	})).Return(job, nil).Once()
 	s.env.OnActivity(s.a.WaitJob, mock.Anything, activities.WaitJobInput{Job: job, TimeoutSeconds: 600}).
-		Return(activities.JobEnd{Outcome: activities.OutcomeSucceeded, Reason: "Completed"}, nil).Once()
+		Return(activities.JobEnd{Outcome: api.OutcomeSucceeded, Reason: "Completed"}, nil).Once()
 	s.env.OnActivity(s.a.FinalizeJob, mock.Anything, mock.MatchedBy(func(in activities.FinalizeInput) bool {
-		return in.Job != nil && in.Job.UID == "u1" && in.End.Outcome == activities.OutcomeSucceeded && in.KeepJobs == activities.KeepFailed
+		return in.Job != nil && in.Job.UID == "u1" && in.End.Outcome == api.OutcomeSucceeded && in.KeepJobs == api.KeepFailed
 	})).Return(activities.FinalizeResult{}, nil).Once()
-	executeNodeAsChild(s.env, NodeRollout, NodeRolloutWorkflow, nodeInput())
+	executeNodeAsChild(s.env, NodeRollout, api.NodeRolloutWorkflow, nodeInput())
 	s.Require().NoError(s.env.GetWorkflowError())
-	var r NodeResult
+	var r api.NodeResult
 	s.Require().NoError(s.env.GetWorkflowResult(&r))
-	s.Equal(activities.OutcomeSucceeded, r.Outcome)
+	s.Equal(api.OutcomeSucceeded, r.Outcome)
 	s.Equal("node-a", r.Node)
 	s.Equal(job.Name, r.Job)
 }
@@ -65,55 +63,52 @@ func (s *NodeSuite) TestFailedJobFailsTheWorkflowWithTheResult() {
 	code := int32(3)
 	s.env.OnActivity(s.a.CreateJob, mock.Anything, mock.Anything).Return(job, nil)
 	s.env.OnActivity(s.a.WaitJob, mock.Anything, mock.Anything).
-		Return(activities.JobEnd{Outcome: activities.OutcomeFailed, Reason: "BackoffLimitExceeded", Message: "Job has reached the specified backoff limit"}, nil)
+		Return(activities.JobEnd{Outcome: api.OutcomeFailed, Reason: "BackoffLimitExceeded", Message: "Job has reached the specified backoff limit"}, nil)
 	s.env.OnActivity(s.a.FinalizeJob, mock.Anything, mock.Anything).
 		Return(activities.FinalizeResult{LogTail: "boom", ExitCode: &code}, nil)
-	executeNodeAsChild(s.env, NodeRollout, NodeRolloutWorkflow, nodeInput())
+	executeNodeAsChild(s.env, NodeRollout, api.NodeRolloutWorkflow, nodeInput())
 	r := s.failedResult()
-	s.Equal(activities.OutcomeFailed, r.Outcome)
+	s.Equal(api.OutcomeFailed, r.Outcome)
 	s.Equal("BackoffLimitExceeded", r.Reason)
 	s.Equal("boom", r.LogTail)
 	s.Equal(int32(3), *r.ExitCode)
 }
 
-func (s *NodeSuite) failedResult() NodeResult {
+func (s *NodeSuite) failedResult() api.NodeResult {
 	var appErr *temporal.ApplicationError
 	s.Require().True(errors.As(s.env.GetWorkflowError(), &appErr), "%v", s.env.GetWorkflowError())
-	s.Equal(ErrNodeFailed, appErr.Type())
-	var r NodeResult
+	s.Equal(api.ErrNodeFailed, appErr.Type())
+	var r api.NodeResult
 	s.Require().NoError(appErr.Details(&r))
 	return r
 }
 
 func (s *NodeSuite) TestNodeGoneBeforeCreate() {
 	s.env.OnActivity(s.a.CreateJob, mock.Anything, mock.Anything).Return(activities.JobRef{},
-		temporal.NewNonRetryableApplicationError("node node-a not found", activities.ErrNodeGone, nil)).Once()
+		temporal.NewNonRetryableApplicationError("node node-a not found", api.ErrNodeGone, nil)).Once()
 	s.env.OnActivity(s.a.FinalizeJob, mock.Anything, mock.MatchedBy(func(in activities.FinalizeInput) bool {
-		return in.Job == nil && in.End.Outcome == activities.OutcomeNodeGone
+		return in.Job == nil && in.End.Outcome == api.OutcomeNodeGone
 	})).Return(activities.FinalizeResult{}, nil).Once()
-	executeNodeAsChild(s.env, NodeRollout, NodeRolloutWorkflow, nodeInput())
+	executeNodeAsChild(s.env, NodeRollout, api.NodeRolloutWorkflow, nodeInput())
 	r := s.failedResult()
-	s.Equal(activities.OutcomeNodeGone, r.Outcome)
-	s.Equal(activities.ReasonNodeDeleted, r.Reason)
+	s.Equal(api.OutcomeNodeGone, r.Outcome)
+	s.Equal(api.ReasonNodeDeleted, r.Reason)
 }
 
 func (s *NodeSuite) TestForeignObjectIsAFailureNotARetry() {
 	s.env.OnActivity(s.a.CreateJob, mock.Anything, mock.Anything).Return(activities.JobRef{},
-		temporal.NewNonRetryableApplicationError("Job jobs/demo-node-a-abcde exists and is not ours", activities.ErrForeignObject, nil)).Once()
+		temporal.NewNonRetryableApplicationError("Job jobs/demo-node-a-abcde exists and is not ours", api.ErrForeignObject, nil)).Once()
 	s.env.OnActivity(s.a.FinalizeJob, mock.Anything, mock.Anything).Return(activities.FinalizeResult{}, nil).Once()
-	executeNodeAsChild(s.env, NodeRollout, NodeRolloutWorkflow, nodeInput())
+	executeNodeAsChild(s.env, NodeRollout, api.NodeRolloutWorkflow, nodeInput())
 	r := s.failedResult()
-	s.Equal(activities.OutcomeFailed, r.Outcome)
-	s.Equal(activities.ErrForeignObject, r.Reason)
+	s.Equal(api.OutcomeFailed, r.Outcome)
+	s.Equal(api.ErrForeignObject, r.Reason)
 }
 
 // TestCancelDeletesRunningJobsAndStartsNoMore aborts a real Rollout (with real NodeRollout
 // children over mocked activities) while Jobs run.
 func TestCancelDeletesRunningJobsAndStartsNoMore(t *testing.T) {
-	ts := &testsuite.WorkflowTestSuite{}
-	env := newTestEnv(ts)
-	a := &activities.Activities{}
-	env.RegisterActivity(a)
+	env, a := newTestEnv(nil)
 	var mu sync.Mutex
 	created, deleted := map[string]bool{}, map[string]bool{}
 	env.OnActivity(a.PrepareTemplate, mock.Anything, mock.Anything).Return(activities.PreparedTemplate{Template: sampleTemplate, Hash: "h"}, nil)
@@ -140,10 +135,6 @@ func TestCancelDeletesRunningJobsAndStartsNoMore(t *testing.T) {
 		deleted[job.Node] = true
 		return nil
 	})
-	env.RegisterWorkflow(Rollout)
-	env.RegisterWorkflow(NodeRollout)
-	env.RegisterWorkflow(NodeRolloutV2)
-	env.RegisterWorkflow(NodeRolloutV3)
 	jobsOutlastTheWatch(env)
 	req := request(nodeNames(10)...)
 	req.Parallelism = 3
@@ -158,12 +149,12 @@ func TestCancelDeletesRunningJobsAndStartsNoMore(t *testing.T) {
 		env.CancelWorkflow()
 	}, time.Second)
 	env.SetTestTimeout(time.Minute)
-	env.ExecuteWorkflow(RolloutWorkflow, req)
+	env.ExecuteWorkflow(api.RolloutWorkflow, req)
 	require.True(t, env.IsWorkflowCompleted())
 	require.True(t, temporal.IsCanceledError(env.GetWorkflowError()), "%v", env.GetWorkflowError())
 	var canceled *temporal.CanceledError
 	require.True(t, errors.As(env.GetWorkflowError(), &canceled))
-	var result RolloutResult
+	var result api.RolloutResult
 	require.NoError(t, canceled.Details(&result))
 	require.Equal(t, 3, result.Counts.Aborted, "aborted nodes have their own outcome")
 	require.Zero(t, result.Counts.Failures(), "an abort is not charged to the failure budget")
@@ -182,20 +173,20 @@ func TestBusyNodeWaitsForTheOtherRollout(t *testing.T) {
 	}
 	var mu sync.Mutex
 	spans := map[string][]span{}
-	env.OnWorkflow(NodeRolloutV2, mock.Anything, mock.Anything).Return(func(ctx workflow.Context, in NodeRolloutInput) (NodeResult, error) {
+	env.OnWorkflow(NodeRolloutV2, mock.Anything, mock.Anything).Return(func(ctx workflow.Context, in NodeRolloutInput) (api.NodeResult, error) {
 		start := workflow.Now(ctx)
 		if err := workflow.Sleep(ctx, 10*time.Minute); err != nil {
-			return NodeResult{}, err
+			return api.NodeResult{}, err
 		}
 		mu.Lock()
 		spans[in.Node] = append(spans[in.Node], span{in.Rollout, start, workflow.Now(ctx)})
 		mu.Unlock()
-		return NodeResult{Node: in.Node, Outcome: activities.OutcomeSucceeded}, nil
+		return api.NodeResult{Node: in.Node, Outcome: api.OutcomeSucceeded}, nil
 	})
 	env.ExecuteWorkflow("both")
 	require.True(t, env.IsWorkflowCompleted())
 	require.NoError(t, env.GetWorkflowError())
-	var results []RolloutResult
+	var results []api.RolloutResult
 	require.NoError(t, env.GetWorkflowResult(&results))
 	require.Equal(t, 2, results[0].Counts.Succeeded)
 	require.Equal(t, 2, results[1].Counts.Succeeded)
@@ -210,34 +201,32 @@ func TestBusyNodeWaitsForTheOtherRollout(t *testing.T) {
 
 // bothRollouts starts rollout "first" over a and shared, and a minute later "second" over
 // shared and z.
-func bothRollouts(ctx workflow.Context) ([]RolloutResult, error) {
-	first := workflow.ExecuteChildWorkflow(workflow.WithChildOptions(ctx, workflow.ChildWorkflowOptions{WorkflowID: RolloutID("first")}),
-		RolloutWorkflow, RolloutRequest{Name: "first", Nodes: []string{"a", "shared"}, JobTemplate: sampleTemplate})
+func bothRollouts(ctx workflow.Context) ([]api.RolloutResult, error) {
+	first := workflow.ExecuteChildWorkflow(workflow.WithChildOptions(ctx, workflow.ChildWorkflowOptions{WorkflowID: api.RolloutID("first")}),
+		api.RolloutWorkflow, api.RolloutRequest{Name: "first", Nodes: []string{"a", "shared"}, JobTemplate: sampleTemplate})
 	if err := workflow.Sleep(ctx, time.Minute); err != nil {
 		return nil, err
 	}
-	second := workflow.ExecuteChildWorkflow(workflow.WithChildOptions(ctx, workflow.ChildWorkflowOptions{WorkflowID: RolloutID("second")}),
-		RolloutWorkflow, RolloutRequest{Name: "second", Nodes: []string{"shared", "z"}, JobTemplate: sampleTemplate})
-	var r1, r2 RolloutResult
+	second := workflow.ExecuteChildWorkflow(workflow.WithChildOptions(ctx, workflow.ChildWorkflowOptions{WorkflowID: api.RolloutID("second")}),
+		api.RolloutWorkflow, api.RolloutRequest{Name: "second", Nodes: []string{"shared", "z"}, JobTemplate: sampleTemplate})
+	var r1, r2 api.RolloutResult
 	if err := first.Get(ctx, &r1); err != nil {
 		return nil, err
 	}
 	if err := second.Get(ctx, &r2); err != nil {
 		return nil, err
 	}
-	return []RolloutResult{r1, r2}, nil
+	return []api.RolloutResult{r1, r2}, nil
 }
 
 // A node workflow runs only as a Rollout's child under the node's own workflow ID: started
 // directly, or as a child under another ID, it refuses before any activity touches the
 // cluster (row 7 of the seams issue).
 func TestNodeWorkflowStartedOutsideARolloutIsRefused(t *testing.T) {
-	for name, fn := range map[string]any{NodeRolloutWorkflow: NodeRollout, NodeRolloutV2Workflow: NodeRolloutV2, NodeRolloutV3Workflow: NodeRolloutV3} {
+	for _, name := range []string{api.NodeRolloutWorkflow, api.NodeRolloutV2Workflow, api.NodeRolloutV3Workflow} {
 		t.Run(name+"/directly", func(t *testing.T) {
-			var ts testsuite.WorkflowTestSuite
-			env := newTestEnv(&ts)
-			env.RegisterActivity(&activities.Activities{}) // no mock: any activity call fails the test
-			env.ExecuteWorkflow(fn, nodeInput())
+			env, _ := newTestEnv(nil) // no activity mock: any activity call fails the test
+			env.ExecuteWorkflow(name, nodeInput())
 			var appErr *temporal.ApplicationError
 			require.ErrorAs(t, env.GetWorkflowError(), &appErr)
 			require.Equal(t, ErrNotStartedByARollout, appErr.Type())
@@ -245,10 +234,7 @@ func TestNodeWorkflowStartedOutsideARolloutIsRefused(t *testing.T) {
 			require.Contains(t, appErr.Message(), "started directly")
 		})
 		t.Run(name+"/under another ID", func(t *testing.T) {
-			var ts testsuite.WorkflowTestSuite
-			env := newTestEnv(&ts)
-			env.RegisterActivity(&activities.Activities{})
-			env.RegisterWorkflowWithOptions(fn, workflow.RegisterOptions{Name: name})
+			env, _ := newTestEnv(nil)
 			env.RegisterWorkflowWithOptions(func(ctx workflow.Context, in NodeRolloutInput) error {
 				return workflow.ExecuteChildWorkflow(nodeChildOptions(ctx, in.Rollout, in.Node, "any-id-i-like"), name, in).Get(ctx, nil)
 			}, workflow.RegisterOptions{Name: "rogue-parent"})
@@ -258,5 +244,364 @@ func TestNodeWorkflowStartedOutsideARolloutIsRefused(t *testing.T) {
 			require.Equal(t, ErrNotStartedByARollout, appErr.Type())
 			require.Contains(t, appErr.Message(), `not "noderollout-node-node-a"`)
 		})
+	}
+}
+
+// Tests of NodeRolloutV3: a watched Job runs as one RunJob local activity, and the node goes on
+// with the separate steps from wherever RunJob stopped.
+
+func TestParentStartsNodeRolloutV3WithTheWatch(t *testing.T) {
+	env, a := newTestEnv(nil)
+	listsNamedNodes(env, a)
+	var got []NodeRolloutInput
+	env.OnWorkflow(NodeRolloutV3, mock.Anything, mock.Anything).Return(func(_ workflow.Context, in NodeRolloutInput) (api.NodeResult, error) {
+		got = append(got, in)
+		return api.NodeResult{Node: in.Node, Outcome: api.OutcomeSucceeded}, nil
+	})
+	env.ExecuteWorkflow(api.RolloutWorkflow, request("n1", "n2"))
+	require.NoError(t, env.GetWorkflowError())
+	require.Len(t, got, 2)
+	for _, in := range got {
+		require.Equal(t, int64(nodeWatchSeconds), in.WatchSeconds)
+	}
+}
+
+var oneStepJob = activities.JobRef{Namespace: "jobs", Name: "demo-node-a-w", UID: "u1", Node: "node-a"}
+
+// separateSteps records every step the node runs on its own, of those named, for the test to
+// assert there was none: a mock that panics would only fail the local activity, which the
+// workflow may ride out.
+func separateSteps(env *testsuite.TestWorkflowEnvironment, a *activities.Activities, steps ...string) *[]string {
+	ran := &[]string{}
+	record := func(step string) { *ran = append(*ran, step) }
+	for _, step := range steps {
+		switch step {
+		case "create":
+			env.OnActivity(a.CreateJob, mock.Anything, mock.Anything).Return(func(context.Context, activities.JobRequest) (activities.JobRef, error) {
+				record(step)
+				return activities.JobRef{}, errors.New("create ran on its own")
+			}).Maybe()
+		case "watch":
+			env.OnActivity(a.WatchJob, mock.Anything, mock.Anything).Return(func(context.Context, activities.WatchJobInput) (activities.JobWatch, error) {
+				record(step)
+				return activities.JobWatch{}, errors.New("watch ran on its own")
+			}).Maybe()
+		case "wait":
+			env.OnActivity(a.WaitJob, mock.Anything, mock.Anything).Return(func(context.Context, activities.WaitJobInput) (activities.JobEnd, error) {
+				record(step)
+				return activities.JobEnd{}, errors.New("wait ran on its own")
+			}).Maybe()
+		case "finalize":
+			env.OnActivity(a.FinalizeJob, mock.Anything, mock.Anything).Return(func(context.Context, activities.FinalizeInput) (activities.FinalizeResult, error) {
+				record(step)
+				return activities.FinalizeResult{}, errors.New("finalize ran on its own")
+			}).Maybe()
+		}
+	}
+	return ran
+}
+
+func TestShortJobIsOneRunJob(t *testing.T) {
+	env, a := newTestEnv(nil)
+	env.OnActivity(a.RunJob, mock.Anything, mock.MatchedBy(func(in activities.RunJobInput) bool {
+		return in.WatchSeconds == nodeWatchSeconds && in.TimeoutSeconds == 600 && in.KeepJobs == api.KeepFailed &&
+			in.Job.Node == "node-a" && in.Job.RunID != "" && in.Job.TemplateHash == "h1"
+	})).Return(activities.RunJobResult{Job: oneStepJob, Done: true,
+		End: activities.JobEnd{Outcome: api.OutcomeSucceeded, Reason: "Completed"}}, nil).Once()
+	runAsOneStep(t, env, a, "create", "watch", "wait", "finalize")
+	require.NoError(t, env.GetWorkflowError())
+	var r api.NodeResult
+	require.NoError(t, env.GetWorkflowResult(&r))
+	require.Equal(t, api.OutcomeSucceeded, r.Outcome)
+	require.Equal(t, "Completed", r.Reason)
+	require.Equal(t, oneStepJob.Name, r.Job)
+	env.AssertExpectations(t)
+}
+
+func TestRunJobOutlastedIsLeftToWaitJobThenFinalized(t *testing.T) {
+	env, a := newTestEnv(nil)
+	env.OnActivity(a.RunJob, mock.Anything, mock.Anything).Return(activities.RunJobResult{Job: oneStepJob, Running: true}, nil).Once()
+	env.OnActivity(a.WaitJob, mock.Anything, activities.WaitJobInput{Job: oneStepJob, TimeoutSeconds: 600}).
+		Return(activities.JobEnd{Outcome: api.OutcomeFailed, Reason: "BackoffLimitExceeded"}, nil).Once()
+	env.OnActivity(a.FinalizeJob, mock.Anything, mock.MatchedBy(func(in activities.FinalizeInput) bool {
+		return in.Job != nil && in.Job.UID == "u1" && in.End.Outcome == api.OutcomeFailed
+	})).Return(activities.FinalizeResult{}, nil).Once()
+	runAsOneStep(t, env, a, "create", "watch")
+	requireNodeFailed(t, env)
+	env.AssertExpectations(t)
+}
+
+// The Job ended but RunJob's finalize failed: the node finalizes again on its own.
+func TestRunJobWhoseFinalizeFailedFinalizesAgain(t *testing.T) {
+	env, a := newTestEnv(nil)
+	end := activities.JobEnd{Outcome: api.OutcomeSucceeded, Reason: "Completed"}
+	env.OnActivity(a.RunJob, mock.Anything, mock.Anything).Return(activities.RunJobResult{Job: oneStepJob, End: end}, nil).Once()
+	env.OnActivity(a.FinalizeJob, mock.Anything, mock.MatchedBy(func(in activities.FinalizeInput) bool {
+		return in.Job != nil && in.Job.UID == "u1" && in.End == end
+	})).Return(activities.FinalizeResult{}, nil).Once()
+	runAsOneStep(t, env, a, "create", "watch", "wait")
+	require.NoError(t, env.GetWorkflowError())
+	env.AssertExpectations(t)
+}
+
+// A create refused for good (nothing was made) is finalized without a Job.
+func TestRunJobRefusedCreateFinalizesWithoutAJob(t *testing.T) {
+	env, a := newTestEnv(nil)
+	env.OnActivity(a.RunJob, mock.Anything, mock.Anything).
+		Return(activities.RunJobResult{}, temporal.NewNonRetryableApplicationError("bad template", api.ErrInvalidRequest, nil)).Once()
+	env.OnActivity(a.FinalizeJob, mock.Anything, mock.MatchedBy(func(in activities.FinalizeInput) bool {
+		return in.Job == nil && in.End.Outcome == api.OutcomeFailed
+	})).Return(activities.FinalizeResult{}, nil).Once()
+	runAsOneStep(t, env, a, "create", "watch", "wait")
+	require.Error(t, env.GetWorkflowError())
+	env.AssertExpectations(t)
+}
+
+// An abort while RunJob runs deletes the Job by its planned name (and run) before the node
+// is let go.
+func TestAbortDuringRunJobDeletesTheJob(t *testing.T) {
+	env, a := newTestEnv(nil)
+	env.OnActivity(a.RunJob, mock.Anything, mock.Anything).Return(func(ctx context.Context, _ activities.RunJobInput) (activities.RunJobResult, error) {
+		env.CancelWorkflow()
+		<-ctx.Done()
+		return activities.RunJobResult{}, ctx.Err()
+	})
+	var deleted []activities.JobRef
+	env.OnActivity(a.DeleteJob, mock.Anything, mock.Anything).Return(func(_ context.Context, j activities.JobRef) error {
+		deleted = append(deleted, j)
+		return nil
+	})
+	runAsOneStep(t, env, a, "create", "watch", "wait", "finalize")
+	var canceled *temporal.CanceledError
+	require.ErrorAs(t, env.GetWorkflowError(), &canceled)
+	require.Len(t, deleted, 1)
+	require.NotEmpty(t, deleted[0].RunID, "the planned Job is found by its run")
+	require.Equal(t, "node-a", deleted[0].Node)
+}
+
+// A repeated first task whose RunJob finds this run's outcome on the Node reports it.
+func TestRunJobThatFindsTheRunsOutcomeReportsIt(t *testing.T) {
+	env, a := newTestEnv(nil)
+	found := oneStepJob
+	found.UID = ""
+	found.Finalized = api.OutcomeFailed
+	env.OnActivity(a.RunJob, mock.Anything, mock.Anything).Return(activities.RunJobResult{Job: found}, nil).Once()
+	runAsOneStep(t, env, a, "create", "watch", "wait", "finalize")
+	requireNodeFailed(t, env)
+	env.AssertExpectations(t)
+}
+
+// A maintained node (no watch) keeps its separate steps under NodeRolloutV3 too.
+func TestNodeRolloutV3WithoutAWatchTakesTheSeparateSteps(t *testing.T) {
+	env, a := newTestEnv(nil)
+	env.OnActivity(a.CreateJob, mock.Anything, mock.Anything).Return(oneStepJob, nil).Once()
+	env.OnActivity(a.WaitJob, mock.Anything, mock.Anything).Return(activities.JobEnd{Outcome: api.OutcomeSucceeded}, nil).Once()
+	env.OnActivity(a.FinalizeJob, mock.Anything, mock.Anything).Return(activities.FinalizeResult{}, nil).Once()
+	env.OnActivity(a.RunJob, mock.Anything, mock.Anything).Return(activities.RunJobResult{}, nil).Never()
+	executeNodeAsChild(env, NodeRolloutV3, api.NodeRolloutV3Workflow, nodeInput())
+	require.NoError(t, env.GetWorkflowError())
+	env.AssertExpectations(t)
+}
+
+// runAsOneStep runs a watched NodeRolloutV3 node and requires that none of steps ran on its
+// own beside RunJob.
+func runAsOneStep(t *testing.T, env *testsuite.TestWorkflowEnvironment, a *activities.Activities, steps ...string) {
+	t.Helper()
+	ran := separateSteps(env, a, steps...)
+	executeNodeAsChild(env, NodeRolloutV3, api.NodeRolloutV3Workflow, watchedInput())
+	require.Empty(t, *ran, "steps RunJob had done ran again on their own")
+}
+
+// Tests of the local watch: a node whose parent set WatchSeconds watches its Job from a local
+// activity first, and hands the wait to WaitJob only when the Job runs on.
+
+func watchedInput() NodeRolloutInput {
+	in := nodeInput()
+	in.WatchSeconds = nodeWatchSeconds
+	return in
+}
+
+var watchedJob = activities.JobRef{Namespace: "jobs", Name: "demo-node-a-w", UID: "u1", Node: "node-a"}
+
+func TestShortJobEndsWithinTheWatchWithoutWaitJob(t *testing.T) {
+	env, a := newTestEnv(nil)
+	env.OnActivity(a.CreateJob, mock.Anything, mock.Anything).Return(watchedJob, nil).Once()
+	env.OnActivity(a.WatchJob, mock.Anything, activities.WatchJobInput{
+		WaitJobInput: activities.WaitJobInput{Job: watchedJob, TimeoutSeconds: 600},
+		ForSeconds:   nodeWatchSeconds,
+	}).Return(activities.JobWatch{End: activities.JobEnd{Outcome: api.OutcomeSucceeded, Reason: "Completed"}}, nil).Once()
+	env.OnActivity(a.WaitJob, mock.Anything, mock.Anything).Return(activities.JobEnd{}, errors.New("WaitJob must not run")).Never()
+	env.OnActivity(a.FinalizeJob, mock.Anything, mock.MatchedBy(func(in activities.FinalizeInput) bool {
+		return in.Job != nil && in.Job.UID == "u1" && in.End.Outcome == api.OutcomeSucceeded
+	})).Return(activities.FinalizeResult{}, nil).Once()
+	executeNodeAsChild(env, NodeRolloutV2, api.NodeRolloutV2Workflow, watchedInput())
+	require.NoError(t, env.GetWorkflowError())
+	env.AssertExpectations(t)
+}
+
+func TestJobThatOutlastsTheWatchIsLeftToWaitJob(t *testing.T) {
+	env, a := newTestEnv(nil)
+	env.OnActivity(a.CreateJob, mock.Anything, mock.Anything).Return(watchedJob, nil).Once()
+	env.OnActivity(a.WatchJob, mock.Anything, mock.Anything).Return(activities.JobWatch{Running: true}, nil).Once()
+	env.OnActivity(a.WaitJob, mock.Anything, activities.WaitJobInput{Job: watchedJob, TimeoutSeconds: 600}).
+		Return(activities.JobEnd{Outcome: api.OutcomeFailed, Reason: "BackoffLimitExceeded"}, nil).Once()
+	env.OnActivity(a.FinalizeJob, mock.Anything, mock.MatchedBy(func(in activities.FinalizeInput) bool {
+		return in.End.Outcome == api.OutcomeFailed
+	})).Return(activities.FinalizeResult{}, nil).Once()
+	executeNodeAsChild(env, NodeRolloutV2, api.NodeRolloutV2Workflow, watchedInput())
+	requireNodeFailed(t, env)
+	env.AssertExpectations(t)
+}
+
+// An abort that comes while the local activity watches cancels it, and the Job is deleted
+// before the node is let go.
+func TestAbortDuringTheWatchDeletesTheJob(t *testing.T) {
+	env, a := newTestEnv(nil)
+	env.OnActivity(a.CreateJob, mock.Anything, mock.Anything).Return(watchedJob, nil).Once()
+	// The abort comes while the watch runs (the test clock stands still during a local
+	// activity, so the watch itself asks for it).
+	env.OnActivity(a.WatchJob, mock.Anything, mock.Anything).Return(func(ctx context.Context, _ activities.WatchJobInput) (activities.JobWatch, error) {
+		env.CancelWorkflow()
+		<-ctx.Done()
+		return activities.JobWatch{}, ctx.Err()
+	})
+	var deleted []string
+	env.OnActivity(a.DeleteJob, mock.Anything, mock.Anything).Return(func(_ context.Context, j activities.JobRef) error {
+		deleted = append(deleted, j.Name)
+		return nil
+	})
+	executeNodeAsChild(env, NodeRolloutV2, api.NodeRolloutV2Workflow, watchedInput())
+	var canceled *temporal.CanceledError
+	require.ErrorAs(t, env.GetWorkflowError(), &canceled)
+	var r api.NodeResult
+	require.NoError(t, canceled.Details(&r))
+	require.Equal(t, api.OutcomeAborted, r.Outcome)
+	require.Equal(t, []string{watchedJob.Name}, deleted)
+}
+
+// A watch refused for good (say, Forbidden reading the Job) leaves a Job that may still run:
+// it is deleted before the node is let go, as when WaitJob fails.
+func TestWatchRefusedDeletesTheJob(t *testing.T) {
+	env, a := newTestEnv(nil)
+	env.OnActivity(a.CreateJob, mock.Anything, mock.Anything).Return(watchedJob, nil).Once()
+	env.OnActivity(a.WatchJob, mock.Anything, mock.Anything).Return(activities.JobWatch{},
+		temporal.NewNonRetryableApplicationError("get jobs: forbidden", api.ErrForbidden, nil)).Once()
+	env.OnActivity(a.WaitJob, mock.Anything, mock.Anything).Return(activities.JobEnd{}, nil).Never()
+	var deleted int
+	env.OnActivity(a.DeleteJob, mock.Anything, mock.Anything).Return(func(context.Context, activities.JobRef) error {
+		deleted++
+		return nil
+	})
+	env.OnActivity(a.FinalizeJob, mock.Anything, mock.Anything).Return(activities.FinalizeResult{}, nil).Once()
+	executeNodeAsChild(env, NodeRolloutV2, api.NodeRolloutV2Workflow, watchedInput())
+	require.Error(t, env.GetWorkflowError())
+	require.Equal(t, 1, deleted)
+}
+
+// Parents set the watch on nodes without maintenance only; a maintained node keeps its steps.
+func TestParentSetsTheWatchOnPlainNodesOnly(t *testing.T) {
+	for _, maintained := range []bool{false, true} {
+		env, _ := rolloutEnv(t)
+		var got []NodeRolloutInput
+		env.OnWorkflow(NodeRolloutV2, mock.Anything, mock.Anything).Return(func(_ workflow.Context, in NodeRolloutInput) (api.NodeResult, error) {
+			got = append(got, in)
+			return api.NodeResult{Node: in.Node, Outcome: api.OutcomeSucceeded}, nil
+		})
+		req := request("n1", "n2")
+		if maintained {
+			req.Maintenance = &api.Maintenance{Cordon: true}
+		}
+		env.ExecuteWorkflow(api.RolloutWorkflow, req)
+		require.NoError(t, env.GetWorkflowError())
+		require.Len(t, got, 2)
+		for _, in := range got {
+			if maintained {
+				require.Zero(t, in.WatchSeconds, "a maintained node keeps its activity steps")
+			} else {
+				require.Equal(t, int64(nodeWatchSeconds), in.WatchSeconds)
+			}
+		}
+	}
+}
+
+// A node whose first workflow task created, watched and finalized its Job, but could not be
+// recorded, runs again from the start: CreateJob finds the outcome this run left on the Node,
+// and the node reports it without watching or finalizing a Job that may be gone.
+func TestRepeatedFirstTaskReportsTheOutcomeOnTheNode(t *testing.T) {
+	env, a := newTestEnv(nil)
+	finalized := watchedJob
+	finalized.UID = ""
+	finalized.Finalized = api.OutcomeSucceeded
+	env.OnActivity(a.CreateJob, mock.Anything, mock.Anything).Return(finalized, nil).Once()
+	env.OnActivity(a.WatchJob, mock.Anything, mock.Anything).Return(activities.JobWatch{}, errors.New("WatchJob must not run")).Never()
+	env.OnActivity(a.WaitJob, mock.Anything, mock.Anything).Return(activities.JobEnd{}, errors.New("WaitJob must not run")).Never()
+	env.OnActivity(a.FinalizeJob, mock.Anything, mock.Anything).Return(activities.FinalizeResult{}, errors.New("FinalizeJob must not run")).Never()
+	executeNodeAsChild(env, NodeRolloutV2, api.NodeRolloutV2Workflow, watchedInput())
+	require.NoError(t, env.GetWorkflowError())
+	var r api.NodeResult
+	require.NoError(t, env.GetWorkflowResult(&r))
+	require.Equal(t, api.OutcomeSucceeded, r.Outcome)
+	require.Equal(t, watchedJob.Name, r.Job)
+	require.Equal(t, api.ReasonRecordedOnNode, r.Reason)
+	env.AssertExpectations(t)
+}
+
+// FinalizeJob is told the run, which it records on the Node next to the marker.
+func TestFinalizeIsToldTheRun(t *testing.T) {
+	env, a := newTestEnv(nil)
+	var runID string // the node workflow's run, as CreateJob was told it
+	env.OnActivity(a.CreateJob, mock.Anything, mock.Anything).Return(func(_ context.Context, in activities.JobRequest) (activities.JobRef, error) {
+		runID = in.RunID
+		return watchedJob, nil
+	}).Once()
+	env.OnActivity(a.WatchJob, mock.Anything, mock.Anything).Return(activities.JobWatch{End: activities.JobEnd{Outcome: api.OutcomeSucceeded}}, nil).Once()
+	env.OnActivity(a.FinalizeJob, mock.Anything, mock.MatchedBy(func(in activities.FinalizeInput) bool {
+		return runID != "" && in.RunID == runID
+	})).Return(activities.FinalizeResult{}, nil).Once()
+	executeNodeAsChild(env, NodeRolloutV2, api.NodeRolloutV2Workflow, watchedInput())
+	require.NoError(t, env.GetWorkflowError())
+	env.AssertExpectations(t)
+}
+
+// A node workflow answers the step query with the step it is at, since when, and the step's
+// length where it has one (the soak's hold, the drain's and health gate's timeouts), so
+// starter status can say "soak 12s/40s" instead of "health or soak".
+func TestNodeAnswersWhichStepItIsAt(t *testing.T) {
+	for _, c := range []struct {
+		block   string
+		want    string
+		seconds int64
+	}{
+		// The wire words, spelled out: starter status reads them.
+		{"drain", "drain", 20},
+		{"health", "health", 60},
+		{"soak", "soak", 5},
+		{"wait", "job", 600},
+	} {
+		r := newMaintenanceRun(t)
+		r.block = c.block
+		var got struct {
+			Step    string    `json:"step"`
+			Since   time.Time `json:"since"`
+			Seconds int64     `json:"seconds"`
+			Job     string    `json:"job"`
+		}
+		var queryErr error
+		r.env.RegisterDelayedCallback(func() {
+			// The node runs as a rollout's child, under the node's workflow ID.
+			v, err := r.env.QueryWorkflowByID(api.NodeWorkflowID("node-a"), "step")
+			if queryErr = err; err == nil {
+				queryErr = v.Get(&got)
+			}
+			r.env.CancelWorkflow()
+		}, 2*time.Second)
+		_, _ = r.run(maintainedInput(""))
+		require.NoError(t, queryErr, c.block)
+		require.Equal(t, c.want, got.Step, c.block)
+		require.Equal(t, c.seconds, got.Seconds, c.block)
+		require.False(t, got.Since.IsZero(), c.block)
+		if c.want == "job" {
+			require.Equal(t, "jobs/job-node-a", got.Job)
+		}
 	}
 }

@@ -17,6 +17,7 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/noderollout/noderollout/activities"
+	"github.com/noderollout/noderollout/api"
 )
 
 const zoneKey = "topology.kubernetes.io/zone"
@@ -65,11 +66,11 @@ func (s *RolloutSuite) TestWindowClosesMidRolloutAndReopensNextDay() {
 	s.jobFn = s.succeedAfter(20 * time.Minute)
 	req := request(nodeNames(6)...)
 	req.Parallelism = 2
-	req.MaintenanceWindow = &MaintenanceWindow{Start: "10:00", Duration: "30m", TimeZone: "UTC"}
-	var before, closed RolloutStatus
+	req.MaintenanceWindow = &api.MaintenanceWindow{Start: "10:00", Duration: "30m", TimeZone: "UTC"}
+	var before, closed api.RolloutStatus
 	s.env.RegisterDelayedCallback(func() { before = s.query() }, 5*time.Minute)
 	s.env.RegisterDelayedCallback(func() { closed = s.query() }, 3*time.Hour)
-	s.env.ExecuteWorkflow(RolloutWorkflow, req)
+	s.env.ExecuteWorkflow(api.RolloutWorkflow, req)
 	s.Equal(6, s.result().Counts.Succeeded)
 
 	opens := time.Date(2026, 3, 2, 10, 0, 0, 0, time.UTC)
@@ -89,10 +90,10 @@ func (s *RolloutSuite) TestWindowClosesMidRolloutAndReopensNextDay() {
 	s.Equal(time.Date(2026, 3, 2, 10, 40, 0, 0, time.UTC), s.runs[3].finish.UTC())
 }
 
-func (s *RolloutSuite) query() RolloutStatus {
-	v, err := s.env.QueryWorkflow(QueryStatus)
+func (s *RolloutSuite) query() api.RolloutStatus {
+	v, err := s.env.QueryWorkflow(api.QueryStatus)
 	s.Require().NoError(err)
-	var st RolloutStatus
+	var st api.RolloutStatus
 	s.Require().NoError(v.Get(&st))
 	return st
 }
@@ -104,66 +105,21 @@ func (s *RolloutSuite) TestWindowFollowsDaylightSavingInItsZone() {
 	s.jobFn = s.succeedAfter(10 * time.Minute)
 	req := request(nodeNames(3)...)
 	req.Parallelism = 1
-	req.MaintenanceWindow = &MaintenanceWindow{Days: []string{"Sat", "Sun"}, Start: "09:00", Duration: "1h", TimeZone: "Europe/Berlin"}
-	s.env.ExecuteWorkflow(RolloutWorkflow, req)
+	req.MaintenanceWindow = &api.MaintenanceWindow{Days: []string{"Sat", "Sun"}, Start: "09:00", Duration: "1h", TimeZone: "Europe/Berlin"}
+	s.env.ExecuteWorkflow(api.RolloutWorkflow, req)
 	s.Equal(3, s.result().Counts.Succeeded)
 	s.Equal(time.Date(2026, 3, 29, 7, 0, 0, 0, time.UTC), s.runs[0].start.UTC())
 	s.Equal(time.Date(2026, 3, 29, 7, 20, 0, 0, time.UTC), s.runs[2].start.UTC())
 }
 
-func TestWindowStateAcrossDaylightSavingChanges(t *testing.T) {
-	berlin, err := time.LoadLocation("Europe/Berlin")
-	require.NoError(t, err)
-	ny, err := time.LoadLocation("America/New_York")
-	require.NoError(t, err)
-	utc := func(s string) time.Time {
-		v, err := time.Parse(time.RFC3339, s)
-		require.NoError(t, err)
-		return v
-	}
-	every := [7]bool{true, true, true, true, true, true, true}
-	for _, tc := range []struct {
-		name  string
-		w     windowSpec
-		loc   *time.Location
-		now   string
-		open  bool
-		until string
-	}{
-		{"before spring forward", windowSpec{days: every, hour: 9, duration: time.Hour}, berlin, "2026-03-28T08:30:00Z", true, "2026-03-28T09:00:00Z"},
-		{"next opening is after spring forward", windowSpec{days: every, hour: 9, duration: time.Hour}, berlin, "2026-03-28T09:00:00Z", false, "2026-03-29T07:00:00Z"},
-		{"night window spanning the fall back lasts its elapsed duration", windowSpec{days: every, hour: 1, duration: 2 * time.Hour}, ny, "2026-11-01T06:30:00Z", true, "2026-11-01T07:00:00Z"},
-		{"fall back: 09:00 local is 14:00 UTC", windowSpec{days: every, hour: 9, duration: time.Hour}, ny, "2026-10-31T14:00:00Z", false, "2026-11-01T14:00:00Z"},
-		{"weekend only, from a Wednesday", windowSpec{days: [7]bool{time.Saturday: true}, hour: 22, duration: 4 * time.Hour}, berlin, "2026-03-25T12:00:00Z", false, "2026-03-28T21:00:00Z"},
-		{"open across midnight", windowSpec{days: [7]bool{time.Saturday: true}, hour: 22, duration: 4 * time.Hour}, berlin, "2026-03-28T23:30:00Z", true, "2026-03-29T01:00:00Z"},
-		{"cron: next opening is after spring forward", cronSpec(t, "0 9 * * *", time.Hour), berlin, "2026-03-28T09:00:00Z", false, "2026-03-29T07:00:00Z"},
-		{"cron: open", cronSpec(t, "0 9 * * *", time.Hour), berlin, "2026-03-29T07:59:59Z", true, "2026-03-29T08:00:00Z"},
-		{"cron: every minute for 25s, open", cronSpec(t, "* * * * *", 25*time.Second), berlin, "2026-03-29T07:00:24Z", true, "2026-03-29T07:00:25Z"},
-		{"cron: every minute for 25s, closed", cronSpec(t, "* * * * *", 25*time.Second), berlin, "2026-03-29T07:00:25Z", false, "2026-03-29T07:01:00Z"},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			open, until := windowState(tc.w, tc.loc, utc(tc.now))
-			require.Equal(t, tc.open, open)
-			require.Equal(t, utc(tc.until), until.UTC())
-		})
-	}
-}
-
-func cronSpec(t *testing.T, expr string, d time.Duration) windowSpec {
-	var problems []string
-	w := parseWindow(MaintenanceWindow{Cron: expr, Duration: d.String()}, func(f, what, _ string) { problems = append(problems, f+": "+what) })
-	require.Empty(t, problems)
-	return *w
-}
-
 func (s *RolloutSuite) TestUnknownTimeZoneFailsAtOnceNamingTheField() {
 	req := request(nodeNames(2)...)
-	req.MaintenanceWindow = &MaintenanceWindow{Start: "10:00", Duration: "1h", TimeZone: "Mars/Olympus"}
-	s.env.ExecuteWorkflow(RolloutWorkflow, req)
+	req.MaintenanceWindow = &api.MaintenanceWindow{Start: "10:00", Duration: "1h", TimeZone: "Mars/Olympus"}
+	s.env.ExecuteWorkflow(api.RolloutWorkflow, req)
 	err := s.env.GetWorkflowError()
 	var appErr *temporal.ApplicationError
 	s.Require().True(errors.As(err, &appErr))
-	s.Equal(activities.ErrInvalidRequest, appErr.Type())
+	s.Equal(api.ErrInvalidRequest, appErr.Type())
 	s.Contains(appErr.Message(), "maintenanceWindow.timeZone")
 	s.Empty(s.runs)
 }
@@ -196,16 +152,16 @@ func (s *RolloutSuite) TestMaxPerDomainNeverExceededWithUnevenJobsAndParallelism
 	s.fleet = names
 	s.labelledFleet(labels)
 	s.jobFn = s.runFor(unevenJobs)
-	req := RolloutRequest{Name: "demo", NodeSelector: "pool=a", JobTemplate: sampleTemplate, Parallelism: 4,
-		Topology: &Topology{Key: zoneKey, MaxPerDomain: 2}}
-	var mid RolloutStatus
+	req := api.RolloutRequest{Name: "demo", NodeSelector: "pool=a", JobTemplate: sampleTemplate, Parallelism: 4,
+		Topology: &api.Topology{Key: zoneKey, MaxPerDomain: 2}}
+	var mid api.RolloutStatus
 	s.env.RegisterDelayedCallback(func() { mid = s.query() }, 90*time.Second)
 	s.env.RegisterDelayedCallback(func() {
-		s.env.UpdateWorkflow(UpdateSetParallelism, "up", &testsuite.TestUpdateCallback{
+		s.env.UpdateWorkflow(api.UpdateSetParallelism, "up", &testsuite.TestUpdateCallback{
 			OnReject: func(err error) { s.Fail("rejected", err) }, OnAccept: func() {}, OnComplete: func(any, error) {},
-		}, SetParallelismRequest{Parallelism: 10})
+		}, api.SetParallelismRequest{Parallelism: 10})
 	}, 10*time.Minute)
-	s.env.ExecuteWorkflow(RolloutWorkflow, req)
+	s.env.ExecuteWorkflow(api.RolloutWorkflow, req)
 	s.Equal(32, s.result().Counts.Succeeded)
 	s.Len(s.runs, 32)
 	peak := peakPerDomain(s.runs, domainOf)
@@ -222,9 +178,9 @@ func (s *RolloutSuite) TestOrderByLabelValue() {
 	s.labelledFleet(map[string]map[string]string{
 		"n-a": {"rollout-priority": "10"}, "n-b": {"rollout-priority": "2"}, "n-d": {"rollout-priority": "2"}, "n-e": {"rollout-priority": "low"},
 	})
-	req := RolloutRequest{Name: "demo", NodeSelector: "pool=a", JobTemplate: sampleTemplate, Parallelism: 1,
-		Order: &Order{By: OrderByLabel, Label: "rollout-priority"}}
-	s.env.ExecuteWorkflow(RolloutWorkflow, req)
+	req := api.RolloutRequest{Name: "demo", NodeSelector: "pool=a", JobTemplate: sampleTemplate, Parallelism: 1,
+		Order: &api.Order{By: api.OrderByLabel, Label: "rollout-priority"}}
+	s.env.ExecuteWorkflow(api.RolloutWorkflow, req)
 	s.Equal(5, s.result().Counts.Succeeded)
 	var order []string
 	for _, r := range s.runs {
@@ -238,9 +194,9 @@ func (s *RolloutSuite) TestSpreadAlternatesDomains() {
 	names, labels, domainOf := zonedFleet()
 	s.fleet = names[:20] // 15 in a, 5 in b
 	s.labelledFleet(labels)
-	req := RolloutRequest{Name: "demo", NodeSelector: "pool=a", JobTemplate: sampleTemplate, Parallelism: 1,
-		Order: &Order{By: OrderSpread, Label: zoneKey}}
-	s.env.ExecuteWorkflow(RolloutWorkflow, req)
+	req := api.RolloutRequest{Name: "demo", NodeSelector: "pool=a", JobTemplate: sampleTemplate, Parallelism: 1,
+		Order: &api.Order{By: api.OrderSpread, Label: zoneKey}}
+	s.env.ExecuteWorkflow(api.RolloutWorkflow, req)
 	s.Equal(20, s.result().Counts.Succeeded)
 	var domains string
 	for _, r := range s.runs {
@@ -252,12 +208,12 @@ func (s *RolloutSuite) TestSpreadAlternatesDomains() {
 func (s *RolloutSuite) TestCanaryFailureStopsTheRest() {
 	s.jobFn = s.runFor(func(node string) (time.Duration, bool) { return time.Minute, node != "node-00007" })
 	req := request(nodeNames(10)...)
-	req.Canary = &Canary{Nodes: []string{"node-00007", "node-00003"}}
-	s.env.ExecuteWorkflow(RolloutWorkflow, req)
+	req.Canary = &api.Canary{Nodes: []string{"node-00007", "node-00003"}}
+	s.env.ExecuteWorkflow(api.RolloutWorkflow, req)
 	err := s.env.GetWorkflowError()
 	var appErr *temporal.ApplicationError
 	s.Require().True(errors.As(err, &appErr), "%v", err)
-	s.Equal(ErrCanaryFailed, appErr.Type())
+	s.Equal(api.ErrCanaryFailed, appErr.Type())
 	s.Contains(appErr.Message(), "1 of 2 canary nodes failed, no other node was started; failed: node-00007 (failed BackoffLimitExceeded)")
 	var started []string
 	for _, r := range s.runs {
@@ -276,23 +232,23 @@ func (s *RolloutSuite) TestCanariesBySelectorThenApprovalViaUpdate() {
 		s.Equal("pool=a", in.Selector)
 		return s.listNodes(ctx, in)
 	}
-	req := RolloutRequest{Name: "demo", NodeSelector: "pool=a", JobTemplate: sampleTemplate, Parallelism: 4,
-		Canary: &Canary{Selector: "canary=true", Soak: "10m", Approval: true}}
+	req := api.RolloutRequest{Name: "demo", NodeSelector: "pool=a", JobTemplate: sampleTemplate, Parallelism: 4,
+		Canary: &api.Canary{Selector: "canary=true", Soak: "10m", Approval: true}}
 	var early, accepted error
-	var soaking, awaiting RolloutStatus
+	var soaking, awaiting api.RolloutStatus
 	s.env.RegisterDelayedCallback(func() {
-		s.env.UpdateWorkflow(UpdateApprove, "early", &testsuite.TestUpdateCallback{
+		s.env.UpdateWorkflow(api.UpdateApprove, "early", &testsuite.TestUpdateCallback{
 			OnReject: func(err error) { early = err }, OnAccept: func() { s.Fail("approval during the canaries must be refused") }, OnComplete: func(any, error) {},
-		}, ApproveRequest{})
+		}, api.ApproveRequest{})
 	}, 30*time.Second)
 	s.env.RegisterDelayedCallback(func() { soaking = s.query() }, 5*time.Minute)
 	s.env.RegisterDelayedCallback(func() {
 		awaiting = s.query()
-		s.env.UpdateWorkflow(UpdateApprove, "ok", &testsuite.TestUpdateCallback{
+		s.env.UpdateWorkflow(api.UpdateApprove, "ok", &testsuite.TestUpdateCallback{
 			OnReject: func(err error) { accepted = err }, OnAccept: func() {}, OnComplete: func(_ any, err error) { accepted = err },
-		}, ApproveRequest{Note: "canaries look fine"})
+		}, api.ApproveRequest{Note: "canaries look fine"})
 	}, 2*time.Hour)
-	s.env.ExecuteWorkflow(RolloutWorkflow, req)
+	s.env.ExecuteWorkflow(api.RolloutWorkflow, req)
 	r := s.result()
 	s.Equal(8, r.Counts.Succeeded)
 	s.Equal(8, r.Selected)
@@ -314,11 +270,11 @@ func (s *RolloutSuite) TestCanariesBySelectorThenApprovalViaUpdate() {
 func (s *RolloutSuite) TestApproveRefusedWithoutAGate() {
 	var refused error
 	s.env.RegisterDelayedCallback(func() {
-		s.env.UpdateWorkflow(UpdateApprove, "x", &testsuite.TestUpdateCallback{
+		s.env.UpdateWorkflow(api.UpdateApprove, "x", &testsuite.TestUpdateCallback{
 			OnReject: func(err error) { refused = err }, OnAccept: func() {}, OnComplete: func(any, error) {},
-		}, ApproveRequest{})
+		}, api.ApproveRequest{})
 	}, 10*time.Second)
-	s.env.ExecuteWorkflow(RolloutWorkflow, request(nodeNames(2)...))
+	s.env.ExecuteWorkflow(api.RolloutWorkflow, request(nodeNames(2)...))
 	s.Equal(2, s.result().Counts.Succeeded)
 	s.Require().Error(refused)
 	s.Contains(refused.Error(), "no approval gate")
@@ -327,20 +283,15 @@ func (s *RolloutSuite) TestApproveRefusedWithoutAGate() {
 func TestMaxPerDomainAndOrderAcrossContinueAsNew(t *testing.T) {
 	names, labels, domainOf := zonedFleet()
 	ts := &testsuite.WorkflowTestSuite{}
-	req := RolloutRequest{Name: "demo", NodeSelector: "pool=a", JobTemplate: sampleTemplate, Parallelism: 5,
-		ContinueAsNewAfter: 7, Topology: &Topology{Key: zoneKey, MaxPerDomain: 2}, Order: &Order{By: OrderSpread},
-		Canary: &Canary{Nodes: []string{"node-00000"}}}
-	var carried *Progress
+	req := api.RolloutRequest{Name: "demo", NodeSelector: "pool=a", JobTemplate: sampleTemplate, Parallelism: 5,
+		ContinueAsNewAfter: 7, Topology: &api.Topology{Key: zoneKey, MaxPerDomain: 2}, Order: &api.Order{By: api.OrderSpread},
+		Canary: &api.Canary{Nodes: []string{"node-00000"}}}
+	var carried *api.Progress
 	var runs []nodeRun
-	var final RolloutResult
+	var final api.RolloutResult
 	for run := 1; ; run++ {
 		require.LessOrEqual(t, run, 12)
-		env := newTestEnv(ts)
-		a := &activities.Activities{}
-		env.RegisterActivity(a)
-		env.RegisterWorkflow(NodeRollout)
-		env.RegisterWorkflow(NodeRolloutV2)
-		env.RegisterWorkflow(NodeRolloutV3)
+		env, a := newTestEnv(ts)
 		jobsOutlastTheWatch(env)
 		fleet := &RolloutSuite{fleet: names, done: map[string]bool{}}
 		fleet.labelledFleet(labels)
@@ -389,51 +340,6 @@ func TestMaxPerDomainAndOrderAcrossContinueAsNew(t *testing.T) {
 	require.Equal(t, map[string]int{"": 2, "a": 1, "b": 1, "c": 1}, firstDomains)
 }
 
-func TestPacingFieldsAreValidated(t *testing.T) {
-	base := func() RolloutRequest { return request("a", "b") }
-	for _, tc := range []struct {
-		field string
-		edit  func(*RolloutRequest)
-	}{
-		{"maintenanceWindow.start", func(r *RolloutRequest) {
-			r.MaintenanceWindow = &MaintenanceWindow{Start: "25:00", Duration: "1h"}
-		}},
-		{"maintenanceWindow.duration", func(r *RolloutRequest) { r.MaintenanceWindow = &MaintenanceWindow{Start: "10:00"} }},
-		{"maintenanceWindow.days[1]", func(r *RolloutRequest) {
-			r.MaintenanceWindow = &MaintenanceWindow{Days: []string{"Mon", "Funday"}, Start: "10:00", Duration: "1h"}
-		}},
-		{"topology.maxPerDomain", func(r *RolloutRequest) { r.Topology = &Topology{Key: zoneKey} }},
-		{"topology.key", func(r *RolloutRequest) { r.Topology = &Topology{Key: "bad key!", MaxPerDomain: 1} }},
-		{"canary", func(r *RolloutRequest) { r.Canary = &Canary{Approval: true} }},
-		{"canary.nodes[0]", func(r *RolloutRequest) { r.Canary = &Canary{Nodes: []string{"c"}} }},
-		{"canary.soak", func(r *RolloutRequest) { r.Canary = &Canary{Nodes: []string{"a"}, Soak: "soon"} }},
-		{"order.by", func(r *RolloutRequest) { r.Order = &Order{By: "random"} }},
-		{"order.label", func(r *RolloutRequest) { r.Order = &Order{By: OrderByLabel} }},
-		{"order.label", func(r *RolloutRequest) { r.Order = &Order{By: OrderSpread} }},
-		{"maintenanceWindow.cron", func(r *RolloutRequest) {
-			r.MaintenanceWindow = &MaintenanceWindow{Cron: "every minute", Duration: "1h"}
-		}},
-	} {
-		req := base()
-		tc.edit(&req)
-		_, err := Validate(req)
-		require.Error(t, err, tc.field)
-		require.Contains(t, err.Error(), tc.field+":", tc.field)
-	}
-	req := base()
-	req.MaintenanceWindow = &MaintenanceWindow{Days: []string{"sat", "Sunday"}, Start: "22:00", Duration: "4h", TimeZone: "Europe/Berlin"}
-	req.Topology = &Topology{Key: zoneKey, MaxPerDomain: 1}
-	req.Canary = &Canary{Nodes: []string{"a"}, Soak: "10m", Approval: true}
-	req.Order = &Order{By: OrderSpread}
-	_, err := Validate(req)
-	require.NoError(t, err)
-
-	var decoded RolloutRequest
-	require.NoError(t, decoded.UnmarshalJSON([]byte(`{"name":"x","nodes":["a"],"jobTemplate":"t","topology":{"key":"k","maxPerDomian":1}}`)))
-	_, err = Validate(decoded)
-	require.ErrorContains(t, err, "topology.maxPerDomian")
-}
-
 // canary.selector on a rollout that names its nodes picks the named nodes that match it: a
 // selector that also matches more than 100 other nodes of the cluster (a fleet-wide
 // canary=true label) must not fail the rollout when only a few of its own nodes match.
@@ -449,8 +355,8 @@ func (s *RolloutSuite) TestCanarySelectorCountsOnlyTheRolloutsOwnNodes() {
 	}
 	req := request("node-00120", "node-00240", "web-1", "web-2")
 	req.Parallelism = 4
-	req.Canary = &Canary{Selector: "canary=true"}
-	s.env.ExecuteWorkflow(RolloutWorkflow, req)
+	req.Canary = &api.Canary{Selector: "canary=true"}
+	s.env.ExecuteWorkflow(api.RolloutWorkflow, req)
 	r := s.result()
 	s.Equal(4, r.Counts.Succeeded)
 	s.Equal(4, r.Selected)
@@ -470,9 +376,9 @@ func (s *RolloutSuite) TestCanaryNodeOutsideTheSelectorIsRefused() {
 		}
 		return activities.ListNodesResult{Nodes: []string{"gpu-1", "gpu-2"}, Total: 2}, nil
 	}
-	req := RolloutRequest{Name: "demo", Namespace: "jobs", NodeSelector: "pool=gpu", JobTemplate: sampleTemplate,
-		Canary: &Canary{Nodes: []string{"gpu-1", "web-1"}}}
-	s.env.ExecuteWorkflow(RolloutWorkflow, req)
+	req := api.RolloutRequest{Name: "demo", Namespace: "jobs", NodeSelector: "pool=gpu", JobTemplate: sampleTemplate,
+		Canary: &api.Canary{Nodes: []string{"gpu-1", "web-1"}}}
+	s.env.ExecuteWorkflow(api.RolloutWorkflow, req)
 	s.True(s.env.IsWorkflowCompleted())
 	err := s.env.GetWorkflowError()
 	s.Require().Error(err)

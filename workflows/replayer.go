@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/noderollout/noderollout/api"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/converter"
 	"go.temporal.io/sdk/worker"
@@ -14,22 +15,22 @@ import (
 // BudgetFixtureCluster is the cluster the budgeted replay fixtures (testdata/*budget*.json) were
 // recorded on: its budget decides a rollout's commands and its name the coordinator's workflow
 // ID, so they are replayed as that cluster's worker runs them.
-var BudgetFixtureCluster = Cluster{Name: "fixture-budget", Budget: 2}
+var BudgetFixtureCluster = api.Cluster{Name: "fixture-budget", Budget: 2}
 
 // ReplayerFor returns a replayer with every workflow a worker runs, registered as the worker
 // that recorded the fixture file ran them.
 func ReplayerFor(file string) worker.WorkflowReplayer {
 	replayer := worker.NewWorkflowReplayer()
-	fixtureCluster(file).Register(replayer)
-	replayer.RegisterWorkflowWithOptions(FleetRollout, workflow.RegisterOptions{Name: FleetRolloutWorkflow})
+	OnCluster{fixtureCluster(file)}.Register(replayer)
+	replayer.RegisterWorkflowWithOptions(FleetRollout, workflow.RegisterOptions{Name: api.FleetRolloutWorkflow})
 	return replayer
 }
 
-func fixtureCluster(file string) Cluster {
+func fixtureCluster(file string) api.Cluster {
 	if strings.Contains(filepath.Base(file), "budget") {
 		return BudgetFixtureCluster
 	}
-	return Cluster{}
+	return api.Cluster{}
 }
 
 // ReplayFixture replays a recorded history file as the worker that recorded it ran it. A node
@@ -48,7 +49,7 @@ func ReplayFixture(file string) error {
 	var options worker.ReplayWorkflowHistoryOptions
 	if started := history.GetEvents()[0].GetWorkflowExecutionStartedEventAttributes(); started != nil {
 		switch started.GetWorkflowType().GetName() {
-		case NodeRolloutWorkflow, NodeRolloutV2Workflow, NodeRolloutV3Workflow:
+		case api.NodeRolloutWorkflow, api.NodeRolloutV2Workflow, api.NodeRolloutV3Workflow:
 			var in NodeRolloutInput
 			if err := converter.GetDefaultDataConverter().FromPayloads(started.GetInput(), &in); err != nil {
 				return err

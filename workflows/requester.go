@@ -1,25 +1,16 @@
 package workflows
 
 import (
+	"github.com/noderollout/noderollout/api"
 	"go.temporal.io/sdk/converter"
 	"go.temporal.io/sdk/workflow"
-)
-
-// Who started a rollout. The starter puts it in the workflow's memo (and, where the namespace
-// has it, the RolloutRequester search attribute); the workflow hands it to every Job and Node
-// marker. It is the starting client's claim: Temporal's own authorization decides who may start.
-const (
-	MemoRequester = "requester"
-	MemoReason    = "reason"
-	// SearchAttributeRequester (Keyword) is set by the starter when the namespace has it.
-	SearchAttributeRequester = "RolloutRequester"
 )
 
 // requesterOf reads the requester from the run's memo, which Temporal carries across
 // continue-as-new; empty when the rollout was started without one (CLI, UI). It is the only
 // source: nothing in the request or its template names the requester.
 func requesterOf(ctx workflow.Context) string {
-	return memoString(ctx, MemoRequester)
+	return memoString(ctx, api.MemoRequester)
 }
 
 // memoString reads a string the run's memo holds under key; empty when it holds none.
@@ -44,7 +35,7 @@ func memoString(ctx workflow.Context, key string) string {
 // its behalf (a fleet's cluster rollouts); nil when it has neither.
 func requestMemo(ctx workflow.Context) map[string]any {
 	var memo map[string]any
-	for _, key := range []string{MemoRequester, MemoReason} {
+	for _, key := range []string{api.MemoRequester, api.MemoReason} {
 		if v := memoString(ctx, key); v != "" {
 			if memo == nil {
 				memo = map[string]any{}

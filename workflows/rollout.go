@@ -3,17 +3,20 @@ package workflows
 import (
 	"errors"
 	"fmt"
-	"math"
-	"sort"
 	"strings"
-	"time"
 
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/noderollout/noderollout/activities"
 	"github.com/noderollout/noderollout/activities/jobspec"
+	"github.com/noderollout/noderollout/api"
 )
+
+// The Rollout workflow's life: it validates the request, prepares the template, then runs its
+// nodes (launching: queue.go, admission.go, launch.go; pacing: pacing.go and pacer.go) until
+// every one is handled, the failure budget is spent, it continues as new (history.go), or it
+// is aborted; steering.go answers its signals, updates and queries.
 
 // Tuning of the Rollout workflow that is not part of the request.
 const (
@@ -21,107 +24,49 @@ const (
 	listPageSize = 1000
 	// recentResults is how many of the latest node results the status query shows.
 	recentResults = 20
-	// busyNodeBackoff and busyNodeMaxBackoff pace retries of a node that another rollout holds
-	// in runs from before the busy node was told when it frees.
-	busyNodeBackoff    = 5 * time.Second
-	busyNodeMaxBackoff = time.Minute
-	// busyNodeRecheck is how long a waiting node trusts the holder to tell it when the node
-	// frees before it tries again anyway (the holder may run older code, or be terminated);
-	// each look doubles the next wait, up to busyNodeMaxRecheck.
-	busyNodeRecheck    = 10 * time.Minute
-	busyNodeMaxRecheck = 2 * time.Hour
-
-	// Every continue-as-new drains the window, so a run goes on until its history nears the
-	// server's warning limits (10,240 events, 10 MiB), not to its earlier suggestion (4,096
-	// events or 4 MiB, about 900 nodes). The margin is what the drain itself adds: a few events
-	// and at most a result per node in flight.
-	historyEventsBeforeContinue = 9000
-	historyBytesBeforeContinue  = 8 << 20
-	drainEventsPerNode          = 4
-	drainBytesPerNode           = 6 << 10
-	// versionHistoryLimits marks runs that continue as new at the limits above instead of at
-	// the server's suggestion.
-	versionHistoryLimits = "continue-as-new-near-history-limits"
-	// versionFieldGuarantees marks runs with the template passed by reference, busy nodes told
-	// when they free, the failure budget checked while a node waits, and (in NodeRollout)
-	// writes retried as long as the node's deadline allows.
-	versionFieldGuarantees = "field-guarantees"
-	// versionNodeV2 marks runs that start their nodes as NodeRolloutV2 (version 1: a short Job
-	// watched within the node's first workflow task, no version marker in the node's history)
-	// or NodeRolloutV3 (version 2: that Job created, watched and finalized by one local
-	// activity). One change ID for both keeps a parent run at one version marker.
-	versionNodeV2 = "node-v2"
-	// versionChildCollector marks runs whose children that start at once are all waited on by
-	// one coroutine (childCollector) rather than one coroutine per node.
-	versionChildCollector = "one-child-collector"
-	// versionStopWaits marks runs whose waits for a closed maintenance window or for a node
-	// another rollout holds end as soon as no node may start any more (the failure budget is
-	// spent, a canary failed), instead of running on to the window's next opening or the
-	// next look at the busy node.
-	versionStopWaits = "stop-waits-when-no-node-may-start"
-	// versionCanaryOwnNodes marks runs that page through a canary selector's matches to find
-	// the canaries among a rollout's named nodes, instead of failing when the selector matches
-	// more than MaxCanaries nodes of the whole cluster.
-	versionCanaryOwnNodes = "canary-selector-own-nodes"
-	// versionHandOverWaiting marks runs that hand the nodes still waiting for another rollout
-	// to the next run (Progress.WaitingNodes) instead of waiting for them to the end: asked
-	// only once nothing else is in flight and the run continues as new or nears its history
-	// limits.
-	versionHandOverWaiting = "hand-over-waiting-nodes"
-	// versionCutDelay marks runs whose delay between nodes ended early because no node may
-	// start any more (see delayNext).
-	versionCutDelay = "cut-delay-when-no-node-may-start"
-	// versionCapBeforePrepare marks setParallelism updates that arrived before the template
-	// was prepared and waited for the worker's cap instead of being applied unchecked.
-	versionCapBeforePrepare = "set-parallelism-waits-for-the-cap"
 )
 
 // Rollout runs NodeRollout on every selected node, at most a window of them at a time.
 // Validation comes first and fails the workflow with a non-retryable InvalidRequest. carried is
 // the state a previous run handed over when it continued as new; callers never set it.
-func Rollout(ctx workflow.Context, req RolloutRequest, carried *Progress) (RolloutResult, error) {
-	return rolloutIn(ctx, Cluster{}, req, carried)
+func Rollout(ctx workflow.Context, req api.RolloutRequest, carried *api.Progress) (api.RolloutResult, error) {
+	return rolloutIn(ctx, api.Cluster{}, req, carried)
 }
 
 // rolloutIn is Rollout on a worker of the given cluster.
-func rolloutIn(ctx workflow.Context, cluster Cluster, req RolloutRequest, carried *Progress) (RolloutResult, error) {
+func rolloutIn(ctx workflow.Context, cluster api.Cluster, req api.RolloutRequest, carried *api.Progress) (api.RolloutResult, error) {
 	continued := workflow.GetInfo(ctx).ContinuedExecutionRunID != ""
-	if carried == nil {
-		carried = req.legacyProgress
+	if legacy := req.TakeCarriedProgress(); carried == nil {
+		carried = legacy
 	}
 	if carried != nil && !continued {
-		return RolloutResult{}, temporal.NewNonRetryableApplicationError(
+		return api.RolloutResult{}, temporal.NewNonRetryableApplicationError(
 			"invalid rollout request: progress: is internal state that only the workflow itself sets when it continues as new; start the rollout with the request alone",
-			activities.ErrInvalidRequest, nil)
+			api.ErrInvalidRequest, nil)
 	}
-	s, err := validate(req, continued)
-	if err != nil {
-		return RolloutResult{}, err
+	if problems := req.Problems(); len(problems) > 0 {
+		return api.RolloutResult{}, invalidRequest("invalid rollout request: ", problems)
 	}
-	r := &rollout{req: req, s: s, requester: requesterOf(ctx), cluster: cluster}
-	r.guarantees = workflow.GetVersion(ctx, versionFieldGuarantees, workflow.DefaultVersion, 1) == 1
-	if r.guarantees {
-		r.nodeVersion = workflow.GetVersion(ctx, versionNodeV2, workflow.DefaultVersion, 2)
-		r.collect = workflow.GetVersion(ctx, versionChildCollector, workflow.DefaultVersion, 1) == 1
-	}
+	r := &rollout{req: req, settings: req.Settings(), requester: requesterOf(ctx), cluster: cluster}
+	r.features = startFeatures(ctx)
 	r.restore(ctx, carried)
 	// Handlers come before the first blocking call, so status and setParallelism work while
 	// the template is being prepared.
 	if err := r.registerHandlers(ctx); err != nil {
-		return RolloutResult{}, err
+		return api.RolloutResult{}, err
 	}
 	if !req.DryRun {
-		r.slots = newClusterSlots(ctx, cluster)
-		if r.slots != nil {
-			r.signals = append(r.signals, r.slots.grants)
+		r.clusterSlots = newClusterSlots(ctx, cluster)
+		if r.clusterSlots != nil {
+			r.signals = append(r.signals, r.clusterSlots.grants)
 		}
-		if r.collect && r.slots == nil {
+		if r.features.collect && r.clusterSlots == nil {
 			r.children = r.collectChildren(ctx)
 		}
 	}
 	if carried == nil {
 		if err := r.prepare(ctx); err != nil {
-			return RolloutResult{}, err
+			return api.RolloutResult{}, err
 		}
 	}
 	r.prepared = true
@@ -131,34 +76,22 @@ func rolloutIn(ctx workflow.Context, cluster Cluster, req RolloutRequest, carrie
 	return r.run(ctx)
 }
 
-// queuedNode is a listed node not yet handled, in name order.
-type queuedNode struct {
-	name   string
-	skip   string // "", "done" or "missing"
-	domain string // value of topology.key (pacing only)
-	rank   string // value of order.label (pacing only)
-}
-
 type rollout struct {
-	req RolloutRequest
-	s   settings
-	p   Progress
-	win window
-	// pace is the state of the request's pacing (windows, domains, canaries, order).
-	pace pacer
+	req          api.RolloutRequest
+	settings     api.Settings
+	progress     api.Progress
+	launchWindow launchWindow
+	// pacer is the state of the request's pacing (maintenance window, domains, canaries, order).
+	pacer pacer
 
 	queue           []queuedNode
-	inFlight        int // nodes holding a window slot: started, or reserved while they wait for a cluster slot
+	inFlight        int // nodes holding a launch slot: started, or reserved while they wait for a cluster slot
 	started         int // nodes whose child workflow has started and not yet ended
 	waiting         map[string]bool
-	recent          []NodeResult
+	recent          []api.NodeResult
 	launchedThisRun int
-	canAtLimits     bool             // continue as new near the history limits rather than when suggested
-	guarantees      bool             // versionFieldGuarantees applies to this run
-	nodeVersion     workflow.Version // of versionNodeV2: 1 starts NodeRolloutV2 children, 2 NodeRolloutV3
-	collect         bool             // versionChildCollector applies to this run
-	stopWaits       bool             // versionStopWaits applies to this run
-	admission       bool             // versionAdmission applies to this run
+	// features are what this run does by the versions its history recorded (versions.go).
+	features features
 	// continuing: the run has decided to continue as new; nodes waiting for another rollout
 	// stop looking on a timer and wait to be told, so the history stops growing.
 	continuing bool
@@ -168,7 +101,7 @@ type rollout struct {
 	done     bool
 	// handedOver holds the waiting nodes this run hands to the next one; once set, none of
 	// them starts here.
-	handedOver []PacedNode
+	handedOver []api.PacedNode
 
 	// freed marks busy nodes whose holder said it finished; signals holds the channels whose
 	// pending signals must be read before the run may continue as new.
@@ -177,8 +110,8 @@ type rollout struct {
 
 	requester string // from the memo, for the Jobs and Node markers
 
-	cluster Cluster
-	slots   *clusterSlots // the cluster-wide budget; nil without one
+	cluster      api.Cluster
+	clusterSlots *clusterSlots // the cluster-wide budget's slots; nil without one
 
 	// children waits on the children that started without waiting; nil in runs before
 	// versionChildCollector and where a cluster-wide budget makes every node wait for a slot.
@@ -186,19 +119,19 @@ type rollout struct {
 }
 
 // restore takes over carried progress, or starts it afresh on the first run.
-func (r *rollout) restore(ctx workflow.Context, carried *Progress) {
+func (r *rollout) restore(ctx workflow.Context, carried *api.Progress) {
 	r.waiting = map[string]bool{}
 	r.freed = map[string]bool{}
 	if carried != nil {
-		r.p = *carried
-		r.pace = newPacer(r.s.pace, carried.Pacing)
+		r.progress = *carried
+		r.pacer = newPacer(r.settings.Pacing, carried.Pacing)
 		r.queue = restoredQueue(carried.Pacing)
-		r.win = resumeWindow(r.s.batch, r.p.Parallelism, r.p.Window)
+		r.launchWindow = resumeLaunchWindow(r.settings.Batch, r.progress.Parallelism, r.progress.Window)
 		return
 	}
-	r.p = Progress{Parallelism: r.s.parallelism, StartedAt: workflow.Now(ctx)}
-	r.pace = newPacer(r.s.pace, nil)
-	r.win = newWindow(r.s.batch, r.s.parallelism)
+	r.progress = api.Progress{Parallelism: r.settings.Parallelism, StartedAt: workflow.Now(ctx)}
+	r.pacer = newPacer(r.settings.Pacing, nil)
+	r.launchWindow = newLaunchWindow(r.settings.Batch, r.settings.Parallelism)
 }
 
 // prepare loads and checks the template once, before any node starts. From
@@ -210,27 +143,27 @@ func (r *rollout) prepare(ctx workflow.Context) error {
 	// A dry run writes nothing to the cluster, so it checks the template without storing it.
 	// Only the activity's input changes, not the commands a history records: dry runs running
 	// now replay as recorded, with no version.
-	store := r.guarantees && !r.req.DryRun
+	store := r.features.guarantees && !r.req.DryRun
 	err := workflow.ExecuteActivity(withAPIActivity(ctx, "load and check the Job template"), a.PrepareTemplate, activities.PrepareTemplateInput{
-		Namespace:    r.namespace(),
+		Namespace:    r.settings.Namespace,
 		Template:     r.req.JobTemplate,
 		TemplateRef:  r.req.JobTemplateRef,
 		Store:        store,
 		NodeSelector: r.req.NodeSelector,
-		Parallelism:  r.s.parallelism,
-		Cordon:       maintenanceCordons(r.req.Maintenance),
-		Drain:        r.req.Maintenance != nil && r.req.Maintenance.Drain != nil,
+		Parallelism:  r.settings.Parallelism,
+		Cordon:       r.settings.Maintenance != nil && r.settings.Maintenance.Cordon,
+		Drain:        r.settings.Maintenance != nil && r.settings.Maintenance.Drain,
 	}).Get(ctx, &prepared)
 	if err != nil {
 		return asWorkflowError(err)
 	}
-	r.p.Template = prepared.Template
-	r.p.TemplateHash = prepared.Hash
-	if r.guarantees {
-		r.p.Template = ""
+	r.progress.Template = prepared.Template
+	r.progress.TemplateHash = prepared.Hash
+	if r.features.guarantees {
+		r.progress.Template = ""
 	}
-	r.p.MaxParallelism = prepared.MaxParallelism
-	memo := map[string]any{"templateHash": prepared.Hash, "namespace": r.namespace()}
+	r.progress.MaxParallelism = prepared.MaxParallelism
+	memo := map[string]any{"templateHash": prepared.Hash, "namespace": r.settings.Namespace}
 	if r.req.NodeSelector != "" {
 		memo["nodeSelector"] = r.req.NodeSelector
 	}
@@ -243,86 +176,12 @@ func (r *rollout) prepare(ctx workflow.Context) error {
 	return workflow.UpsertMemo(ctx, memo)
 }
 
-func (r *rollout) namespace() string {
-	if r.req.Namespace == "" {
-		return DefaultNamespace
-	}
-	return r.req.Namespace
-}
-
-func (r *rollout) registerHandlers(ctx workflow.Context) error {
-	if err := workflow.SetQueryHandler(ctx, QueryStatus, func() (RolloutStatus, error) { return r.status(), nil }); err != nil {
-		return err
-	}
-	err := workflow.SetUpdateHandlerWithOptions(ctx, UpdateSetParallelism,
-		func(ctx workflow.Context, in SetParallelismRequest) (SetParallelismResult, error) {
-			// Before the template is prepared the worker's cap (policy maxParallelism) is not
-			// known yet: the update waits for it, so the cap holds from the first instant.
-			// versionCapBeforePrepare is asked only on that path.
-			if !r.prepared && workflow.GetVersion(ctx, versionCapBeforePrepare, workflow.DefaultVersion, 1) == 1 {
-				if err := workflow.Await(ctx, func() bool { return r.prepared }); err != nil {
-					return SetParallelismResult{}, err
-				}
-				if limit := r.p.MaxParallelism; limit > 0 && in.Parallelism > limit {
-					return SetParallelismResult{}, temporal.NewNonRetryableApplicationError(fmt.Sprintf(
-						"parallelism: the worker's policy (maxParallelism) allows at most %d, got %d", limit, in.Parallelism), activities.ErrPolicyDenied, nil)
-				}
-			}
-			previous := r.win.ceiling
-			r.win.setCeiling(in.Parallelism)
-			r.p.Parallelism = in.Parallelism
-			r.showProgress(ctx)
-			return SetParallelismResult{Previous: previous, Parallelism: in.Parallelism}, nil
-		},
-		workflow.UpdateHandlerOptions{Validator: func(in SetParallelismRequest) error {
-			if in.Parallelism < 1 || in.Parallelism > MaxParallelism {
-				return fmt.Errorf("parallelism: must be between 1 and %d, got %d", MaxParallelism, in.Parallelism)
-			}
-			if limit := r.p.MaxParallelism; limit > 0 && in.Parallelism > limit {
-				return fmt.Errorf("parallelism: the worker's policy (maxParallelism) allows at most %d, got %d", limit, in.Parallelism)
-			}
-			return nil
-		}})
-	if err != nil {
-		return err
-	}
-	if err := r.registerApprove(ctx); err != nil {
-		return err
-	}
-	pause := workflow.GetSignalChannel(ctx, SignalPause)
-	resume := workflow.GetSignalChannel(ctx, SignalResume)
-	freed := workflow.GetSignalChannel(ctx, SignalNodeFree)
-	r.signals = []workflow.ReceiveChannel{pause, resume, freed}
-	workflow.Go(ctx, func(ctx workflow.Context) {
-		for {
-			sel := workflow.NewSelector(ctx)
-			sel.AddReceive(pause, func(c workflow.ReceiveChannel, _ bool) { c.Receive(ctx, nil); r.p.Paused = true })
-			sel.AddReceive(resume, func(c workflow.ReceiveChannel, _ bool) { c.Receive(ctx, nil); r.p.Paused = false })
-			sel.AddReceive(freed, func(c workflow.ReceiveChannel, _ bool) {
-				var f NodeFreed
-				c.Receive(ctx, &f)
-				if r.waiting[f.Node] {
-					r.freed[f.Node] = true
-				}
-			})
-			sel.Select(ctx)
-			if ctx.Err() != nil {
-				return
-			}
-			r.showProgress(ctx)
-		}
-	})
-	return nil
-}
-
 // run launches nodes until every one is handled, the failure budget is spent, the run has
 // launched its share (continue-as-new), or the rollout is cancelled.
-func (r *rollout) run(ctx workflow.Context) (RolloutResult, error) {
-	r.canAtLimits = workflow.GetVersion(ctx, versionHistoryLimits, workflow.DefaultVersion, 1) == 1
-	r.stopWaits = workflow.GetVersion(ctx, versionStopWaits, workflow.DefaultVersion, 1) == 1
-	r.admission = workflow.GetVersion(ctx, versionAdmission, workflow.DefaultVersion, 1) == 1
-	if err := r.checkWindow(ctx); err != nil {
-		return RolloutResult{}, err
+func (r *rollout) run(ctx workflow.Context) (api.RolloutResult, error) {
+	r.features.readAtRun(ctx)
+	if err := r.checkMaintenanceWindow(ctx); err != nil {
+		return api.RolloutResult{}, err
 	}
 	if stop, res, err := r.runCanaries(ctx); stop {
 		return res, err
@@ -330,13 +189,13 @@ func (r *rollout) run(ctx workflow.Context) (RolloutResult, error) {
 	r.resumeWaiting(ctx)
 	continueAsNew := false
 	var listErr error
-	for !r.budgetExceeded() {
-		if len(r.queue) == 0 && r.p.ListingDone {
+	for !r.failureBudgetSpent() {
+		if len(r.queue) == 0 && r.progress.ListingDone {
 			break
 		}
 		if r.dueToContinueAsNew(ctx) {
 			continueAsNew = true
-			r.continuing = r.admission
+			r.continuing = r.features.admission
 			break
 		}
 		if len(r.queue) == 0 {
@@ -352,10 +211,10 @@ func (r *rollout) run(ctx workflow.Context) (RolloutResult, error) {
 		}
 		var launching bool
 		var err error
-		if r.admission {
+		if r.features.admission {
 			launching, err = r.nextAdmitted(ctx, func() bool { return r.dueToContinueAsNew(ctx) })
 		} else {
-			launching, err = r.startNext(ctx, r.budgetExceeded)
+			launching, err = r.startNext(ctx, r.failureBudgetSpent)
 		}
 		if err != nil {
 			return r.cancelled(ctx)
@@ -388,7 +247,7 @@ func (r *rollout) run(ctx workflow.Context) (RolloutResult, error) {
 // all before it did.
 func (r *rollout) drain(ctx workflow.Context, continuing, mayHandOver bool) (handOver bool, err error) {
 	settled := func() bool { return r.inFlight == 0 && len(r.waiting) == 0 }
-	if !r.guarantees || !mayHandOver {
+	if !r.features.guarantees || !mayHandOver {
 		return false, workflow.Await(ctx, settled)
 	}
 	err = workflow.Await(ctx, func() bool {
@@ -401,475 +260,36 @@ func (r *rollout) drain(ctx workflow.Context, continuing, mayHandOver bool) (han
 		return false, workflow.Await(ctx, settled)
 	}
 	for _, node := range workflow.DeterministicKeys(r.waiting) {
-		r.handedOver = append(r.handedOver, PacedNode{Name: node, Domain: r.pace.domainOf[node]})
+		r.handedOver = append(r.handedOver, api.PacedNode{Name: node, Domain: r.pacer.domainOf[node]})
 	}
 	return true, nil
-}
-
-// historyNearLimits says whether this run's history, with room for what each waiting node
-// may still add, has grown as far as is safe.
-func (r *rollout) historyNearLimits(ctx workflow.Context) bool {
-	info := workflow.GetInfo(ctx)
-	return continueAsNewDue(historyState{events: info.GetCurrentHistoryLength(), bytes: info.GetCurrentHistorySize()},
-		math.MaxInt, len(r.waiting), true)
-}
-
-// resumeWaiting goes on waiting for the nodes the previous run handed over, each in a
-// coroutine of its own as a node refused as busy does. runNode gives the slot taken here
-// back before it waits.
-func (r *rollout) resumeWaiting(ctx workflow.Context) {
-	for _, n := range r.p.WaitingNodes {
-		node := n.Name
-		r.pace.assign(queuedNode{name: node, domain: n.Domain})
-		r.inFlight++
-		r.p.Counts.Running++
-		r.pace.take(node)
-		workflow.Go(ctx, func(ctx workflow.Context) {
-			r.settle(ctx, node, r.runNode(ctx, node, true))
-		})
-	}
-	r.p.WaitingNodes = nil
-}
-
-// startNext waits until a queued node may start and starts it, or records why it is skipped.
-// It reports false once stop() says no node may start any more; an error means cancelled.
-func (r *rollout) startNext(ctx workflow.Context, stop func() bool) (bool, error) {
-	next, at := r.queue[0], 0
-	if next.skip == "" {
-		if err := r.awaitWindow(ctx, stop); err != nil {
-			return false, err
-		}
-		err := workflow.Await(ctx, func() bool {
-			return stop() || (!r.p.Paused && r.inFlight < r.win.size && r.pace.pick(r.queue) >= 0)
-		})
-		if err != nil {
-			return false, err
-		}
-		if stop() {
-			return false, nil
-		}
-		if !r.windowOpenNow(ctx) {
-			return true, nil // it closed while every slot was taken: wait for the next opening
-		}
-		at = r.pace.pick(r.queue)
-		next = r.queue[at]
-	}
-	if at == 0 {
-		r.queue = r.queue[1:]
-	} else {
-		r.queue = append(r.queue[:at], r.queue[at+1:]...)
-	}
-	if !r.s.pace.active() {
-		r.p.Cursor = next.name
-	}
-	switch next.skip {
-	case "done", "missing":
-		r.recordSkip(ctx, next)
-	default:
-		r.pace.assign(next)
-		r.launch(ctx, next.name)
-		if r.s.delayBetweenNodes > 0 {
-			if err := r.delayNext(ctx, stop); err != nil {
-				return false, err
-			}
-		}
-	}
-	return true, nil
-}
-
-// recordSkip records a listed node that is not run: done for this template, or missing.
-func (r *rollout) recordSkip(ctx workflow.Context, n queuedNode) {
-	if n.skip == "missing" {
-		r.record(ctx, NodeResult{Node: n.name, Outcome: activities.OutcomeNodeGone, Reason: "NodeNotFound",
-			Message: "no Node named " + n.name})
-		return
-	}
-	r.record(ctx, NodeResult{Node: n.name, Outcome: activities.OutcomeSkipped, Reason: "AlreadyDone"})
-}
-
-// delayNext waits delayBetweenNodes before the next node may start. From versionStopWaits on
-// the wait ends as soon as stop says no node may start any more; the rollout's drain comes
-// next. versionCutDelay is asked only then, so a delay that runs its course adds no marker.
-func (r *rollout) delayNext(ctx workflow.Context, stop func() bool) error {
-	if !r.stopWaits {
-		return workflow.Sleep(ctx, r.s.delayBetweenNodes)
-	}
-	timerCtx, cancelTimer := workflow.WithCancel(ctx)
-	timer := workflow.NewTimer(timerCtx, r.s.delayBetweenNodes)
-	if err := workflow.Await(ctx, func() bool { return timer.IsReady() || stop() }); err != nil {
-		return err
-	}
-	if timer.IsReady() || workflow.GetVersion(ctx, versionCutDelay, workflow.DefaultVersion, 1) == workflow.DefaultVersion {
-		return timer.Get(ctx, nil)
-	}
-	cancelTimer()
-	return nil
 }
 
 // listingFailed ends a rollout whose node listing failed for good, after every node in flight
 // has finished, with what was done so far.
-func (r *rollout) listingFailed(ctx workflow.Context, err error) (RolloutResult, error) {
+func (r *rollout) listingFailed(ctx workflow.Context, err error) (api.RolloutResult, error) {
 	r.done = true
 	result := r.result(ctx)
 	var appErr *temporal.ApplicationError
-	errType := ErrRolloutFailed
+	errType := api.ErrRolloutFailed
 	msg := err.Error()
 	if errors.As(err, &appErr) {
 		errType, msg = appErr.Type(), appErr.Message()
 	}
 	return result, temporal.NewNonRetryableApplicationError(
 		fmt.Sprintf("rollout %s stopped: listing nodes after %s failed: %s (%d nodes finished before)",
-			r.req.Name, quoteOrStart(r.p.Cursor), msg, result.Counts.Finished()), errType, nil, result)
-}
-
-// dueToContinueAsNew says whether this run has launched its share of nodes or its history
-// has grown as far as is safe.
-func (r *rollout) dueToContinueAsNew(ctx workflow.Context) bool {
-	info := workflow.GetInfo(ctx)
-	return continueAsNewDue(historyState{
-		launched:  r.launchedThisRun,
-		events:    info.GetCurrentHistoryLength(),
-		bytes:     info.GetCurrentHistorySize(),
-		suggested: info.GetContinueAsNewSuggested(),
-	}, r.s.continueAsNewAfter, r.drainingNodes(), r.canAtLimits)
-}
-
-// drainingNodes is how many nodes can still add to the history once the run decides to
-// continue as new: the window, and (counted from versionFieldGuarantees on) the nodes waiting
-// for another rollout.
-func (r *rollout) drainingNodes() int {
-	if r.guarantees {
-		return r.win.ceiling + len(r.waiting)
-	}
-	return r.win.ceiling
-}
-
-// historyState is what a run knows of its own size.
-type historyState struct {
-	launched, events, bytes int
-	suggested               bool
-}
-
-// continueAsNewDue leaves room for a full window to drain after the decision.
-func continueAsNewDue(h historyState, launchLimit, window int, atLimits bool) bool {
-	if h.launched >= launchLimit {
-		return true
-	}
-	if !atLimits {
-		return h.suggested
-	}
-	return h.events+drainEventsPerNode*window >= historyEventsBeforeContinue ||
-		h.bytes+drainBytesPerNode*window >= historyBytesBeforeContinue
-}
-
-// listMore fetches the next slice of selected nodes after the cursor.
-func (r *rollout) listMore(ctx workflow.Context) error {
-	var a *activities.Activities
-	var page activities.ListNodesResult
-	err := workflow.ExecuteActivity(withAPIActivity(ctx, "list nodes after "+quoteOrStart(r.p.Cursor)), a.ListNodes, activities.ListNodesInput{
-		Rollout:       r.req.Name,
-		Names:         r.req.Nodes,
-		Selector:      r.req.NodeSelector,
-		FieldSelector: r.req.FieldSelector,
-		TemplateHash:  r.p.TemplateHash,
-		Rerun:         r.req.Rerun,
-		After:         r.p.Cursor,
-		Limit:         listPageSize,
-		Labels:        r.s.pace.labelKeys(),
-	}).Get(ctx, &page)
-	if err != nil {
-		return asWorkflowError(err)
-	}
-	r.queue = r.queuePage(page)
-	r.p.ListingDone = !page.More
-	if page.Total > r.p.Selected {
-		r.p.Selected = page.Total
-	}
-	if handled := r.p.Counts.Finished() + r.p.Counts.Running + r.p.Counts.Waiting + len(r.queue); handled > r.p.Selected {
-		r.p.Selected = handled
-	}
-	r.showProgress(ctx)
-	return nil
-}
-
-func quoteOrStart(cursor string) string {
-	if cursor == "" {
-		return "the start"
-	}
-	return cursor
-}
-
-// mergeListed puts one ListNodes slice back into a single name-ordered queue.
-func mergeListed(page activities.ListNodesResult) []queuedNode {
-	q := make([]queuedNode, 0, len(page.Nodes)+len(page.Done)+len(page.Missing))
-	for _, n := range page.Nodes {
-		q = append(q, queuedNode{name: n})
-	}
-	for _, n := range page.Done {
-		q = append(q, queuedNode{name: n, skip: "done"})
-	}
-	for _, n := range page.Missing {
-		q = append(q, queuedNode{name: n, skip: "missing"})
-	}
-	sort.Slice(q, func(i, j int) bool { return q[i].name < q[j].name })
-	return q
-}
-
-// launch starts the node's child. A node that may start at once is started here and waited on
-// by the one childCollector; a node that first waits (for a slot of the cluster-wide budget)
-// runs in a coroutine of its own, as every node did before versionChildCollector.
-func (r *rollout) launch(ctx workflow.Context, node string) {
-	r.inFlight++
-	r.p.Counts.Running++
-	r.pace.take(node)
-	r.launchedThisRun++
-	if r.children != nil {
-		r.children.add(node, r.startChild(ctx, node))
-		return
-	}
-	workflow.Go(ctx, func(ctx workflow.Context) {
-		r.settle(ctx, node, r.runNode(ctx, node, false))
-	})
-}
-
-// nodeEnd is how a node's turn in this run ended.
-type nodeEnd struct {
-	result NodeResult
-	// holdsSlot says the node still holds its window slot; started, that it ran at all (a
-	// waiting node is not started once the failure budget is spent).
-	holdsSlot, started bool
-}
-
-// settle frees the node's slot and counts its outcome.
-func (r *rollout) settle(ctx workflow.Context, node string, end nodeEnd) {
-	if end.holdsSlot {
-		r.inFlight--
-		r.p.Counts.Running--
-		r.pace.release(node)
-	}
-	r.pace.forget(node)
-	if end.started {
-		r.record(ctx, end.result)
-	} else {
-		r.showProgress(ctx) // back to pending: a later rollout or rerun covers it
-	}
-}
-
-// childEnded settles a child that the collector saw end. A child refused because another
-// rollout holds the node goes on in a coroutine of its own, which waits for the node.
-func (r *rollout) childEnded(ctx workflow.Context, node string, child workflow.Future) {
-	var result NodeResult
-	err := child.Get(ctx, &result)
-	r.childStopped(node)
-	if temporal.IsWorkflowExecutionAlreadyStartedError(err) {
-		workflow.Go(ctx, func(ctx workflow.Context) {
-			r.settle(ctx, node, r.runNode(ctx, node, true))
-		})
-		return
-	}
-	r.settle(ctx, node, nodeEnd{result: nodeResult(node, err, result), holdsSlot: true, started: true})
-}
-
-// startChild starts the node's child workflow.
-func (r *rollout) startChild(ctx workflow.Context, node string) workflow.ChildWorkflowFuture {
-	in := NodeRolloutInput{
-		Rollout:           r.req.Name,
-		Namespace:         r.namespace(),
-		Node:              node,
-		Template:          r.p.Template,
-		TemplateHash:      r.p.TemplateHash,
-		Owner:             r.req.Owner,
-		JobTimeoutSeconds: int64(r.s.jobTimeout / time.Second),
-		JobTTLSeconds:     int32(r.s.jobTTL / time.Second),
-		KeepJobs:          r.s.keepJobs,
-		Requester:         r.requester,
-		Maintenance:       nodeMaintenance(r.req.Maintenance),
-	}
-	nodeWorkflow := any(NodeRollout)
-	if r.nodeVersion >= 1 {
-		nodeWorkflow = NodeRolloutV2
-		if r.nodeVersion >= 2 {
-			nodeWorkflow = NodeRolloutV3
-		}
-		if in.Maintenance == nil {
-			in.WatchSeconds = nodeWatchSeconds
-		}
-	}
-	r.started++
-	r.pace.started[r.pace.domainOf[node]]++
-	return workflow.ExecuteChildWorkflow(nodeChildOptions(ctx, r.req.Name, node, r.cluster.NodeWorkflowID(node)), nodeWorkflow, in)
-}
-
-// runNode runs the child, waiting while another rollout holds the node; busy says the node
-// was already refused as busy, so the wait comes first. While it waits it gives its window
-// slot back, so a busy node never holds up the others.
-func (r *rollout) runNode(ctx workflow.Context, node string, busy bool) nodeEnd {
-	if r.admission {
-		return r.runAdmitted(ctx, node, busy)
-	}
-	backoff, recheck := busyNodeBackoff, busyNodeRecheck
-	for {
-		if busy {
-			// Another rollout holds the node: give the slot back and wait.
-			r.inFlight--
-			r.p.Counts.Running--
-			r.pace.release(node)
-			r.waiting[node] = true
-			r.p.Counts.Waiting++
-			r.showProgress(ctx)
-			var waitErr error
-			if r.guarantees {
-				waitErr = r.waitUntilFreed(ctx, node, recheck)
-				recheck = min(2*recheck, busyNodeMaxRecheck)
-			} else {
-				waitErr = workflow.Sleep(ctx, backoff)
-				backoff = min(2*backoff, busyNodeMaxBackoff)
-			}
-			if waitErr == nil {
-				waitErr = r.awaitSlotFor(ctx, node)
-			}
-			delete(r.waiting, node)
-			delete(r.freed, node)
-			r.p.Counts.Waiting--
-			if waitErr != nil {
-				return nodeEnd{result: NodeResult{Node: node, Outcome: activities.OutcomeAborted, Reason: activities.ReasonAborted,
-					Message: "aborted while waiting for another rollout to finish on the node"}, started: true}
-			}
-			if r.handedOver != nil {
-				// The next run waits for the node: this one must start no child it would not
-				// see end. A NodeFreed in the workflow task that hands over wakes the node while
-				// continueAsNew reads the pending signals (the SDK's test environment delivers
-				// one event per task, so it cannot show this).
-				return nodeEnd{}
-			}
-			if r.guarantees && r.noneMayStart() {
-				return nodeEnd{}
-			}
-			r.inFlight++
-			r.p.Counts.Running++
-			r.pace.take(node)
-		}
-		if err := r.slots.acquire(ctx, node, func() { r.showProgress(ctx) }, nil); err != nil {
-			return nodeEnd{result: NodeResult{Node: node, Outcome: activities.OutcomeAborted, Reason: activities.ReasonAborted,
-				Message: "aborted while waiting for a slot of the cluster-wide budget"}, holdsSlot: true, started: true}
-		}
-		child := r.startChild(ctx, node)
-		err := child.GetChildWorkflowExecution().Get(ctx, nil)
-		if err == nil {
-			var result NodeResult
-			err = child.Get(ctx, &result)
-			r.childStopped(node)
-			r.slots.release(ctx, node)
-			return nodeEnd{result: nodeResult(node, err, result), holdsSlot: true, started: true}
-		}
-		r.childStopped(node)
-		r.slots.release(ctx, node)
-		if !temporal.IsWorkflowExecutionAlreadyStartedError(err) {
-			return nodeEnd{result: nodeResult(node, err, NodeResult{}), holdsSlot: true, started: true}
-		}
-		busy = true
-	}
-}
-
-// waitUntilFreed asks the node's current holder to say when it finishes, and waits for that
-// or, should the word never come (a holder that was terminated, or runs older code), for
-// recheck: a handful of events per waiting node however long the other rollout's Job runs.
-// From versionStopWaits on the wait ends as soon as no node may start (noneMayStart): the node
-// will not start, and the rollout's drain waits for it.
-//
-// From versionAdmission on, once the run has decided to continue as new or its history is
-// near the limits, the node stops looking on a timer and waits only to be told (or for no
-// node to be allowed to start, a hand-over included): a run whose window drains for days
-// stops growing its history, and the next run looks again at once.
-func (r *rollout) waitUntilFreed(ctx workflow.Context, node string, recheck time.Duration) error {
-	if r.stopWaits && r.noneMayStart() {
-		return nil
-	}
-	if r.admission && r.rolloutRefusal(ctx).final {
-		return nil
-	}
-	self := workflow.GetInfo(ctx).WorkflowExecution.ID
-	err := workflow.SignalExternalWorkflow(ctx, r.cluster.NodeWorkflowID(node), "", SignalNotifyWhenFree, NodeWaiter{WorkflowID: self}).Get(ctx, nil)
-	if ctx.Err() != nil {
-		return ctx.Err()
-	}
-	if err != nil {
-		return nil // the holder has already finished: try again at once
-	}
-	if r.admission {
-		woken := func() bool { return r.freed[node] || r.rolloutRefusal(ctx).final }
-		if r.continuing || r.historyNearLimits(ctx) {
-			return workflow.Await(ctx, woken)
-		}
-		_, err = workflow.AwaitWithTimeout(ctx, recheck, woken)
-		return err
-	}
-	_, err = workflow.AwaitWithTimeout(ctx, recheck, func() bool {
-		return r.freed[node] || (r.stopWaits && r.noneMayStart())
-	})
-	return err
-}
-
-// nodeResult reads a child's outcome: its result, the NodeResult carried by ErrNodeFailed, or
-// a failure made from any other error.
-func nodeResult(node string, err error, result NodeResult) NodeResult {
-	if err == nil {
-		return result
-	}
-	var appErr *temporal.ApplicationError
-	if errors.As(err, &appErr) && appErr.Type() == ErrNodeFailed && appErr.HasDetails() {
-		var carried NodeResult
-		if appErr.Details(&carried) == nil {
-			return carried
-		}
-	}
-	if temporal.IsCanceledError(err) {
-		return NodeResult{Node: node, Outcome: activities.OutcomeAborted, Reason: activities.ReasonAborted, Message: err.Error()}
-	}
-	return NodeResult{Node: node, Outcome: activities.OutcomeFailed, Reason: "NodeRolloutFailed", Message: err.Error()}
-}
-
-// record counts a node's final outcome.
-func (r *rollout) record(ctx workflow.Context, result NodeResult) {
-	r.p.Counts.add(result.Outcome)
-	switch result.Outcome {
-	case activities.OutcomeSucceeded:
-		r.win.succeeded()
-	case activities.OutcomeFailed, activities.OutcomeTimedOut, activities.OutcomeDrainTimedOut, activities.OutcomeUnhealthy:
-		r.win.failed()
-		if len(r.p.Failures) < MaxReportedFailures {
-			r.p.Failures = append(r.p.Failures, result)
-		}
-	}
-	r.recent = append(r.recent, result)
-	if len(r.recent) > recentResults {
-		r.recent = r.recent[len(r.recent)-recentResults:]
-	}
-	r.showProgress(ctx)
-}
-
-func (r *rollout) budgetExceeded() bool {
-	return !r.s.failureBudget.allows(r.p.Counts.Failures(), r.p.Selected)
-}
-
-// noneMayStart says that no node may start any more, not even one that waited for another
-// rollout: the failure budget is spent or (from versionStopWaits on) a canary failed.
-func (r *rollout) noneMayStart() bool {
-	if r.budgetExceeded() {
-		return true
-	}
-	return r.stopWaits && r.pace.canaryStage == canaryStageRunning && r.p.Counts.Failures() > 0
+			r.req.Name, quoteOrStart(r.progress.Cursor), msg, result.Counts.Finished()), errType, nil, result)
 }
 
 // cancelled waits for every child to delete its Job, then ends the workflow as cancelled.
-func (r *rollout) cancelled(ctx workflow.Context) (RolloutResult, error) {
+func (r *rollout) cancelled(ctx workflow.Context) (api.RolloutResult, error) {
 	r.draining = true
 	cleanup, _ := workflow.NewDisconnectedContext(ctx)
 	_ = workflow.Await(cleanup, func() bool { return r.inFlight == 0 && len(r.waiting) == 0 })
 	return r.result(cleanup), temporal.NewCanceledError(r.result(cleanup))
 }
 
-func (r *rollout) continueAsNew(ctx workflow.Context) (RolloutResult, error) {
+func (r *rollout) continueAsNew(ctx workflow.Context) (api.RolloutResult, error) {
 	// A signal or update that arrived in the same workflow task as the decision is handled
 	// first: the root coroutine runs before the one that reads the signals, and the state is
 	// copied below.
@@ -884,32 +304,32 @@ func (r *rollout) continueAsNew(ctx workflow.Context) (RolloutResult, error) {
 	if err != nil {
 		return r.cancelled(ctx)
 	}
-	progress := r.p
-	progress.Window = r.win.size
-	progress.Parallelism = r.win.ceiling
+	progress := r.progress
+	progress.Window = r.launchWindow.size
+	progress.Parallelism = r.launchWindow.ceiling
 	progress.ContinuedAsNew++
 	// Listed but unlaunched nodes are listed again after the cursor by the next run, or
 	// (pacing) carried as they are.
-	progress.ListingDone = r.p.ListingDone && len(r.queue) == 0
-	if r.s.pace.active() {
-		progress.ListingDone = r.p.ListingDone
-		progress.Pacing = r.pace.carried(r.queue)
+	progress.ListingDone = r.progress.ListingDone && len(r.queue) == 0
+	if r.settings.Pacing.Active() {
+		progress.ListingDone = r.progress.ListingDone
+		progress.Pacing = r.pacer.carried(r.queue)
 	}
 	if r.handedOver != nil {
 		progress.WaitingNodes = r.handedOver
 		progress.Counts.Waiting = 0 // nothing else is in flight: every waiting node is handed over
 	}
-	progress.Failures = make([]NodeResult, len(r.p.Failures))
-	for i, f := range r.p.Failures {
+	progress.Failures = make([]api.NodeResult, len(r.progress.Failures))
+	for i, f := range r.progress.Failures {
 		progress.Failures[i] = carriedFailure(f)
 	}
-	return RolloutResult{}, workflow.NewContinueAsNewError(ctx, RolloutWorkflow, r.req, &progress)
+	return api.RolloutResult{}, workflow.NewContinueAsNewError(ctx, api.RolloutWorkflow, r.req, &progress)
 }
 
-func (r *rollout) finish(ctx workflow.Context) (RolloutResult, error) {
+func (r *rollout) finish(ctx workflow.Context) (api.RolloutResult, error) {
 	r.done = true
 	result := r.result(ctx)
-	if !r.budgetExceeded() {
+	if !r.failureBudgetSpent() {
 		return result, nil
 	}
 	names := make([]string, 0, len(result.Failures))
@@ -917,42 +337,42 @@ func (r *rollout) finish(ctx workflow.Context) (RolloutResult, error) {
 		names = append(names, f.Node+" ("+string(f.Outcome)+" "+f.Reason+")")
 	}
 	msg := fmt.Sprintf("rollout %s stopped: %d of %d selected nodes failed, over the budget of %s; failed: %s",
-		r.req.Name, result.Counts.Failures(), result.Selected, r.s.failureBudget, strings.Join(names, ", "))
-	return result, temporal.NewNonRetryableApplicationError(msg, ErrFailureBudgetExceeded, nil, result)
+		r.req.Name, result.Counts.Failures(), result.Selected, r.settings.FailureBudget, strings.Join(names, ", "))
+	return result, temporal.NewNonRetryableApplicationError(msg, api.ErrFailureBudgetExceeded, nil, result)
 }
 
-func (r *rollout) result(ctx workflow.Context) RolloutResult {
-	return RolloutResult{
+func (r *rollout) result(ctx workflow.Context) api.RolloutResult {
+	return api.RolloutResult{
 		Name:           r.req.Name,
-		TemplateHash:   r.p.TemplateHash,
-		Selected:       r.p.Selected,
-		Counts:         r.p.Counts,
-		Failures:       r.p.Failures,
-		ContinuedAsNew: r.p.ContinuedAsNew,
-		StartedAt:      r.p.StartedAt,
+		TemplateHash:   r.progress.TemplateHash,
+		Selected:       r.progress.Selected,
+		Counts:         r.progress.Counts,
+		Failures:       r.progress.Failures,
+		ContinuedAsNew: r.progress.ContinuedAsNew,
+		StartedAt:      r.progress.StartedAt,
 		FinishedAt:     workflow.Now(ctx),
 	}
 }
 
 // dryRun lists every selected node and says what would happen to it, starting nothing.
-func (r *rollout) dryRun(ctx workflow.Context) (RolloutResult, error) {
-	var planned []PlannedNode
-	for !r.p.ListingDone {
+func (r *rollout) dryRun(ctx workflow.Context) (api.RolloutResult, error) {
+	var planned []api.PlannedNode
+	for !r.progress.ListingDone {
 		if err := r.listMore(ctx); err != nil {
-			return RolloutResult{}, err // nothing was started: there is nothing to drain
+			return api.RolloutResult{}, err // nothing was started: there is nothing to drain
 		}
 		for _, n := range r.queue {
-			r.p.Cursor = n.name
+			r.progress.Cursor = n.name
 			switch n.skip {
 			case "done":
-				r.p.Counts.Skipped++
+				r.progress.Counts.Skipped++
 			case "missing":
-				r.p.Counts.NodeGone++
+				r.progress.Counts.NodeGone++
 			default:
-				r.p.Counts.Pending++
+				r.progress.Counts.Pending++
 			}
-			if len(planned) < MaxExplicitNodes {
-				p := PlannedNode{Node: n.name, Skip: n.skip}
+			if len(planned) < api.MaxExplicitNodes {
+				p := api.PlannedNode{Node: n.name, Skip: n.skip}
 				if n.skip == "" {
 					p.JobPrefix = jobspec.JobNamePrefix(r.req.Name, n.name)
 				}
@@ -961,62 +381,12 @@ func (r *rollout) dryRun(ctx workflow.Context) (RolloutResult, error) {
 		}
 		r.queue = nil
 	}
-	if err := planDrains(ctx, r.req.Maintenance, planned); err != nil {
-		return RolloutResult{}, err
+	if err := planDrains(ctx, r.settings.Maintenance, planned); err != nil {
+		return api.RolloutResult{}, err
 	}
 	result := r.result(ctx)
 	result.Planned = planned
 	return result, nil
-}
-
-// status answers the status query.
-func (r *rollout) status() RolloutStatus {
-	c := r.p.Counts
-	c.Pending = max(0, r.p.Selected-c.Finished()-c.Running-c.Waiting)
-	phase := "running"
-	switch {
-	case r.done:
-		phase = "done"
-	case r.draining:
-		phase = "draining"
-	case r.p.Paused:
-		phase = "paused"
-	case r.pace.phaseWord() != "":
-		phase = r.pace.phaseWord()
-	}
-	waiting := workflow.DeterministicKeys(r.waiting)
-	var pacing *PacingStatus
-	if r.s.pace.active() {
-		pacing = r.pace.status()
-	}
-	return RolloutStatus{
-		Pacing:                pacing,
-		Name:                  r.req.Name,
-		Phase:                 phase,
-		Paused:                r.p.Paused,
-		Parallelism:           r.win.ceiling,
-		Window:                r.win.size,
-		Selected:              r.p.Selected,
-		ListingDone:           r.p.ListingDone,
-		Counts:                c,
-		Waiting:               waiting,
-		WaitingForClusterSlot: r.slots.waitingNodes(),
-		Recent:                append([]NodeResult(nil), r.recent...),
-		Failures:              append([]NodeResult(nil), r.p.Failures...),
-		ContinuedAsNew:        r.p.ContinuedAsNew,
-		TemplateHash:          r.p.TemplateHash,
-		StartedAt:             r.p.StartedAt,
-	}
-}
-
-// showProgress updates the workflow's current details shown in the Temporal UI.
-func (r *rollout) showProgress(ctx workflow.Context) {
-	st := r.status()
-	c := st.Counts
-	workflow.SetCurrentDetails(ctx, fmt.Sprintf(
-		"**%s** %d/%d done: %d succeeded, %d failed, %d timed out, %d skipped, %d gone, %d aborted; %d running, %d waiting; window %d of %d",
-		st.Phase, c.Finished(), st.Selected, c.Succeeded, c.Failed, c.TimedOut, c.Skipped, c.NodeGone, c.Aborted,
-		c.Running, c.Waiting, st.Window, st.Parallelism)+r.slots.describeWaits()+r.pace.details())
 }
 
 // asWorkflowError lifts a non-retryable activity error to the workflow's own failure, so the
@@ -1027,4 +397,26 @@ func asWorkflowError(err error) error {
 		return temporal.NewNonRetryableApplicationError(appErr.Message(), appErr.Type(), nil)
 	}
 	return err
+}
+
+// Carried failures keep what identifies the failure; the log tail stays in the node's own
+// result and Event, so the state handed across continue-as-new stays small.
+const (
+	maxCarriedMessage     = 512
+	maxCarriedTermination = 256
+)
+
+// carriedFailure is a failed node's result trimmed for continue-as-new.
+func carriedFailure(r api.NodeResult) api.NodeResult {
+	r.LogTail = ""
+	r.Message = truncateUTF8(r.Message, maxCarriedMessage)
+	r.TerminationMessage = truncateUTF8(r.TerminationMessage, maxCarriedTermination)
+	return r
+}
+
+func truncateUTF8(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return strings.ToValidUTF8(s[:n], "")
 }

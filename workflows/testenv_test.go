@@ -1,25 +1,64 @@
 package workflows
 
 import (
+	"context"
+	"slices"
+	"testing"
 	"time"
 
 	"github.com/stretchr/testify/mock"
+	"github.com/stretchr/testify/require"
 
+	"go.temporal.io/sdk/interceptor"
+	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/testsuite"
 	"go.temporal.io/sdk/worker"
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/noderollout/noderollout/activities"
+	"github.com/noderollout/noderollout/api"
 )
 
-// newTestEnv is a test environment whose deadlock detector tolerates a starved CPU: the SDK's
-// 1 s default fails a workflow task that a loaded machine merely descheduled ("deadlock
-// detected"), which none of these tests is about.
-func newTestEnv(ts *testsuite.WorkflowTestSuite) *testsuite.TestWorkflowEnvironment {
+// newTestEnv is the one environment of the workflow tests: every workflow a worker runs (the
+// workflows of the cluster, OnCluster.Register, and FleetRollout), childOfARollout to run a
+// node as a Rollout's child, and the activities, whose calls each test mocks (a call without a
+// mock fails the test). Its deadlock detector tolerates a starved CPU: the SDK's 1 s default
+// fails a workflow task that a loaded machine merely descheduled ("deadlock detected"), which
+// none of these tests is about. A test registers only its own harness workflows; ts may be nil
+// (a suite of its own).
+func newTestEnv(ts *testsuite.WorkflowTestSuite, cluster ...api.Cluster) (*testsuite.TestWorkflowEnvironment, *activities.Activities) {
+	if ts == nil {
+		ts = &testsuite.WorkflowTestSuite{}
+	}
 	env := ts.NewTestWorkflowEnvironment()
-	env.SetWorkerOptions(worker.Options{DeadlockDetectionTimeout: 30 * time.Second})
+	intercept(env)
+	var c api.Cluster
+	if len(cluster) > 0 {
+		c = cluster[0]
+	}
+	OnCluster{c}.Register(env)
+	env.RegisterWorkflowWithOptions(FleetRollout, workflow.RegisterOptions{Name: api.FleetRolloutWorkflow})
 	env.RegisterWorkflowWithOptions(asChildOfARollout, workflow.RegisterOptions{Name: childOfARollout})
-	return env
+	a := &activities.Activities{}
+	env.RegisterActivity(a)
+	env.RegisterActivity(&activities.Coordination{})
+	return env, a
+}
+
+// intercept gives the environment's worker these interceptors (and newTestEnv's deadlock
+// timeout).
+func intercept(env *testsuite.TestWorkflowEnvironment, interceptors ...interceptor.WorkerInterceptor) {
+	env.SetWorkerOptions(worker.Options{DeadlockDetectionTimeout: 30 * time.Second, Interceptors: interceptors})
+}
+
+// listsNamedNodes mocks the template's preparation and a listing that returns the nodes a
+// request names, as a cluster where every named node exists.
+func listsNamedNodes(env *testsuite.TestWorkflowEnvironment, a *activities.Activities) {
+	env.OnActivity(a.PrepareTemplate, mock.Anything, mock.Anything).Return(activities.PreparedTemplate{Hash: "h"}, nil).Maybe()
+	env.OnActivity(a.ListNodes, mock.Anything, mock.Anything).Return(
+		func(_ context.Context, in activities.ListNodesInput) (activities.ListNodesResult, error) {
+			return activities.ListNodesResult{Nodes: in.Names, Total: len(in.Names)}, nil
+		}).Maybe()
 }
 
 // childOfARollout runs a node workflow the way a Rollout does: as its child, under the node's
@@ -27,17 +66,17 @@ func newTestEnv(ts *testsuite.WorkflowTestSuite) *testsuite.TestWorkflowEnvironm
 // without such a parent (checkLineage).
 const childOfARollout = "child-of-a-rollout"
 
-func asChildOfARollout(ctx workflow.Context, nodeWorkflow string, in NodeRolloutInput) (NodeResult, error) {
-	var res NodeResult
-	err := workflow.ExecuteChildWorkflow(nodeChildOptions(ctx, in.Rollout, in.Node, NodeWorkflowID(in.Node)), nodeWorkflow, in).Get(ctx, &res)
+func asChildOfARollout(ctx workflow.Context, nodeWorkflow string, in NodeRolloutInput) (api.NodeResult, error) {
+	var res api.NodeResult
+	err := workflow.ExecuteChildWorkflow(nodeChildOptions(ctx, in.Rollout, in.Node, api.NodeWorkflowID(in.Node)), nodeWorkflow, in).Get(ctx, &res)
 	return res, err
 }
 
 // jobsOutlastTheWatch makes every node's local watch see its Job still running, so that the
-// test's WaitJob mock decides how each Job ends (watch_test.go tests the watch itself). It
+// test's WaitJob mock decides how each Job ends (node_test.go tests the watch itself). It
 // pins parents to NodeRolloutV2 children, whose create, watch and finalize are the separate
 // activities these tests mock one by one; NodeRolloutV3 runs them as one (RunJob), which
-// watch_test.go tests.
+// node_test.go tests.
 func jobsOutlastTheWatch(env *testsuite.TestWorkflowEnvironment) {
 	var a *activities.Activities
 	env.OnActivity(a.WatchJob, mock.Anything, mock.Anything).Return(activities.JobWatch{Running: true}, nil).Maybe()
@@ -48,4 +87,48 @@ func jobsOutlastTheWatch(env *testsuite.TestWorkflowEnvironment) {
 func executeNodeAsChild(env *testsuite.TestWorkflowEnvironment, fn any, name string, in NodeRolloutInput) {
 	env.RegisterWorkflowWithOptions(fn, workflow.RegisterOptions{Name: name, DisableAlreadyRegisteredCheck: true})
 	env.ExecuteWorkflow(childOfARollout, name, in)
+}
+
+// mustSettings is the request's settings; the request must be valid.
+func mustSettings(t *testing.T, req api.RolloutRequest) api.Settings {
+	t.Helper()
+	require.Empty(t, req.Problems())
+	return req.Settings()
+}
+
+// outbound intercepts the outbound calls of the workflows of the types given (every workflow
+// when none), with the outbound interceptor wrap makes around the next one: the worker and
+// inbound interceptors every recording interceptor of these tests needs, written once.
+func outbound(wrap func(next interceptor.WorkflowOutboundInterceptor) interceptor.WorkflowOutboundInterceptor, types ...string) interceptor.WorkerInterceptor {
+	return &outboundInterceptor{wrap: wrap, types: types}
+}
+
+type outboundInterceptor struct {
+	interceptor.WorkerInterceptorBase
+	wrap  func(interceptor.WorkflowOutboundInterceptor) interceptor.WorkflowOutboundInterceptor
+	types []string
+}
+
+func (o *outboundInterceptor) InterceptWorkflow(ctx workflow.Context, next interceptor.WorkflowInboundInterceptor) interceptor.WorkflowInboundInterceptor {
+	if len(o.types) > 0 && !slices.Contains(o.types, workflow.GetInfo(ctx).WorkflowType.Name) {
+		return next
+	}
+	return &outboundInit{WorkflowInboundInterceptorBase: interceptor.WorkflowInboundInterceptorBase{Next: next}, wrap: o.wrap}
+}
+
+type outboundInit struct {
+	interceptor.WorkflowInboundInterceptorBase
+	wrap func(interceptor.WorkflowOutboundInterceptor) interceptor.WorkflowOutboundInterceptor
+}
+
+func (i *outboundInit) Init(next interceptor.WorkflowOutboundInterceptor) error {
+	return i.Next.Init(i.wrap(next))
+}
+
+// requireNodeFailed requires that the node workflow failed as a node that did not succeed.
+func requireNodeFailed(t *testing.T, env *testsuite.TestWorkflowEnvironment) {
+	t.Helper()
+	var appErr *temporal.ApplicationError
+	require.ErrorAs(t, env.GetWorkflowError(), &appErr)
+	require.Equal(t, api.ErrNodeFailed, appErr.Type())
 }

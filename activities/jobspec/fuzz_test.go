@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/noderollout/noderollout/api"
 	"k8s.io/apimachinery/pkg/api/validate/content"
 	"k8s.io/apimachinery/pkg/util/validation"
 )
@@ -51,7 +52,7 @@ func FuzzBuild(f *testing.F) {
 		p.Node = node
 		job, err := Build(template, p)
 		if err != nil {
-			var fe *FieldError
+			var fe *api.FieldError
 			if !errors.As(err, &fe) || fe.Field == "" || fe.Problem == "" || fe.Fix == "" {
 				t.Fatalf("Build error is not a complete *FieldError: %T %v", err, err)
 			}

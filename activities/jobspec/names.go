@@ -22,7 +22,7 @@ const (
 	// outcome, so that a TTL or a deletion while no worker watched cannot lose it.
 	FinalizerOutcome = "noderollout.io/outcome"
 	NodePlaceholder  = "{{node}}" // replaced by the node name everywhere in the template text
-	MaxTemplateBytes = 256 * 1024
+
 )
 
 const (

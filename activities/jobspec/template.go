@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/noderollout/noderollout/api"
 	yamlv2 "go.yaml.in/yaml/v2"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -19,13 +20,6 @@ import (
 	kjson "sigs.k8s.io/json"
 	"sigs.k8s.io/yaml"
 )
-
-// FieldError names what is wrong and how to fix it. Field is a path like "jobTemplate.spec.template.spec.restartPolicy".
-type FieldError struct{ Field, Problem, Fix string }
-
-func (e *FieldError) Error() string {
-	return e.Field + ": " + e.Problem + "; " + e.Fix
-}
 
 // JobParams is everything besides the template that shapes one node's Job.
 type JobParams struct {
@@ -39,7 +33,7 @@ const templateField = "jobTemplate"
 
 // maxRenderedBytes bounds the template after the node name is spliced in, which can multiply
 // its size; it stays well below etcd's 1.5 MiB object limit so the Job can be stored at all.
-const maxRenderedBytes = 4 * MaxTemplateBytes
+const maxRenderedBytes = 4 * api.MaxTemplateBytes
 
 // sampleNodes stand in for the node while a template is checked without one. There are several
 // because the template might happen to contain one of them. None begins with a string it also
@@ -125,17 +119,17 @@ func checkParams(p JobParams) error {
 	const dnsLabelFix = "use at most 63 lowercase letters, digits and '-', starting and ending with a letter or digit"
 	switch {
 	case !isDNSLabel(p.Rollout):
-		return &FieldError{Field: "rollout", Problem: fmt.Sprintf("%q is not a DNS-1123 label", p.Rollout), Fix: dnsLabelFix}
+		return &api.FieldError{Field: "rollout", Problem: fmt.Sprintf("%q is not a DNS-1123 label", p.Rollout), Fix: dnsLabelFix}
 	case !isDNSLabel(p.Namespace):
-		return &FieldError{Field: "namespace", Problem: fmt.Sprintf("%q is not a DNS-1123 label", p.Namespace), Fix: dnsLabelFix}
+		return &api.FieldError{Field: "namespace", Problem: fmt.Sprintf("%q is not a DNS-1123 label", p.Namespace), Fix: dnsLabelFix}
 	case !isDNSSubdomain(p.Node):
-		return &FieldError{
+		return &api.FieldError{
 			Field:   "node",
 			Problem: fmt.Sprintf("%q is not a node name (a DNS-1123 subdomain)", p.Node),
 			Fix:     "pass the name of an existing Node",
 		}
 	case p.Owner != nil && (p.Owner.APIVersion == "" || p.Owner.Kind == "" || p.Owner.Name == "" || p.Owner.UID == ""):
-		return &FieldError{
+		return &api.FieldError{
 			Field:   "owner",
 			Problem: "lacks one of apiVersion, kind, name and uid",
 			Fix:     "give all four, copied from the owning object, or no owner at all",
@@ -145,12 +139,12 @@ func checkParams(p JobParams) error {
 }
 
 func checkSize(template string) error {
-	if len(template) <= MaxTemplateBytes {
+	if len(template) <= api.MaxTemplateBytes {
 		return nil
 	}
-	return &FieldError{
+	return &api.FieldError{
 		Field:   templateField,
-		Problem: fmt.Sprintf("is %d bytes, more than the limit of %d", len(template), MaxTemplateBytes),
+		Problem: fmt.Sprintf("is %d bytes, more than the limit of %d", len(template), api.MaxTemplateBytes),
 		Fix:     "move large scripts or data into a ConfigMap and mount it as a volume",
 	}
 }
@@ -162,7 +156,7 @@ func checkRenderedSize(template, node string) error {
 	if n <= maxRenderedBytes {
 		return nil
 	}
-	return &FieldError{
+	return &api.FieldError{
 		Field:   templateField,
 		Problem: fmt.Sprintf("grows to %d bytes with %s replaced by node %q, more than the limit of %d", n, NodePlaceholder, node, maxRenderedBytes),
 		Fix:     fmt.Sprintf("use %s less often, e.g. once in an environment variable that the rest of the Job reads", NodePlaceholder),
@@ -215,7 +209,7 @@ func checkNodeReading(template, node string, job *batchv1.Job, jobErr error) err
 			return nil
 		}
 	}
-	return &FieldError{
+	return &api.FieldError{
 		Field: templateField,
 		Problem: fmt.Sprintf("reads differently for node %q: where %s stands unquoted, YAML takes that name for a number, boolean or null",
 			node, NodePlaceholder),
@@ -263,7 +257,7 @@ func checkOneDocument(text string) error {
 			continue
 		}
 		if i > 0 {
-			return &FieldError{
+			return &api.FieldError{
 				Field:   templateField,
 				Problem: "holds more than one YAML document",
 				Fix:     "keep exactly one Job: remove the other documents and the --- lines that separate them",
@@ -272,7 +266,7 @@ func checkOneDocument(text string) error {
 		firstEmpty = false
 	}
 	if firstEmpty {
-		return &FieldError{Field: templateField, Problem: "is empty", Fix: "give a batch/v1 Job manifest"}
+		return &api.FieldError{Field: templateField, Problem: "is empty", Fix: "give a batch/v1 Job manifest"}
 	}
 	return nil
 }
@@ -280,7 +274,7 @@ func checkOneDocument(text string) error {
 func yamlError(err error) error {
 	msg := strings.Join(strings.Fields(err.Error()), " ")
 	msg = strings.TrimPrefix(strings.TrimPrefix(msg, "yaml: "), "unmarshal errors: ")
-	return &FieldError{
+	return &api.FieldError{
 		Field:   templateField,
 		Problem: "is not valid YAML: " + msg,
 		Fix:     "correct the YAML where the message points (indent with spaces, and quote values that contain ': ' or start with '{', '[', '*' or '&')",
@@ -292,7 +286,7 @@ func yamlError(err error) error {
 func decodeError(data []byte, err error) error {
 	var typeErr *json.UnmarshalTypeError
 	if !errors.As(json.Unmarshal(data, &batchv1.Job{}), &typeErr) {
-		return &FieldError{
+		return &api.FieldError{
 			Field:   templateField,
 			Problem: "cannot be read as a Job: " + strings.TrimPrefix(err.Error(), "json: "),
 			Fix:     "correct the value the message names",
@@ -308,7 +302,7 @@ func decodeError(data []byte, err error) error {
 	case typeErr.Field == "":
 		fix = "write the template as one Job: a mapping with apiVersion, kind, metadata and spec"
 	case strings.HasPrefix(typeErr.Value, "number") && strings.HasPrefix(want, "a whole number"):
-		return &FieldError{
+		return &api.FieldError{
 			Field:   field,
 			Problem: fmt.Sprintf("is the %s, which is not %s", typeErr.Value, want),
 			Fix:     fix,
@@ -316,7 +310,7 @@ func decodeError(data []byte, err error) error {
 	case want == "text":
 		fix = "quote it: YAML reads unquoted numbers and words like yes, no, on and null as other types"
 	}
-	return &FieldError{Field: field, Problem: fmt.Sprintf("is %s where %s is expected", got, want), Fix: fix}
+	return &api.FieldError{Field: field, Problem: fmt.Sprintf("is %s where %s is expected", got, want), Fix: fix}
 }
 
 // bracketIndexes writes the list indexes in encoding/json's dotted path ("containers.0.env")
@@ -347,13 +341,13 @@ func strictError(err error) error {
 		field += "." + path
 	}
 	if strings.HasPrefix(err.Error(), "duplicate field") {
-		return &FieldError{Field: field, Problem: "is given twice", Fix: "keep only one of them"}
+		return &api.FieldError{Field: field, Problem: "is given twice", Fix: "keep only one of them"}
 	}
 	explain := "job"
 	if i := strings.LastIndex(path, "."); i >= 0 {
 		explain += "." + stripIndexes(path[:i])
 	}
-	return &FieldError{
+	return &api.FieldError{
 		Field:   field,
 		Problem: "is not a field of a batch/v1 Job (names are case-sensitive)",
 		Fix:     fmt.Sprintf("remove it or correct its spelling; `kubectl explain %s` lists the fields", explain),
@@ -422,47 +416,47 @@ func checkJob(job *batchv1.Job, node string) error {
 	const podField = templateField + ".spec.template.spec"
 	switch {
 	case job.APIVersion != "batch/v1":
-		return &FieldError{Field: templateField + ".apiVersion", Problem: describe(job.APIVersion), Fix: "set apiVersion: batch/v1"}
+		return &api.FieldError{Field: templateField + ".apiVersion", Problem: describe(job.APIVersion), Fix: "set apiVersion: batch/v1"}
 	case job.Kind != "Job":
-		return &FieldError{Field: templateField + ".kind", Problem: describe(job.Kind), Fix: "set kind: Job"}
+		return &api.FieldError{Field: templateField + ".kind", Problem: describe(job.Kind), Fix: "set kind: Job"}
 	case job.GenerateName != "":
-		return &FieldError{
+		return &api.FieldError{
 			Field:   templateField + ".metadata.generateName",
 			Problem: "is set, but noderollout names every Job itself",
 			Fix:     "remove it",
 		}
 	case job.Namespace != "":
-		return &FieldError{
+		return &api.FieldError{
 			Field:   templateField + ".metadata.namespace",
 			Problem: fmt.Sprintf("is %q, but the rollout request names the namespace", job.Namespace),
 			Fix:     "remove it and give the namespace in the request",
 		}
 	case pod.RestartPolicy != corev1.RestartPolicyNever && pod.RestartPolicy != corev1.RestartPolicyOnFailure:
-		return &FieldError{
+		return &api.FieldError{
 			Field:   podField + ".restartPolicy",
 			Problem: describe(string(pod.RestartPolicy)) + ", but a Job's Pods need Never or OnFailure",
 			Fix:     "set restartPolicy: Never (or OnFailure to retry in place)",
 		}
 	case pod.NodeName != "" && pod.NodeName != node:
-		return &FieldError{
+		return &api.FieldError{
 			Field:   podField + ".nodeName",
 			Problem: fmt.Sprintf("is %q, but noderollout puts each Job on its own node", pod.NodeName),
 			Fix:     fmt.Sprintf("remove it, or set it to %q", NodePlaceholder),
 		}
 	case hasKey(pod.NodeSelector, corev1.LabelHostname):
-		return &FieldError{
+		return &api.FieldError{
 			Field:   podField + ".nodeSelector[" + corev1.LabelHostname + "]",
 			Problem: "is set, but noderollout already pins each Job to its node",
 			Fix:     "remove this key; keep other nodeSelector keys if you need them",
 		}
 	case pod.Affinity != nil && pod.Affinity.NodeAffinity != nil:
-		return &FieldError{
+		return &api.FieldError{
 			Field:   podField + ".affinity.nodeAffinity",
 			Problem: "is set, but noderollout already pins each Job to its node",
 			Fix:     "remove it; choose nodes with the rollout's node selector instead",
 		}
 	case len(pod.Containers) == 0:
-		return &FieldError{Field: podField + ".containers", Problem: "is empty", Fix: "add at least one container"}
+		return &api.FieldError{Field: podField + ".containers", Problem: "is empty", Fix: "add at least one container"}
 	}
 	return nil
 }

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/noderollout/noderollout/api"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	batchv1 "k8s.io/api/batch/v1"
@@ -59,9 +60,9 @@ func testParams() JobParams {
 	}
 }
 
-func requireFieldError(t *testing.T, err error, field string) *FieldError {
+func requireFieldError(t *testing.T, err error, field string) *api.FieldError {
 	t.Helper()
-	var fe *FieldError
+	var fe *api.FieldError
 	require.True(t, errors.As(err, &fe), "want *FieldError, got %T: %v", err, err)
 	assert.Equal(t, field, fe.Field, "error: %v", fe)
 	assert.NotEmpty(t, fe.Problem)
@@ -78,7 +79,7 @@ func TestTemplateErrors(t *testing.T) {
 		field    string
 		problem  string // a word the problem must mention
 	}{
-		{name: "too big", template: goodTemplate + "#" + strings.Repeat("x", MaxTemplateBytes), field: "jobTemplate", problem: "limit"},
+		{name: "too big", template: goodTemplate + "#" + strings.Repeat("x", api.MaxTemplateBytes), field: "jobTemplate", problem: "limit"},
 		{name: "empty", template: "", field: "jobTemplate", problem: "empty"},
 		{name: "only a comment", template: "# nothing\n", field: "jobTemplate", problem: "empty"},
 		{name: "two documents", template: goodTemplate + "---\n" + goodTemplate, field: "jobTemplate", problem: "more than one"},
@@ -208,7 +209,7 @@ func TestTemplateAccepted(t *testing.T) {
 			name:     "pod affinity is not node affinity",
 			template: edit(t, "      restartPolicy:", "      affinity:\n        podAffinity: {}\n      restartPolicy:"),
 		},
-		{name: "exactly at the size limit", template: goodTemplate + "#" + strings.Repeat("x", MaxTemplateBytes-len(goodTemplate)-1)},
+		{name: "exactly at the size limit", template: goodTemplate + "#" + strings.Repeat("x", api.MaxTemplateBytes-len(goodTemplate)-1)},
 		{
 			name: "JSON",
 			template: `{"apiVersion": "batch/v1", "kind": "Job", "spec": {"template": {"spec": {
@@ -380,7 +381,7 @@ func TestBuildParamErrors(t *testing.T) {
 func TestBuildRenderedTooBig(t *testing.T) {
 	many := strings.Repeat(`        - {name: A, value: "{{node}}{{node}}{{node}}{{node}}"}`+"\n", 3000)
 	tmpl := edit(t, "        env:\n", "        env:\n"+many)
-	require.Less(t, len(tmpl), MaxTemplateBytes)
+	require.Less(t, len(tmpl), api.MaxTemplateBytes)
 	_, err := ParseTemplate(tmpl)
 	require.NoError(t, err, "a sample node name is short")
 
@@ -462,7 +463,7 @@ func TestSampleNodes(t *testing.T) {
 }
 
 func TestFieldErrorMessage(t *testing.T) {
-	err := &FieldError{Field: "jobTemplate.kind", Problem: `is "Pod"`, Fix: "set kind: Job"}
+	err := &api.FieldError{Field: "jobTemplate.kind", Problem: `is "Pod"`, Fix: "set kind: Job"}
 	assert.Equal(t, `jobTemplate.kind: is "Pod"; set kind: Job`, err.Error())
 }
 

@@ -24,8 +24,8 @@ import (
 	"github.com/spf13/viper"
 	"go.temporal.io/sdk/contrib/envconfig"
 
-	"github.com/noderollout/noderollout/internal/didyoumean"
-	"github.com/noderollout/noderollout/workflows"
+	"github.com/noderollout/noderollout/api"
+	"github.com/noderollout/noderollout/api/didyoumean"
 )
 
 // clusterName is a DNS-1123 label, so it can qualify IDs and task queues unambiguously.
@@ -97,7 +97,7 @@ var keys = []key{
 	{"config", "", "config file (YAML, JSON or TOML) with any of these keys", "", false},
 	{"temporal-address", "127.0.0.1:7233", "Temporal frontend host:port (also --address, TEMPORAL_ADDRESS)", "use host:port, e.g. 127.0.0.1:7233", false},
 	{"temporal-namespace", "default", "Temporal namespace (also --namespace, TEMPORAL_NAMESPACE)", "", false},
-	{"task-queue", workflows.TaskQueue, "Temporal task queue the worker polls", "omit it for the default " + workflows.TaskQueue, false},
+	{"task-queue", api.TaskQueue, "Temporal task queue the worker polls", "omit it for the default " + api.TaskQueue, false},
 	{"cluster", "", "name of this cluster when many share one Temporal namespace: the task queue becomes <task-queue>-<cluster> and node workflow IDs noderollout-node-<cluster>:<node>; empty: a single cluster, today's names", "use a DNS-1123 label, e.g. eu-west-1", false},
 	{"cluster-budget", 0, "at most this many nodes of the cluster in flight across all rollouts, granted by one coordinator workflow per cluster; 0: no cluster-wide budget", "use a whole number of nodes, 0 for none", true},
 	{"tls", false, "TLS to Temporal with the system's CA roots (also TEMPORAL_TLS); implied by the other tls-* keys and an API key", "use true or false", false},
@@ -286,7 +286,7 @@ func FromFlags(fs *pflag.FlagSet, env []string) (Config, error) {
 	if err := c.validate(); err != nil {
 		return c, err
 	}
-	c.TaskQueue = workflows.ClusterTaskQueue(c.TaskQueue, c.Cluster)
+	c.TaskQueue = api.ClusterTaskQueue(c.TaskQueue, c.Cluster)
 	return c, nil
 }
 

@@ -62,7 +62,7 @@ func containersOf(spec *corev1.PodSpec) []container {
 }
 
 // checkPodAccess judges every Pod field that grants access beyond the Pod's own sandbox
-// (README, Security model, lists them): privileges, host namespaces, ports and paths, the
+// (docs/security.md lists them): privileges, host namespaces, ports and paths, the
 // kernel's confinement, capabilities, runtime classes, volume types and Secrets.
 func checkPodAccess(ns string, rules NamespaceRules, tpl *corev1.PodTemplateSpec) error {
 	spec := &tpl.Spec

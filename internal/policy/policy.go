@@ -16,10 +16,10 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 	"sigs.k8s.io/yaml"
 
-	"github.com/noderollout/noderollout/internal/didyoumean"
+	"github.com/noderollout/noderollout/api/didyoumean"
 )
 
-// Rule names: they appear in every denial and in README, so their spelling is stable.
+// Rule names: they appear in every denial and in docs/security.md, so their spelling is stable.
 const (
 	RuleNamespaces          = "namespaces"
 	RuleImages              = "images"

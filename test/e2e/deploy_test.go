@@ -39,8 +39,8 @@ import (
 
 	"github.com/noderollout/noderollout/activities"
 	"github.com/noderollout/noderollout/activities/jobspec"
+	"github.com/noderollout/noderollout/api"
 	"github.com/noderollout/noderollout/deploy"
-	"github.com/noderollout/noderollout/workflows"
 )
 
 // The identities deploy/base creates, and the probe identity whose rules the verb checks vary.
@@ -161,13 +161,13 @@ func rolloutAsServiceAccount(t *testing.T) {
 
 	req := f.Request("rbac-"+rand.String(4), time.Second)
 	req.JobTemplate = ""
-	req.JobTemplateRef = &activities.TemplateRef{Name: cm.Name}
-	req.KeepJobs = string(activities.KeepNever)
+	req.JobTemplateRef = &api.TemplateRef{Name: cm.Name}
+	req.KeepJobs = string(api.KeepNever)
 	res := Succeeded(t, startOn(t, queue, req))
 	require.Equal(t, 6, res.Selected)
 	require.Equal(t, 6, res.Counts.Succeeded)
 	for node, marker := range f.Markers(t, req.Name) {
-		require.Equal(t, jobspec.NodeMarker(res.TemplateHash, string(activities.OutcomeSucceeded)), marker, "node %s: FinalizeJob patched it", node)
+		require.Equal(t, jobspec.NodeMarker(res.TemplateHash, string(api.OutcomeSucceeded)), marker, "node %s: FinalizeJob patched it", node)
 	}
 	waitFor(t, 30*time.Second, "keepJobs=never to delete every Job", func() bool {
 		list, err := stack.Kube.BatchV1().Jobs(f.Namespace).List(ctx, metav1.ListOptions{LabelSelector: jobspec.LabelRollout + "=" + req.Name})
@@ -187,7 +187,7 @@ func rolloutAsServiceAccount(t *testing.T) {
 	failing.Nodes = []string{f.Nodes[0], f.Nodes[1]}
 	failing.JobTemplate = JobTemplate(time.Second, map[string]string{"noderollout.dev/exit-code": "7"})
 	failing.MaxFailures = "100%"
-	failing.KeepJobs = string(activities.KeepFailed)
+	failing.KeepJobs = string(api.KeepFailed)
 	res = Succeeded(t, startOn(t, queue, failing))
 	require.Equal(t, 2, res.Counts.Failed)
 	require.Len(t, res.Failures, 2)
@@ -202,7 +202,7 @@ func rolloutAsServiceAccount(t *testing.T) {
 	pods := tenants(t, f.Namespace, "rbac", node, 1)
 	maint := f.Request("rbac-maint-"+rand.String(4), time.Second)
 	maint.NodeSelector, maint.Nodes = "", []string{node}
-	maint.Maintenance = &workflows.Maintenance{Drain: &workflows.Drain{Timeout: "20s"}, Soak: "1s"}
+	maint.Maintenance = &api.Maintenance{Drain: &api.Drain{Timeout: "20s"}, Soak: "1s"}
 	dry := maint
 	dry.Name, dry.DryRun = maint.Name+"-dry", true
 	res = Succeeded(t, startOn(t, queue, dry))
@@ -217,13 +217,13 @@ func rolloutAsServiceAccount(t *testing.T) {
 }
 
 // startOn starts a rollout on the given task queue; its children and activities follow it there.
-func startOn(t *testing.T, queue string, req workflows.RolloutRequest) client.WorkflowRun {
+func startOn(t *testing.T, queue string, req api.RolloutRequest) client.WorkflowRun {
 	t.Helper()
 	run, err := stack.Temporal.ExecuteWorkflow(context.Background(), client.StartWorkflowOptions{
-		ID:                       workflows.RolloutID(req.Name),
+		ID:                       api.RolloutID(req.Name),
 		TaskQueue:                queue,
 		WorkflowExecutionTimeout: 10 * time.Minute,
-	}, workflows.RolloutWorkflow, req)
+	}, api.RolloutWorkflow, req)
 	require.NoError(t, err)
 	return run
 }
@@ -520,7 +520,7 @@ func verbChecks() []verbCheck {
 				ref := activities.JobRef{Namespace: job.Namespace, Name: job.Name, UID: string(job.UID), Node: p.fleet.Nodes[1]}
 				err = p.execute(p.acts.FinalizeJob, activities.FinalizeInput{
 					Rollout: "probe", Node: p.fleet.Nodes[1], TemplateHash: probeID(), Job: &ref,
-					End: activities.JobEnd{Outcome: activities.OutcomeSucceeded}, KeepJobs: activities.KeepAlways,
+					End: activities.JobEnd{Outcome: api.OutcomeSucceeded}, KeepJobs: api.KeepAlways,
 				})
 				if err != nil {
 					return err
@@ -546,7 +546,7 @@ func verbChecks() []verbCheck {
 			func(ctx context.Context, p *probe) error {
 				return p.execute(p.acts.FinalizeJob, activities.FinalizeInput{
 					Rollout: "probe", Node: p.fleet.Nodes[0], TemplateHash: probeID(),
-					End: activities.JobEnd{Outcome: activities.OutcomeSucceeded}, KeepJobs: activities.KeepAlways,
+					End: activities.JobEnd{Outcome: api.OutcomeSucceeded}, KeepJobs: api.KeepAlways,
 				})
 			}},
 		{"", "pods", "list", "FinalizeJob: the failed Job's Pods",
@@ -554,7 +554,7 @@ func verbChecks() []verbCheck {
 				job := activities.JobRef{Namespace: p.fleet.Namespace, Name: "probe-" + probeID(), Node: p.fleet.Nodes[0]}
 				return p.execute(p.acts.FinalizeJob, activities.FinalizeInput{
 					Rollout: "probe", Node: p.fleet.Nodes[0], TemplateHash: probeID(), Job: &job,
-					End: activities.JobEnd{Outcome: activities.OutcomeFailed}, KeepJobs: activities.KeepAlways,
+					End: activities.JobEnd{Outcome: api.OutcomeFailed}, KeepJobs: api.KeepAlways,
 				})
 			}},
 		{"", "pods/log", "get", "FinalizeJob: the failed Pod's log tail",
@@ -585,7 +585,7 @@ func verbChecks() []verbCheck {
 			}},
 		{"", "configmaps", "get", "PrepareTemplate: jobTemplateRef",
 			func(ctx context.Context, p *probe) error {
-				_, err := p.executePrepare(activities.PrepareTemplateInput{Namespace: p.fleet.Namespace, TemplateRef: &activities.TemplateRef{Name: p.cm}})
+				_, err := p.executePrepare(activities.PrepareTemplateInput{Namespace: p.fleet.Namespace, TemplateRef: &api.TemplateRef{Name: p.cm}})
 				return err
 			}},
 		{"", "configmaps", "create", "PrepareTemplate: the template stored by hash",
@@ -616,7 +616,7 @@ func verbChecks() []verbCheck {
 			func(ctx context.Context, p *probe) error {
 				return p.execute(p.acts.FinalizeJob, activities.FinalizeInput{
 					Rollout: "probe", Node: p.fleet.Nodes[1], TemplateHash: probeID(),
-					End: activities.JobEnd{Outcome: activities.OutcomeSucceeded}, KeepJobs: activities.KeepAlways,
+					End: activities.JobEnd{Outcome: api.OutcomeSucceeded}, KeepJobs: api.KeepAlways,
 				})
 			}},
 	}
@@ -670,7 +670,7 @@ func probePod(p *probe, id string) *corev1.Pod {
 // activities' non-retryable Forbidden error.
 func isForbidden(err error) bool {
 	var appErr *temporal.ApplicationError
-	if errors.As(err, &appErr) && appErr.Type() == activities.ErrForbidden {
+	if errors.As(err, &appErr) && appErr.Type() == api.ErrForbidden {
 		return true
 	}
 	return apierrors.IsForbidden(err)

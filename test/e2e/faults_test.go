@@ -7,16 +7,18 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/noderollout/noderollout/activities/jobspec"
+	"github.com/noderollout/noderollout/api"
 	"github.com/stretchr/testify/require"
 	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-
-	"github.com/noderollout/noderollout/activities"
-	"github.com/noderollout/noderollout/workflows"
 )
 
 // Every fault test checks the same promise: each selected node ends with exactly one outcome,
@@ -58,43 +60,57 @@ func requireOneJobPerNode(t *testing.T, f *Fleet, rollout string) {
 	}
 }
 
-func requireEveryNodeOnce(t *testing.T, f *Fleet, res workflows.RolloutResult) {
+func requireEveryNodeOnce(t *testing.T, f *Fleet, res api.RolloutResult) {
 	t.Helper()
 	require.Equal(t, len(f.Nodes), res.Selected)
 	require.Equal(t, len(f.Nodes), res.Counts.Finished(), "every node has exactly one outcome: %+v", res.Counts)
 }
 
-func TestFaultWorkerKilledMidRollout(t *testing.T) {
-	queue, ws := ownWorkers(t, 1)
-	f := NewFleet(t, 20)
-	req := f.Request("kill-worker", 3*time.Second)
-	req.Parallelism = 5
+// requireSurvives is the fault tests' one scenario: a rollout over nodes kwok nodes (Pods of
+// 3 s, at most parallelism at once) on the test's own workers, and the fault once more Jobs
+// than parallelism exist; the rollout must still succeed on every node, one Job each.
+func requireSurvives(t *testing.T, name string, nodes, parallelism, workers int, fault func(queue string, ws []*Worker)) {
+	t.Helper()
+	queue, ws := ownWorkers(t, workers)
+	f := NewFleet(t, nodes)
+	req := f.Request(name, 3*time.Second)
+	req.Parallelism = parallelism
+	req.JobTimeout = faultJobTimeout.String()
 	run := StartOn(t, req, queue)
-	midRollout(t, f, req.Name, 6)
-	ws[0].Kill()
-	// Down time is part of the scenario, not a synchronisation.
-	time.Sleep(5 * time.Second)
-	restarted, err := StartWorker(ws[0].Name+"-restarted", "--task-queue", queue)
-	require.NoError(t, err)
-	defer func() { _ = restarted.Stop() }()
+	midRollout(t, f, req.Name, parallelism+1)
+	fault(queue, ws)
 	res := Succeeded(t, run)
 	requireEveryNodeOnce(t, f, res)
-	require.Equal(t, 20, res.Counts.Succeeded)
+	require.Equal(t, nodes, res.Counts.Succeeded)
 	requireOneJobPerNode(t, f, req.Name)
 }
 
+// faultJobTimeout is the jobTimeout of a rollout that a fault interrupts: the fault (up to 30 s
+// here), the stack's recovery from it (the controller manager marks Jobs complete up to 40 s
+// after an API server outage: TestSoakStackJobsCompleteSoonAfterAPIServerOutage), and
+// jobTimeoutMargin. A Pod kwok leaves running still fails its test in minutes, not 30.
+const faultJobTimeout = 3 * time.Minute
+
+// stopFor stops a component of the stack for d (0: a restart), then starts it again.
+func stopFor(t *testing.T, component string, d time.Duration) {
+	t.Helper()
+	devScript(t, "stop-component.sh", component)
+	time.Sleep(d) // the outage itself, not a synchronisation
+	devScript(t, "start-component.sh", component)
+}
+
+func TestFaultWorkerKilledMidRollout(t *testing.T) {
+	requireSurvives(t, "kill-worker", 20, 5, 1, func(queue string, ws []*Worker) {
+		ws[0].Kill()
+		time.Sleep(5 * time.Second) // down time is part of the scenario, not a synchronisation
+		restarted, err := StartWorker(ws[0].Name+"-restarted", "--task-queue", queue)
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = restarted.Stop() })
+	})
+}
+
 func TestFaultOneOfTwoWorkersKilled(t *testing.T) {
-	queue, ws := ownWorkers(t, 2)
-	f := NewFleet(t, 20)
-	req := f.Request("two-workers", 3*time.Second)
-	req.Parallelism = 6
-	run := StartOn(t, req, queue)
-	midRollout(t, f, req.Name, 7)
-	ws[0].Kill()
-	res := Succeeded(t, run)
-	requireEveryNodeOnce(t, f, res)
-	require.Equal(t, 20, res.Counts.Succeeded)
-	requireOneJobPerNode(t, f, req.Name)
+	requireSurvives(t, "two-workers", 20, 6, 2, func(_ string, ws []*Worker) { ws[0].Kill() })
 }
 
 func devScript(t *testing.T, script string, args ...string) {
@@ -105,18 +121,7 @@ func devScript(t *testing.T, script string, args ...string) {
 }
 
 func TestFaultTemporalServerRestarted(t *testing.T) {
-	queue, _ := ownWorkers(t, 1)
-	f := NewFleet(t, 15)
-	req := f.Request("temporal-restart", 3*time.Second)
-	req.Parallelism = 5
-	run := StartOn(t, req, queue)
-	midRollout(t, f, req.Name, 6)
-	devScript(t, "stop-component.sh", "temporal")
-	devScript(t, "start-component.sh", "temporal")
-	res := Succeeded(t, run)
-	requireEveryNodeOnce(t, f, res)
-	require.Equal(t, 15, res.Counts.Succeeded)
-	requireOneJobPerNode(t, f, req.Name)
+	requireSurvives(t, "temporal-restart", 15, 5, 1, func(string, []*Worker) { stopFor(t, "temporal", 0) })
 }
 
 // TestFaultTemporalDownWhileShortJobsFinish stops the Temporal server while short Jobs end
@@ -129,23 +134,22 @@ func TestFaultTemporalDownWhileShortJobsFinish(t *testing.T) {
 	queue, _ := ownWorkers(t, 1)
 	f := NewFleet(t, 15)
 	req := f.Request("temporal-down", 3*time.Second)
+	req.JobTimeout = faultJobTimeout.String()
 	req.KeepJobs = ""
 	req.Parallelism = 5
 	created := watchJobs(t, f.Namespace)
 	run := StartOn(t, req, queue)
 	waitFor(t, 90*time.Second, "six Jobs created", func() bool { return created.total() >= 6 })
-	devScript(t, "stop-component.sh", "temporal")
-	time.Sleep(30 * time.Second) // the outage itself: past the node's 15 s workflow-task timeout
-	devScript(t, "start-component.sh", "temporal")
+	stopFor(t, "temporal", 30*time.Second) // past the node's 15 s workflow-task timeout
 	res := Succeeded(t, run)
 	requireEveryNodeOnce(t, f, res)
 	require.Equal(t, 15, res.Counts.Succeeded)
 	repeated := 0
 	for _, n := range f.Nodes {
 		require.Len(t, created.uids(n), 1, "node %s must have had exactly one Job created", n)
-		var r workflows.NodeResult
-		require.NoError(t, stack.Temporal.GetWorkflow(context.Background(), workflows.NodeWorkflowID(n), "").Get(context.Background(), &r))
-		if r.Reason == activities.ReasonRecordedOnNode {
+		var r api.NodeResult
+		require.NoError(t, stack.Temporal.GetWorkflow(context.Background(), api.NodeWorkflowID(n), "").Get(context.Background(), &r))
+		if r.Reason == api.ReasonRecordedOnNode {
 			repeated++
 		}
 	}
@@ -154,19 +158,7 @@ func TestFaultTemporalDownWhileShortJobsFinish(t *testing.T) {
 }
 
 func TestFaultAPIServerDown20Seconds(t *testing.T) {
-	queue, _ := ownWorkers(t, 1)
-	f := NewFleet(t, 15)
-	req := f.Request("apiserver-down", 3*time.Second)
-	req.Parallelism = 5
-	run := StartOn(t, req, queue)
-	midRollout(t, f, req.Name, 6)
-	devScript(t, "stop-component.sh", "kube-apiserver")
-	time.Sleep(20 * time.Second) // the outage itself
-	devScript(t, "start-component.sh", "kube-apiserver")
-	res := Succeeded(t, run)
-	requireEveryNodeOnce(t, f, res)
-	require.Equal(t, 15, res.Counts.Succeeded)
-	requireOneJobPerNode(t, f, req.Name)
+	requireSurvives(t, "apiserver-down", 15, 5, 1, func(string, []*Worker) { stopFor(t, "kube-apiserver", 20*time.Second) })
 }
 
 func TestFaultJobDeletedByHand(t *testing.T) {
@@ -191,7 +183,7 @@ func TestFaultJobDeletedByHand(t *testing.T) {
 	require.Equal(t, 5, res.Counts.Succeeded)
 	require.Len(t, res.Failures, 1)
 	require.Equal(t, victim, res.Failures[0].Node)
-	require.Equal(t, activities.ReasonJobDeleted, res.Failures[0].Reason)
+	require.Equal(t, api.ReasonJobDeleted, res.Failures[0].Reason)
 }
 
 func TestFaultNodeDeletedWhileJobRuns(t *testing.T) {
@@ -341,4 +333,59 @@ func TestWorkerStopsGracefullyAndAnotherResumes(t *testing.T) {
 	requireEveryNodeOnce(t, f, res)
 	require.Equal(t, 6, res.Counts.Succeeded)
 	requireOneJobPerNode(t, f, req.Name)
+}
+
+// TestFaultTTLRemovesAFinishedJobWhileTheWorkerIsDown: the template's ttlSecondsAfterFinished is
+// 0, so the TTL controller deletes the Job the moment it completes, and no worker watches then.
+// The outcome must not be lost: our finalizer keeps the finished Job until the worker is back
+// and FinalizeJob has recorded `succeeded`; then the Job goes.
+func TestFaultTTLRemovesAFinishedJobWhileTheWorkerIsDown(t *testing.T) {
+	queue, ws := ownWorkers(t, 1)
+	f := NewFleet(t, 1)
+	node := f.Nodes[0]
+	req := f.Request("ttl-zero", 8*time.Second)
+	req.JobTemplate = strings.Replace(req.JobTemplate, "  backoffLimit: 0\n", "  backoffLimit: 0\n  ttlSecondsAfterFinished: 0\n", 1)
+	require.Contains(t, req.JobTemplate, "ttlSecondsAfterFinished: 0")
+	run := StartOn(t, req, queue)
+
+	ctx := context.Background()
+	var job batchv1.Job
+	waitFor(t, 60*time.Second, "the node's Pod to run", func() bool {
+		jobs := f.Jobs(t, req.Name)[node]
+		if len(jobs) != 1 {
+			return false
+		}
+		job = jobs[0]
+		pods, err := stack.Kube.CoreV1().Pods(f.Namespace).List(ctx, metav1.ListOptions{LabelSelector: batchv1.JobNameLabel + "=" + job.Name})
+		return err == nil && len(pods.Items) == 1 && pods.Items[0].Status.Phase == corev1.PodRunning
+	})
+	ws[0].Kill()
+
+	// While no worker runs, the Job completes and its TTL deletes it.
+	waitFor(t, 90*time.Second, "the Job to complete and its TTL to delete it", func() bool {
+		got, err := stack.Kube.BatchV1().Jobs(f.Namespace).Get(ctx, job.Name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return true // without our finalizer it is simply gone
+		}
+		return err == nil && got.DeletionTimestamp != nil
+	})
+	if held, err := stack.Kube.BatchV1().Jobs(f.Namespace).Get(ctx, job.Name, metav1.GetOptions{}); err == nil {
+		require.Contains(t, held.Finalizers, "noderollout.io/outcome", "our finalizer holds the deleted Job")
+		require.True(t, slices.ContainsFunc(held.Status.Conditions, func(c batchv1.JobCondition) bool {
+			return c.Type == batchv1.JobComplete && c.Status == corev1.ConditionTrue
+		}), "the Job completed before its TTL deleted it: %+v", held.Status)
+	}
+
+	restarted, err := StartWorker(ws[0].Name+"-back", "--task-queue", queue)
+	require.NoError(t, err)
+	defer func() { _ = restarted.Stop() }()
+
+	res, err := Result(t, run)
+	require.NoError(t, err, "the rollout succeeds: %+v", res)
+	require.Equal(t, 1, res.Counts.Succeeded, "%+v", res)
+	require.Equal(t, jobspec.NodeMarker(res.TemplateHash, string(api.OutcomeSucceeded)), f.Markers(t, req.Name)[node])
+	waitFor(t, 30*time.Second, "the finalized Job to go", func() bool {
+		_, err := stack.Kube.BatchV1().Jobs(f.Namespace).Get(ctx, job.Name, metav1.GetOptions{})
+		return apierrors.IsNotFound(err)
+	})
 }

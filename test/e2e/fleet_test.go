@@ -19,19 +19,19 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/noderollout/noderollout/activities"
-	"github.com/noderollout/noderollout/workflows"
+	"github.com/noderollout/noderollout/api"
 )
 
 // clusterWorker starts a worker for a cluster of its own name, with the cluster-wide budget
 // given (0: none) and any more flags (a --kubeconfig of another cluster), and returns the
 // cluster and its task queue.
-func clusterWorker(t *testing.T, prefix string, budget int, extraArgs ...string) (workflows.Cluster, string) {
+func clusterWorker(t *testing.T, prefix string, budget int, extraArgs ...string) (api.Cluster, string) {
 	t.Helper()
-	c := workflows.Cluster{Name: prefix + "-" + rand.String(4), Budget: budget}
+	c := api.Cluster{Name: prefix + "-" + rand.String(4), Budget: budget}
 	w, err := StartWorker(c.Name, append([]string{"--cluster", c.Name, "--cluster-budget", strconv.Itoa(budget)}, extraArgs...)...)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = w.Stop() })
-	return c, workflows.ClusterTaskQueue(workflows.TaskQueue, c.Name)
+	return c, api.ClusterTaskQueue(api.TaskQueue, c.Name)
 }
 
 // Two rollouts of parallelism 4 overlap on one cluster whose budget is 3: the Jobs' own
@@ -75,9 +75,9 @@ func TestClusterBudgetHoldsAcrossOverlappingRollouts(t *testing.T) {
 	require.Equal(t, 3, peakOf(nodeRuns), "the budget is used, not just respected")
 	require.LessOrEqual(t, peakOf(jobsTiesApart), 3)
 
-	v, err := stack.Temporal.QueryWorkflow(context.Background(), cluster.BudgetWorkflowID(), "", workflows.QueryBudget)
+	v, err := stack.Temporal.QueryWorkflow(context.Background(), cluster.BudgetWorkflowID(), "", api.QueryBudget)
 	require.NoError(t, err)
-	var st workflows.BudgetStatus
+	var st api.BudgetStatus
 	require.NoError(t, v.Get(&st))
 	t.Logf("coordinator %s: %+v", cluster.BudgetWorkflowID(), st)
 	require.Equal(t, 3, st.Budget)
@@ -100,27 +100,27 @@ func TestFleetRolloutOverTwoClusters(t *testing.T) {
 	prod, _ := clusterWorker(t, "prod", 0, "--kubeconfig", kubeconfig2)
 	f := NewFleet(t, 3)
 	f2 := f.Twin(t, kube2)
-	req := workflows.FleetRequest{Name: "fleet-" + f.suffix, Waves: [][]string{{staging.Name}, {prod.Name}}, Rollout: f.Request("fleet", time.Second)}
+	req := api.FleetRequest{Name: "fleet-" + f.suffix, Waves: [][]string{{staging.Name}, {prod.Name}}, Rollout: f.Request("fleet", time.Second)}
 	run, err := stack.Temporal.ExecuteWorkflow(context.Background(), client.StartWorkflowOptions{
-		ID: workflows.FleetID(req.Name), TaskQueue: workflows.FleetTaskQueue, WorkflowExecutionTimeout: 10 * time.Minute,
-		Memo: map[string]any{workflows.MemoRequester: "fleet-owner@e2e"},
-	}, workflows.FleetRolloutWorkflow, req)
+		ID: api.FleetID(req.Name), TaskQueue: api.FleetTaskQueue, WorkflowExecutionTimeout: 10 * time.Minute,
+		Memo: map[string]any{api.MemoRequester: "fleet-owner@e2e"},
+	}, api.FleetRolloutWorkflow, req)
 	require.NoError(t, err)
-	var res workflows.FleetResult
+	var res api.FleetResult
 	require.NoError(t, run.Get(context.Background(), &res))
 	t.Logf("fleet result: %+v", res)
 	require.Equal(t, "done", res.Phase)
 	require.Len(t, res.Clusters, 2)
 	for _, c := range res.Clusters {
-		require.Equal(t, workflows.ClusterSucceeded, c.State, c.Cluster)
+		require.Equal(t, api.ClusterSucceeded, c.State, c.Cluster)
 		require.Equal(t, 3, c.Counts.Succeeded, c.Cluster)
-		require.Equal(t, workflows.Cluster{Name: c.Cluster}.RolloutID(req.Rollout.Name), c.WorkflowID)
+		require.Equal(t, api.Cluster{Name: c.Cluster}.RolloutID(req.Rollout.Name), c.WorkflowID)
 	}
 	// Both clusters' node workflows exist under their own IDs, so they never collide.
-	for _, c := range []workflows.Cluster{staging, prod} {
+	for _, c := range []api.Cluster{staging, prod} {
 		d, err := stack.Temporal.DescribeWorkflow(context.Background(), c.NodeWorkflowID(f.Nodes[0]), "")
 		require.NoError(t, err)
-		require.Equal(t, workflows.ClusterTaskQueue(workflows.TaskQueue, c.Name), d.RawResponse.GetExecutionConfig().GetTaskQueue().GetName())
+		require.Equal(t, api.ClusterTaskQueue(api.TaskQueue, c.Name), d.RawResponse.GetExecutionConfig().GetTaskQueue().GetName())
 	}
 	// Each cluster ran exactly one Job on each of its own nodes, and the staging wave ended
 	// before the prod wave's first Job was made.
@@ -206,9 +206,9 @@ func TestClusterBudgetReclaimsTheSlotOfATerminatedRollout(t *testing.T) {
 	require.False(t, jobs[0].CreationTimestamp.Time.Before(closed),
 		"the waiting rollout's Job (%s) was made before the slot's holder closed (%s)", jobs[0].CreationTimestamp.Time, info.GetCloseTime().AsTime())
 
-	v, err := stack.Temporal.QueryWorkflow(ctx, cluster.BudgetWorkflowID(), "", workflows.QueryBudget)
+	v, err := stack.Temporal.QueryWorkflow(ctx, cluster.BudgetWorkflowID(), "", api.QueryBudget)
 	require.NoError(t, err)
-	var st workflows.BudgetStatus
+	var st api.BudgetStatus
 	require.NoError(t, v.Get(&st))
 	t.Logf("coordinator %s: %+v", cluster.BudgetWorkflowID(), st)
 	require.Equal(t, 1, st.Reclaimed, "the terminated rollout's slot was reclaimed")

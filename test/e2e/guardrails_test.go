@@ -23,8 +23,8 @@ import (
 
 	"github.com/noderollout/noderollout/activities"
 	"github.com/noderollout/noderollout/activities/jobspec"
+	"github.com/noderollout/noderollout/api"
 	"github.com/noderollout/noderollout/internal/policy"
-	"github.com/noderollout/noderollout/workflows"
 )
 
 // writePolicy writes a worker policy file for the test.
@@ -71,21 +71,21 @@ images: [docker.io/library/busybox]
 		"      restartPolicy: Never\n      serviceAccountName: cluster-admin-ish\n", 1)
 	cases := []struct {
 		name, rule, field string
-		change            func(*workflows.RolloutRequest)
+		change            func(*api.RolloutRequest)
 	}{
-		{"namespace", policy.RuleNamespaces, "namespace", func(r *workflows.RolloutRequest) { r.Namespace = "kube-system" }},
-		{"image", policy.RuleImages, "containers[0].image", func(r *workflows.RolloutRequest) {
+		{"namespace", policy.RuleNamespaces, "namespace", func(r *api.RolloutRequest) { r.Namespace = "kube-system" }},
+		{"image", policy.RuleImages, "containers[0].image", func(r *api.RolloutRequest) {
 			r.JobTemplate = strings.Replace(r.JobTemplate, "image: busybox", "image: evil.example.com/miner:1", 1)
 		}},
-		{"privileged", policy.RulePrivileged, "securityContext.privileged", func(r *workflows.RolloutRequest) { r.JobTemplate = privileged }},
-		{"serviceaccount", policy.RuleServiceAccounts, "serviceAccountName", func(r *workflows.RolloutRequest) { r.JobTemplate = withSA }},
-		{"controlplane", policy.RuleProtectedNodeLabels, "nodeSelector", func(r *workflows.RolloutRequest) {
+		{"privileged", policy.RulePrivileged, "securityContext.privileged", func(r *api.RolloutRequest) { r.JobTemplate = privileged }},
+		{"serviceaccount", policy.RuleServiceAccounts, "serviceAccountName", func(r *api.RolloutRequest) { r.JobTemplate = withSA }},
+		{"controlplane", policy.RuleProtectedNodeLabels, "nodeSelector", func(r *api.RolloutRequest) {
 			r.NodeSelector = "node-role.kubernetes.io/control-plane"
 		}},
-		{"drain", policy.RuleDrain, "maintenance.drain", func(r *workflows.RolloutRequest) {
-			r.Maintenance = &workflows.Maintenance{Drain: &workflows.Drain{}}
+		{"drain", policy.RuleDrain, "maintenance.drain", func(r *api.RolloutRequest) {
+			r.Maintenance = &api.Maintenance{Drain: &api.Drain{}}
 		}},
-		{"secret", policy.RuleSecrets, "envFrom[0].secretRef.name", func(r *workflows.RolloutRequest) {
+		{"secret", policy.RuleSecrets, "envFrom[0].secretRef.name", func(r *api.RolloutRequest) {
 			r.JobTemplate = strings.Replace(r.JobTemplate, "        image: busybox\n",
 				"        image: busybox\n        envFrom: [{secretRef: {name: other-sa-token}}]\n", 1)
 		}},
@@ -99,7 +99,7 @@ images: [docker.io/library/busybox]
 			took := time.Since(began)
 			var appErr *temporal.ApplicationError
 			require.True(t, errors.As(err, &appErr), "got %v", err)
-			require.Equal(t, activities.ErrPolicyDenied, appErr.Type(), appErr.Error())
+			require.Equal(t, api.ErrPolicyDenied, appErr.Type(), appErr.Error())
 			require.Contains(t, appErr.Error(), `"`+c.rule+`"`)
 			require.Contains(t, appErr.Error(), c.field)
 			require.Less(t, took, 20*time.Second, "denied at once, not after retries")
@@ -129,7 +129,7 @@ func TestGuardrailPolicyTightenedMidRolloutRefusesTheNextJob(t *testing.T) {
 	_, err := stack.Kube.CoreV1().ConfigMaps(f.Namespace).Create(ctx, cm, metav1.CreateOptions{})
 	require.NoError(t, err)
 	req := f.Request("guard-mid", time.Second)
-	req.JobTemplate, req.JobTemplateRef = "", &activities.TemplateRef{Name: cm.Name}
+	req.JobTemplate, req.JobTemplateRef = "", &api.TemplateRef{Name: cm.Name}
 	req.Parallelism, req.MaxFailures = 1, "100%"
 	run := StartOn(t, req, queue)
 	waitFor(t, 60*time.Second, "the first node's Job", func() bool { return rolloutJobsAnywhere(t, req.Name) >= 1 })
@@ -144,7 +144,7 @@ func TestGuardrailPolicyTightenedMidRolloutRefusesTheNextJob(t *testing.T) {
 	require.Equal(t, 1, res.Counts.Succeeded, "the node started under the old policy finished")
 	require.Equal(t, 2, res.Counts.Failed)
 	for _, r := range res.Failures {
-		require.Equal(t, activities.ErrPolicyDenied, r.Reason, "node %s", r.Node)
+		require.Equal(t, api.ErrPolicyDenied, r.Reason, "node %s", r.Node)
 		require.Contains(t, r.Message, `"images"`, "node %s", r.Node)
 		require.Contains(t, r.Message, "busybox", "node %s: the pinned template, not the edited ConfigMap", r.Node)
 	}
@@ -155,7 +155,7 @@ func TestGuardrailPolicyTightenedMidRolloutRefusesTheNextJob(t *testing.T) {
 	_, err = Result(t, StartOn(t, rerun, queue))
 	var appErr *temporal.ApplicationError
 	require.True(t, errors.As(err, &appErr), "got %v", err)
-	require.Equal(t, activities.ErrPolicyDenied, appErr.Type())
+	require.Equal(t, api.ErrPolicyDenied, appErr.Type())
 	require.Contains(t, appErr.Error(), "evil.example.com/miner")
 }
 
@@ -198,7 +198,7 @@ func TestGuardrailRequesterInStatusAndOnTheNode(t *testing.T) {
 		require.True(t, found, "Node %s: an Event names the requester", name)
 	}
 
-	query := fmt.Sprintf("%s = %q AND %s = %q", workflows.SearchAttributeRolloutName, req.Name, workflows.SearchAttributeRequester, who)
+	query := fmt.Sprintf("%s = %q AND %s = %q", api.SearchAttributeRolloutName, req.Name, api.SearchAttributeRequester, who)
 	waitFor(t, 30*time.Second, "the rollout found by its requester", func() bool {
 		resp, err := stack.Temporal.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{Query: query})
 		return err == nil && len(resp.GetExecutions()) == 1

@@ -11,12 +11,16 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
+	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -37,7 +41,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/noderollout/noderollout/activities/jobspec"
-	"github.com/noderollout/noderollout/workflows"
+	"github.com/noderollout/noderollout/api"
 )
 
 // Stack is what every test shares: clients of the local stack and the built binaries.
@@ -60,7 +64,7 @@ var defaultWorker *Worker
 // stack's default queue (make demo's, left running; one a crashed run left behind) must not
 // take the suite's nodes (TestWorkerMetricsCountNodes counted 711 of 715 after make demo).
 // Stopping such a worker instead would reach into a stack the suite only borrows.
-var suiteQueue = workflows.TaskQueue + "-e2e-" + rand.String(6)
+var suiteQueue = api.TaskQueue + "-e2e-" + rand.String(6)
 
 func TestMain(m *testing.M) {
 	code, err := run(m)
@@ -103,6 +107,9 @@ func run(m *testing.M) (int, error) {
 	if defaultWorker, err = StartWorker("default", "--task-queue", suiteQueue); err != nil {
 		return 0, err
 	}
+	watching, stopWatching := context.WithCancel(context.Background())
+	defer stopWatching()
+	go watchdog.run(watching)
 	code := m.Run()
 	_ = defaultWorker.Stop()
 	return code, nil
@@ -316,8 +323,8 @@ func (f *Fleet) Selector() string { return TestLabel + "=" + f.ID }
 
 // Request is a rollout request over the fleet with a Job template whose Pods run for runFor.
 // The rollout's name is name plus a suffix unique to this fleet.
-func (f *Fleet) Request(name string, runFor time.Duration) workflows.RolloutRequest {
-	return workflows.RolloutRequest{
+func (f *Fleet) Request(name string, runFor time.Duration) api.RolloutRequest {
+	return api.RolloutRequest{
 		Name:         name + "-" + f.suffix,
 		Namespace:    f.Namespace,
 		NodeSelector: f.Selector(),
@@ -365,30 +372,32 @@ spec:
 }
 
 // Start starts a rollout with the workflow ID the starter uses, for the default worker.
-func Start(t *testing.T, req workflows.RolloutRequest) client.WorkflowRun {
+func Start(t *testing.T, req api.RolloutRequest) client.WorkflowRun {
 	t.Helper()
 	return StartOn(t, req, suiteQueue)
 }
 
-// StartOn starts a rollout on a task queue of the test's own workers.
-func StartOn(t *testing.T, req workflows.RolloutRequest, taskQueue string) client.WorkflowRun {
+// StartOn starts a rollout on a task queue of the test's own workers, with a jobTimeout just
+// above what its Pods need unless it sets one (withJobTimeout).
+func StartOn(t *testing.T, req api.RolloutRequest, taskQueue string) client.WorkflowRun {
 	t.Helper()
+	req = withJobTimeout(req)
 	run, err := stack.Temporal.ExecuteWorkflow(context.Background(), client.StartWorkflowOptions{
-		ID:                       workflows.RolloutID(req.Name),
+		ID:                       api.RolloutID(req.Name),
 		TaskQueue:                taskQueue,
 		WorkflowExecutionTimeout: 15 * time.Minute,
-	}, workflows.RolloutWorkflow, req)
+	}, api.RolloutWorkflow, req)
 	require.NoError(t, err)
 	return run
 }
 
 // Result waits for the rollout and returns its result and error (a failed rollout's result
 // travels in its error's details).
-func Result(t *testing.T, run client.WorkflowRun) (workflows.RolloutResult, error) {
+func Result(t *testing.T, run client.WorkflowRun) (api.RolloutResult, error) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	var res workflows.RolloutResult
+	var res api.RolloutResult
 	var err error
 	for {
 		err = stack.Temporal.GetWorkflow(ctx, run.GetID(), "").Get(ctx, &res)
@@ -405,11 +414,15 @@ func Result(t *testing.T, run client.WorkflowRun) (workflows.RolloutResult, erro
 	return res, err
 }
 
-// Succeeded waits for the rollout and requires that it succeeded.
-func Succeeded(t *testing.T, run client.WorkflowRun) workflows.RolloutResult {
+// Succeeded waits for the rollout and requires that it succeeded; a failure names the Pods
+// kwok left running, if any.
+func Succeeded(t *testing.T, run client.WorkflowRun) api.RolloutResult {
 	t.Helper()
 	res, err := Result(t, run)
-	require.NoError(t, err)
+	if err != nil {
+		id := strings.TrimPrefix(run.GetID(), api.RolloutIDPrefix)
+		t.Fatal(stuckFailure(id[strings.LastIndex(id, ":")+1:], err))
+	}
 	return res
 }
 
@@ -495,4 +508,145 @@ func runStarter(t *testing.T, args ...string) (string, int) {
 		require.NoError(t, err)
 	}
 	return string(out), code
+}
+
+// The suite cannot hang on a Pod that kwok leaves running. kwok applies a stage only on an
+// event for the object, and now and then the event that would finish a Pod never comes: the
+// Pod stays Running, and its rollout waited out the default jobTimeout of 30 minutes. So:
+//   - every rollout a test starts has a jobTimeout just above what its Pods need (their
+//     run-seconds plus jobTimeoutMargin), so a stuck Pod fails its test in about a minute;
+//   - the watchdog kicks each Pod found Running past its run time: an annotation is an event,
+//     and dev/kwok/pod-run.yaml finishes a kicked Pod at once;
+//   - a test whose rollout still fails names the Pods the watchdog found (Succeeded).
+
+// jobTimeoutMargin is how much longer than its Pods' run time a test's Job may take: kwok's
+// and the Job controller's delays on a loaded machine, and a kick's.
+const jobTimeoutMargin = time.Minute
+
+// kickAfter is how long past its run time a Pod may stay Running before the watchdog kicks it.
+const kickAfter = 10 * time.Second
+
+// Annotations of dev/kwok/pod-run.yaml: the run time, a Pod that kwok holds (a missed event,
+// on purpose), a kicked Pod; noKick tells the watchdog to only report a Pod.
+const (
+	runSecondsKey = "noderollout.dev/run-seconds"
+	holdKey       = "noderollout.dev/hold"
+	kickedKey     = "noderollout.dev/kicked"
+	noKickKey     = "e2e.noderollout.dev/no-kick"
+)
+
+var runSecondsInTemplate = regexp.MustCompile(regexp.QuoteMeta(runSecondsKey) + `: "([0-9]+(?:\.[0-9]+)?)"`)
+
+// withJobTimeout gives a request that sets no jobTimeout one just above what its Pods need:
+// their run-seconds (from the inline template) and jobTimeoutMargin.
+func withJobTimeout(req api.RolloutRequest) api.RolloutRequest {
+	m := runSecondsInTemplate.FindStringSubmatch(req.JobTemplate)
+	if req.JobTimeout != "" || m == nil {
+		return req
+	}
+	run, _ := strconv.ParseFloat(m[1], 64)
+	req.JobTimeout = (time.Duration(math.Ceil(run))*time.Second + jobTimeoutMargin).String()
+	return req
+}
+
+// kwokWatchdog kicks the Pods of the suite's rollouts that kwok left Running past their run
+// time, and remembers each by its rollout.
+type kwokWatchdog struct {
+	mu    sync.Mutex
+	stuck map[string][]string // by rollout: what was found and done
+	seen  map[types.UID]bool
+}
+
+var watchdog = &kwokWatchdog{stuck: map[string][]string{}, seen: map[types.UID]bool{}}
+
+// run looks every two seconds until ctx ends.
+func (w *kwokWatchdog) run(ctx context.Context) {
+	tick := time.NewTicker(2 * time.Second)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+			w.look(ctx, time.Now())
+		}
+	}
+}
+
+func (w *kwokWatchdog) look(ctx context.Context, now time.Time) {
+	pods, err := stack.Kube.CoreV1().Pods("").List(ctx, metav1.ListOptions{
+		LabelSelector: jobspec.LabelRollout, FieldSelector: "status.phase=Running"})
+	if err != nil {
+		return // the API server may be down in a fault test: look again later
+	}
+	for _, p := range pods.Items {
+		due, ok := runsUntil(&p)
+		if !ok || p.DeletionTimestamp != nil || now.Before(due.Add(kickAfter)) || w.seenBefore(p.UID) {
+			continue
+		}
+		what := fmt.Sprintf("Pod %s/%s on node %s was still Running %s after its run-seconds (%s) ended",
+			p.Namespace, p.Name, p.Spec.NodeName, now.Sub(due).Round(time.Second), p.Annotations[runSecondsKey])
+		_, nodeErr := stack.Kube.CoreV1().Nodes().Get(ctx, p.Spec.NodeName, metav1.GetOptions{})
+		if _, no := p.Annotations[noKickKey]; no {
+			what += "; not kicked (the test asked so)"
+		} else if apierrors.IsNotFound(nodeErr) {
+			what += "; not kicked: its Node is gone, and no kubelet reports such a Pod (the test may be about that)"
+		} else {
+			patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}}}`, kickedKey, now.UTC().Format(time.RFC3339))
+			_, err := stack.Kube.CoreV1().Pods(p.Namespace).Patch(ctx, p.Name, types.MergePatchType, []byte(patch), metav1.PatchOptions{})
+			what += "; kicked it"
+			if err != nil {
+				what += " in vain: " + err.Error()
+			}
+		}
+		w.record(p.Labels[jobspec.LabelRollout], what)
+	}
+}
+
+// runsUntil is when a Pod is to finish by its run-seconds: from its start, for a Pod that
+// finishes at all (restartPolicy Always runs for ever).
+func runsUntil(p *corev1.Pod) (time.Time, bool) {
+	run, err := strconv.ParseFloat(p.Annotations[runSecondsKey], 64)
+	if err != nil || p.Status.StartTime == nil || p.Spec.RestartPolicy == corev1.RestartPolicyAlways {
+		return time.Time{}, false
+	}
+	// startTime is whole seconds: the Pod may have started up to a second later.
+	return p.Status.StartTime.Add(time.Duration(run*float64(time.Second)) + time.Second), true
+}
+
+func (w *kwokWatchdog) seenBefore(uid types.UID) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	seen := w.seen[uid]
+	w.seen[uid] = true
+	return seen
+}
+
+func (w *kwokWatchdog) record(rollout, what string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.stuck[rollout] = append(w.stuck[rollout], what)
+	fmt.Printf("e2e: kwok watchdog: rollout %s: %s\n", rollout, what)
+}
+
+// report says what the watchdog found of the rollout's Pods; "" when nothing.
+func (w *kwokWatchdog) report(rollout string) string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	found := append([]string(nil), w.stuck[rollout]...)
+	if len(found) == 0 {
+		return ""
+	}
+	sort.Strings(found)
+	return "kwok left Pods running: " + strings.Join(found, "; ")
+}
+
+// stuckFailure is how Succeeded reports a rollout that failed: its error and what the watchdog
+// found of its Pods.
+func stuckFailure(rollout string, err error) string {
+	msg := fmt.Sprintf("rollout %s failed: %v", rollout, err)
+	if report := watchdog.report(rollout); report != "" {
+		msg += "\n" + report
+	}
+	return msg
 }

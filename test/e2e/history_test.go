@@ -7,10 +7,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/noderollout/noderollout/api"
 	"github.com/stretchr/testify/require"
 	enumspb "go.temporal.io/api/enums/v1"
-
-	"github.com/noderollout/noderollout/workflows"
 )
 
 // A short Job costs its node one workflow task on the real server: one local activity creates,
@@ -45,7 +44,7 @@ func TestShortJobCostsItsNodeOneWorkflowTask(t *testing.T) {
 	// a short Job's usual span under load, instead of the server default's 8 s.
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	it := stack.Temporal.GetWorkflowHistory(ctx, workflows.NodeWorkflowID(short.Nodes[0]), "", false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
+	it := stack.Temporal.GetWorkflowHistory(ctx, api.NodeWorkflowID(short.Nodes[0]), "", false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
 	first, err := it.Next()
 	require.NoError(t, err)
 	require.Equal(t, 15*time.Second, first.GetWorkflowExecutionStartedEventAttributes().GetWorkflowTaskTimeout().AsDuration())
@@ -56,7 +55,7 @@ func nodeHistoryCounts(t *testing.T, node string) map[enumspb.EventType]int {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	it := stack.Temporal.GetWorkflowHistory(ctx, workflows.NodeWorkflowID(node), "", false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
+	it := stack.Temporal.GetWorkflowHistory(ctx, api.NodeWorkflowID(node), "", false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
 	counts := map[enumspb.EventType]int{}
 	for it.HasNext() {
 		e, err := it.Next()

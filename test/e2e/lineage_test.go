@@ -15,8 +15,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/rand"
 
-	"github.com/noderollout/noderollout/activities"
 	"github.com/noderollout/noderollout/activities/jobspec"
+	"github.com/noderollout/noderollout/api"
 	"github.com/noderollout/noderollout/workflows"
 )
 
@@ -25,10 +25,10 @@ import (
 // to run a worker in the namespace could do to skip the Rollout's cap, budget and pacing.
 func rogueParent(ctx workflow.Context, taskQueue string, in workflows.NodeRolloutInput) error {
 	ctx = workflow.WithChildOptions(ctx, workflow.ChildWorkflowOptions{
-		WorkflowID: workflows.NodeWorkflowID(in.Node),
+		WorkflowID: api.NodeWorkflowID(in.Node),
 		TaskQueue:  taskQueue,
 	})
-	return workflow.ExecuteChildWorkflow(ctx, workflows.NodeRolloutV3Workflow, in).Get(ctx, nil)
+	return workflow.ExecuteChildWorkflow(ctx, api.NodeRolloutV3Workflow, in).Get(ctx, nil)
 }
 
 // A node workflow whose parent is not a Rollout writes nothing: its Job is refused by the
@@ -43,15 +43,15 @@ func TestSeamsANodeWorkflowOfARogueParentCreatesNoJob(t *testing.T) {
 
 	template := JobTemplate(time.Second, nil)
 	in := workflows.NodeRolloutInput{Rollout: "rogue", Namespace: f.Namespace, Node: f.Nodes[0], Template: template,
-		TemplateHash: jobspec.TemplateHash(template), JobTimeoutSeconds: 120, JobTTLSeconds: 60, KeepJobs: activities.KeepAlways, WatchSeconds: 20}
+		TemplateHash: jobspec.TemplateHash(template), JobTimeoutSeconds: 120, JobTTLSeconds: 60, KeepJobs: api.KeepAlways, WatchSeconds: 20}
 	ctx := context.Background()
 	run, err := stack.Temporal.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: "rogue-" + f.ID, TaskQueue: rogueQueue}, "RogueParent", suiteQueue, in)
 	require.NoError(t, err)
 	err = run.Get(ctx, nil)
 	var appErr *temporal.ApplicationError
 	require.ErrorAs(t, err, &appErr, "the node fails: %v", err)
-	require.Equal(t, workflows.ErrNodeFailed, appErr.Type(), "%v", err)
-	require.Contains(t, appErr.Message(), activities.ErrNotStartedByARollout)
+	require.Equal(t, api.ErrNodeFailed, appErr.Type(), "%v", err)
+	require.Contains(t, appErr.Message(), api.ErrNotStartedByARollout)
 	require.Contains(t, appErr.Message(), "is a RogueParent, not a Rollout")
 	jobs, err := stack.Kube.BatchV1().Jobs(f.Namespace).List(ctx, metav1.ListOptions{})
 	require.NoError(t, err)

@@ -23,7 +23,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/noderollout/noderollout/activities"
-	"github.com/noderollout/noderollout/workflows"
+	"github.com/noderollout/noderollout/api"
 )
 
 // tenants makes n Pods of app on node, pinned by nodeName (no scheduler runs); restartPolicy
@@ -141,16 +141,16 @@ func cordon(t *testing.T, name string) {
 	require.NoError(t, err)
 }
 
-func maintenanceRequest(f *Fleet, name string, nodes ...string) workflows.RolloutRequest {
+func maintenanceRequest(f *Fleet, name string, nodes ...string) api.RolloutRequest {
 	req := f.Request(name, time.Second)
 	req.NodeSelector, req.Nodes = "", nodes
-	req.Maintenance = &workflows.Maintenance{Drain: &workflows.Drain{Timeout: "20s"}, Soak: "3s"}
+	req.Maintenance = &api.Maintenance{Drain: &api.Drain{Timeout: "20s"}, Soak: "3s"}
 	return req
 }
 
 // blockedDrain makes one node whose one tenant is under a budget that never allows an
 // eviction, and a maintenance request that drains it.
-func blockedDrain(t *testing.T, name string) (f *Fleet, node, tenant string, req workflows.RolloutRequest) {
+func blockedDrain(t *testing.T, name string) (f *Fleet, node, tenant string, req api.RolloutRequest) {
 	t.Helper()
 	f = NewFleet(t, 1)
 	node = f.Nodes[0]
@@ -206,7 +206,7 @@ func TestMaintenanceBudgetThatNeverAllowsIsDrainTimedOut(t *testing.T) {
 	res := Succeeded(t, Start(t, req))
 	require.Equal(t, 1, res.Counts.Failed)
 	require.Len(t, res.Failures, 1)
-	require.Equal(t, activities.OutcomeDrainTimedOut, res.Failures[0].Outcome)
+	require.Equal(t, api.OutcomeDrainTimedOut, res.Failures[0].Outcome)
 	require.Contains(t, res.Failures[0].Message, tenant)
 	require.Empty(t, f.Jobs(t, req.Name), "no Job is created on a node that did not drain")
 	n := nodeNow(t, node)
@@ -241,7 +241,7 @@ func TestMaintenanceNodeUnhealthyDuringSoakIsUnhealthy(t *testing.T) {
 	req.Maintenance.Drain = nil
 	req.Maintenance.Cordon = true
 	req.Maintenance.Soak = "15s"
-	req.Maintenance.Health = &workflows.HealthGate{Timeout: "10s", Conditions: map[string]string{"Ready": "True", cond: "True"}}
+	req.Maintenance.Health = &api.HealthGate{Timeout: "10s", Conditions: map[string]string{"Ready": "True", cond: "True"}}
 	req.MaxFailures = "1"
 	run := Start(t, req)
 	waitFor(t, time.Minute, "the node's Job to finish", func() bool {
@@ -251,7 +251,7 @@ func TestMaintenanceNodeUnhealthyDuringSoakIsUnhealthy(t *testing.T) {
 	setCondition("False")
 	res := Succeeded(t, run)
 	require.Len(t, res.Failures, 1)
-	require.Equal(t, activities.OutcomeUnhealthy, res.Failures[0].Outcome)
+	require.Equal(t, api.OutcomeUnhealthy, res.Failures[0].Outcome)
 	require.Contains(t, res.Failures[0].Message, cond+"=False")
 	require.True(t, nodeNow(t, node).Spec.Unschedulable, "kept cordoned after failing")
 }
@@ -264,11 +264,11 @@ func TestMaintenanceNodeUnhealthyDuringSoakIsUnhealthy(t *testing.T) {
 func TestMaintenanceAbortDuringABlockedDrain(t *testing.T) {
 	f, node, tenant, req := blockedDrain(t, "abort-drain")
 	req.Maintenance.Drain.Timeout = "10m"
-	req.Maintenance.OnFailure = workflows.OnFailureUncordon
+	req.Maintenance.OnFailure = api.OnFailureUncordon
 	run := Start(t, req)
 
 	waitFor(t, time.Minute, "the drain to be under way on a node we cordoned", func() bool {
-		d, err := stack.Temporal.DescribeWorkflow(context.Background(), workflows.NodeWorkflowID(node), "")
+		d, err := stack.Temporal.DescribeWorkflow(context.Background(), api.NodeWorkflowID(node), "")
 		if err != nil {
 			return false
 		}
@@ -302,7 +302,7 @@ func TestMaintenanceAbortDuringABlockedDrain(t *testing.T) {
 	// the 30 s heartbeat timeout.
 	require.Less(t, took, 20*time.Second, "the abort reached the drain within a heartbeat")
 
-	d, err := stack.Temporal.DescribeWorkflow(context.Background(), workflows.NodeWorkflowID(node), "")
+	d, err := stack.Temporal.DescribeWorkflow(context.Background(), api.NodeWorkflowID(node), "")
 	require.NoError(t, err)
 	require.Equal(t, enumspb.WORKFLOW_EXECUTION_STATUS_CANCELED, d.RawResponse.GetWorkflowExecutionInfo().GetStatus())
 	drainEnd, uncordon := drainEndAndUncordon(t, node)
@@ -324,7 +324,7 @@ func drainEndAndUncordon(t *testing.T, node string) (drainEnd, uncordon int64) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	it := stack.Temporal.GetWorkflowHistory(ctx, workflows.NodeWorkflowID(node), "", false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
+	it := stack.Temporal.GetWorkflowHistory(ctx, api.NodeWorkflowID(node), "", false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
 	var drainScheduled int64
 	for it.HasNext() {
 		e, err := it.Next()

@@ -21,6 +21,7 @@ import (
 
 	"github.com/noderollout/noderollout/activities"
 	"github.com/noderollout/noderollout/activities/jobspec"
+	"github.com/noderollout/noderollout/api"
 	"github.com/noderollout/noderollout/deploy"
 )
 
@@ -91,12 +92,12 @@ func namespacedRollout(t *testing.T, a *applier) {
 	_, err := stack.Kube.CoreV1().ConfigMaps(f.Namespace).Create(ctx, cm, metav1.CreateOptions{})
 	require.NoError(t, err)
 	req := f.Request("ns-"+rand.String(4), time.Second)
-	req.JobTemplate, req.JobTemplateRef = "", &activities.TemplateRef{Name: cm.Name}
-	req.KeepJobs = string(activities.KeepNever)
+	req.JobTemplate, req.JobTemplateRef = "", &api.TemplateRef{Name: cm.Name}
+	req.KeepJobs = string(api.KeepNever)
 	res := Succeeded(t, startOn(t, queue, req))
 	require.Equal(t, 4, res.Counts.Succeeded)
 	for node, marker := range f.Markers(t, req.Name) {
-		require.Equal(t, jobspec.NodeMarker(res.TemplateHash, string(activities.OutcomeSucceeded)), marker, node)
+		require.Equal(t, jobspec.NodeMarker(res.TemplateHash, string(api.OutcomeSucceeded)), marker, node)
 	}
 
 	failing := f.Request("ns-fail-"+rand.String(4), time.Second)
@@ -115,7 +116,7 @@ func namespacedRollout(t *testing.T, a *applier) {
 	_, err = Result(t, startOn(t, queue, elsewhere))
 	var appErr *temporal.ApplicationError
 	require.True(t, errors.As(err, &appErr), "got %v", err)
-	require.Equal(t, activities.ErrPolicyDenied, appErr.Type(), "a namespace without a Role is outside the policy too")
+	require.Equal(t, api.ErrPolicyDenied, appErr.Type(), "a namespace without a Role is outside the policy too")
 }
 
 // namespacedRules are the namespaced overlay's ClusterRole rules, its Role's in "default" and

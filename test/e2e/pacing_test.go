@@ -8,10 +8,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/noderollout/noderollout/api"
 	"github.com/stretchr/testify/require"
 	batchv1 "k8s.io/api/batch/v1"
-
-	"github.com/noderollout/noderollout/workflows"
 )
 
 const zoneLabel = "topology.kubernetes.io/zone"
@@ -23,10 +22,10 @@ func TestPacingWindowClosesDuringRolloutAndReopens(t *testing.T) {
 	f := NewFleet(t, 6)
 	req := f.Request("window", 15*time.Second)
 	req.Parallelism = 2
-	req.MaintenanceWindow = &workflows.MaintenanceWindow{Cron: "* * * * *", Duration: "25s", TimeZone: "Europe/Berlin"}
+	req.MaintenanceWindow = &api.MaintenanceWindow{Cron: "* * * * *", Duration: "25s", TimeZone: "Europe/Berlin"}
 	run := Start(t, req)
 
-	var waiting workflows.RolloutStatus
+	var waiting api.RolloutStatus
 	waitFor(t, 90*time.Second, "the rollout to wait for its window", func() bool {
 		st, err := status(run.GetID())
 		waiting = st
@@ -68,7 +67,7 @@ func TestPacingMaxPerDomainPeakFromJobs(t *testing.T) {
 	}
 	req := f.Request("per-zone", 3*time.Second)
 	req.Parallelism = 6
-	req.Topology = &workflows.Topology{Key: zoneLabel, MaxPerDomain: 2}
+	req.Topology = &api.Topology{Key: zoneLabel, MaxPerDomain: 2}
 	run := Start(t, req)
 	var shown string
 	waitFor(t, 60*time.Second, "starter status to show the zones in flight", func() bool {
@@ -107,7 +106,7 @@ func TestPacingCanaryThenStarterApprove(t *testing.T) {
 	f := NewFleet(t, 4)
 	canary := f.Nodes[2]
 	req := f.Request("canary", time.Second)
-	req.Canary = &workflows.Canary{Nodes: []string{canary}, Approval: true}
+	req.Canary = &api.Canary{Nodes: []string{canary}, Approval: true}
 	run := Start(t, req)
 
 	waitFor(t, 60*time.Second, "the rollout to wait for approval", func() bool {

@@ -23,6 +23,7 @@ import (
 	"go.temporal.io/sdk/converter"
 	"go.temporal.io/sdk/temporal"
 
+	"github.com/noderollout/noderollout/api"
 	"github.com/noderollout/noderollout/workflows"
 )
 
@@ -101,21 +102,21 @@ func recordSteered(t *testing.T, rec *recorder) {
 		st, err := status(run.GetID())
 		return err == nil && st.Counts.Running > 0
 	})
-	require.NoError(t, stack.Temporal.SignalWorkflow(ctx, run.GetID(), "", workflows.SignalPause, nil))
+	require.NoError(t, stack.Temporal.SignalWorkflow(ctx, run.GetID(), "", api.SignalPause, nil))
 	waitFor(t, 60*time.Second, "paused with nothing in flight", func() bool {
 		st, err := status(run.GetID())
 		return err == nil && st.Paused && st.Counts.Running == 0
 	})
 	handle, err := stack.Temporal.UpdateWorkflow(ctx, client.UpdateWorkflowOptions{
 		WorkflowID:   run.GetID(),
-		UpdateName:   workflows.UpdateSetParallelism,
-		Args:         []any{workflows.SetParallelismRequest{Parallelism: 4}},
+		UpdateName:   api.UpdateSetParallelism,
+		Args:         []any{api.SetParallelismRequest{Parallelism: 4}},
 		WaitForStage: client.WorkflowUpdateStageCompleted,
 	})
 	require.NoError(t, err)
-	var set workflows.SetParallelismResult
+	var set api.SetParallelismResult
 	require.NoError(t, handle.Get(ctx, &set))
-	require.NoError(t, stack.Temporal.SignalWorkflow(ctx, run.GetID(), "", workflows.SignalResume, nil))
+	require.NoError(t, stack.Temporal.SignalWorkflow(ctx, run.GetID(), "", api.SignalResume, nil))
 	res := Succeeded(t, run)
 	require.Equal(t, 8, res.Counts.Succeeded)
 	rec.write(t, "rollout-pause-resume-set-parallelism.json", rec.closed(t, run.GetID(), run.GetRunID(), enums.WORKFLOW_EXECUTION_STATUS_COMPLETED))
@@ -183,11 +184,11 @@ func recordHandOver(t *testing.T, rec *recorder) {
 	for _, child := range childrenOf(runs[0]) {
 		require.NotContains(t, child.GetWorkflowId(), shared, "the first run started no node workflow on the held node")
 	}
-	var carried workflows.Progress
+	var carried api.Progress
 	in := runs[1].Events[0].GetWorkflowExecutionStartedEventAttributes().GetInput().GetPayloads()
 	require.Len(t, in, 2)
 	require.NoError(t, converter.GetDefaultDataConverter().FromPayload(in[1], &carried))
-	require.Equal(t, []workflows.PacedNode{{Name: shared}}, carried.WaitingNodes, "the held node is handed to the next run")
+	require.Equal(t, []api.PacedNode{{Name: shared}}, carried.WaitingNodes, "the held node is handed to the next run")
 	for i, h := range runs[:2] {
 		rec.write(t, fmt.Sprintf("rollout-hand-over-run%d.json", i+1), h)
 	}
@@ -202,7 +203,7 @@ func recordCutDelay(t *testing.T, rec *recorder) {
 	req.DelayBetweenNodes = "10m"
 	run := Start(t, req)
 	res, err := Result(t, run)
-	require.ErrorContains(t, err, workflows.ErrFailureBudgetExceeded)
+	require.ErrorContains(t, err, api.ErrFailureBudgetExceeded)
 	require.Equal(t, 1, res.Counts.Failed)
 	require.Less(t, res.FinishedAt.Sub(res.StartedAt), 5*time.Minute, "the ten-minute delay was cut short")
 	require.Len(t, f.Jobs(t, req.Name), 1, "the second node never started")
@@ -218,10 +219,10 @@ func recordPacedMaintained(t *testing.T, rec *recorder) {
 	f.AddNodes(t, 2, map[string]string{zone: "b"})
 	req := f.Request("fixture-paced", time.Second)
 	req.Parallelism = 2
-	req.Topology = &workflows.Topology{Key: zone, MaxPerDomain: 1}
-	req.Order = &workflows.Order{By: "spread"}
-	req.Canary = &workflows.Canary{Nodes: []string{f.Nodes[0]}, Approval: true}
-	req.Maintenance = &workflows.Maintenance{Drain: &workflows.Drain{Timeout: "30s"}, Soak: "1s"}
+	req.Topology = &api.Topology{Key: zone, MaxPerDomain: 1}
+	req.Order = &api.Order{By: "spread"}
+	req.Canary = &api.Canary{Nodes: []string{f.Nodes[0]}, Approval: true}
+	req.Maintenance = &api.Maintenance{Drain: &api.Drain{Timeout: "30s"}, Soak: "1s"}
 	run := Start(t, req)
 	ctx := context.Background()
 	waitFor(t, 90*time.Second, "the canary done and the rollout waiting for approval", func() bool {
@@ -230,8 +231,8 @@ func recordPacedMaintained(t *testing.T, rec *recorder) {
 	})
 	handle, err := stack.Temporal.UpdateWorkflow(ctx, client.UpdateWorkflowOptions{
 		WorkflowID:   run.GetID(),
-		UpdateName:   workflows.UpdateApprove,
-		Args:         []any{workflows.ApproveRequest{Note: "fixture"}},
+		UpdateName:   api.UpdateApprove,
+		Args:         []any{api.ApproveRequest{Note: "fixture"}},
 		WaitForStage: client.WorkflowUpdateStageCompleted,
 	})
 	require.NoError(t, err)
@@ -258,12 +259,12 @@ func recordBudgeted(t *testing.T, rec *recorder) {
 	f := NewFleet(t, 4)
 	req := f.Request("fixture-budgeted", time.Second)
 	req.Parallelism = 3
-	run := StartOn(t, req, workflows.ClusterTaskQueue(workflows.TaskQueue, c.Name))
+	run := StartOn(t, req, api.ClusterTaskQueue(api.TaskQueue, c.Name))
 	require.Equal(t, 4, Succeeded(t, run).Counts.Succeeded)
 	rec.write(t, "rollout-budgeted.json", rec.closed(t, run.GetID(), run.GetRunID(), enums.WORKFLOW_EXECUTION_STATUS_COMPLETED))
 	waitFor(t, 60*time.Second, "every slot back at the coordinator", func() bool {
-		v, err := stack.Temporal.QueryWorkflow(context.Background(), c.BudgetWorkflowID(), "", workflows.QueryBudget)
-		var st workflows.BudgetStatus
+		v, err := stack.Temporal.QueryWorkflow(context.Background(), c.BudgetWorkflowID(), "", api.QueryBudget)
+		var st api.BudgetStatus
 		return err == nil && v.Get(&st) == nil && st.InUse == 0
 	})
 	rec.write(t, "budget-coordinator.json", rec.current(t, c.BudgetWorkflowID()))
@@ -276,13 +277,13 @@ func recordFleet(t *testing.T, rec *recorder) {
 	staging, _ := clusterWorker(t, "fixture-staging", 0)
 	prod, _ := clusterWorker(t, "fixture-prod", 0)
 	f := NewFleet(t, 2)
-	req := workflows.FleetRequest{Name: "fixture-fleet-" + f.suffix, Waves: [][]string{{staging.Name}, {prod.Name}}, Rollout: f.Request("fixture-fleet", time.Second)}
+	req := api.FleetRequest{Name: "fixture-fleet-" + f.suffix, Waves: [][]string{{staging.Name}, {prod.Name}}, Rollout: f.Request("fixture-fleet", time.Second)}
 	ctx := context.Background()
 	run, err := stack.Temporal.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
-		ID: workflows.FleetID(req.Name), TaskQueue: workflows.FleetTaskQueue, WorkflowExecutionTimeout: 5 * time.Minute,
-	}, workflows.FleetRolloutWorkflow, req)
+		ID: api.FleetID(req.Name), TaskQueue: api.FleetTaskQueue, WorkflowExecutionTimeout: 5 * time.Minute,
+	}, api.FleetRolloutWorkflow, req)
 	require.NoError(t, err)
-	var res workflows.FleetResult
+	var res api.FleetResult
 	require.NoError(t, run.Get(ctx, &res))
 	require.Equal(t, "done", res.Phase)
 	require.Len(t, res.Clusters, 2)
@@ -298,8 +299,8 @@ func recordFleetInvalidRollout(t *testing.T, rec *recorder) {
 		`"rollout":{"nodes":["n1"],"parallelism":0,"jobTemplate":"apiVersion: batch/v1\nkind: Job"}}`)
 	ctx := context.Background()
 	run, err := stack.Temporal.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
-		ID: workflows.FleetID(name), TaskQueue: workflows.FleetTaskQueue, WorkflowExecutionTimeout: 5 * time.Minute,
-	}, workflows.FleetRolloutWorkflow, input)
+		ID: api.FleetID(name), TaskQueue: api.FleetTaskQueue, WorkflowExecutionTimeout: 5 * time.Minute,
+	}, api.FleetRolloutWorkflow, input)
 	require.NoError(t, err)
 	err = run.Get(ctx, nil)
 	var appErr *temporal.ApplicationError

@@ -16,7 +16,7 @@ import (
 
 	"github.com/noderollout/noderollout/activities"
 	"github.com/noderollout/noderollout/activities/jobspec"
-	"github.com/noderollout/noderollout/workflows"
+	"github.com/noderollout/noderollout/api"
 )
 
 func TestRolloutCreatesOneJobPerNodeAndMarksNodes(t *testing.T) {
@@ -39,7 +39,7 @@ func TestRolloutCreatesOneJobPerNodeAndMarksNodes(t *testing.T) {
 		require.Equal(t, jobspec.PhaseSucceeded, phase)
 	}
 	for node, marker := range f.Markers(t, req.Name) {
-		require.Equal(t, jobspec.NodeMarker(res.TemplateHash, string(activities.OutcomeSucceeded)), marker, "node %s", node)
+		require.Equal(t, jobspec.NodeMarker(res.TemplateHash, string(api.OutcomeSucceeded)), marker, "node %s", node)
 	}
 }
 
@@ -109,7 +109,7 @@ func TestFailingNodesFailWhileOthersSucceed(t *testing.T) {
 	var failed []string
 	for _, r := range res.Failures {
 		failed = append(failed, r.Node)
-		require.Equal(t, activities.OutcomeFailed, r.Outcome)
+		require.Equal(t, api.OutcomeFailed, r.Outcome)
 		require.Equal(t, "BackoffLimitExceeded", r.Reason)
 		require.NotNil(t, r.ExitCode, "the failed container's exit code is reported")
 		require.Equal(t, int32(7), *r.ExitCode)
@@ -136,7 +136,7 @@ func TestFailureBudgetStopsTheRollout(t *testing.T) {
 	req.MaxFailures = "1"
 	res, err := Result(t, Start(t, req))
 	require.Error(t, err)
-	require.Contains(t, err.Error(), workflows.ErrFailureBudgetExceeded)
+	require.Contains(t, err.Error(), api.ErrFailureBudgetExceeded)
 	require.Contains(t, err.Error(), f.Nodes[2])
 	require.Equal(t, 2, res.Counts.Failed)
 	require.Equal(t, 1, res.Counts.Succeeded)

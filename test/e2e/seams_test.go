@@ -23,6 +23,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/noderollout/noderollout/activities"
+	"github.com/noderollout/noderollout/api"
 	"github.com/noderollout/noderollout/internal/policy"
 )
 
@@ -192,7 +193,7 @@ func TestGuardrailPolicyJudgesTheDrainBeforeTheCordon(t *testing.T) {
 	require.Equal(t, 2, res.Counts.Failed)
 	rules := map[string]string{}
 	for _, r := range res.Failures {
-		require.Equal(t, activities.ErrPolicyDenied, r.Reason, "%s: %s", r.Node, r.Message)
+		require.Equal(t, api.ErrPolicyDenied, r.Reason, "%s: %s", r.Node, r.Message)
 		rules[r.Node] = r.Message
 	}
 	require.Contains(t, rules[foreign], `"`+policy.RuleEvictNamespaces+`"`)

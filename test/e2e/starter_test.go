@@ -19,12 +19,12 @@ import (
 	batchv1 "k8s.io/api/batch/v1"
 
 	"github.com/noderollout/noderollout/activities/jobspec"
-	"github.com/noderollout/noderollout/workflows"
+	"github.com/noderollout/noderollout/api"
 )
 
-func writeRequest(t *testing.T, req workflows.RolloutRequest) string {
+func writeRequest(t *testing.T, req api.RolloutRequest) string {
 	t.Helper()
-	b, err := json.Marshal(req)
+	b, err := json.Marshal(withJobTimeout(req))
 	require.NoError(t, err)
 	path := filepath.Join(t.TempDir(), "rollout.json")
 	require.NoError(t, os.WriteFile(path, b, 0o600))
@@ -74,7 +74,7 @@ func TestStarterWaitSaysWhenNoNodeWasSelected(t *testing.T) {
 }
 
 func TestStarterRejectsBadRequestNamingTheField(t *testing.T) {
-	req := workflows.RolloutRequest{Name: "Bad_Name", Nodes: []string{"a"}, JobTemplate: JobTemplate(0, nil), Parallelism: -1}
+	req := api.RolloutRequest{Name: "Bad_Name", Nodes: []string{"a"}, JobTemplate: JobTemplate(0, nil), Parallelism: -1}
 	out, code := runStarter(t, "start", "-f", writeRequest(t, req))
 	require.Equal(t, 2, code, out)
 	require.Contains(t, out, "name:")
@@ -91,7 +91,7 @@ func TestTemporalCLIStartsARollout(t *testing.T) {
 	input := fmt.Sprintf(`{"name":%q,"namespace":%q,"nodeSelector":%q,"parallelism":5,"keepJobs":"always","jobTemplate":%q}`,
 		"from-cli-"+f.suffix, f.Namespace, f.Selector(), JobTemplate(time.Second, nil))
 	cmd := exec.Command(cli, "workflow", "start", "--address", stack.TemporalAddress,
-		"--type", workflows.RolloutWorkflow, "--task-queue", suiteQueue, "--workflow-id", "rollout-from-cli-"+f.suffix, "--input", input)
+		"--type", api.RolloutWorkflow, "--task-queue", suiteQueue, "--workflow-id", "rollout-from-cli-"+f.suffix, "--input", input)
 	out, err := cmd.CombinedOutput()
 	require.NoError(t, err, string(out))
 	res := Succeeded(t, stack.Temporal.GetWorkflow(context.Background(), "rollout-from-cli-"+f.suffix, ""))
@@ -156,7 +156,7 @@ func TestPauseResumeAndSetParallelismThroughStarter(t *testing.T) {
 	require.Equal(t, 0, code, out)
 
 	// Once the nodes in flight at the pause have finished, nothing new may have started.
-	var st workflows.RolloutStatus
+	var st api.RolloutStatus
 	waitFor(t, 60*time.Second, "in-flight nodes to finish after pause", func() bool {
 		var err error
 		st, err = status(run.GetID())
@@ -193,9 +193,9 @@ func TestPauseResumeAndSetParallelismThroughStarter(t *testing.T) {
 	require.Greater(t, peak, 2, "the larger window is used after resume")
 }
 
-func status(id string) (workflows.RolloutStatus, error) {
-	var st workflows.RolloutStatus
-	v, err := stack.Temporal.QueryWorkflow(context.Background(), id, "", workflows.QueryStatus)
+func status(id string) (api.RolloutStatus, error) {
+	var st api.RolloutStatus
+	v, err := stack.Temporal.QueryWorkflow(context.Background(), id, "", api.QueryStatus)
 	if err != nil {
 		return st, err
 	}

@@ -1,7 +1,7 @@
 // Command vulngate reads `govulncheck -format json` on stdin and fails when our code calls a
 // known-vulnerable function: of a module we require (fixed by updating go.mod) or of the
 // standard library (fixed by a newer Go in go.mod's toolchain line, which GOTOOLCHAIN=auto
-// selects; README, "Prerequisites").
+// selects; README, "Two commands").
 package main
 
 import (

@@ -1,0 +1,49 @@
+package api
+
+import (
+	"time"
+)
+
+// Progress is what one run of Rollout hands to the next when it continues as new: internal
+// state, passed as the workflow's second argument and honoured only in a run that was
+// continued as new, never a field of the public request.
+type Progress struct {
+	// Template is the template text, carried only by runs from before templates were stored
+	// by reference (TemplateHash names the stored copy).
+	Template       string       `json:"template,omitempty"`
+	TemplateHash   string       `json:"templateHash"`
+	Cursor         string       `json:"cursor,omitempty"` // last node handled, in name order
+	ListingDone    bool         `json:"listingDone,omitempty"`
+	Selected       int          `json:"selected"` // nodes selected so far (all of them once listing is done)
+	Counts         Counts       `json:"counts"`
+	Failures       []NodeResult `json:"failures,omitempty"` // the first MaxReportedFailures
+	Parallelism    int          `json:"parallelism"`
+	Window         int          `json:"window"`
+	Paused         bool         `json:"paused,omitempty"`
+	ContinuedAsNew int          `json:"continuedAsNew,omitempty"`
+	StartedAt      time.Time    `json:"startedAt"`
+	// MaxParallelism is the worker policy's cap when the rollout started (0: none).
+	MaxParallelism int `json:"maxParallelism,omitempty"`
+	// Pacing is the pacing state of a request that paces (windows, domains, canaries, order).
+	Pacing *PacingProgress `json:"pacing,omitempty"`
+	// WaitingNodes are the nodes another rollout held when the previous run handed them over
+	// (versionHandOverWaiting); this run waits for them first.
+	WaitingNodes []PacedNode `json:"waitingNodes,omitempty"`
+}
+
+// PacingProgress is the pacing state carried across continue-as-new.
+type PacingProgress struct {
+	// Queue is the listed page not yet handled: reordering and per-domain limits start nodes
+	// out of name order, so the cursor alone cannot say which are left.
+	Queue       []PacedNode `json:"queue,omitempty"`
+	CanaryStage string      `json:"canaryStage,omitempty"`
+	CanaryNodes []string    `json:"canaryNodes,omitempty"`
+}
+
+// PacedNode is a listed node with what pacing needs of it.
+type PacedNode struct {
+	Name   string `json:"name"`
+	Skip   string `json:"skip,omitempty"`
+	Domain string `json:"domain,omitempty"`
+	Rank   string `json:"rank,omitempty"`
+}

@@ -1,0 +1,150 @@
+package workflows
+
+import (
+	"errors"
+	"fmt"
+
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/noderollout/noderollout/api"
+)
+
+// Steering a running rollout: the pause, resume and nodeFree signals, the setParallelism and
+// approve updates, the status query and the details the UI shows.
+
+func (r *rollout) registerHandlers(ctx workflow.Context) error {
+	if err := workflow.SetQueryHandler(ctx, api.QueryStatus, func() (api.RolloutStatus, error) { return r.status(), nil }); err != nil {
+		return err
+	}
+	err := workflow.SetUpdateHandlerWithOptions(ctx, api.UpdateSetParallelism,
+		func(ctx workflow.Context, in api.SetParallelismRequest) (api.SetParallelismResult, error) {
+			// Before the template is prepared the worker's cap (policy maxParallelism) is not
+			// known yet: the update waits for it, so the cap holds from the first instant.
+			// versionCapBeforePrepare is asked only on that path.
+			if !r.prepared && workflow.GetVersion(ctx, versionCapBeforePrepare, workflow.DefaultVersion, 1) == 1 {
+				if err := workflow.Await(ctx, func() bool { return r.prepared }); err != nil {
+					return api.SetParallelismResult{}, err
+				}
+				if limit := r.progress.MaxParallelism; limit > 0 && in.Parallelism > limit {
+					return api.SetParallelismResult{}, temporal.NewNonRetryableApplicationError(fmt.Sprintf(
+						"parallelism: the worker's policy (maxParallelism) allows at most %d, got %d", limit, in.Parallelism), api.ErrPolicyDenied, nil)
+				}
+			}
+			previous := r.launchWindow.ceiling
+			r.launchWindow.setCeiling(in.Parallelism)
+			r.progress.Parallelism = in.Parallelism
+			r.showProgress(ctx)
+			return api.SetParallelismResult{Previous: previous, Parallelism: in.Parallelism}, nil
+		},
+		workflow.UpdateHandlerOptions{Validator: func(in api.SetParallelismRequest) error {
+			if in.Parallelism < 1 || in.Parallelism > api.MaxParallelism {
+				return fmt.Errorf("parallelism: must be between 1 and %d, got %d", api.MaxParallelism, in.Parallelism)
+			}
+			if limit := r.progress.MaxParallelism; limit > 0 && in.Parallelism > limit {
+				return fmt.Errorf("parallelism: the worker's policy (maxParallelism) allows at most %d, got %d", limit, in.Parallelism)
+			}
+			return nil
+		}})
+	if err != nil {
+		return err
+	}
+	if err := r.registerApprove(ctx); err != nil {
+		return err
+	}
+	pause := workflow.GetSignalChannel(ctx, api.SignalPause)
+	resume := workflow.GetSignalChannel(ctx, api.SignalResume)
+	freed := workflow.GetSignalChannel(ctx, SignalNodeFree)
+	r.signals = []workflow.ReceiveChannel{pause, resume, freed}
+	workflow.Go(ctx, func(ctx workflow.Context) {
+		for {
+			sel := workflow.NewSelector(ctx)
+			sel.AddReceive(pause, func(c workflow.ReceiveChannel, _ bool) { c.Receive(ctx, nil); r.progress.Paused = true })
+			sel.AddReceive(resume, func(c workflow.ReceiveChannel, _ bool) { c.Receive(ctx, nil); r.progress.Paused = false })
+			sel.AddReceive(freed, func(c workflow.ReceiveChannel, _ bool) {
+				var f NodeFreed
+				c.Receive(ctx, &f)
+				if r.waiting[f.Node] {
+					r.freed[f.Node] = true
+				}
+			})
+			sel.Select(ctx)
+			if ctx.Err() != nil {
+				return
+			}
+			r.showProgress(ctx)
+		}
+	})
+	return nil
+}
+
+// status answers the status query.
+func (r *rollout) status() api.RolloutStatus {
+	c := r.progress.Counts
+	c.Pending = max(0, r.progress.Selected-c.Finished()-c.Running-c.Waiting)
+	phase := "running"
+	switch {
+	case r.done:
+		phase = "done"
+	case r.draining:
+		phase = "draining"
+	case r.progress.Paused:
+		phase = "paused"
+	case r.pacer.phaseWord() != "":
+		phase = r.pacer.phaseWord()
+	}
+	waiting := workflow.DeterministicKeys(r.waiting)
+	var pacing *api.PacingStatus
+	if r.settings.Pacing.Active() {
+		pacing = r.pacer.status()
+	}
+	return api.RolloutStatus{
+		Pacing:                pacing,
+		Name:                  r.req.Name,
+		Phase:                 phase,
+		Paused:                r.progress.Paused,
+		Parallelism:           r.launchWindow.ceiling,
+		Window:                r.launchWindow.size,
+		Selected:              r.progress.Selected,
+		ListingDone:           r.progress.ListingDone,
+		Counts:                c,
+		Waiting:               waiting,
+		WaitingForClusterSlot: r.clusterSlots.waitingNodes(),
+		Recent:                append([]api.NodeResult(nil), r.recent...),
+		Failures:              append([]api.NodeResult(nil), r.progress.Failures...),
+		ContinuedAsNew:        r.progress.ContinuedAsNew,
+		TemplateHash:          r.progress.TemplateHash,
+		StartedAt:             r.progress.StartedAt,
+	}
+}
+
+// showProgress updates the workflow's current details shown in the Temporal UI.
+func (r *rollout) showProgress(ctx workflow.Context) {
+	st := r.status()
+	c := st.Counts
+	workflow.SetCurrentDetails(ctx, fmt.Sprintf(
+		"**%s** %d/%d done: %d succeeded, %d failed, %d timed out, %d skipped, %d gone, %d aborted; %d running, %d waiting; window %d of %d",
+		st.Phase, c.Finished(), st.Selected, c.Succeeded, c.Failed, c.TimedOut, c.Skipped, c.NodeGone, c.Aborted,
+		c.Running, c.Waiting, st.Window, st.Parallelism)+r.clusterSlots.describeWaits()+r.pacer.details())
+}
+
+// registerApprove lets an operator go on after the canaries (update approve).
+func (r *rollout) registerApprove(ctx workflow.Context) error {
+	return workflow.SetUpdateHandlerWithOptions(ctx, api.UpdateApprove,
+		func(ctx workflow.Context, _ api.ApproveRequest) (api.ApproveResult, error) {
+			r.pacer.approved = true
+			r.showProgress(ctx)
+			return api.ApproveResult{Canaries: len(r.pacer.canaries)}, nil
+		},
+		workflow.UpdateHandlerOptions{Validator: func(api.ApproveRequest) error {
+			switch {
+			case r.settings.Pacing.Canary == nil || !r.settings.Pacing.Canary.Approval:
+				return errors.New("approve: this rollout has no approval gate (its request sets no canary.approval)")
+			case r.pacer.approved || r.pacer.canaryStage == canaryStageDone:
+				return errors.New("approve: already approved")
+			case r.pacer.canaryStage != canaryStageApproval:
+				return fmt.Errorf("approve: the canaries have not finished yet (%s); approve when status says waiting for approval", r.pacer.phaseWord())
+			}
+			return nil
+		}})
+}

@@ -1,0 +1,352 @@
+package workflows
+
+import (
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/noderollout/noderollout/api"
+)
+
+// The version ledger. Workflow code must make, on replay, the commands its history recorded,
+// so every change to what a running workflow does is asked with workflow.GetVersion: a history
+// recorded before the change has no marker and takes the older branch (DefaultVersion), a run
+// started after it records the marker and takes the new one. This file lists every change ID
+// and node workflow type: what changed, since when, which fixture in testdata replays each
+// branch, and when the older branch can go. versions_test.go fails when code asks a change ID
+// that is not listed here, and checks every fixture named here records what it is said to.
+//
+// Most IDs are asked only on the path they change, so that no other history carries their
+// marker (a marker costs an event and a search-attribute upsert per workflow): such a branch
+// is pinned by a fixture only if one was recorded on that path.
+
+// Change IDs, by the workflow that asks them.
+const (
+	// Rollout, at its start (startFeatures), in this order.
+	versionFieldGuarantees = "field-guarantees"
+	versionNodeV2          = "node-v2"
+	versionChildCollector  = "one-child-collector"
+	// Rollout, once its template is prepared (readAtRun), in this order.
+	versionHistoryLimits = "continue-as-new-near-history-limits"
+	versionStopWaits     = "stop-waits-when-no-node-may-start"
+	versionAdmission     = "one-admission-point"
+	// Rollout, each on its own path.
+	versionClusterBudget    = "cluster-budget"
+	versionCanaryOwnNodes   = "canary-selector-own-nodes"
+	versionHandOverWaiting  = "hand-over-waiting-nodes"
+	versionCutDelay         = "cut-delay-when-no-node-may-start"
+	versionCapBeforePrepare = "set-parallelism-waits-for-the-cap"
+	// NodeRollout (versionFieldGuarantees, at its start), and every node type on its path.
+	versionRecordAbortInFinalize = "record-abort-in-finalize"
+	versionAbortDuringUncordon   = "abort-during-uncordon"
+	versionRecordAbortAfterJob   = "record-abort-after-job"
+	// ClusterBudget.
+	versionBudgetRebuild = "budget-rebuilds-holders"
+	// FleetRollout.
+	versionFleetUnknownFields          = "fleet-refuses-unknown-fields"
+	versionFleetChecksRollout          = "fleet-checks-nested-rollout"
+	versionFleetCountsUnrolledClusters = "fleet-counts-aborted-and-empty-clusters"
+)
+
+// change is one GetVersion change ID.
+type change struct {
+	id       string
+	workflow string // the workflow type that asks it
+	since    string // the commit that brought it
+	// what each version does, from DefaultVersion up; asked says when the ID is asked at all.
+	what  []string
+	asked string
+	// pinned names, by version, the fixtures in testdata whose replay takes that branch; a
+	// branch no fixture reaches names the tests that cover it instead (covered).
+	pinned  map[workflow.Version][]string
+	covered string
+	// removable is when the older branches (and their fixtures) can go.
+	removable string
+}
+
+// removableOnceDrained is when a branch taken only by workflows that started before a change
+// can go: once no such workflow can still run or be replayed (the namespace's retention after
+// the last of them closed), and the fixtures of that branch go with it.
+const removableOnceDrained = "once no workflow started before it can still be open or replayed (the namespace's retention after the last closed)"
+
+// ledger is every change ID that workflow code asks.
+var ledger = []change{
+	{
+		id: versionFieldGuarantees, workflow: "Rollout, NodeRollout", since: "2bbf0f0 (2026-11-30)",
+		what: []string{
+			"Rollout: the template travels in the history; a busy node is retried on a timer; no budget check while a node waits. NodeRollout: node_legacy.go, whose writes stop retrying after a minute",
+			"Rollout: the template is stored by hash and only the hash travels; busy nodes are told when the node frees; the failure budget is checked while a node waits. NodeRollout: runNode, whose writes retry until the node's deadline",
+		},
+		asked: "every Rollout and NodeRollout run, at its start",
+		pinned: map[workflow.Version][]string{
+			workflow.DefaultVersion: {"rollout-abort.json", "rollout-busy-node-holder.json", "rollout-busy-node-waits.json", "rollout-continue-as-new-run1.json", "rollout-continue-as-new-run2.json", "rollout-continue-as-new-run3.json", "rollout-history.json", "rollout-pause-resume-set-parallelism.json", "node-cancelled-mid-job.json", "node-history.json", "node-succeeded.json"},
+			1:                       {"guarantees-rollout-abort.json", "guarantees-rollout-busy-node-holder.json", "guarantees-rollout-busy-node-waits.json", "guarantees-rollout-continue-as-new-run1.json", "guarantees-rollout-continue-as-new-run2.json", "guarantees-rollout-continue-as-new-run3.json", "guarantees-rollout-pause-resume-set-parallelism.json", "guarantees-node-cancelled-mid-job.json", "guarantees-node-succeeded.json", "paced-node-maintained.json", "paced-rollout-canary-approved.json"},
+		},
+		removable: removableOnceDrained + "; with it go node_legacy.go, withLegacyLocalAPIActivity and the busy-node backoff",
+	},
+	{
+		id: versionNodeV2, workflow: "Rollout", since: "acdd35f (2026-11-30)",
+		what: []string{
+			"children are NodeRollout, which ask field-guarantees themselves",
+			"children are NodeRolloutV2: no marker of their own; a short Job is watched within the child's first workflow task (WatchSeconds)",
+			"children are NodeRolloutV3: that Job is created, watched and finalized by one local activity (RunJob)",
+		},
+		asked: "every Rollout run with field-guarantees, at its start",
+		pinned: map[workflow.Version][]string{
+			workflow.DefaultVersion: {"guarantees-rollout-abort.json", "guarantees-rollout-continue-as-new-run1.json"},
+			1:                       {"v2-rollout-abort.json", "v2-rollout-busy-node-holder.json", "v2-rollout-busy-node-waits.json", "v2-rollout-canary-approved.json", "v2-rollout-continue-as-new-run1.json", "v2-rollout-continue-as-new-run2.json", "v2-rollout-continue-as-new-run3.json", "v2-rollout-pause-resume-set-parallelism.json"},
+			2:                       {"v3-rollout-abort.json", "v3-rollout-budgeted.json", "v3-rollout-busy-node-holder.json", "v3-rollout-busy-node-waits.json", "v3-rollout-canary-approved.json", "v3-rollout-continue-as-new-run1.json", "v3-rollout-continue-as-new-run2.json", "v3-rollout-continue-as-new-run3.json", "v3-rollout-pause-resume-set-parallelism.json"},
+		},
+		removable: removableOnceDrained + "; the node types NodeRollout and NodeRolloutV2 stay registered until their own histories are gone too",
+	},
+	{
+		id: versionChildCollector, workflow: "Rollout", since: "d1cec14 (2026-12-01)",
+		what: []string{
+			"a coroutine per node in flight waits on its child",
+			"one coroutine (childCollector) waits on every child that started at once",
+		},
+		asked: "every Rollout run with field-guarantees, at its start",
+		pinned: map[workflow.Version][]string{
+			workflow.DefaultVersion: {"v3-rollout-abort.json", "v3-rollout-continue-as-new-run1.json"},
+			1:                       {"v4-rollout-abort.json", "v4-rollout-budgeted.json", "v4-rollout-busy-node-holder.json", "v4-rollout-busy-node-waits.json", "v4-rollout-canary-approved.json", "v4-rollout-continue-as-new-run1.json", "v4-rollout-continue-as-new-run2.json", "v4-rollout-continue-as-new-run3.json", "v4-rollout-pause-resume-set-parallelism.json"},
+		},
+		removable: removableOnceDrained,
+	},
+	{
+		id: versionHistoryLimits, workflow: "Rollout", since: "e4ac290 (2026-11-30)",
+		what: []string{
+			"the run continues as new when the server suggests it (about 4,096 events)",
+			"the run continues as new near the history's warning limits (9,000 events or 8 MiB, less what its drain adds)",
+		},
+		asked: "every Rollout run that starts nodes, once its template is prepared",
+		pinned: map[workflow.Version][]string{
+			workflow.DefaultVersion: {"rollout-history.json"},
+			1:                       {"rollout-abort.json", "rollout-continue-as-new-run1.json", "guarantees-rollout-abort.json", "v5-rollout-abort.json"},
+		},
+		removable: removableOnceDrained,
+	},
+	{
+		id: versionStopWaits, workflow: "Rollout", since: "30b4fbd (2026-12-02)",
+		what: []string{
+			"a wait for the maintenance window, for a busy node or between nodes runs its course after the failure budget is spent or a canary failed",
+			"those waits end as soon as no node may start any more",
+		},
+		asked: "every Rollout run that starts nodes, once its template is prepared",
+		pinned: map[workflow.Version][]string{
+			workflow.DefaultVersion: {"v4-rollout-abort.json", "v4-rollout-continue-as-new-run1.json"},
+			1:                       {"v5-rollout-abort.json", "v5-rollout-budgeted.json", "v5-rollout-busy-node-holder.json", "v5-rollout-busy-node-waits.json", "v5-rollout-canary-approved.json", "v5-rollout-continue-as-new-run1.json", "v5-rollout-continue-as-new-run2.json", "v5-rollout-continue-as-new-run3.json", "v5-rollout-pause-resume-set-parallelism.json", "v6-rollout-cut-delay.json", "v6-rollout-hand-over-run1.json", "v6-rollout-hand-over-run2.json"},
+		},
+		removable: removableOnceDrained,
+	},
+	{
+		id: versionAdmission, workflow: "Rollout", since: "715ea05 (2026-12-02)",
+		what: []string{
+			"each wait checks the rules it waits for (startNext, runNode): a wait for one rule may return into a start that another refuses",
+			"every node start passes startRefusal at the instant it starts (admission.go); long waits watch the history's size; the canary stage can continue as new",
+		},
+		asked: "every Rollout run that starts nodes, once its template is prepared",
+		pinned: map[workflow.Version][]string{
+			workflow.DefaultVersion: {"v5-rollout-abort.json", "v6-rollout-cut-delay.json", "v6-rollout-hand-over-run1.json"},
+			1:                       {"v8-rollout-abort.json", "v8-rollout-budgeted.json", "v8-rollout-busy-node-holder.json", "v8-rollout-busy-node-waits.json", "v8-rollout-canary-approved.json", "v8-rollout-continue-as-new-run1.json", "v8-rollout-continue-as-new-run2.json", "v8-rollout-continue-as-new-run3.json", "v8-rollout-cut-delay.json", "v8-rollout-hand-over-run1.json", "v8-rollout-hand-over-run2.json", "v8-rollout-pause-resume-set-parallelism.json"},
+		},
+		covered:   "TestModel runs both versions",
+		removable: removableOnceDrained + "; with it go startNext, runNode's pre-admission loop and awaitLaunchSlot",
+	},
+	{
+		id: versionClusterBudget, workflow: "Rollout", since: "28234f8 (2026-11-30)",
+		what: []string{
+			"no node takes a slot of the cluster-wide budget",
+			"each node takes a slot from the cluster's ClusterBudget coordinator before its child starts",
+		},
+		asked: "only on a worker with a cluster budget (cluster-budget > 0), at the run's start",
+		pinned: map[workflow.Version][]string{
+			1: {"v3-rollout-budgeted.json", "v4-rollout-budgeted.json", "v5-rollout-budgeted.json", "v8-rollout-budgeted.json"},
+		},
+		covered:   "DefaultVersion is every run on a worker without a budget, which never asks; TestClusterBudgetHoldsAcrossTwoRollouts runs version 1",
+		removable: removableOnceDrained,
+	},
+	{
+		id: versionCanaryOwnNodes, workflow: "Rollout", since: "7dacc3a (2026-12-02)",
+		what: []string{
+			"canary.selector on a rollout that names its nodes fails when it matches more than 100 nodes of the cluster",
+			"the listing pages on through the selector's matches and counts only the rollout's own nodes",
+		},
+		asked:     "only when canary.selector on a rollout that names its nodes matches more than one page",
+		covered:   "no fixture reaches the path; TestCanarySelectorCountsOnlyTheRolloutsOwnNodes runs version 1",
+		removable: removableOnceDrained,
+	},
+	{
+		id: versionHandOverWaiting, workflow: "Rollout", since: "bc96496 (2026-12-02)",
+		what: []string{
+			"a run waits for every node another rollout holds before it ends or continues as new",
+			"once nothing else is in flight, a run that continues as new, or nears its history limits, hands those nodes to the next run (Progress.WaitingNodes)",
+		},
+		asked: "only when a draining run finds nodes waiting for another rollout",
+		pinned: map[workflow.Version][]string{
+			1: {"v6-rollout-hand-over-run1.json", "v8-rollout-hand-over-run1.json"},
+		},
+		covered:   "DefaultVersion: no fixture reaches the path; TestContinuingRunHandsOverANodeAnotherRolloutHolds runs version 1",
+		removable: removableOnceDrained,
+	},
+	{
+		id: versionCutDelay, workflow: "Rollout", since: "5fd95c3 (2026-12-02)",
+		what: []string{
+			"delayBetweenNodes runs its course after no node may start any more",
+			"the delay ends at once then",
+		},
+		asked: "only when a delay between nodes is cut short",
+		pinned: map[workflow.Version][]string{
+			1: {"v6-rollout-cut-delay.json", "v8-rollout-cut-delay.json"},
+		},
+		covered:   "DefaultVersion: TestOverBudgetRolloutOfAnOldRunSitsTheDelayOut",
+		removable: removableOnceDrained,
+	},
+	{
+		id: versionCapBeforePrepare, workflow: "Rollout", since: "715ea05 (2026-12-02)",
+		what: []string{
+			"a setParallelism update before the template is prepared is applied unchecked",
+			"it waits for the worker's cap (policy maxParallelism) and is refused over it",
+		},
+		asked:     "only by a setParallelism update that arrives before the template is prepared",
+		covered:   "no fixture reaches the path; TestSetParallelismBeforeTheTemplateIsPreparedStaysWithinThePolicy runs version 1, TestModel (modelBefore) the default",
+		removable: removableOnceDrained,
+	},
+	{
+		id: versionRecordAbortInFinalize, workflow: "NodeRollout, NodeRolloutV2, NodeRolloutV3", since: "7557946 (2026-12-02)",
+		what: []string{
+			"an abort during the finalize of a succeeded Job may leave the success on the Node",
+			"the abort is recorded over it, so a rerun covers the node",
+		},
+		asked:     "only when an abort cuts short the finalize of a succeeded Job",
+		covered:   "no fixture reaches the path; TestMaintenanceAbortAtEachStep runs version 1, TestModel (modelBefore) the default",
+		removable: removableOnceDrained,
+	},
+	{
+		id: versionAbortDuringUncordon, workflow: "NodeRollout, NodeRolloutV2, NodeRolloutV3", since: "7557946 (2026-12-02)",
+		what: []string{
+			"an abort during the final uncordon fails the node with the cancelled uncordon as an API error",
+			"the node ends aborted, its cordon left as onFailure says and the abort recorded",
+		},
+		asked:     "only when an abort cuts short the uncordon after a success",
+		covered:   "no fixture reaches the path; TestMaintenanceAbortAtEachStep runs version 1, TestModel (modelBefore) the default",
+		removable: removableOnceDrained,
+	},
+	{
+		id: versionRecordAbortAfterJob, workflow: "NodeRollout, NodeRolloutV2, NodeRolloutV3", since: "2f470d9 (2026-12-02)",
+		what: []string{
+			"an abort in the health gate or soak leaves the Job's success on the Node",
+			"the abort is recorded over it",
+		},
+		asked:     "only when an abort comes in the health gate or soak after a succeeded Job",
+		covered:   "no fixture reaches the path; TestMaintenanceAbortAtEachStep",
+		removable: removableOnceDrained,
+	},
+	{
+		id: versionBudgetRebuild, workflow: "ClusterBudget", since: "1e7a83c (2026-12-02)",
+		what: []string{
+			"a coordinator started afresh grants from an empty table",
+			"it first takes every node workflow still running on its task queue as a holder",
+		},
+		asked: "by a coordinator started afresh (not continued as new)",
+		pinned: map[workflow.Version][]string{
+			workflow.DefaultVersion: {"v3-budget-coordinator.json", "v4-budget-coordinator.json"},
+			1:                       {"v8-budget-coordinator.json"},
+		},
+		removable: removableOnceDrained,
+	},
+	{
+		id: versionFleetUnknownFields, workflow: "FleetRollout", since: "31c38ca (2026-12-02)",
+		what: []string{
+			"fields the lenient decoding found unknown, or a rollout field of the wrong type, are dropped silently",
+			"they fail the fleet with InvalidRequest",
+		},
+		asked:     "only by a fleet whose request has such fields",
+		covered:   "no fixture reaches the path; TestFleetUnknownFieldsAreRefusedByPath runs version 1, TestFleetUnknownFieldsAreDroppedOnTheOldVersion the default",
+		removable: removableOnceDrained,
+	},
+	{
+		id: versionFleetChecksRollout, workflow: "FleetRollout", since: "e39f172 (2026-12-02)",
+		what: []string{
+			"a statically invalid rollout is started in wave 1's clusters, to fail there one by one",
+			"it fails the fleet at once with InvalidRequest",
+		},
+		asked: "only by a fleet whose rollout has problems",
+		pinned: map[workflow.Version][]string{
+			1: {"v7-fleet-invalid-rollout.json", "v8-fleet-invalid-rollout.json"},
+		},
+		covered:   "DefaultVersion: TestFleetStartsAnInvalidRolloutOnTheOldVersion",
+		removable: removableOnceDrained,
+	},
+	{
+		id: versionFleetCountsUnrolledClusters, workflow: "FleetRollout", since: "bef32c2 (2026-12-02)",
+		what: []string{
+			"a cluster whose rollout was aborted on its own, or selected no node, is not counted against maxFailedClusters",
+			"it is",
+		},
+		asked: "every valid fleet, once it starts its waves",
+		pinned: map[workflow.Version][]string{
+			workflow.DefaultVersion: {"v3-fleet-two-waves.json", "v4-fleet-two-waves.json"},
+			1:                       {"v8-fleet-two-waves.json"},
+		},
+		removable: removableOnceDrained,
+	},
+}
+
+// nodeType is one node workflow type: a Rollout starts one per node as its child, of the
+// type its version of node-v2 says.
+type nodeType struct {
+	name     string
+	what     string
+	fixtures []string // node histories of this type in testdata
+}
+
+// nodeTypes are the node workflow types every worker registers.
+var nodeTypes = []nodeType{
+	{
+		name: api.NodeRolloutWorkflow,
+		what: "children of Rollout runs from before node-v2; asks field-guarantees itself: node_legacy.go without it, runNode with it",
+		fixtures: []string{"node-cancelled-mid-job.json", "node-history.json", "node-succeeded.json",
+			"guarantees-node-cancelled-mid-job.json", "guarantees-node-succeeded.json", "paced-node-maintained.json"},
+	},
+	{
+		name:     api.NodeRolloutV2Workflow,
+		what:     "children of runs with node-v2 version 1: runNode with a local watch of a short Job, no marker of its own",
+		fixtures: []string{"v2-node-cancelled-mid-job.json", "v2-node-maintained.json", "v2-node-succeeded.json"},
+	},
+	{
+		name: api.NodeRolloutV3Workflow,
+		what: "children of runs with node-v2 version 2 (today's): a short Job created, watched and finalized by one RunJob local activity",
+		fixtures: []string{"v3-node-cancelled-mid-job.json", "v3-node-maintained.json", "v3-node-succeeded.json",
+			"v4-node-cancelled-mid-job.json", "v4-node-maintained.json", "v4-node-succeeded.json",
+			"v8-node-cancelled-mid-job.json", "v8-node-maintained.json", "v8-node-succeeded.json"},
+	},
+}
+
+// features are what a Rollout run does, by the versions its history recorded.
+type features struct {
+	guarantees  bool             // versionFieldGuarantees
+	nodeVersion workflow.Version // versionNodeV2: 0 starts NodeRollout, 1 NodeRolloutV2, 2 NodeRolloutV3
+	collect     bool             // versionChildCollector
+	// Asked once the template is prepared (readAtRun); a dry run never asks them.
+	atHistoryLimits bool // versionHistoryLimits: continue as new near the limits, not when suggested
+	stopWaits       bool // versionStopWaits
+	admission       bool // versionAdmission
+}
+
+// startFeatures asks the versions every run asks at its start, in the order their markers
+// stand in the history.
+func startFeatures(ctx workflow.Context) features {
+	var f features
+	f.guarantees = workflow.GetVersion(ctx, versionFieldGuarantees, workflow.DefaultVersion, 1) == 1
+	if f.guarantees {
+		f.nodeVersion = workflow.GetVersion(ctx, versionNodeV2, workflow.DefaultVersion, 2)
+		f.collect = workflow.GetVersion(ctx, versionChildCollector, workflow.DefaultVersion, 1) == 1
+	}
+	return f
+}
+
+// readAtRun asks the versions a run asks once its template is prepared, before it starts
+// nodes.
+func (f *features) readAtRun(ctx workflow.Context) {
+	f.atHistoryLimits = workflow.GetVersion(ctx, versionHistoryLimits, workflow.DefaultVersion, 1) == 1
+	f.stopWaits = workflow.GetVersion(ctx, versionStopWaits, workflow.DefaultVersion, 1) == 1
+	f.admission = workflow.GetVersion(ctx, versionAdmission, workflow.DefaultVersion, 1) == 1
+}
