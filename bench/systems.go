@@ -257,7 +257,7 @@ func watchWithStarter(ctx context.Context, bin, temporalAddress, id, logPath str
 // startWithStarter starts the rollout with "starter start -f FILE --wait", as a user would,
 // and returns once the workflow exists; the starter goes on following it until it ends or ctx
 // does. Its output goes to logPrefix.log, the request to logPrefix.json.
-func startWithStarter(ctx context.Context, tc client.Client, bin, temporalAddress, taskQueue string, req workflows.RolloutRequest, logPrefix string) (client.WorkflowRun, error) {
+func startWithStarter(ctx context.Context, tc client.Client, bin, temporalAddress, taskQueue string, req api.RolloutRequest, logPrefix string) (client.WorkflowRun, error) {
 	raw, err := json.Marshal(req)
 	if err != nil {
 		return nil, err
@@ -280,7 +280,7 @@ func startWithStarter(ctx context.Context, tc client.Client, bin, temporalAddres
 	}
 	exited := make(chan error, 1)
 	go func() { exited <- cmd.Wait(); logFile.Close() }()
-	id := workflows.RolloutID(req.Name)
+	id := api.RolloutID(req.Name)
 	for deadline := time.Now().Add(30 * time.Second); ; {
 		if desc, err := tc.DescribeWorkflow(ctx, id, ""); err == nil {
 			// The run ID, from which the bench walks the rollout's runs and children.
