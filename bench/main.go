@@ -675,7 +675,14 @@ func gate(cfg config, results []*result) []string {
 		}
 	}
 	for _, r := range results {
-		if cfg.gateActions > 0 && isNoderollout(r.System) && r.ActionsPerNode > cfg.gateActions {
+		if cfg.gateActions <= 0 || !isNoderollout(r.System) {
+			continue
+		}
+		switch {
+		case len(r.Actions) == 0: // an unread counter must not pass as zero actions
+			failures = append(failures, fmt.Sprintf("N=%d %s (repetition %d): no Temporal action counts read, so --gate-actions cannot hold (check --temporal-metrics)",
+				r.Nodes, r.System, r.Rep+1))
+		case r.ActionsPerNode > cfg.gateActions:
 			failures = append(failures, fmt.Sprintf("N=%d D=%gs %s (repetition %d): %.2f Temporal actions per node, over %g",
 				r.Nodes, r.JobSeconds, r.System, r.Rep+1, r.ActionsPerNode, cfg.gateActions))
 		}
