@@ -56,6 +56,10 @@ type ListNodesInput struct {
 	Rerun         bool     `json:"rerun,omitempty"`
 	After         string   `json:"after,omitempty"` // only names sorted strictly after this one
 	Limit         int      `json:"limit"`           // at most this many names in Nodes+Done+Missing
+	// Continue is a continue token of an earlier slice's listing (its result's Continue, or
+	// the token that slice was read from) at or before After: the listing resumes there
+	// instead of reading from the first page. Empty: from the first page.
+	Continue string `json:"continue,omitempty"`
 	// Labels are node label keys whose values the result reports per node.
 	Labels []string `json:"labels,omitempty"`
 }
@@ -70,6 +74,13 @@ type ListNodesResult struct {
 	Next       string   `json:"next,omitempty"` // pass as After for the next slice
 	More       bool     `json:"more"`           // another slice follows
 	Total      int      `json:"total"`          // nodes selected in all (unique explicit names, or all matches)
+	// Start is a continue token at or before the slice's first name ("": the first page), from
+	// which a listing may resume at any cursor within the slice.
+	Start string `json:"start,omitempty"`
+	// Continue resumes the listing right after Next (pass it as the next slice's Continue);
+	// empty when the listing ended or its position is not known (the first slice, which reads
+	// every page to count; pages that came out of name order).
+	Continue string `json:"continue,omitempty"`
 	// Labels holds, per listed node carrying any, the values of the input's Labels keys.
 	Labels map[string]map[string]string `json:"labels,omitempty"`
 }

@@ -29,6 +29,9 @@ type Progress struct {
 	// WaitingNodes are the nodes another rollout held when the previous run handed them over
 	// (versionHandOverWaiting); this run waits for them first.
 	WaitingNodes []PacedNode `json:"waitingNodes,omitempty"`
+	// Listing is where the node listing stands in the API server's paginated list, so that
+	// the next slice resumes there instead of reading every page up to the cursor again.
+	Listing *ListingPosition `json:"listing,omitempty"`
 }
 
 // PacingProgress is the pacing state carried across continue-as-new.
@@ -46,4 +49,27 @@ type PacedNode struct {
 	Skip   string `json:"skip,omitempty"`
 	Domain string `json:"domain,omitempty"`
 	Rank   string `json:"rank,omitempty"`
+}
+
+// ListingPosition holds the continue tokens of the current slice of the node listing. From
+// lies at or before every name of the slice, so it serves any cursor within it (a run that
+// continued as new before handling the whole slice); Next lies right after End, the slice's
+// last name, and serves once the cursor reached it. Tokens are the API server's and opaque;
+// one that expired is replaced by the activity (activities.ListNodesInput.Continue).
+type ListingPosition struct {
+	From string `json:"from,omitempty"`
+	Next string `json:"next,omitempty"`
+	End  string `json:"end,omitempty"`
+}
+
+// ResumeToken is the continue token from which to list the names after cursor ("" for the
+// first page).
+func (l *ListingPosition) ResumeToken(cursor string) string {
+	if l == nil {
+		return ""
+	}
+	if l.Next != "" && l.End != "" && cursor == l.End {
+		return l.Next
+	}
+	return l.From
 }

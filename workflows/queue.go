@@ -38,6 +38,14 @@ func (r *rollout) recordSkip(ctx workflow.Context, n queuedNode) {
 func (r *rollout) listMore(ctx workflow.Context) error {
 	var a *activities.Activities
 	var page activities.ListNodesResult
+	// The listing resumes from the API server's continue token, not from its first page: a
+	// listing that re-read every page up to the cursor for each slice was quadratic in the
+	// fleet. A cursor is always at or after the token's place (it only moves forward within a
+	// slice, and a reset clears the position), and the activity leaves out the names up to it.
+	// No change ID: the commands are the same; only the activity's input and the state carried
+	// across continue-as-new gain a token, which a history from before has not (it lists from
+	// the first page, as it did), and a worker from before ignores.
+	from := r.progress.Listing.ResumeToken(r.progress.Cursor)
 	err := workflow.ExecuteActivity(withAPIActivity(ctx, "list nodes after "+quoteOrStart(r.progress.Cursor)), a.ListNodes, activities.ListNodesInput{
 		Rollout:       r.req.Name,
 		Names:         r.req.Nodes,
@@ -48,10 +56,12 @@ func (r *rollout) listMore(ctx workflow.Context) error {
 		After:         r.progress.Cursor,
 		Limit:         listPageSize,
 		Labels:        r.settings.Pacing.LabelKeys(),
+		Continue:      from,
 	}).Get(ctx, &page)
 	if err != nil {
 		return asWorkflowError(err)
 	}
+	r.progress.Listing = &api.ListingPosition{From: page.Start, Next: page.Continue, End: page.Next}
 	r.queue = r.queuePage(page)
 	r.progress.ListingDone = !page.More
 	if page.Total > r.progress.Selected {
