@@ -90,12 +90,14 @@ func (a *Activities) ListNodes(ctx context.Context, in ListNodesInput) (ListNode
 	for _, e := range entries {
 		classify(&res, in, e)
 	}
-	if walk.ordered && len(entries) > 0 {
-		res.Start = walk.start
-	}
 	if res.More && len(entries) > 0 {
 		res.Next = entries[len(entries)-1].name
 		res.Continue = walk.resume
+		for _, m := range walk.marks {
+			if walk.ordered && m.First <= res.Next { // the pages of this slice, not those a count read past it
+				res.Marks = append(res.Marks, m)
+			}
+		}
 	}
 	return res, nil
 }
@@ -108,10 +110,12 @@ type nodeWalk struct {
 	ordered   bool // every Node read sorted after the one before: pages came in name order
 	fromStart bool // the walk began at the first page
 	complete  bool // it reached the last page
-	// start is the continue token of the request that returned the first entry ("": the
-	// first page), resume the one right after the last entry, when the walk stopped at a full
-	// slice on a page end (only then does a token mark the slice's end exactly).
-	start, resume string
+	// marks are the continue tokens of the requests that returned entries, each with its
+	// first entry ("": the first page); resume is the token right after the last entry, when
+	// the walk stopped at a full slice on a page end (only then does a token mark the slice's
+	// end exactly).
+	marks  []api.ListingMark
+	resume string
 }
 
 // count is the whole selection's size when the walk read it all, else 0 (not counted).
@@ -198,8 +202,8 @@ func (a *Activities) walkNodes(ctx context.Context, in ListNodesInput, stopAt in
 			}
 			w.largest = max(w.largest, node.Name)
 			if node.Name > in.After {
-				if len(w.entries) == 0 {
-					w.start = opts.Continue
+				if len(w.marks) == 0 || w.marks[len(w.marks)-1].Continue != opts.Continue {
+					w.marks = append(w.marks, api.ListingMark{Continue: opts.Continue, First: node.Name})
 				}
 				w.entries = append(w.entries, nodeEntry{name: node.Name, marker: node.Annotations[markerKey], labels: wantedLabels(in.Labels, node.Labels)})
 			}

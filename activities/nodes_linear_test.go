@@ -7,6 +7,8 @@ import (
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+
+	"github.com/noderollout/noderollout/api"
 )
 
 // inNameOrder makes n labelled nodes in key order, as the API server pages them.
@@ -70,12 +72,14 @@ func TestListNodesResumesMidSliceFromTheSlicesToken(t *testing.T) {
 	third, err := listNodes(t, a, in)
 	require.NoError(t, err)
 	require.Equal(t, "node-002999", third.Next)
-	require.Equal(t, "1000", second.Start, "the request that returned the second slice's first name")
-	require.Equal(t, second.Continue, third.Start)
+	require.Equal(t, []api.ListingMark{{Continue: "1000", First: "node-001000"}, {Continue: "1500", First: "node-001500"}}, second.Marks,
+		"the requests that returned the second slice's names")
+	require.Equal(t, []api.ListingMark{{Continue: second.Continue, First: "node-002000"}, {Continue: "2500", First: "node-002500"}}, third.Marks)
 
-	// The third slice's run continued as new with its cursor at node-002499.
+	// The third slice's run continued as new with its cursor at node-002499: it resumes from
+	// the slice's first page, the page before its cursor's.
 	pages.requests = nil
-	in.After, in.Continue = "node-002499", third.Start
+	in.After, in.Continue = "node-002499", third.Marks[0].Continue
 	resumed, err := listNodes(t, a, in)
 	require.NoError(t, err)
 	require.Equal(t, []string{second.Continue, "2500", "3000"}, pages.continues())

@@ -74,9 +74,10 @@ type ListNodesResult struct {
 	Next       string   `json:"next,omitempty"` // pass as After for the next slice
 	More       bool     `json:"more"`           // another slice follows
 	Total      int      `json:"total"`          // nodes selected in all (unique explicit names, or all matches)
-	// Start is a continue token at or before the slice's first name ("": the first page), from
-	// which a listing may resume at any cursor within the slice.
-	Start string `json:"start,omitempty"`
+	// Marks are the continue tokens of the pages that held the slice, each with the first
+	// name it held, in order ("" for the first page): a listing may resume within the slice
+	// from the page of its cursor.
+	Marks []api.ListingMark `json:"marks,omitempty"`
 	// Continue resumes the listing right after Next (pass it as the next slice's Continue);
 	// empty when the listing ended or its position is not known (the first slice, which reads
 	// every page to count; pages that came out of name order).

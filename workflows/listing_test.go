@@ -83,7 +83,7 @@ func TestRolloutListsAHundredThousandNodesLinearly(t *testing.T) {
 	require.Equal(t, n, res.Selected)
 	t.Logf("%d Node LISTs for %d nodes: %.4f per node, %d from the first page", pager.lists, n, float64(pager.lists)/n, pager.firstPages)
 	require.LessOrEqual(t, float64(pager.lists)/n, 0.005, "Node LISTs per node")
-	require.Equal(t, 2, pager.firstPages, "only the counting first slice and the one after it (no token yet) start at the first page")
+	require.Equal(t, 1, pager.firstPages, "only the counting first slice starts at the first page")
 }
 
 // The listing's position is carried across continue-as-new: a run that continued in the
@@ -129,6 +129,10 @@ func TestRolloutListingResumesAcrossContinueAsNew(t *testing.T) {
 	for node, count := range started {
 		require.Equal(t, 1, count, "node %s", node)
 	}
-	t.Logf("%d Node LISTs for %d nodes over %d runs, %d from the first page", pager.lists, n, final.ContinuedAsNew+1, pager.firstPages)
-	require.Equal(t, 2, pager.firstPages, "no run after the second slice starts at the first page")
+	runs := final.ContinuedAsNew + 1
+	t.Logf("%d Node LISTs for %d nodes over %d runs, %d from the first page", pager.lists, n, runs, pager.firstPages)
+	require.Equal(t, 1, pager.firstPages, "no run after the first slice starts at the first page")
+	// The first slice's count (a LIST per 500), two pages for each later slice, and one page
+	// read again by each run that started in the middle of a slice.
+	require.LessOrEqual(t, pager.lists, n/500+2*(n/1000)+runs, "Node LISTs")
 }

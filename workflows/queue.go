@@ -61,7 +61,7 @@ func (r *rollout) listMore(ctx workflow.Context) error {
 	if err != nil {
 		return asWorkflowError(err)
 	}
-	r.progress.Listing = &api.ListingPosition{From: page.Start, Next: page.Continue, End: page.Next}
+	r.progress.Listing = &api.ListingPosition{Marks: page.Marks, Next: page.Continue, End: page.Next}
 	r.queue = r.queuePage(page)
 	r.progress.ListingDone = !page.More
 	if page.Total > r.progress.Selected {
