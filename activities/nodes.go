@@ -129,12 +129,13 @@ func (w *nodeWalk) count() int {
 // listSelectedNodes reads the selected Nodes page by page. The first slice of a listing (no
 // After, no Continue) walks every page, since it counts the whole selection (the rollout's
 // denominator, for its progress and its failure budget). A later slice stops once it holds
-// limit nodes: it starts at in.Continue, the token where the previous slice stopped (or
-// began), and asks for pages no longer than what the slice still lacks, so that it ends on a
-// page end and hands the next slice that page's token. A listing of S slices so reads each
-// page about once: linear, where re-reading from the first page to the cursor for every slice
-// was S² pages. Without a token (a history from before tokens, the first slice's successor) a
-// later slice reads from the first page and keeps the names after in.After, as before.
+// limit nodes: it starts at in.Continue, the token where the previous slice stopped (or, in a
+// run that continued as new mid-slice, the token of its cursor's page: ListNodesResult.Marks),
+// and asks for pages no longer than what the slice still lacks, so that it ends on a page end
+// and hands the next slice that page's token. A listing of S slices so reads each page about
+// once: linear, where re-reading from the first page to the cursor for every slice was S²
+// pages. Without a token (a history from before tokens) a later slice reads from the first
+// page and keeps the names after in.After, as before.
 //
 // Stopping early is sound because a paginated list resumes after the last key it returned, and
 // a cluster-scoped object's key ends in its name: every later page sorts after the names held.
