@@ -2,6 +2,7 @@ package activities
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strconv"
@@ -23,7 +24,7 @@ const (
 	NodePageSize = 500
 	// DefaultListLimit applies when ListNodesInput.Limit is not positive.
 	DefaultListLimit = 1000
-	// listRestarts bounds how often an expired continue token restarts a listing before the
+	// listRestarts bounds how many expired continue tokens one listing meets before the
 	// activity gives up and lets Temporal retry it.
 	listRestarts = 3
 	// nodeGetConcurrency bounds the GETs for an explicit node list.
@@ -75,96 +76,162 @@ func (a *Activities) ListNodes(ctx context.Context, in ListNodesInput) (ListNode
 	if in.Selector == "" && in.FieldSelector == "" {
 		return ListNodesResult{}, invalidRequest("nodeSelector", "set nodes (a list of names) or nodeSelector (a label selector)")
 	}
-	entries, total, err := a.listSelectedNodes(ctx, in, limit)
+	walk, err := a.listSelectedNodes(ctx, in, limit)
 	if err != nil {
 		return ListNodesResult{}, err
 	}
+	entries := walk.entries
 	slices.SortFunc(entries, func(x, y nodeEntry) int { return strings.Compare(x.name, y.name) })
 	entries = slices.CompactFunc(entries, func(x, y nodeEntry) bool { return x.name == y.name })
-	res := ListNodesResult{Total: total}
+	res := ListNodesResult{Total: walk.count()}
+	res.More = !walk.complete || len(entries) > limit
 	if len(entries) > limit {
-		entries, res.More = entries[:limit], true
+		entries = entries[:limit]
 	}
 	for _, e := range entries {
 		classify(&res, in, e)
 	}
-	if res.More {
+	if res.More && len(entries) > 0 {
 		res.Next = entries[len(entries)-1].name
+		res.Continue = walk.resume
+		for _, m := range walk.marks {
+			if walk.ordered && m.First <= res.Next { // the pages of this slice, not those a count read past it
+				res.Marks = append(res.Marks, m)
+			}
+		}
 	}
 	return res, nil
 }
 
-// listSelectedNodes pages through the selected Nodes, keeping those after in.After. The first
-// slice of a listing (no After) walks every page, since it counts the whole selection (the
-// rollout's denominator, for its progress and its failure budget). A later slice stops as soon
-// as it holds more than limit nodes: on a fleet of 10,000 that is a page or two past the cursor
-// instead of every Node each time. The count of a slice that stopped early is 0 (not counted).
+// nodeWalk is what one listing of the selected Nodes read.
+type nodeWalk struct {
+	entries   []nodeEntry // the Nodes named after ListNodesInput.After
+	read      int         // Nodes read in all
+	largest   string
+	ordered   bool // every Node read sorted after the one before: pages came in name order
+	fromStart bool // the walk began at the first page
+	complete  bool // it reached the last page
+	// marks are the continue tokens of the requests that returned entries, each with its
+	// first entry ("": the first page); resume is the token right after the last entry, when
+	// the walk stopped at a full slice on a page end (only then does a token mark the slice's
+	// end exactly).
+	marks  []api.ListingMark
+	resume string
+}
+
+// count is the whole selection's size when the walk read it all, else 0 (not counted).
+func (w *nodeWalk) count() int {
+	if w.fromStart && w.complete {
+		return w.read
+	}
+	return 0
+}
+
+// listSelectedNodes reads the selected Nodes page by page. The first slice of a listing (no
+// After, no Continue) walks every page, since it counts the whole selection (the rollout's
+// denominator, for its progress and its failure budget). A later slice stops once it holds
+// limit nodes: it starts at in.Continue, the token where the previous slice stopped (or, in a
+// run that continued as new mid-slice, the token of its cursor's page: ListNodesResult.Marks),
+// and asks for pages no longer than what the slice still lacks, so that it ends on a page end
+// and hands the next slice that page's token. A listing of S slices so reads each page about
+// once: linear, where re-reading from the first page to the cursor for every slice was S²
+// pages. Without a token (a history from before tokens) a later slice reads from the first
+// page and keeps the names after in.After, as before.
 //
 // Stopping early is sound because a paginated list resumes after the last key it returned, and
 // a cluster-scoped object's key ends in its name: every later page sorts after the names held.
-// It is taken only when the page's last item is also the largest name seen so far, so a server
-// that answered out of order is simply walked to the end.
+// It is taken only while every name read came in order, so a server that answered out of order
+// is simply walked to the end, and its slice gets no token.
 //
-// An expired continue token (the listing outlived etcd compaction) restarts the listing from
-// the first page: a full unpaginated list, as client-go's pager falls back to, is what paging is
-// for avoiding.
-func (a *Activities) listSelectedNodes(ctx context.Context, in ListNodesInput, limit int) ([]nodeEntry, int, error) {
-	stopAfter := 0 // entries held before a walk may stop; 0: never stop, count everything
-	if in.After != "" {
-		stopAfter = limit
+// An expired continue token (410: the listing outlived etcd's compaction, typically 5 minutes,
+// e.g. a slice of long Jobs) is replaced by the token the API server sends with that error,
+// which continues the same walk at the same key on current data: nodes added or removed since
+// show as they are now, as they would to any later slice. When the error carries none, the
+// walk starts again from the first page, keeping the names after in.After: the same nodes, at
+// the old cost. Never a full unpaginated list, which is what paging avoids.
+func (a *Activities) listSelectedNodes(ctx context.Context, in ListNodesInput, limit int) (nodeWalk, error) {
+	stopAt := 0 // entries a walk may stop at; 0: never stop, count everything
+	if in.After != "" || in.Continue != "" {
+		stopAt = limit
 	}
-	var err error
-	for range listRestarts {
-		var entries []nodeEntry
-		var total int
-		entries, total, err = a.walkNodes(ctx, in, stopAfter)
-		if err == nil {
-			return entries, total, nil
-		}
-		if !apierrors.IsResourceExpired(err) && !apierrors.IsGone(err) {
-			break
-		}
-	}
-	if apierrors.IsBadRequest(err) || apierrors.IsInvalid(err) {
+	walk, err := a.walkNodes(ctx, in, stopAt)
+	switch {
+	case err == nil:
+		return walk, nil
+	case apierrors.IsBadRequest(err) || apierrors.IsInvalid(err):
 		// The selectors parsed, so the server refused what they select on (e.g. a field Nodes
 		// do not support).
-		return nil, 0, invalidRequest("nodeSelector", "the API server rejected selector %q / fieldSelector %q: %v",
+		return nodeWalk{}, invalidRequest("nodeSelector", "the API server rejected selector %q / fieldSelector %q: %v",
 			in.Selector, in.FieldSelector, err)
 	}
-	return nil, 0, kubeError(err, "list", "nodes")
+	return nodeWalk{}, kubeError(err, "list", "nodes")
 }
 
-// walkNodes reads the selected Nodes page by page from the first, keeping those after in.After,
-// until the last page or (stopAfter > 0) until more than stopAfter are held at a page's end.
-// total counts every Node read when the walk reached the last page, and is 0 when it stopped.
-func (a *Activities) walkNodes(ctx context.Context, in ListNodesInput, stopAfter int) ([]nodeEntry, int, error) {
+// walkNodes reads the selected Nodes from in.Continue (or the first page), keeping those after
+// in.After, until the last page or (stopAt > 0, pages in order) until it holds stopAt of them.
+func (a *Activities) walkNodes(ctx context.Context, in ListNodesInput, stopAt int) (nodeWalk, error) {
 	nodes := a.Kube.CoreV1().Nodes()
 	markerKey := jobspec.NodeMarkerKey(in.Rollout)
-	opts := metav1.ListOptions{LabelSelector: in.Selector, FieldSelector: in.FieldSelector, Limit: NodePageSize}
-	var entries []nodeEntry
-	var total int
-	var largest string
+	opts := metav1.ListOptions{LabelSelector: in.Selector, FieldSelector: in.FieldSelector, Continue: in.Continue}
+	w := nodeWalk{ordered: true, fromStart: in.Continue == ""}
+	expired := 0
 	for {
+		opts.Limit = NodePageSize
+		if stopAt > 0 && w.ordered {
+			opts.Limit = int64(min(NodePageSize, stopAt-len(w.entries)))
+		}
 		page, err := nodes.List(ctx, opts)
 		if err != nil {
-			return nil, 0, err
+			if !apierrors.IsResourceExpired(err) && !apierrors.IsGone(err) {
+				return nodeWalk{}, err
+			}
+			if expired++; expired >= listRestarts {
+				return nodeWalk{}, err
+			}
+			if token := continueAfterExpiry(err); token != "" && opts.Continue != "" {
+				opts.Continue = token
+				continue
+			}
+			w = nodeWalk{ordered: true, fromStart: true}
+			opts.Continue = ""
+			continue
 		}
 		for i := range page.Items {
 			node := &page.Items[i]
-			total++
-			largest = max(largest, node.Name)
+			w.read++
+			if node.Name <= w.largest {
+				w.ordered = false
+			}
+			w.largest = max(w.largest, node.Name)
 			if node.Name > in.After {
-				entries = append(entries, newNodeEntry(in, markerKey, node))
+				if len(w.marks) == 0 || w.marks[len(w.marks)-1].Continue != opts.Continue {
+					w.marks = append(w.marks, api.ListingMark{Continue: opts.Continue, First: node.Name})
+				}
+				w.entries = append(w.entries, newNodeEntry(in, markerKey, node))
 			}
 		}
 		if page.Continue == "" {
-			return entries, total, nil
+			w.complete = true
+			return w, nil
 		}
-		if stopAfter > 0 && len(entries) > stopAfter && len(page.Items) > 0 && page.Items[len(page.Items)-1].Name == largest {
-			return entries, 0, nil
+		if stopAt > 0 && w.ordered && len(w.entries) >= stopAt {
+			if len(w.entries) == stopAt {
+				w.resume = page.Continue
+			}
+			return w, nil
 		}
 		opts.Continue = page.Continue
 	}
+}
+
+// continueAfterExpiry is the token a 410 for an expired continue token carries, which
+// continues the list at the same key on current data ("" when the server sent none).
+func continueAfterExpiry(err error) string {
+	var status apierrors.APIStatus
+	if errors.As(err, &status) {
+		return status.Status().ListMeta.Continue
+	}
+	return ""
 }
 
 // nodeFields are the fields a field selector on Nodes can name.

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 
@@ -83,6 +84,9 @@ type pagedNodes struct {
 	expireAt    string
 	expireErr   error
 	expireTimes int
+	// offerContinue makes an expiry carry a token that continues at the same place, as the
+	// API server's 410 for an expired continue token does.
+	offerContinue bool
 }
 
 func (p *pagedNodes) react(action k8stesting.Action) (bool, runtime.Object, error) {
@@ -92,11 +96,16 @@ func (p *pagedNodes) react(action k8stesting.Action) (bool, runtime.Object, erro
 	p.requests = append(p.requests, opts)
 	if opts.Continue != "" && opts.Continue == p.expireAt && p.expireTimes > 0 {
 		p.expireTimes--
+		if p.offerContinue {
+			status := apierrors.NewResourceExpired("the provided continue parameter is too old; use the continue token in this response")
+			status.ErrStatus.ListMeta.Continue = inconsistentPrefix + opts.Continue
+			return true, nil, status
+		}
 		return true, nil, p.expireErr
 	}
 	start := 0
 	if opts.Continue != "" {
-		start, _ = strconv.Atoi(opts.Continue)
+		start, _ = strconv.Atoi(strings.TrimPrefix(opts.Continue, inconsistentPrefix))
 	}
 	end := len(p.nodes)
 	if opts.Limit > 0 && start+int(opts.Limit) < end {
@@ -111,6 +120,9 @@ func (p *pagedNodes) react(action k8stesting.Action) (bool, runtime.Object, erro
 	}
 	return true, list, nil
 }
+
+// inconsistentPrefix marks the token a 410 carries: the same place, read on current data.
+const inconsistentPrefix = "now:"
 
 func (p *pagedNodes) continues() []string {
 	p.mu.Lock()
@@ -219,10 +231,24 @@ func TestListNodesOutOfOrderPagesAreReadToTheEnd(t *testing.T) {
 	cs.PrependReactor("list", "nodes", pages.react)
 	res, err := listNodes(t, a, ListNodesInput{Rollout: "kata", TemplateHash: testHash, Selector: "kata=true", After: "node-0000", Limit: 300})
 	require.NoError(t, err)
-	require.Equal(t, []string{"", "500", "1000"}, pages.continues())
+	// The first page asks for no more than the slice lacks; once the names come out of order,
+	// whole pages to the end.
+	require.Equal(t, []string{"", "300", "800"}, pages.continues())
+	require.Equal(t, []int64{300, 500, 500}, pageLimits(pages))
 	require.Equal(t, 1100, res.Total)
 	require.Equal(t, "node-0300", res.Next)
 	require.Equal(t, "node-0001", res.Nodes[0])
+	require.Empty(t, res.Continue, "no token where the order gives no position")
+}
+
+func pageLimits(p *pagedNodes) []int64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var out []int64
+	for _, r := range p.requests {
+		out = append(out, r.Limit)
+	}
+	return out
 }
 
 func TestListNodesRestartsOnExpiredContinue(t *testing.T) {

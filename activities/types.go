@@ -66,6 +66,10 @@ type ListNodesInput struct {
 	Rerun         bool     `json:"rerun,omitempty"`
 	After         string   `json:"after,omitempty"` // only names sorted strictly after this one
 	Limit         int      `json:"limit"`           // at most this many names in Nodes+Done+Missing
+	// Continue is a continue token of an earlier slice's listing (its result's Continue, or
+	// the token that slice was read from) at or before After: the listing resumes there
+	// instead of reading from the first page. Empty: from the first page.
+	Continue string `json:"continue,omitempty"`
 	// Labels are node label keys whose values the result reports per node.
 	Labels []string `json:"labels,omitempty"`
 	// TaintCheck, when set, lists a node whose taints the Pod does not tolerate as Untolerated.
@@ -82,6 +86,14 @@ type ListNodesResult struct {
 	Next       string   `json:"next,omitempty"` // pass as After for the next slice
 	More       bool     `json:"more"`           // another slice follows
 	Total      int      `json:"total"`          // nodes selected in all (unique explicit names, or all matches)
+	// Marks are the continue tokens of the pages that held the slice, each with the first
+	// name it held, in order ("" for the first page): a listing may resume within the slice
+	// from the page of its cursor.
+	Marks []api.ListingMark `json:"marks,omitempty"`
+	// Continue resumes the listing right after Next (pass it as the next slice's Continue);
+	// empty when the listing ended or its position is not known (the first slice, which reads
+	// every page to count; pages that came out of name order).
+	Continue string `json:"continue,omitempty"`
 	// Labels holds, per listed node carrying any, the values of the input's Labels keys.
 	Labels map[string]map[string]string `json:"labels,omitempty"`
 	// Untolerated holds, per node not run for a taint its Pod does not tolerate, that taint

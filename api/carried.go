@@ -42,6 +42,9 @@ type Progress struct {
 	Gate *GateState `json:"gate,omitempty"`
 	// Converge is a converging rollout's state (mode: converge).
 	Converge *ConvergeProgress `json:"converge,omitempty"`
+	// Listing is where the node listing stands in the API server's paginated list, so that
+	// the next slice resumes there instead of reading every page up to the cursor again.
+	Listing *ListingPosition `json:"listing,omitempty"`
 }
 
 // PacingProgress is the pacing state carried across continue-as-new.
@@ -61,4 +64,42 @@ type PacedNode struct {
 	Rank   string `json:"rank,omitempty"`
 	// Reason says more of a skip (the untolerated taint).
 	Reason string `json:"reason,omitempty"`
+}
+
+// ListingPosition holds the continue tokens of the current slice of the node listing. Marks
+// are the tokens of the pages that held the slice, each with the first name it held, so that
+// a run that continued as new before handling the whole slice resumes from its cursor's page;
+// Next lies right after End, the slice's last name, and serves once the cursor reached it.
+// Tokens are the API server's and opaque; one that expired is replaced by the activity
+// (activities.ListNodesInput.Continue).
+type ListingPosition struct {
+	Marks []ListingMark `json:"marks,omitempty"`
+	Next  string        `json:"next,omitempty"`
+	End   string        `json:"end,omitempty"`
+}
+
+// ListingMark is a page of the node listing: the continue token that read it ("" for the
+// first page) and the first selected name it held.
+type ListingMark struct {
+	Continue string `json:"continue,omitempty"`
+	First    string `json:"first"`
+}
+
+// ResumeToken is the continue token from which to list the names after cursor ("" for the
+// first page): right after the slice when the cursor reached its end, else the page that
+// holds the cursor, else the slice's first page.
+func (l *ListingPosition) ResumeToken(cursor string) string {
+	if l == nil {
+		return ""
+	}
+	if l.Next != "" && l.End != "" && cursor == l.End {
+		return l.Next
+	}
+	token := ""
+	for i, m := range l.Marks {
+		if i == 0 || m.First <= cursor {
+			token = m.Continue
+		}
+	}
+	return token
 }

@@ -162,6 +162,27 @@ func TestRowsPairEachRepetitionWithItsBaseline(t *testing.T) {
 	assert.Contains(t, markdownRows(results), "| 1,000 | 100 | 5 | noderollout | 3 | 90.0 (88.0–140.0) | 1.50 (1.10–2.00)× |")
 }
 
+func TestGateActionsHoldsNoderolloutRunsAndRefusesAnUnreadCounter(t *testing.T) {
+	run := func(system string, actions map[string]float64) *result {
+		r := &result{System: system, Nodes: 100, Selected: 100, Succeeded: 100, JobSeconds: 5, Actions: actions}
+		r.derive()
+		return r
+	}
+	cheap := run(systemNoderollout, map[string]float64{"command_StartChildWorkflowExecution": 300, queryAction: 900})
+	dear := run(systemNoderollout, map[string]float64{"command_StartChildWorkflowExecution": 700})
+	floor := run(systemTemporalFloor, map[string]float64{"command_StartChildWorkflowExecution": 900})
+	cfg := config{gateNodes: 1000, gateRatio: 1.8, gateActions: 6}
+
+	assert.Empty(t, gate(cfg, []*result{cheap, floor}), "3 actions per node (queries apart) is within 6; the floor is not held")
+	failures := gate(cfg, []*result{dear})
+	require.Len(t, failures, 1)
+	assert.Contains(t, failures[0], "7.00 Temporal actions per node, over 6")
+	failures = gate(cfg, []*result{run(systemNoderollout, nil)})
+	require.Len(t, failures, 1)
+	assert.Contains(t, failures[0], "no Temporal action counts read")
+	assert.Empty(t, gate(config{gateNodes: 1000, gateRatio: 1.8}, []*result{dear}), "no --gate-actions, no check")
+}
+
 func TestSummarize(t *testing.T) {
 	s := summarize([]float64{4, 1, 3, 2})
 	assert.Equal(t, stat{N: 4, Mean: 2.5, P50: 3, P95: 4, Max: 4}, s)

@@ -59,6 +59,16 @@ type config struct {
 	trace           bool
 	profileSeconds  int
 	repeat          int
+	sucBin          string
+	sucQPSBin       string
+	sucJobTTL       int
+	sucObserve      time.Duration
+	sucTail         bool
+	sucTimeout      time.Duration
+	devDir          string
+	watch           string
+	starterBin      string
+	gateActions     float64
 }
 
 func logf(format string, args ...any) {
@@ -128,6 +138,16 @@ func parseFlags(args []string) (config, error) {
 	fs.IntVar(&c.historyWorkers, "history-workers", 16, "child histories read at once")
 	fs.IntVar(&c.profileSeconds, "profile-seconds", 0, "save a CPU profile of the worker's first this many seconds of each rollout into --work-dir (go tool pprof)")
 	fs.BoolVar(&c.trace, "trace", true, "watch Jobs and Pods to break each slot's cycle into steps")
+	fs.StringVar(&c.sucBin, "suc-bin", "", "the peer, system-upgrade-controller as shipped, for the system "+systemSUC+" (dev/build-suc.sh)")
+	fs.StringVar(&c.sucQPSBin, "suc-qps-bin", "", "the peer with its client rate limit raised, for the system "+systemSUCQPS)
+	fs.IntVar(&c.sucJobTTL, "suc-job-ttl", 60, "seconds the peer keeps a finished Job (its SYSTEM_UPGRADE_JOB_TTL_SECONDS_AFTER_FINISH)")
+	fs.DurationVar(&c.sucObserve, "suc-observe", 150*time.Second, "with failing nodes, how long the peer's runs watch them after every other node is done (its retries)")
+	fs.DurationVar(&c.sucTimeout, "suc-timeout", time.Hour, "give up on a peer run after this long")
+	fs.BoolVar(&c.sucTail, "suc-tail", true, "after a peer run, wait until its finished Jobs' TTL ran out and count its requests meanwhile (the tail)")
+	fs.StringVar(&c.devDir, "dev-dir", "dev", "the repository's dev/ directory, whose scripts start and stop the stack's kube-scheduler for the peer's runs")
+	fs.StringVar(&c.watch, "watch", "", `"status-w": follow each noderollout run with "starter status -w" (--starter-bin) instead of the bench's own query every 15 s; "start-wait": start it with "starter start --wait", which follows it; to price following a rollout in Temporal actions`)
+	fs.StringVar(&c.starterBin, "starter-bin", "bin/starter", "the built starter, for --watch")
+	fs.Float64Var(&c.gateActions, "gate-actions", 0, "fail when a noderollout run's Temporal actions per node (queries left out) exceed this; 0: no such check")
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
@@ -158,13 +178,22 @@ func parseFlags(args []string) (config, error) {
 		c.sizes = append(c.sizes, n)
 	}
 	for _, s := range strings.Split(systems, ",") {
-		if !isNoderollout(s) && !isBaseline(s) && s != systemTemporalFloor {
-			return c, fmt.Errorf("--systems: %q is none of %s, %s, %s, %s and %s", s, systemNoderollout, systemCandidate, systemBaseline, systemBaselineMinimal, systemTemporalFloor)
+		if !isNoderollout(s) && !isBaseline(s) && s != systemTemporalFloor && !isSUC(s) {
+			return c, fmt.Errorf("--systems: %q is none of %s", s, strings.Join([]string{systemNoderollout, systemCandidate,
+				systemBaseline, systemBaselineMinimal, systemTemporalFloor, systemSUC, systemSUCQPS}, ", "))
 		}
 		if s == systemCandidate && c.candidateBin == "" {
 			return c, fmt.Errorf("--systems: %s needs --candidate-bin", systemCandidate)
 		}
+		if (s == systemSUC && c.sucBin == "") || (s == systemSUCQPS && c.sucQPSBin == "") {
+			return c, fmt.Errorf("--systems: %s: %w", s, errNoSUC)
+		}
 		c.systems = append(c.systems, s)
+	}
+	switch c.watch {
+	case "", "status-w", "start-wait":
+	default:
+		return c, fmt.Errorf(`--watch %q: want "status-w", "start-wait" or nothing`, c.watch)
 	}
 	switch {
 	case c.rewrite != "":
@@ -183,6 +212,7 @@ func parseFlags(args []string) (config, error) {
 type env struct {
 	cfg             config
 	run             string // unique per bench run: in node, namespace, task queue and rollout names
+	rc              *rest.Config
 	kube            kubernetes.Interface
 	tc              client.Client
 	proxy           *countingProxy
@@ -210,7 +240,7 @@ func run(ctx context.Context, cfg config) ([]string, error) {
 		return nil, err
 	}
 	defer proxy.close()
-	e := &env{cfg: cfg, run: runID(), kube: kube, tc: tc, proxy: proxy}
+	e := &env{cfg: cfg, run: runID(), rc: rc, kube: kube, tc: tc, proxy: proxy}
 	if e.proxyKubeconfig, err = proxy.writeKubeconfig(cfg.workDir, "bench-proxy.kubeconfig"); err != nil {
 		return nil, err
 	}
@@ -312,6 +342,7 @@ func (e *env) measureSize(ctx context.Context, n int) ([]*result, error) {
 			}
 		}
 		pairWithBaseline(reps)
+		pairWithSUC(reps)
 		for _, r := range reps {
 			logf("N=%d %s (repetition %d): makespan %.1fs (ideal %.0fs, ratio %.2f, %.2fx baseline); %d/%d/%d succeeded/failed/other of %d",
 				n, r.System, rep+1, r.MakespanS, r.IdealS, r.Ratio, r.VsBaseline, r.Succeeded, r.Failed, r.Other, r.Nodes)
@@ -346,6 +377,23 @@ func pairWithBaseline(rep []*result) {
 	}
 	for _, r := range rep {
 		r.VsBaseline = r.MakespanS / base.MakespanS
+	}
+}
+
+// pairWithSUC sets each result's VsSUC against the faster peer run (as shipped, or with its
+// client limit raised) of the same repetition, on the same Nodes.
+func pairWithSUC(rep []*result) {
+	var peer *result
+	for _, r := range rep {
+		if isSUC(r.System) && r.MakespanS > 0 && r.Error == "" && (peer == nil || r.MakespanS < peer.MakespanS) {
+			peer = r
+		}
+	}
+	if peer == nil {
+		return
+	}
+	for _, r := range rep {
+		r.VsSUC = r.MakespanS / peer.MakespanS
 	}
 }
 
@@ -403,6 +451,7 @@ func (e *env) measureOne(ctx context.Context, s runSpec) (*result, error) {
 		}
 		defer tr.close()
 	}
+	s.tr = tr
 	n := len(s.fleet.nodes)
 	r := &result{
 		System: s.system, Nodes: n, Parallelism: s.parallelism, JobSeconds: s.jobSeconds,
@@ -418,6 +467,8 @@ func (e *env) measureOne(ctx context.Context, s runSpec) (*result, error) {
 		err = e.measureBaseline(ctx, s, r)
 	case systemTemporalFloor:
 		err = e.measureFloor(ctx, s, r)
+	case systemSUC, systemSUCQPS:
+		err = e.measureSUC(ctx, s, r)
 	}
 	if tr != nil && !r.start.IsZero() {
 		r.Slot = tr.phases(r.start, r.end, s.parallelism)
@@ -444,13 +495,34 @@ func (e *env) measureNoderollout(ctx context.Context, s runSpec, r *result) erro
 	defer w.stop()
 	req := rolloutRequest("bench-"+s.id(), s)
 	req.ContinueAsNewAfter = e.cfg.canAfter
+	r.Watch = e.cfg.watch
+	start := func(ctx context.Context) (client.WorkflowRun, error) { return startRollout(ctx, e.tc, taskQueue, req) }
+	stopStarter := func() {}
+	if e.cfg.watch == "start-wait" {
+		var starterCtx context.Context
+		starterCtx, stopStarter = context.WithCancel(ctx)
+		defer stopStarter()
+		start = func(context.Context) (client.WorkflowRun, error) {
+			return startWithStarter(starterCtx, e.tc, e.cfg.starterBin, e.cfg.temporalAddress, taskQueue, req,
+				filepath.Join(e.cfg.workDir, "bench-watch-"+s.id()))
+		}
+	}
 	return e.measureWorkflow(ctx, s, r, w, workflowRun{
-		start: func(ctx context.Context) (client.WorkflowRun, error) { return startRollout(ctx, e.tc, taskQueue, req) },
+		start: start,
 		follow: func(ctx context.Context, id string) {
+			switch e.cfg.watch {
+			case "start-wait":
+				return // the starter that started it follows it
+			case "status-w":
+				watchWithStarter(ctx, e.cfg.starterBin, e.cfg.temporalAddress, id,
+					filepath.Join(e.cfg.workDir, "bench-watch-"+s.id()+".log"))
+				return
+			}
 			followRollout(ctx, e.tc, id, 15*time.Second, r.start)
 		},
 		wait: func(ctx context.Context, id string) error {
 			res, err := waitRollout(ctx, e.tc, id)
+			stopStarter()
 			r.Selected = res.Selected
 			r.Succeeded = res.Counts.Succeeded
 			r.Failed = res.Counts.Failures()
@@ -462,20 +534,26 @@ func (e *env) measureNoderollout(ctx context.Context, s runSpec, r *result) erro
 }
 
 // measureFloor runs the Temporal floor (package floor): a child workflow per node of the
-// fleet that only waits D seconds, on a worker of its own, with no Kubernetes calls.
+// fleet, its ID the node's alone (reused by every repetition, as noderollout's are), whose
+// local activity makes the baseline's Kubernetes calls for the node, on a worker of its own
+// that reaches the API server through the counting proxy.
 func (e *env) measureFloor(ctx context.Context, s runSpec, r *result) error {
 	taskQueue := "bench-" + s.id()
+	tmpl := filepath.Join(e.cfg.workDir, "floor-job-"+s.id()+".yaml")
+	if err := os.WriteFile(tmpl, []byte(s.template), 0o644); err != nil {
+		return err
+	}
 	w, err := startReadyProcess(ctx, e.cfg.floorBin, filepath.Join(e.cfg.workDir, "bench-worker-"+s.id()+".log"),
 		func(addr string) []string {
-			return []string{"--temporal-address", e.cfg.temporalAddress, "--task-queue", taskQueue, "--metrics-listen", addr}
+			return []string{"--temporal-address", e.cfg.temporalAddress, "--task-queue", taskQueue, "--metrics-listen", addr,
+				"--kubeconfig", e.proxyKubeconfig, "--namespace", s.namespace, "--template", tmpl, "--run", s.id(),
+				"--kube-qps", "1000", "--kube-burst", "2000"}
 		})
 	if err != nil {
 		return err
 	}
 	defer w.stop()
 	req := floor.Request{Name: "bench-" + s.id(), Nodes: s.fleet.nodes, Parallelism: s.parallelism, JobSeconds: s.jobSeconds}
-	// Its nodes never fail: the fleet's failing nodes are failed by their Pods.
-	r.ExpectedFailed = 0
 	return e.measureWorkflow(ctx, s, r, w, workflowRun{
 		start: func(ctx context.Context) (client.WorkflowRun, error) {
 			return e.tc.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
@@ -525,6 +603,18 @@ func (e *env) measureWorkflow(ctx context.Context, s runSpec, r *result, w *work
 	runErr := run.wait(ctx, wr.GetID())
 	r.end = time.Now()
 	stopFollowing()
+	// The clock stops where the last run closed, by the server's record (same machine): the
+	// client's long poll for the close has been seen to return up to 20 s late (its poll
+	// timeout) on this dev server, which is not the rollout's time.
+	if desc, err := e.tc.DescribeWorkflow(ctx, wr.GetID(), ""); err == nil {
+		if closed := desc.RawResponse.GetWorkflowExecutionInfo().GetCloseTime().AsTime(); closed.After(r.start) && closed.Before(r.end) {
+			r.EndNoticeLagS = r.end.Sub(closed).Seconds()
+			if r.EndNoticeLagS > 1 {
+				logf("N=%d %s: the client saw the workflow's close %.1fs after it (its long poll); the clock stops at the close", r.Nodes, s.system, r.EndNoticeLagS)
+			}
+			r.end = closed
+		}
+	}
 
 	after, err := takeUsage(ctx, e.kube, e.cfg.stateDir, e.cfg.temporalMetrics, e.proxy)
 	if err != nil {
@@ -582,6 +672,19 @@ func gate(cfg config, results []*result) []string {
 	for _, r := range results {
 		if lost := r.lost(); lost != "" {
 			failures = append(failures, fmt.Sprintf("N=%d %s (repetition %d): %s", r.Nodes, r.System, r.Rep+1, lost))
+		}
+	}
+	for _, r := range results {
+		if cfg.gateActions <= 0 || !isNoderollout(r.System) {
+			continue
+		}
+		switch {
+		case len(r.Actions) == 0: // an unread counter must not pass as zero actions
+			failures = append(failures, fmt.Sprintf("N=%d %s (repetition %d): no Temporal action counts read, so --gate-actions cannot hold (check --temporal-metrics)",
+				r.Nodes, r.System, r.Rep+1))
+		case r.ActionsPerNode > cfg.gateActions:
+			failures = append(failures, fmt.Sprintf("N=%d D=%gs %s (repetition %d): %.2f Temporal actions per node, over %g",
+				r.Nodes, r.JobSeconds, r.System, r.Rep+1, r.ActionsPerNode, cfg.gateActions))
 		}
 	}
 	for _, r := range rows(results) {

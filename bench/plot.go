@@ -17,6 +17,8 @@ var (
 	colorNoderollout = color.RGBA{R: 0x1f, G: 0x77, B: 0xb4, A: 0xff}
 	colorBaseline    = color.RGBA{R: 0xd6, G: 0x27, B: 0x28, A: 0xff}
 	colorHistory     = color.RGBA{R: 0x2c, G: 0xa0, B: 0x2c, A: 0xff}
+	colorPeer        = color.RGBA{R: 0xff, G: 0x7f, B: 0x0e, A: 0xff}
+	colorFloor       = color.RGBA{R: 0x94, G: 0x67, B: 0xbd, A: 0xff}
 )
 
 // writePlot draws two panels against N (log scale): makespan / ideal of both systems, and
@@ -34,10 +36,12 @@ func writePlot(path string, results []*result) error {
 		sort.Slice(xys, func(i, j int) bool { return xys[i].X < xys[j].X })
 		return xys
 	}
+	drawn := 0
 	add := func(p *plot.Plot, label string, xys plotter.XYs, c color.Color, dashed bool, shape draw.GlyphDrawer) error {
 		if len(xys) == 0 {
 			return nil
 		}
+		drawn++
 		line, points, err := plotter.NewLinePoints(xys)
 		if err != nil {
 			return err
@@ -62,16 +66,24 @@ func writePlot(path string, results []*result) error {
 	}{
 		{ratio, "noderollout", systemNoderollout, func(r *result) float64 { return r.Ratio }, colorNoderollout, false, draw.CircleGlyph{}},
 		{ratio, "baseline (client-go)", systemBaseline, func(r *result) float64 { return r.Ratio }, colorBaseline, true, draw.SquareGlyph{}},
+		{ratio, "system-upgrade-controller, rate limit raised", systemSUCQPS, func(r *result) float64 { return r.Ratio }, colorPeer, false, draw.PyramidGlyph{}},
+		{ratio, "system-upgrade-controller as shipped", systemSUC, func(r *result) float64 { return r.Ratio }, colorPeer, true, draw.PyramidGlyph{}},
+		{ratio, "temporal-floor", systemTemporalFloor, func(r *result) float64 { return r.Ratio }, colorFloor, true, draw.RingGlyph{}},
 		{cost, "noderollout API writes", systemNoderollout, func(r *result) float64 { return r.OwnWritesPerNode }, colorNoderollout, false, draw.CircleGlyph{}},
 		{cost, "noderollout API reads", systemNoderollout, func(r *result) float64 { return r.OwnReadsPerNode }, colorNoderollout, true, draw.TriangleGlyph{}},
 		{cost, "baseline API writes", systemBaseline, func(r *result) float64 { return r.OwnWritesPerNode }, colorBaseline, false, draw.SquareGlyph{}},
 		{cost, "baseline API reads", systemBaseline, func(r *result) float64 { return r.OwnReadsPerNode }, colorBaseline, true, draw.TriangleGlyph{}},
 		{cost, "noderollout history events", systemNoderollout, func(r *result) float64 { return r.HistoryEventsPerNode }, colorHistory, false, draw.CrossGlyph{}},
+		{cost, "noderollout Temporal actions", systemNoderollout, func(r *result) float64 { return r.ActionsPerNode }, colorHistory, true, draw.PlusGlyph{}},
+		{cost, "system-upgrade-controller API writes (rate limit raised)", systemSUCQPS, func(r *result) float64 { return r.OwnWritesPerNode }, colorPeer, false, draw.PyramidGlyph{}},
 	}
 	for _, s := range steps {
 		if err := add(s.p, s.label, series(s.system, s.value), s.color, s.dashed, s.shape); err != nil {
 			return err
 		}
+	}
+	if drawn == 0 {
+		return nil // nothing a log-scale axis can show
 	}
 	ideal := plotter.NewFunction(func(float64) float64 { return 1 })
 	ideal.Color, ideal.Dashes = color.Gray{Y: 0x80}, []vg.Length{vg.Points(2), vg.Points(2)}

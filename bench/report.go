@@ -57,7 +57,8 @@ func cfgSummary(cfg config) savedCfg {
 
 // csvHeader is the CSV's column order, which tools reading it depend on.
 var csvHeader = []string{"system", "nodes", "parallelism", "job_seconds", "makespan_s", "ideal_s", "makespan_ratio",
-	"api_writes_per_node", "api_reads_per_node", "history_events_per_node", "worker_rss_mb", "worker_cpu_s", "continue_as_new"}
+	"api_writes_per_node", "api_reads_per_node", "history_events_per_node", "worker_rss_mb", "worker_cpu_s", "continue_as_new",
+	"temporal_actions_per_node", "temporal_queries_per_node", "history_bytes_per_node", "scheduler_cpu_s", "vs_suc"}
 
 func writeCSV(path string, results []*result) error {
 	f, err := os.Create(path)
@@ -73,6 +74,8 @@ func writeCSV(path string, results []*result) error {
 			num(r.MakespanS, 1), num(r.IdealS, 0), num(r.Ratio, 3),
 			num(r.OwnWritesPerNode, 2), num(r.OwnReadsPerNode, 2), num(r.HistoryEventsPerNode, 1),
 			num(r.Process.PeakMB, 1), num(r.Process.CPU, 1), strconv.Itoa(r.ContinueAsNew),
+			num(r.ActionsPerNode, 2), num(r.QueriesPerNode, 2), num(r.HistoryBytesPerNode, 0),
+			num(r.StackCPU["kube-scheduler"], 1), num(r.VsSUC, 3),
 		})
 	}
 	w.Flush()
@@ -86,22 +89,29 @@ func writeCSV(path string, results []*result) error {
 // markdownSummary is the main table.
 func markdownSummary(results []*result) string {
 	var b strings.Builder
-	b.WriteString("| N | rep | system | makespan s | ideal s | makespan / ideal | vs baseline | own writes / node | own reads / node | own Job GETs | all-client writes / node | all-client reads / node | history events / node | activity attempts / node | peak RSS MB | CPU s | Temporal CPU s | apiserver CPU s | continue-as-new | succeeded / failed / other of N |\n")
-	b.WriteString("|--:|--:|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|---|\n")
+	b.WriteString("| N | D s | rep | system | makespan s | ideal s | makespan / ideal | vs baseline | vs SUC | own writes / node | own reads / node | own Job GETs | all-client writes / node | all-client reads / node | history events / node | history KiB / node | Temporal actions / node | queries / node | activity attempts / node | peak RSS MB | CPU s | Temporal CPU s | apiserver CPU s | scheduler CPU s | continue-as-new | succeeded / failed / other of N |\n")
+	b.WriteString("|--:|--:|--:|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|---|\n")
 	for _, r := range results {
-		hist, attempts, can := "–", "–", "–"
+		hist, kib, attempts, can := "–", "–", "–", "–"
 		if r.History != nil {
-			hist, attempts, can = f1(r.HistoryEventsPerNode), f2(r.ActivityAttemptsPerNode), strconv.Itoa(r.ContinueAsNew)
+			hist, kib, attempts, can = f1(r.HistoryEventsPerNode), f1(r.HistoryBytesPerNode/1024), f2(r.ActivityAttemptsPerNode), strconv.Itoa(r.ContinueAsNew)
 		}
-		vs := "–"
+		actions, queries := "–", "–"
+		if usesTemporal(r.System) {
+			actions, queries = f2(r.ActionsPerNode), f2(r.QueriesPerNode)
+		}
+		vs, vsSUC := "–", "–"
 		if r.VsBaseline > 0 {
 			vs = f2(r.VsBaseline) + "×"
 		}
-		fmt.Fprintf(&b, "| %s | %d | %s | %s | %s | %s | %s | %s | %s | %.0f | %s | %s | %s | %s | %s | %s | %s | %s | %s | %d / %d / %d of %d |\n",
-			thousands(r.Nodes), r.Rep+1, r.System, f1(r.MakespanS), f1(r.IdealS), f2(r.Ratio), vs,
+		if r.VsSUC > 0 {
+			vsSUC = f2(r.VsSUC) + "×"
+		}
+		fmt.Fprintf(&b, "| %s | %g | %d | %s | %s | %s | %s | %s | %s | %s | %s | %.0f | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %d / %d / %d of %d |\n",
+			thousands(r.Nodes), r.JobSeconds, r.Rep+1, r.System, f1(r.MakespanS), f1(r.IdealS), f2(r.Ratio), vs, vsSUC,
 			f2(r.OwnWritesPerNode), f2(r.OwnReadsPerNode), r.OwnJobGets, f2(r.AllWritesPerNode), f2(r.AllReadsPerNode),
-			hist, attempts, f1(r.Process.PeakMB), f1(r.Process.CPU), f1(r.StackCPU["temporal"]), f1(r.StackCPU["kube-apiserver"]),
-			can, r.Succeeded, r.Failed, r.Other, r.Nodes)
+			hist, kib, actions, queries, attempts, f1(r.Process.PeakMB), f1(r.Process.CPU), f1(r.StackCPU["temporal"]), f1(r.StackCPU["kube-apiserver"]),
+			f1(r.StackCPU["kube-scheduler"]), can, r.Succeeded, r.Failed, r.Other, r.Nodes)
 	}
 	return b.String()
 }
@@ -137,9 +147,6 @@ func markdownReport(cfg config, run string, date time.Time, results []*result) s
 	b.WriteString("| N | system | Job→Pod | Pod→Running | Running (D) | Pod end→Job done | Job done→deleted | deleted→next Job | cycle | overhead over D | slots busy | first Job after start | last deletion→done |\n")
 	b.WriteString("|--:|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|\n")
 	for _, r := range results {
-		if r.System == systemTemporalFloor {
-			continue // it runs no Jobs
-		}
 		s := r.Slot
 		cycle := s.JobToPod.Mean + s.PodToRunning.Mean + s.Running.Mean + s.PodToJobDone.Mean + s.JobDoneToGone.Mean + s.GoneToNextJob.Mean
 		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %.0f%% | %s | %s |\n", thousands(r.Nodes), r.System,
@@ -275,15 +282,18 @@ func markdownReport(cfg config, run string, date time.Time, results []*result) s
 
 	b.WriteString("\n## CPU seconds during the rollout, by process\n\n")
 	b.WriteString("CPU floor: all these CPU seconds spread over every core, the makespan if the machine did the same work and never idled.\n\n")
-	b.WriteString("| N | system | worker or baseline | temporal | kube-apiserver | etcd | kube-controller-manager | kwok | bench (proxy, watch) | all | CPU floor s | makespan s | machine busy |\n")
-	b.WriteString("|--:|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|\n")
+	b.WriteString("| N | system | worker, baseline or peer | temporal | kube-apiserver | etcd | kube-controller-manager | kube-scheduler | kwok | bench (proxy, watch) | all | CPU floor s | makespan s | machine busy |\n")
+	b.WriteString("|--:|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|\n")
 	for _, r := range results {
 		c := r.StackCPU
 		all := r.allCPU()
-		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %.0f%% |\n", thousands(r.Nodes), r.System, f1(r.Process.CPU),
-			f1(c["temporal"]), f1(c["kube-apiserver"]), f1(c["etcd"]), f1(c["kube-controller-manager"]), f1(c["kwok"]), f1(c["bench"]),
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %.0f%% |\n", thousands(r.Nodes), r.System, f1(r.Process.CPU),
+			f1(c["temporal"]), f1(c["kube-apiserver"]), f1(c["etcd"]), f1(c["kube-controller-manager"]), f1(c["kube-scheduler"]), f1(c["kwok"]), f1(c["bench"]),
 			f1(all), f1(r.cpuFloor()), f1(r.MakespanS), r.MachineBusyPct)
 	}
+
+	b.WriteString(actionsSection(results))
+	b.WriteString(peerSection(results))
 
 	b.WriteString("\n## API requests by verb and resource\n\n")
 	for _, r := range results {
@@ -350,6 +360,12 @@ func targets(results []*result) []string {
 			"history events per node ≤ 25: %.1f — %s; history-limit warnings: %d — %s",
 			thousands(r.Nodes), r.OwnWritesPerNode, verdict(r.OwnWritesPerNode <= 4), r.OwnJobGets, verdict(r.OwnJobGets == 0),
 			r.HistoryEventsPerNode, verdict(r.HistoryEventsPerNode <= 25), len(r.HistoryWarnings), verdict(len(r.HistoryWarnings) == 0)))
+	}
+	for _, r := range results {
+		if r.System == systemNoderollout && r.JobSeconds <= 5 && len(r.Actions) > 0 {
+			out = append(out, fmt.Sprintf("N=%s D=%g s (repetition %d): Temporal actions per node ≤ 6: %.2f (and %.2f queries per node from whoever followed it) — %s",
+				thousands(r.Nodes), r.JobSeconds, r.Rep+1, r.ActionsPerNode, r.QueriesPerNode, verdict(r.ActionsPerNode <= 6)))
+		}
 	}
 	if r := find(systemNoderollout, 10000); r != nil {
 		out = append(out, fmt.Sprintf("worker peak RSS at N=10,000 ≤ 150 MB: %.0f MB — %s", r.Process.PeakMB, verdict(r.Process.PeakMB <= 150)))
@@ -439,3 +455,79 @@ func loadSummary(results []*result) string {
 	}
 	return fmt.Sprintf("1-minute load average %s at the runs' starts on %d CPUs", spreadOf(loads).format(2), runtime.NumCPU())
 }
+
+// actionsSection breaks each Temporal run's actions down by type, per node.
+func actionsSection(results []*result) string {
+	var b strings.Builder
+	first := true
+	for _, r := range results {
+		if !usesTemporal(r.System) || len(r.Actions) == 0 {
+			continue
+		}
+		if first {
+			b.WriteString("\n## Temporal actions, by type\n\n")
+			b.WriteString("What Temporal Cloud would bill, from the dev server's own `action` counter (before/after difference), " +
+				"per node. A child workflow is two (`command_StartChildWorkflowExecution` and its `_Extra`), each activity " +
+				"scheduled, heartbeat, timer, signal and query one, the local activities of one workflow task one " +
+				"(`command_BatchMarkers`). `grpc_QueryWorkflow` is whoever followed the rollout: the bench's own status " +
+				"query every 15 s, or `starter status -w` with `--watch status-w`, and is left out of actions / node.\n\n")
+			first = false
+		}
+		types := make([]string, 0, len(r.Actions))
+		for k := range r.Actions {
+			types = append(types, k)
+		}
+		sort.Slice(types, func(i, j int) bool {
+			if r.Actions[types[i]] != r.Actions[types[j]] {
+				return r.Actions[types[i]] > r.Actions[types[j]]
+			}
+			return types[i] < types[j]
+		})
+		parts := make([]string, len(types))
+		for i, k := range types {
+			parts[i] = fmt.Sprintf("%s %.2f", k, r.Actions[k]/float64(max(1, r.Nodes)))
+		}
+		watch := ""
+		if r.Watch != "" {
+			watch = fmt.Sprintf("; followed with `starter %s`: %.1f queries a minute", watchCommand[r.Watch], r.WatchQueriesPerMinute)
+		}
+		fmt.Fprintf(&b, "- N=%s D=%g s %s (repetition %d): %.2f actions / node (+ %.2f queries / node%s): %s\n",
+			thousands(r.Nodes), r.JobSeconds, r.System, r.Rep+1, r.ActionsPerNode, r.QueriesPerNode, watch, strings.Join(parts, ", "))
+	}
+	return b.String()
+}
+
+// peerSection is what only the peer's runs show: its Jobs per node, the writes it still owes
+// after the last node (its finished Jobs' deletion after their TTL), and its failing nodes.
+func peerSection(results []*result) string {
+	var b strings.Builder
+	first := true
+	for _, r := range results {
+		if r.Peer == nil {
+			continue
+		}
+		if first {
+			b.WriteString("\n## The peer: system-upgrade-controller\n\n")
+			b.WriteString("One Plan over the fleet, `concurrency: P`. Jobs / node counts every Job it created (most twice: " +
+				"first paused, deleted as out of turn, created again). The tail is from the last node's label until its last " +
+				"Job was gone: it keeps a finished Job for its TTL, then deletes it. A failing node's Job fails; the " +
+				"node stays in `status.applying`, holding a slot, and gets a new Job once the failed one's TTL ran out.\n\n")
+			b.WriteString("| N | system | rep | Jobs / node | own writes / node | + tail writes / node | tail s | Plan Complete | applying at the end | failing nodes: Jobs (failed), last Job created at s |\n")
+			b.WriteString("|--:|---|--:|--:|--:|--:|--:|---|--:|---|\n")
+			first = false
+		}
+		p := r.Peer
+		_, tailWrites := p.TailOwn.totals()
+		var failing []string
+		for _, f := range p.FailingNodes {
+			failing = append(failing, fmt.Sprintf("%s: %d (%d), %.0f", f.Node, f.Jobs, f.JobsFailed, f.LastCreatedS))
+		}
+		fmt.Fprintf(&b, "| %s | %s | %d | %s | %s | %s | %.0f | %t | %d | %s |\n", thousands(r.Nodes), r.System, r.Rep+1,
+			f2(p.JobsPerNode), f2(r.OwnWritesPerNode), f2(tailWrites/float64(max(1, r.Nodes))), p.TailS, p.PlanComplete,
+			len(p.ApplyingAtEnd), strings.Join(failing, "; "))
+	}
+	return b.String()
+}
+
+// watchCommand is the starter command each --watch runs.
+var watchCommand = map[string]string{"status-w": "status -w", "start-wait": "start --wait"}

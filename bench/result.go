@@ -10,15 +10,19 @@ import (
 
 // result is one system's rollout on one fleet size: what the table, CSV and plot show.
 type result struct {
-	System         string  `json:"system"`
-	Rep            int     `json:"repetition"` // 0-based; the systems alternate ABBA across repetitions
-	Nodes          int     `json:"nodes"`
-	Parallelism    int     `json:"parallelism"`
-	JobSeconds     float64 `json:"jobSeconds"`
-	MakespanS      float64 `json:"makespanSeconds"`
+	System      string  `json:"system"`
+	Rep         int     `json:"repetition"` // 0-based; the systems alternate ABBA across repetitions
+	Nodes       int     `json:"nodes"`
+	Parallelism int     `json:"parallelism"`
+	JobSeconds  float64 `json:"jobSeconds"`
+	MakespanS   float64 `json:"makespanSeconds"`
+	// EndNoticeLagS is, for a workflow, how long after its last run's close (server time) the
+	// client's wait for the result returned; the makespan ends at the close.
+	EndNoticeLagS  float64 `json:"endNoticeLagSeconds,omitempty"`
 	IdealS         float64 `json:"idealSeconds"`
 	Ratio          float64 `json:"makespanRatio"`
 	VsBaseline     float64 `json:"vsBaseline,omitempty"`
+	VsSUC          float64 `json:"vsSUC,omitempty"` // against the faster peer run (suc, suc-qps) of the same repetition
 	Selected       int     `json:"selected"`
 	Succeeded      int     `json:"succeeded"`
 	Failed         int     `json:"failed"`
@@ -41,6 +45,7 @@ type result struct {
 
 	History                 *historyStats `json:"history,omitempty"`
 	HistoryEventsPerNode    float64       `json:"historyEventsPerNode"`
+	HistoryBytesPerNode     float64       `json:"historyBytesPerNode"`
 	ActivityAttemptsPerNode float64       `json:"activityAttemptsPerNode"`
 	HistoryWarnings         []string      `json:"historyWarnings,omitempty"`
 
@@ -56,8 +61,26 @@ type result struct {
 	SDKCounters    []sdkCounter       `json:"sdkCounters,omitempty"`
 	Error          string             `json:"error,omitempty"`
 
+	// Actions is what Temporal counted as billable actions during the run, by type (the
+	// server's own action counter, before/after difference; nothing else uses the server
+	// meanwhile). ActionsPerNode leaves out the queries: those are whoever follows the rollout
+	// (the bench's progress line every 15 s, or the --watch command), counted apart in
+	// QueriesPerNode and, for a --watch command, WatchQueriesPerMinute.
+	Actions               map[string]float64 `json:"temporalActions,omitempty"`
+	ActionsPerNode        float64            `json:"actionsPerNode"`
+	QueriesPerNode        float64            `json:"queriesPerNode"`
+	Watch                 string             `json:"watch,omitempty"`
+	WatchQueriesPerMinute float64            `json:"watchQueriesPerMinute,omitempty"`
+
+	// Peer is what only the peer's runs (suc, suc-qps) measure.
+	Peer *peerStats `json:"peer,omitempty"`
+
 	start, end time.Time
 }
+
+// queryAction is the action type of a query (QueryWorkflow): it comes from whoever follows a
+// rollout, not from the rollout.
+const queryAction = "grpc_QueryWorkflow"
 
 // allCPU is the CPU seconds of the client process and the whole stack during the rollout.
 func (r *result) allCPU() float64 {
@@ -89,6 +112,12 @@ func (r *result) fill(before, after usage) {
 			r.ServerCounters[k] = d
 		}
 	}
+	r.Actions = map[string]float64{}
+	for k, v := range after.actions {
+		if d := v - before.actions[k]; d > 0 {
+			r.Actions[k] = d
+		}
+	}
 	r.Own = after.own.sub(before.own)
 	r.OwnLatency = map[string]float64{}
 	for k, secs := range after.ownSecs.sub(before.ownSecs) {
@@ -115,9 +144,23 @@ func (r *result) derive() {
 	r.OwnJobGets = r.Own.get("get", "jobs")
 	if h := r.History; h != nil {
 		r.HistoryEventsPerNode = float64(h.ParentEvents+h.ChildEvents) / n
+		r.HistoryBytesPerNode = float64(h.TotalBytes) / n
 		r.ActivityAttemptsPerNode = float64(h.ActivityAttempts+h.LocalAttempts) / n
 	}
+	var actions float64
+	for k, v := range r.Actions {
+		if k != queryAction {
+			actions += v
+		}
+	}
+	r.ActionsPerNode, r.QueriesPerNode = actions/n, r.Actions[queryAction]/n
+	if r.Watch != "" && r.MakespanS > 0 {
+		r.WatchQueriesPerMinute = r.Actions[queryAction] / (r.MakespanS / 60)
+	}
 }
+
+// usesTemporal says whether the system runs on Temporal, so that its actions mean something.
+func usesTemporal(system string) bool { return isNoderollout(system) || system == systemTemporalFloor }
 
 // lost says why the rollout's counts do not account for every node, or "".
 func (r *result) lost() string {

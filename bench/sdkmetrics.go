@@ -67,6 +67,25 @@ var serverCounterNames = []string{
 	"service_errors_resource_exhausted",
 }
 
+// parseActions sums the Temporal server's action counter by its action_type: what Temporal Cloud
+// bills, counted by the server itself (command_StartChildWorkflowExecution and its _Extra, the
+// two actions of a child; command_ScheduleActivityTask; grpc_RecordActivityTaskHeartbeat;
+// command_BatchMarkers, the local activities of one workflow task; grpc_QueryWorkflow; ...).
+func parseActions(text string) map[string]float64 {
+	out := map[string]float64{}
+	for _, line := range strings.Split(text, "\n") {
+		if metricName(line) != "action" {
+			continue
+		}
+		labels, value, ok := parseSample(line)
+		if !ok {
+			continue
+		}
+		out[labels["action_type"]] += value
+	}
+	return out
+}
+
 // parseCounters sums the named counters by "name{key}", key being the first key label present.
 func parseCounters(text string, names []string, keyLabels ...string) map[string]float64 {
 	want := map[string]bool{}

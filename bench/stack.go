@@ -19,7 +19,8 @@ import (
 const clockTicks = 100
 
 // stackComponents are the local stack's processes whose CPU the bench reports (dev/lib.sh).
-var stackComponents = []string{"temporal", "kube-apiserver", "etcd", "kube-controller-manager", "kwok"}
+// kube-scheduler runs only for the peer's runs (the bench starts and stops it around them).
+var stackComponents = []string{"temporal", "kube-apiserver", "etcd", "kube-controller-manager", "kwok", "kube-scheduler"}
 
 // procSample is one reading of a process's CPU time and memory.
 type procSample struct {
@@ -120,6 +121,7 @@ type usage struct {
 	ownSecs   apiCounts
 	server    map[string]*timer  // the Temporal server's latency histograms
 	serverN   map[string]float64 // and its BusyWorkflow counters
+	actions   map[string]float64 // and its billable actions by type (its action counter)
 }
 
 // takeUsage samples the stack's processes (their pids read afresh: a component may have been
@@ -143,6 +145,7 @@ func takeUsage(ctx context.Context, kube kubernetes.Interface, stateDir, tempora
 	if text, err := httpText(ctx, "http://"+temporalMetrics+"/metrics"); err == nil {
 		u.server = parseTimers(text, "", serverTimerNames, "task_type", "operation")
 		u.serverN = parseCounters(text, serverCounterNames, "task_type", "operation")
+		u.actions = parseActions(text)
 	}
 	return u, nil
 }

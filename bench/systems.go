@@ -33,6 +33,11 @@ const (
 	// systemTemporalFloor is a child workflow per node and nothing else (package floor): what
 	// the design costs Temporal at least, the floor under noderollout's Temporal figures.
 	systemTemporalFloor = "temporal-floor"
+	// systemSUC is the peer, Rancher system-upgrade-controller, as shipped (one Plan over the
+	// fleet); systemSUCQPS the same with its client rate limit raised from client-go's default
+	// 5 QPS to the worker's (dev/peers/suc-client-qps.patch).
+	systemSUC    = "suc"
+	systemSUCQPS = "suc-qps"
 )
 
 // isNoderollout says whether the system is a noderollout worker.
@@ -53,7 +58,8 @@ type runSpec struct {
 	template    string
 	parallelism int
 	jobSeconds  float64
-	rep         int // repetition, 0-based
+	rep         int     // repetition, 0-based
+	tr          *tracer // the bench's own watch on the run's Jobs and Pods; nil without --trace
 }
 
 // id names this run's namespace, rollout, task queue and files: the fleet, the system and the
@@ -226,6 +232,69 @@ func followRollout(ctx context.Context, tc client.Client, id string, every time.
 			c := st.Counts
 			logf("  noderollout t=%3.0fs: %d/%d done (%d failed), %d running, run %d",
 				time.Since(started).Seconds(), c.Finished(), st.Selected, c.Failures(), c.Running, st.ContinuedAsNew+1)
+		}
+	}
+}
+
+// watchWithStarter follows the rollout with "starter status -w" until it ends (or ctx does), as
+// a user watching it would, so that its queries show in the run's Temporal actions.
+func watchWithStarter(ctx context.Context, bin, temporalAddress, id, logPath string) {
+	logFile, err := os.Create(logPath)
+	if err != nil {
+		logf("watch: %v", err)
+		return
+	}
+	defer logFile.Close()
+	cmd := exec.CommandContext(ctx, bin, "status", "-w", id, "--address", temporalAddress)
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
+	cmd.WaitDelay = 5 * time.Second
+	if err := cmd.Run(); err != nil && ctx.Err() == nil {
+		logf("watch: starter status -w %s: %v (see %s)", id, err, logPath)
+	}
+}
+
+// startWithStarter starts the rollout with "starter start -f FILE --wait", as a user would,
+// and returns once the workflow exists; the starter goes on following it until it ends or ctx
+// does. Its output goes to logPrefix.log, the request to logPrefix.json.
+func startWithStarter(ctx context.Context, tc client.Client, bin, temporalAddress, taskQueue string, req api.RolloutRequest, logPrefix string) (client.WorkflowRun, error) {
+	raw, err := json.Marshal(req)
+	if err != nil {
+		return nil, err
+	}
+	if err := os.WriteFile(logPrefix+".json", raw, 0o644); err != nil {
+		return nil, err
+	}
+	logFile, err := os.Create(logPrefix + ".log")
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.CommandContext(ctx, bin, "start", "-f", logPrefix+".json", "--wait",
+		"--address", temporalAddress, "--task-queue", taskQueue)
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
+	cmd.WaitDelay = 5 * time.Second
+	if err := cmd.Start(); err != nil {
+		logFile.Close()
+		return nil, err
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait(); logFile.Close() }()
+	id := api.RolloutID(req.Name)
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		if desc, err := tc.DescribeWorkflow(ctx, id, ""); err == nil {
+			// The run ID, from which the bench walks the rollout's runs and children.
+			return tc.GetWorkflow(ctx, id, desc.RawResponse.GetWorkflowExecutionInfo().GetExecution().GetRunId()), nil
+		}
+		select {
+		case err := <-exited:
+			return nil, fmt.Errorf("starter start exited before the rollout existed: %v (see %s.log)", err, logPrefix)
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(10 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			return nil, fmt.Errorf("no rollout %s 30 s after starter start (see %s.log)", id, logPrefix)
 		}
 	}
 }

@@ -17,6 +17,17 @@ import (
 // nodeTimes is when the bench first saw each step of one node's Job, by its own clock.
 type nodeTimes struct {
 	jobCreated, podCreated, podRunning, podFinished, jobFinished, jobDeleted time.Time
+	// released is when the system gave the node's slot back, where that is not the Job's
+	// deletion: SUC keeps finished Jobs for a TTL and frees the slot when it labels the Node.
+	released time.Time
+}
+
+// slotFreed is when the node's slot was given back: its release, or its Job's deletion.
+func (n *nodeTimes) slotFreed() time.Time {
+	if !n.released.IsZero() {
+		return n.released
+	}
+	return n.jobDeleted
 }
 
 // tracer watches the Jobs and Pods of one namespace and records each node's timeline, to show
@@ -86,7 +97,15 @@ func (t *tracer) job(obj any, deleted bool) {
 	if !ok {
 		return
 	}
+	// A Job created paused (parallelism 0: SUC's first Job for a node, often deleted as out of
+	// turn before it runs) holds no slot yet; the Job counts from when it may run.
+	if p := job.Spec.Parallelism; p != nil && *p == 0 {
+		return
+	}
 	node := job.Spec.Template.Spec.NodeName
+	if node == "" {
+		node = job.Labels[sucNodeLabel] // SUC places its Pods by affinity
+	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	n := t.times(node)
@@ -107,9 +126,16 @@ func (t *tracer) pod(obj any) {
 	if !ok {
 		return
 	}
+	node := pod.Spec.NodeName
+	if node == "" {
+		node = pod.Labels[sucNodeLabel] // not yet scheduled
+	}
+	if node == "" {
+		return
+	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	n := t.times(pod.Spec.NodeName)
+	n := t.times(node)
 	setOnce(&n.podCreated, now)
 	switch pod.Status.Phase {
 	case corev1.PodRunning:
@@ -122,6 +148,13 @@ func (t *tracer) pod(obj any) {
 
 func (t *tracer) close() { t.stop() }
 
+// release records when the system gave a node's slot back, for systems that keep the Job.
+func (t *tracer) release(node string, at time.Time) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	setOnce(&t.times(node).released, at)
+}
+
 // slotPhases is the mean time of each step of a window slot's cycle, in seconds: from one Job's
 // creation through its Pod's run to its deletion, then to the creation of the next Job in
 // the slot.
@@ -130,8 +163,8 @@ type slotPhases struct {
 	PodToRunning  stat `json:"podToRunning"`  // Pod created -> Running (kwok)
 	Running       stat `json:"running"`       // Running -> Succeeded/Failed (kwok; the job time D)
 	PodToJobDone  stat `json:"podToJobDone"`  // Pod ended -> Job condition (Job controller)
-	JobDoneToGone stat `json:"jobDoneToGone"` // Job condition -> Job deletion (the dispatcher noticing and finalizing)
-	GoneToNextJob stat `json:"goneToNextJob"` // Job deletion -> next Job's creation (the slot handed over)
+	JobDoneToGone stat `json:"jobDoneToGone"` // Job condition -> Job deletion (the dispatcher noticing and finalizing; SUC: the Node's label)
+	GoneToNextJob stat `json:"goneToNextJob"` // Job deletion (SUC: the label) -> next Job's creation (the slot handed over)
 	// Utilization is the share of the window's slot-seconds (P x makespan) that held a Job
 	// (created to deleted): what the hand-overs, the start and the tail leave idle.
 	Utilization   float64 `json:"utilization"`
@@ -150,8 +183,15 @@ func (t *tracer) phases(start, end time.Time, p int) slotPhases {
 	var created, gone []time.Time
 	var held float64
 	for _, n := range t.nodes {
-		if !n.jobCreated.IsZero() && !n.jobDeleted.IsZero() {
-			held += n.jobDeleted.Sub(n.jobCreated).Seconds()
+		freed := n.slotFreed()
+		if freed.After(end) {
+			freed = time.Time{} // after the run: a node the system never finished (SUC's failing node)
+		}
+		switch {
+		case !n.jobCreated.IsZero() && !freed.IsZero():
+			held += freed.Sub(n.jobCreated).Seconds()
+		case !n.jobCreated.IsZero() && n.jobCreated.Before(end):
+			held += end.Sub(n.jobCreated).Seconds() // held to the end
 		}
 		ph.Nodes++
 		add := func(dst *[]float64, from, to time.Time) {
@@ -163,12 +203,12 @@ func (t *tracer) phases(start, end time.Time, p int) slotPhases {
 		add(&b, n.podCreated, n.podRunning)
 		add(&c, n.podRunning, n.podFinished)
 		add(&d, n.podFinished, n.jobFinished)
-		add(&e, n.jobFinished, n.jobDeleted)
+		add(&e, n.jobFinished, freed)
 		if !n.jobCreated.IsZero() {
 			created = append(created, n.jobCreated)
 		}
-		if !n.jobDeleted.IsZero() {
-			gone = append(gone, n.jobDeleted)
+		if !freed.IsZero() {
+			gone = append(gone, freed)
 		}
 	}
 	ph.JobToPod, ph.PodToRunning, ph.Running, ph.PodToJobDone, ph.JobDoneToGone = summarize(a), summarize(b), summarize(c), summarize(d), summarize(e)

@@ -118,6 +118,18 @@ component_command() {
       CMD=("$PROMETHEUS_BIN" --config.file "$STATE_DIR/prometheus.yml"
         --storage.tsdb.path "$STATE_DIR/prometheus" --storage.tsdb.retention.time 1d
         --web.listen-address "127.0.0.1:$PROMETHEUS_PORT" --log.level warn) ;;
+    kube-scheduler)
+      # Only the peer benchmark needs it (SUC places its Pods by node affinity; noderollout and
+      # the baseline set nodeName, which the scheduler skips), so up.sh does not start it: the
+      # bench starts it for SUC's runs and stops it after, and its CPU is its own column. Its
+      # client limits are the controller manager's; the admin kubeconfig authenticates and
+      # authorizes its own endpoint's callers.
+      CMD=("$SCHEDULER_BIN" --kubeconfig "$KUBECONFIG_FILE"
+        --authentication-kubeconfig "$KUBECONFIG_FILE" --authorization-kubeconfig "$KUBECONFIG_FILE"
+        --authentication-skip-lookup=true
+        --leader-elect=false
+        --kube-api-qps 500 --kube-api-burst 1000
+        --bind-address 127.0.0.1 --secure-port "$SCHEDULER_PORT") ;;
     worker)
       CMD=("$WORKER_BIN" --kubeconfig "$KUBECONFIG_FILE"
         --temporal-address "127.0.0.1:$TEMPORAL_PORT"
@@ -152,6 +164,7 @@ component_ports() {
     kube-controller-manager) echo "$KCM_PORT" ;;
     kwok) echo "$KWOK_PORT" ;;
     kwok-stuck) echo "$KWOK_STUCK_PORT" ;;
+    kube-scheduler) echo "$SCHEDULER_PORT" ;;
     worker) echo "$WORKER_METRICS_PORT" ;;
     pushgateway) echo "$PUSHGATEWAY_PORT" ;;
     prometheus) echo "$PROMETHEUS_PORT" ;;
@@ -169,6 +182,7 @@ component_ready() {
     kube-controller-manager) [ "$(curl -sfk --max-time 5 "https://127.0.0.1:$KCM_PORT/healthz")" = ok ] ;;
     kwok) curl -sf --max-time 5 "http://127.0.0.1:$KWOK_PORT/healthz" >/dev/null ;;
     kwok-stuck) curl -sf --max-time 5 "http://127.0.0.1:$KWOK_STUCK_PORT/healthz" >/dev/null ;;
+    kube-scheduler) [ "$(curl -sfk --max-time 5 "https://127.0.0.1:$SCHEDULER_PORT/healthz")" = ok ] ;;
     worker) curl -sf --max-time 5 "http://127.0.0.1:$WORKER_METRICS_PORT/readyz" >/dev/null ;;
     fakereboot) is_running fakereboot ;;
     pushgateway) curl -sf --max-time 5 "http://127.0.0.1:$PUSHGATEWAY_PORT/-/ready" >/dev/null ;;

@@ -20,6 +20,23 @@ APISERVER_BIN=$KUBE_BIN_DIR/kube-apiserver
 KCM_BIN=$KUBE_BIN_DIR/kube-controller-manager
 ETCD_BIN=$KUBE_BIN_DIR/etcd
 KWOK_BIN=$KUBE_BIN_DIR/kwok
+# Only the peer benchmark (bench system suc) needs a scheduler: noderollout pins its Pods with
+# nodeName, SUC places them by node affinity. Built with the other kube tools, started on demand.
+SCHEDULER_BIN=$KUBE_BIN_DIR/kube-scheduler
+
+# Rancher system-upgrade-controller, the peer the benchmark compares with (bench system suc),
+# built from a source snapshot (its module is not on the Go module proxy; its dependencies are).
+# The snapshot lives outside the repository, in the shared peers directory beside the clone.
+SUC_VERSION=0.20.1
+SUC_COMMIT=f1362a3fe1a8d55a0c65847f7c2779909dc7ec95
+PEERS_DIR=${NODEROLLOUT_PEERS:-$(dirname "$REPO_DIR")/shared/peers}
+SUC_TARBALL=$PEERS_DIR/system-upgrade-controller-v$SUC_VERSION.tar.gz
+SUC_TARBALL_SHA256=c97d3e7a2be04fcab9980509a3629d3701722af03777f8baea36d56c136406cc
+SUC_PATCH=$DEV_DIR/peers/suc-client-qps.patch
+# As shipped, and with its client rate limit raised (SUC_PATCH): the cache key names the patch.
+SUC_BIN_DIR=$CACHE_DIR/suc-$SUC_VERSION-patch-$( (sha256sum "$SUC_PATCH" 2>/dev/null || echo none) | cut -c1-8)
+SUC_BIN=$SUC_BIN_DIR/system-upgrade-controller
+SUC_QPS_BIN=$SUC_BIN_DIR/system-upgrade-controller-qps
 
 TEMPORAL_PORT=${TEMPORAL_PORT:-7233}
 TEMPORAL_UI_PORT=${TEMPORAL_UI_PORT:-8233}
@@ -31,6 +48,7 @@ APISERVER_PORT=${APISERVER_PORT:-6443}
 KCM_PORT=${KCM_PORT:-10257}
 KWOK_PORT=${KWOK_PORT:-10247}
 KWOK_STUCK_PORT=${KWOK_STUCK_PORT:-10248}
+SCHEDULER_PORT=${SCHEDULER_PORT:-10259}
 WORKER_METRICS_PORT=${WORKER_METRICS_PORT:-9090}
 PROMETHEUS_PORT=${PROMETHEUS_PORT:-9095}
 PUSHGATEWAY_PORT=${PUSHGATEWAY_PORT:-9096}
@@ -51,8 +69,10 @@ FAKEREBOOT_BIN=$STATE_DIR/bin/fakereboot
 PROMETHEUS_BIN=${PROMETHEUS_BIN:-/usr/bin/prometheus}
 PUSHGATEWAY_BIN=${PUSHGATEWAY_BIN:-/usr/bin/prometheus-pushgateway}
 
-# Components in start order; down.sh stops them in reverse. up.sh starts all but the worker.
-COMPONENTS=(temporal etcd kube-apiserver kube-controller-manager kwok kwok-stuck fakereboot pushgateway prometheus worker)
+# Components in start order; down.sh stops them in reverse. up.sh starts all but the
+# scheduler (the bench starts it for the peer's runs: dev/start-component.sh kube-scheduler)
+# and the worker.
+COMPONENTS=(temporal etcd kube-apiserver kube-controller-manager kwok kwok-stuck fakereboot pushgateway prometheus kube-scheduler worker)
 STACK_COMPONENTS=(temporal etcd kube-apiserver kube-controller-manager kwok kwok-stuck fakereboot pushgateway prometheus)
 
 # Seconds to wait for a component to become ready, and for one to exit after SIGTERM.
@@ -109,6 +129,7 @@ component_bin() {
     fakereboot) echo "$FAKEREBOOT_BIN" ;;
     prometheus) echo "$PROMETHEUS_BIN" ;;
     pushgateway) echo "$PUSHGATEWAY_BIN" ;;
+    kube-scheduler) echo "$SCHEDULER_BIN" ;;
     worker) echo "$WORKER_BIN" ;;
     *) return 1 ;;
   esac

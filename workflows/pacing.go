@@ -197,7 +197,7 @@ func (r *rollout) runCanaries(ctx workflow.Context) (stop bool, res api.RolloutR
 		}
 	}
 	r.pacer.canaryStage = canaryStageDone
-	r.queue, r.progress.Cursor, r.progress.ListingDone = nil, "", false
+	r.queue, r.progress.Cursor, r.progress.ListingDone, r.progress.Listing = nil, "", false, nil
 	r.showProgress(ctx)
 	return false, api.RolloutResult{}, nil
 }

@@ -41,13 +41,21 @@ func (r *rollout) recordSkip(ctx workflow.Context, n queuedNode) {
 
 // listMore fetches the next slice of selected nodes after the cursor.
 func (r *rollout) listMore(ctx workflow.Context) error {
-	page, err := r.listPage(ctx, r.progress.Cursor)
+	// The listing resumes from the API server's continue token, not from its first page: a
+	// listing that re-read every page up to the cursor for each slice was quadratic in the
+	// fleet. A cursor is always at or after the token's place (it only moves forward within a
+	// slice, and a reset clears the position), and the activity leaves out the names up to it.
+	// No change ID: the commands are the same; only the activity's input and the state carried
+	// across continue-as-new gain a token, which a history from before has not (it lists from
+	// the first page, as it did), and a worker from before ignores.
+	page, err := r.listPage(ctx, r.progress.Cursor, r.progress.Listing.ResumeToken(r.progress.Cursor))
 	if err == nil && r.settings.Pacing.Order == api.OrderGiven {
 		page, err = r.listRest(ctx, page)
 	}
 	if err != nil {
 		return err
 	}
+	r.progress.Listing = &api.ListingPosition{Marks: page.Marks, Next: page.Continue, End: page.Next}
 	r.queue = r.queuePage(page)
 	r.progress.ListingDone = !page.More
 	if page.Total > r.progress.Selected {
@@ -60,8 +68,9 @@ func (r *rollout) listMore(ctx workflow.Context) error {
 	return nil
 }
 
-// listPage fetches one slice of the selected nodes after the cursor.
-func (r *rollout) listPage(ctx workflow.Context, after string) (activities.ListNodesResult, error) {
+// listPage fetches one slice of the selected nodes after the cursor, from the API server's
+// continue token when there is one.
+func (r *rollout) listPage(ctx workflow.Context, after, continueToken string) (activities.ListNodesResult, error) {
 	var a *activities.Activities
 	var page activities.ListNodesResult
 	err := workflow.ExecuteActivity(withAPIActivity(ctx, "list nodes after "+quoteOrStart(after)), a.ListNodes, activities.ListNodesInput{
@@ -75,6 +84,7 @@ func (r *rollout) listPage(ctx workflow.Context, after string) (activities.ListN
 		Limit:         listPageSize,
 		Labels:        r.settings.Pacing.LabelKeys(),
 		TaintCheck:    r.progress.TaintCheck,
+		Continue:      continueToken,
 	}).Get(ctx, &page)
 	if err != nil {
 		return activities.ListNodesResult{}, asWorkflowError(err)

@@ -73,7 +73,7 @@ func undoTemplateError(err error) error {
 // of name order, so the whole list is queued at once (at most api.MaxExplicitNodes).
 func (r *rollout) listRest(ctx workflow.Context, page activities.ListNodesResult) (activities.ListNodesResult, error) {
 	for page.More {
-		next, err := r.listPage(ctx, page.Next)
+		next, err := r.listPage(ctx, page.Next, page.Continue)
 		if err != nil {
 			return activities.ListNodesResult{}, err
 		}
@@ -93,7 +93,7 @@ func (r *rollout) listRest(ctx workflow.Context, page activities.ListNodesResult
 			}
 			page.Labels[n] = next.Labels[n]
 		}
-		page.More, page.Next = next.More, next.Next
+		page.More, page.Next, page.Continue, page.Marks = next.More, next.Next, next.Continue, next.Marks
 	}
 	return page, nil
 }

@@ -24,7 +24,6 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -33,22 +32,15 @@ import (
 	"github.com/spf13/pflag"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/types"
-	batchinformers "k8s.io/client-go/informers/batch/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/tools/pager"
-	"sigs.k8s.io/yaml"
-)
 
-// labelRun marks the Jobs of one baseline run; the informer watches only those.
-const labelRun = "bench.noderollout.dev/baseline"
+	"github.com/noderollout/noderollout/bench/nodejob"
+)
 
 type options struct {
 	kubeconfig  string
@@ -109,15 +101,13 @@ func run(ctx context.Context, o options) (Result, error) {
 		return Result{}, err
 	}
 	cfg.QPS, cfg.Burst, cfg.UserAgent = float32(o.qps), o.burst, "noderollout-baseline"
-	// Protobuf, as the worker speaks (internal/connect); JSON stays acceptable for CRDs.
-	cfg.ContentType = runtime.ContentTypeProtobuf
-	cfg.AcceptContentTypes = runtime.ContentTypeProtobuf + "," + runtime.ContentTypeJSON
+	nodejob.UseProtobuf(cfg)
 	kube, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		return Result{}, err
 	}
 	start := time.Now()
-	d := &dispatcher{kube: kube, o: o, template: string(text), slots: make(chan struct{}, o.parallelism), handled: map[string]bool{}}
+	d := newDispatcher(kube, o, string(text))
 	if err := d.startInformer(ctx); err != nil {
 		return Result{}, err
 	}
@@ -170,11 +160,11 @@ func listNodes(ctx context.Context, kube kubernetes.Interface, selector string) 
 }
 
 type dispatcher struct {
-	kube     kubernetes.Interface
-	o        options
-	template string
-	slots    chan struct{}
-	wg       sync.WaitGroup
+	kube  kubernetes.Interface
+	o     options
+	calls *nodejob.Calls
+	slots chan struct{}
+	wg    sync.WaitGroup
 
 	mu      sync.Mutex
 	handled map[string]bool // Jobs seen finished
@@ -182,19 +172,19 @@ type dispatcher struct {
 	succeeded, failed, createFails atomic.Int64
 }
 
+func newDispatcher(kube kubernetes.Interface, o options, template string) *dispatcher {
+	return &dispatcher{kube: kube, o: o, slots: make(chan struct{}, o.parallelism), handled: map[string]bool{},
+		calls: &nodejob.Calls{Kube: kube, Namespace: o.namespace, Run: o.run, Template: template, Prefix: "bl-",
+			Minimal: o.minimal, Log: prefixed{os.Stderr}}}
+}
+
+// prefixed writes each line after "baseline: ".
+type prefixed struct{ w *os.File }
+
+func (p prefixed) Write(b []byte) (int, error) { return fmt.Fprintf(p.w, "baseline: %s", b) }
+
 func (d *dispatcher) startInformer(ctx context.Context) error {
-	inf := batchinformers.NewFilteredJobInformer(d.kube, d.o.namespace, 0, cache.Indexers{},
-		func(lo *metav1.ListOptions) { lo.LabelSelector = labelRun + "=" + d.o.run })
-	_ = inf.SetTransform(func(obj any) (any, error) {
-		if m, err := meta.Accessor(obj); err == nil {
-			m.SetManagedFields(nil)
-		}
-		return obj, nil
-	})
-	_, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(obj any) { d.observe(ctx, obj) },
-		UpdateFunc: func(_, obj any) { d.observe(ctx, obj) },
-	})
+	inf, err := nodejob.NewJobInformer(d.kube, d.o.namespace, d.o.run, func(job *batchv1.Job) { d.observe(ctx, job) })
 	if err != nil {
 		return err
 	}
@@ -206,12 +196,8 @@ func (d *dispatcher) startInformer(ctx context.Context) error {
 }
 
 // observe hands a finished Job, once, to its own goroutine to be deleted.
-func (d *dispatcher) observe(ctx context.Context, obj any) {
-	job, ok := obj.(*batchv1.Job)
-	if !ok {
-		return
-	}
-	succeeded, finished := jobFinished(job)
+func (d *dispatcher) observe(ctx context.Context, job *batchv1.Job) {
+	succeeded, finished := nodejob.Finished(job)
 	if !finished {
 		return
 	}
@@ -222,45 +208,13 @@ func (d *dispatcher) observe(ctx context.Context, obj any) {
 	if seen {
 		return
 	}
-	go d.finish(ctx, job.Namespace, job.Name, job.Spec.Template.Spec.NodeName, succeeded)
+	go d.finish(ctx, job.Name, job.Spec.Template.Spec.NodeName, succeeded)
 }
 
-func jobFinished(job *batchv1.Job) (succeeded, finished bool) {
-	for _, c := range job.Status.Conditions {
-		if c.Status != corev1.ConditionTrue {
-			continue
-		}
-		switch c.Type {
-		case batchv1.JobComplete:
-			return true, true
-		case batchv1.JobFailed:
-			return false, true
-		}
-	}
-	return false, false
-}
-
-// create renders the template for the node, pins it there and creates the Job, retrying
-// passing errors.
+// create creates the node's Job (with the Node read beside it); a Job it could not create
+// counts as failed and frees its slot.
 func (d *dispatcher) create(ctx context.Context, node string) {
-	var calls sync.WaitGroup
-	if !d.o.minimal {
-		// noderollout reads the Node before its Job; here the read runs beside the create.
-		calls.Go(func() { d.readNode(ctx, node) })
-	}
-	defer calls.Wait()
-	job, err := render(d.template, node, d.o.run)
-	if err == nil {
-		for attempt := 0; ; attempt++ {
-			_, err = d.kube.BatchV1().Jobs(d.o.namespace).Create(ctx, job, metav1.CreateOptions{FieldManager: "noderollout-baseline"})
-			if err == nil || apierrors.IsAlreadyExists(err) || attempt == 5 || ctx.Err() != nil ||
-				apierrors.IsInvalid(err) || apierrors.IsForbidden(err) {
-				break
-			}
-			time.Sleep(time.Duration(attempt+1) * 200 * time.Millisecond)
-		}
-	}
-	if err != nil && !apierrors.IsAlreadyExists(err) {
+	if err := d.calls.Create(ctx, node); err != nil {
 		fmt.Fprintf(os.Stderr, "baseline: node %s: %v\n", node, err)
 		d.createFails.Add(1)
 		d.failed.Add(1)
@@ -268,102 +222,16 @@ func (d *dispatcher) create(ctx context.Context, node string) {
 	}
 }
 
-func (d *dispatcher) finish(ctx context.Context, namespace, name, node string, succeeded bool) {
-	var calls sync.WaitGroup
-	if !d.o.minimal {
-		// What noderollout records per node, issued beside the delete.
-		calls.Go(func() { d.markNode(ctx, node, succeeded) })
-		calls.Go(func() { d.recordEvent(ctx, node, name, succeeded) })
-		if !succeeded {
-			calls.Go(func() { d.diagnose(ctx, namespace, name) })
-		}
-	}
-	bg := metav1.DeletePropagationBackground
-	for attempt := 0; attempt < 5; attempt++ {
-		err := d.kube.BatchV1().Jobs(namespace).Delete(ctx, name, metav1.DeleteOptions{PropagationPolicy: &bg})
-		if err == nil || apierrors.IsNotFound(err) || ctx.Err() != nil {
-			break
-		}
-		time.Sleep(time.Duration(attempt+1) * 200 * time.Millisecond)
-	}
-	calls.Wait()
+// finish deletes the finished Job with the node's records beside the delete, counts the
+// outcome and frees the slot.
+func (d *dispatcher) finish(ctx context.Context, name, node string, succeeded bool) {
+	d.calls.Finish(ctx, name, node, succeeded)
 	if succeeded {
 		d.succeeded.Add(1)
 	} else {
 		d.failed.Add(1)
 	}
 	d.release()
-}
-
-// Annotation and Event names of the baseline's per-node records, in the shape noderollout writes.
-const (
-	markerKey      = "bench.noderollout.dev/baseline-outcome"
-	eventNamespace = metav1.NamespaceDefault
-	fieldManager   = "noderollout-baseline"
-)
-
-// readNode is the Node check before a Job: a failure only shows in the log, as the Job goes on.
-func (d *dispatcher) readNode(ctx context.Context, node string) {
-	if _, err := d.kube.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{}); err != nil {
-		fmt.Fprintf(os.Stderr, "baseline: node %s: %v\n", node, err)
-	}
-}
-
-func outcome(succeeded bool) string {
-	if succeeded {
-		return "Succeeded"
-	}
-	return "Failed"
-}
-
-// markNode annotates the Node with the outcome, as noderollout's marker does.
-func (d *dispatcher) markNode(ctx context.Context, node string, succeeded bool) {
-	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{
-		markerKey: d.o.run + ":" + outcome(succeeded),
-	}}})
-	_, err := d.kube.CoreV1().Nodes().Patch(ctx, node, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: fieldManager})
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "baseline: annotating node %s: %v\n", node, err)
-	}
-}
-
-// recordEvent puts the outcome on the Node's Events.
-func (d *dispatcher) recordEvent(ctx context.Context, node, job string, succeeded bool) {
-	eventType := corev1.EventTypeNormal
-	if !succeeded {
-		eventType = corev1.EventTypeWarning
-	}
-	now := metav1.Now()
-	event := &corev1.Event{
-		ObjectMeta:     metav1.ObjectMeta{GenerateName: strings.ToLower(node) + ".", Namespace: eventNamespace},
-		InvolvedObject: corev1.ObjectReference{APIVersion: "v1", Kind: "Node", Name: node},
-		Reason:         "Baseline" + outcome(succeeded),
-		Message:        fmt.Sprintf("baseline %s: %s (Job %s/%s)", d.o.run, outcome(succeeded), d.o.namespace, job),
-		Type:           eventType,
-		Source:         corev1.EventSource{Component: fieldManager},
-		FirstTimestamp: now, LastTimestamp: now, Count: 1,
-	}
-	if _, err := d.kube.CoreV1().Events(eventNamespace).Create(ctx, event, metav1.CreateOptions{FieldManager: fieldManager}); err != nil {
-		fmt.Fprintf(os.Stderr, "baseline: event for node %s: %v\n", node, err)
-	}
-}
-
-// diagnose reads a failed Job's Pod and its log tail, as noderollout does for its report.
-func (d *dispatcher) diagnose(ctx context.Context, namespace, job string) {
-	pods, err := d.kube.CoreV1().Pods(namespace).List(ctx, metav1.ListOptions{
-		LabelSelector: labels.Set{batchv1.JobNameLabel: job}.String(),
-	})
-	if err != nil || len(pods.Items) == 0 {
-		return
-	}
-	pod := pods.Items[0]
-	if len(pod.Spec.Containers) == 0 {
-		return
-	}
-	lines, limit := int64(100), int64(4096) // noderollout's tail
-	_, _ = d.kube.CoreV1().Pods(namespace).GetLogs(pod.Name, &corev1.PodLogOptions{
-		Container: pod.Spec.Containers[0].Name, TailLines: &lines, LimitBytes: &limit,
-	}).DoRaw(ctx)
 }
 
 func (d *dispatcher) release() {
@@ -383,19 +251,4 @@ func (d *dispatcher) progress(ctx context.Context, total int) {
 				d.succeeded.Load()+d.failed.Load(), total, d.failed.Load(), len(d.slots))
 		}
 	}
-}
-
-// render is the template with {{node}} replaced, named after the node and pinned to it.
-func render(template, node, run string) (*batchv1.Job, error) {
-	var job batchv1.Job
-	if err := yaml.UnmarshalStrict([]byte(strings.ReplaceAll(template, "{{node}}", node)), &job); err != nil {
-		return nil, fmt.Errorf("template: %w", err)
-	}
-	job.Name = "bl-" + node
-	if job.Labels == nil {
-		job.Labels = map[string]string{}
-	}
-	job.Labels[labelRun] = run
-	job.Spec.Template.Spec.NodeName = node
-	return &job, nil
 }

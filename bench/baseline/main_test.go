@@ -28,8 +28,7 @@ spec:
 func calls(t *testing.T, minimal, succeeded bool) []string {
 	t.Helper()
 	kube := fake.NewClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}})
-	d := &dispatcher{kube: kube, o: options{namespace: "ns", run: "r1", minimal: minimal}, template: testTemplate,
-		slots: make(chan struct{}, 1), handled: map[string]bool{}}
+	d := newDispatcher(kube, options{namespace: "ns", run: "r1", minimal: minimal, parallelism: 1}, testTemplate)
 	ctx := context.Background()
 	d.slots <- struct{}{}
 	d.wg.Add(1)
@@ -39,7 +38,7 @@ func calls(t *testing.T, minimal, succeeded bool) []string {
 		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "work"}}}}, metav1.CreateOptions{})
 	require.NoError(t, err)
 	kube.ClearActions()
-	d.finish(ctx, "ns", "bl-n1", "n1", succeeded)
+	d.finish(ctx, "bl-n1", "n1", succeeded)
 	var got []string
 	for _, a := range kube.Actions() {
 		got = append(got, a.GetVerb()+" "+a.GetResource().Resource+subresource(a))
@@ -68,8 +67,7 @@ func TestMinimalBaselineOnlyDeletes(t *testing.T) {
 func TestFullBaselineReadsTheNodeWithTheCreate(t *testing.T) {
 	for _, minimal := range []bool{false, true} {
 		kube := fake.NewClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}})
-		d := &dispatcher{kube: kube, o: options{namespace: "ns", run: "r1", minimal: minimal}, template: testTemplate,
-			slots: make(chan struct{}, 1), handled: map[string]bool{}}
+		d := newDispatcher(kube, options{namespace: "ns", run: "r1", minimal: minimal, parallelism: 1}, testTemplate)
 		d.create(context.Background(), "n1")
 		var got []string
 		for _, a := range kube.Actions() {

@@ -1,9 +1,12 @@
 // Package floor is the Temporal floor under noderollout's design: a parent workflow that runs
-// one child workflow per node, P at a time, with the children's IDs derived from the nodes, and
-// each child does nothing but wait D seconds in one local activity (where a node watches its
-// Job). No Kubernetes. What this costs the Temporal server and the worker per node is what any
-// rollout with a child workflow per node costs at least, on the same server; the bench runs it
-// as the system "temporal-floor" beside noderollout.
+// one child workflow per node, P at a time, each child's ID derived from its node alone (so a
+// node's ID is reused by every run over it, as a real rollout's node workflows are), and each
+// child makes, in one local activity, exactly the Kubernetes calls of the benchmark's baseline
+// for its node (package nodejob: the Job's create beside a Node read, the wait for its end on
+// a shared informer, the outcome annotation, Event and delete). What this costs the Temporal
+// server and the worker per node is what any rollout with a child workflow per node doing the
+// baseline's work costs at least, on the same server; the bench runs it as the system
+// "temporal-floor" beside noderollout.
 package floor
 
 import (
@@ -13,27 +16,48 @@ import (
 
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/workflow"
+
+	"github.com/noderollout/noderollout/bench/nodejob"
 )
 
 // Workflow and activity names, as the worker registers them.
 const (
 	RolloutWorkflow = "FloorRollout"
 	NodeWorkflow    = "FloorNode"
-	WaitActivity    = "FloorWait"
+	RunJobActivity  = "FloorRunJob"
 )
+
+// NodeIDPrefix starts every floor node workflow's ID: the prefix and the node's name, the same
+// for every run over the node (noderollout's are noderollout-node-<node>).
+const NodeIDPrefix = "floor-node-"
+
+// NodeWorkflowID is the node's workflow ID.
+func NodeWorkflowID(node string) string { return NodeIDPrefix + node }
 
 // Request is one floor rollout.
 type Request struct {
 	Name        string   `json:"name"`
 	Nodes       []string `json:"nodes"`
 	Parallelism int      `json:"parallelism"`
-	JobSeconds  float64  `json:"jobSeconds"`
+	// JobSeconds is how long a node's Job runs, for the local activity's timeout.
+	JobSeconds float64 `json:"jobSeconds"`
 }
 
-// Result counts the children by how they ended.
+// Result counts the nodes by their Job's outcome.
 type Result struct {
 	Succeeded int `json:"succeeded"`
 	Failed    int `json:"failed"`
+}
+
+// NodeResult is one node's outcome.
+type NodeResult struct {
+	Succeeded bool `json:"succeeded"`
+}
+
+// NodeRequest is one node's input.
+type NodeRequest struct {
+	Node       string  `json:"node"`
+	JobSeconds float64 `json:"jobSeconds"`
 }
 
 // nodeTaskTimeout is noderollout's node workflow-task timeout, so that a child's task that
@@ -52,7 +76,7 @@ func Rollout(ctx workflow.Context, req Request) (Result, error) {
 		for ; next < len(req.Nodes) && inFlight < req.Parallelism; next++ {
 			node := req.Nodes[next]
 			cctx := workflow.WithChildOptions(ctx, workflow.ChildWorkflowOptions{
-				WorkflowID:            req.Name + "-" + node,
+				WorkflowID:            NodeWorkflowID(node),
 				WorkflowTaskTimeout:   nodeTaskTimeout,
 				WorkflowIDReusePolicy: enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE,
 				ParentClosePolicy:     enumspb.PARENT_CLOSE_POLICY_REQUEST_CANCEL,
@@ -60,9 +84,10 @@ func Rollout(ctx workflow.Context, req Request) (Result, error) {
 				StaticSummary:         "floor " + req.Name + " on node " + node,
 			})
 			inFlight++
-			sel.AddFuture(workflow.ExecuteChildWorkflow(cctx, NodeWorkflow, req.JobSeconds), func(f workflow.Future) {
+			sel.AddFuture(workflow.ExecuteChildWorkflow(cctx, NodeWorkflow, NodeRequest{Node: node, JobSeconds: req.JobSeconds}), func(f workflow.Future) {
 				inFlight--
-				if f.Get(ctx, nil) != nil {
+				var out NodeResult
+				if f.Get(ctx, &out) != nil || !out.Succeeded {
 					res.Failed++
 				} else {
 					res.Succeeded++
@@ -74,19 +99,33 @@ func Rollout(ctx workflow.Context, req Request) (Result, error) {
 	return res, nil
 }
 
-// Node waits jobSeconds in one local activity and ends.
-func Node(ctx workflow.Context, jobSeconds float64) error {
-	d := time.Duration(jobSeconds * float64(time.Second))
-	ctx = workflow.WithLocalActivityOptions(ctx, workflow.LocalActivityOptions{StartToCloseTimeout: d + time.Minute})
-	return workflow.ExecuteLocalActivity(ctx, WaitActivity, d).Get(ctx, nil)
+// Node runs the node's Job in one local activity and returns its outcome.
+func Node(ctx workflow.Context, req NodeRequest) (NodeResult, error) {
+	d := time.Duration(req.JobSeconds * float64(time.Second))
+	ctx = workflow.WithLocalActivityOptions(ctx, workflow.LocalActivityOptions{StartToCloseTimeout: d + 5*time.Minute})
+	var out NodeResult
+	err := workflow.ExecuteLocalActivity(ctx, RunJobActivity, req.Node).Get(ctx, &out)
+	return out, err
 }
 
-// Wait is the local activity: it stands for watching a Job for d.
-func Wait(ctx context.Context, d time.Duration) error {
-	select {
-	case <-time.After(d):
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
+// Activities is the local activity's dependencies: the run's Kubernetes calls and the ends of
+// its Jobs, fed by one shared informer.
+type Activities struct {
+	Calls *nodejob.Calls
+	Ends  *nodejob.Ends
+}
+
+// RunJob creates the node's Job, waits for its end and finishes it, as the baseline does. A
+// Job that could not be created is a failed node, as in the baseline.
+func (a *Activities) RunJob(ctx context.Context, node string) (NodeResult, error) {
+	if err := a.Calls.Create(ctx, node); err != nil {
+		return NodeResult{}, nil
 	}
+	name := a.Calls.JobName(node)
+	succeeded, err := a.Ends.Wait(ctx, name)
+	if err != nil {
+		return NodeResult{}, err
+	}
+	a.Calls.Finish(ctx, name, node, succeeded)
+	return NodeResult{Succeeded: succeeded}, nil
 }

@@ -1,9 +1,11 @@
 // floorworker serves the floor workflows (package floor) on one task queue, for the bench's
-// "temporal-floor" system. It is ready (GET /readyz) once it polls.
+// "temporal-floor" system: its local activity makes the baseline's Kubernetes calls, with one
+// informer on the run's Jobs. It is ready (GET /readyz) once that informer synced and it polls.
 package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"os"
@@ -15,43 +17,88 @@ import (
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/worker"
 	"go.temporal.io/sdk/workflow"
+	batchv1 "k8s.io/api/batch/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/noderollout/noderollout/bench/floor"
+	"github.com/noderollout/noderollout/bench/nodejob"
 )
 
+type options struct {
+	address, taskQueue, listen           string
+	kubeconfig, namespace, template, run string
+	qps                                  float64
+	burst                                int
+}
+
 func main() {
-	address := pflag.String("temporal-address", "127.0.0.1:7233", "Temporal frontend")
-	taskQueue := pflag.String("task-queue", "", "task queue to serve")
-	listen := pflag.String("metrics-listen", "127.0.0.1:0", "address of /readyz")
+	var o options
+	pflag.StringVar(&o.address, "temporal-address", "127.0.0.1:7233", "Temporal frontend")
+	pflag.StringVar(&o.taskQueue, "task-queue", "", "task queue to serve")
+	pflag.StringVar(&o.listen, "metrics-listen", "127.0.0.1:0", "address of /readyz")
+	pflag.StringVar(&o.kubeconfig, "kubeconfig", os.Getenv("KUBECONFIG"), "kubeconfig")
+	pflag.StringVar(&o.namespace, "namespace", "default", "namespace of the Jobs")
+	pflag.StringVar(&o.template, "template", "", "file holding the batch/v1 Job template; {{node}} is replaced by the node name")
+	pflag.StringVar(&o.run, "run", "floor", "label value marking this run's Jobs")
+	pflag.Float64Var(&o.qps, "kube-qps", 1000, "client queries per second")
+	pflag.IntVar(&o.burst, "kube-burst", 2000, "client burst")
 	pflag.Parse()
-	if err := run(*address, *taskQueue, *listen); err != nil {
+	if err := run(o); err != nil {
 		fmt.Fprintln(os.Stderr, "floorworker:", err)
 		os.Exit(1)
 	}
 }
 
-func run(address, taskQueue, listen string) error {
-	if taskQueue == "" {
-		return fmt.Errorf("--task-queue is required")
+func run(o options) error {
+	if o.taskQueue == "" || o.template == "" {
+		return errors.New("--task-queue and --template are required")
+	}
+	text, err := os.ReadFile(o.template)
+	if err != nil {
+		return err
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	tc, err := client.Dial(client.Options{HostPort: address})
+	cfg, err := clientcmd.BuildConfigFromFlags("", o.kubeconfig)
+	if err != nil {
+		return err
+	}
+	cfg.QPS, cfg.Burst, cfg.UserAgent = float32(o.qps), o.burst, "noderollout-floor"
+	nodejob.UseProtobuf(cfg)
+	kube, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	ends := nodejob.NewEnds()
+	inf, err := nodejob.NewJobInformer(kube, o.namespace, o.run, func(job *batchv1.Job) { ends.Observe(job) })
+	if err != nil {
+		return err
+	}
+	go inf.RunWithContext(ctx)
+	if !cache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
+		return errors.New("job informer did not sync")
+	}
+	acts := &floor.Activities{Ends: ends, Calls: &nodejob.Calls{Kube: kube, Namespace: o.namespace, Run: o.run,
+		Template: string(text), Prefix: "fl-", Log: os.Stderr}}
+
+	tc, err := client.Dial(client.Options{HostPort: o.address})
 	if err != nil {
 		return err
 	}
 	defer tc.Close()
-	w := worker.New(tc, taskQueue, worker.Options{})
+	w := worker.New(tc, o.taskQueue, worker.Options{})
 	w.RegisterWorkflowWithOptions(floor.Rollout, workflow.RegisterOptions{Name: floor.RolloutWorkflow})
 	w.RegisterWorkflowWithOptions(floor.Node, workflow.RegisterOptions{Name: floor.NodeWorkflow})
-	w.RegisterActivityWithOptions(floor.Wait, activity.RegisterOptions{Name: floor.WaitActivity})
+	w.RegisterActivityWithOptions(acts.RunJob, activity.RegisterOptions{Name: floor.RunJobActivity})
 	if err := w.Start(); err != nil {
 		return err
 	}
 	defer w.Stop()
 	mux := http.NewServeMux()
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
-	srv := &http.Server{Addr: listen, Handler: mux}
+	srv := &http.Server{Addr: o.listen, Handler: mux}
 	go func() { _ = srv.ListenAndServe() }()
 	<-ctx.Done()
 	return srv.Close()

@@ -26,6 +26,7 @@ mapfile -t staging < <(awk '/^[[:space:]]+k8s\.io\/[^ ]+ v0\.0\.0([[:space:]]|$)
   echo "tool ("
   echo "	k8s.io/kubernetes/cmd/kube-apiserver"
   echo "	k8s.io/kubernetes/cmd/kube-controller-manager"
+  echo "	k8s.io/kubernetes/cmd/kube-scheduler"
   echo "	sigs.k8s.io/kwok/cmd/kwok"
   echo ")"
   echo
