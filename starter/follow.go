@@ -88,11 +88,11 @@ func (a *app) follow(id string) error {
 // nodesInFlight is how many node workflows the rollout's current run has running (its pending
 // children), from a describe: no Temporal action.
 func (a *app) nodesInFlight(id string) (int, bool) {
-	desc, err := a.tc.DescribeWorkflowExecution(a.ctx, id, "")
-	if err != nil || desc.GetWorkflowExecutionInfo().GetStatus() != enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {
+	desc, err := a.tc.DescribeWorkflow(a.ctx, id, "")
+	if err != nil || desc.Status != enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING || desc.RawResponse == nil {
 		return 0, false
 	}
-	return len(desc.GetPendingChildren()), true
+	return len(desc.RawResponse.GetPendingChildren()), true
 }
 
 // changeLine is the progress that is worth a line of its own when it changes: the counts and

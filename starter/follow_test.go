@@ -130,7 +130,7 @@ type describedOnly struct {
 	described int
 }
 
-func (d *describedOnly) DescribeWorkflowExecution(context.Context, string, string) (*workflowservice.DescribeWorkflowExecutionResponse, error) {
+func (d *describedOnly) DescribeWorkflow(context.Context, string, string) (*client.WorkflowExecutionDescription, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	n := d.inFlight[min(d.described, len(d.inFlight)-1)]
@@ -138,9 +138,9 @@ func (d *describedOnly) DescribeWorkflowExecution(context.Context, string, strin
 	if d.described == len(d.inFlight) {
 		close(d.ended)
 	}
-	return &workflowservice.DescribeWorkflowExecutionResponse{
-		WorkflowExecutionInfo: &workflowpb.WorkflowExecutionInfo{Status: enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING},
-		PendingChildren:       make([]*workflowpb.PendingChildExecutionInfo, n),
+	return &client.WorkflowExecutionDescription{
+		WorkflowExecutionMetadata: client.WorkflowExecutionMetadata{Status: enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING},
+		RawResponse:               &workflowservice.DescribeWorkflowExecutionResponse{PendingChildren: make([]*workflowpb.PendingChildExecutionInfo, n)},
 	}, nil
 }
 

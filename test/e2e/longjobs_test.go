@@ -34,12 +34,12 @@ func longJobSeconds(t *testing.T) time.Duration {
 // awaitingTheirEnd says whether every node of f has its AwaitJobEnd open.
 func awaitingTheirEnd(t *testing.T, f *Fleet) bool {
 	for _, n := range f.Nodes {
-		d, err := stack.Temporal.DescribeWorkflowExecution(context.Background(), api.NodeWorkflowID(n), "")
-		if err != nil {
+		d, err := stack.Temporal.DescribeWorkflow(context.Background(), api.NodeWorkflowID(n), "")
+		if err != nil || d.RawResponse == nil {
 			return false
 		}
 		awaiting := false
-		for _, a := range d.PendingActivities {
+		for _, a := range d.RawResponse.PendingActivities {
 			awaiting = awaiting || a.ActivityId == activities.AwaitJobEndActivityID
 		}
 		if !awaiting {
@@ -49,9 +49,11 @@ func awaitingTheirEnd(t *testing.T, f *Fleet) bool {
 	return true
 }
 
-// A rollout of 12 nodes, all at once, with Jobs of 2 minutes (E2E_LONG_JOB_SECONDS): its
-// actions per node, from the dev server's own counter, stay at most 6 with no heartbeat. The
-// test runs alone on the stack (the counter is the server's); it takes the Jobs' run time.
+// A rollout of 12 nodes, all at once, with Jobs of 2 minutes (E2E_LONG_JOB_SECONDS), started
+// and followed to its end by starter start --wait: its actions per node, from the dev server's
+// own counter, stay at most 6 with no heartbeat, and following it costs at most one query a
+// minute. The test runs alone on the stack (the counter is the server's); it takes the Jobs'
+// run time.
 func TestLongJobsCostConstantActions(t *testing.T) {
 	const nodes = 12
 	d := longJobSeconds(t)
@@ -61,15 +63,22 @@ func TestLongJobsCostConstantActions(t *testing.T) {
 	req.Parallelism = nodes
 	req.JobTimeout = (d + 3*time.Minute).String()
 	before := temporalActions(t)
-	run := StartOn(t, req, queue)
-	res := Succeeded(t, run)
+	began := time.Now()
+	out, code := runStarter(t, "start", "-f", writeRequest(t, req), "--wait", "--task-queue", queue)
+	followed := time.Since(began)
+	require.Equal(t, 0, code, out)
+	res, err := Result(t, stack.Temporal.GetWorkflow(context.Background(), api.RolloutID(req.Name), ""))
+	require.NoError(t, err)
 	requireEveryNodeOnce(t, f, res)
 	require.Equal(t, nodes, res.Counts.Succeeded)
 	delta, total := actionsBetween(before, temporalActions(t))
 	perNode := total / nodes
-	t.Logf("D=%s N=%d P=%d: %.2f Temporal actions per node (queries left out): %s", d, nodes, nodes, perNode, describeActions(delta, nodes))
+	queries := delta["grpc_QueryWorkflow"]
+	t.Logf("D=%s N=%d P=%d: %.2f Temporal actions per node (queries left out): %s; following it with starter start --wait for %s: %.0f queries (%.2f a minute)",
+		d, nodes, nodes, perNode, describeActions(delta, nodes), followed.Round(time.Second), queries, queries/followed.Minutes())
 	require.LessOrEqual(t, perNode, 6.0, "actions per node")
 	require.Zero(t, delta["grpc_RecordActivityTaskHeartbeat"], "no heartbeat while a Job runs")
+	require.LessOrEqual(t, queries, 1+followed.Minutes(), "following costs at most one query a minute")
 }
 
 // A worker SIGKILLed while its nodes await their Jobs' end, and down until every Job has
