@@ -95,8 +95,8 @@ var ledger = []change{
 			workflow.DefaultVersion: {"guarantees-rollout-abort.json", "guarantees-rollout-continue-as-new-run1.json"},
 			1:                       {"v2-rollout-abort.json", "v2-rollout-busy-node-holder.json", "v2-rollout-busy-node-waits.json", "v2-rollout-canary-approved.json", "v2-rollout-continue-as-new-run1.json", "v2-rollout-continue-as-new-run2.json", "v2-rollout-continue-as-new-run3.json", "v2-rollout-pause-resume-set-parallelism.json"},
 			2:                       {"v3-rollout-abort.json", "v3-rollout-budgeted.json", "v3-rollout-busy-node-holder.json", "v3-rollout-busy-node-waits.json", "v3-rollout-canary-approved.json", "v3-rollout-continue-as-new-run1.json", "v3-rollout-continue-as-new-run2.json", "v3-rollout-continue-as-new-run3.json", "v3-rollout-pause-resume-set-parallelism.json"},
+			3:                       {"v9-rollout-abort.json", "v9-rollout-budgeted.json", "v9-rollout-busy-node-holder.json", "v9-rollout-busy-node-waits.json", "v9-rollout-canary-approved.json", "v9-rollout-continue-as-new-run1.json", "v9-rollout-continue-as-new-run2.json", "v9-rollout-continue-as-new-run3.json", "v9-rollout-cut-delay.json", "v9-rollout-hand-over-run1.json", "v9-rollout-hand-over-run2.json", "v9-rollout-pause-resume-set-parallelism.json"},
 		},
-		covered:   "version 3: no fixture recorded yet; TestParentStartsNodeRolloutV4WithTheWatch and the NodeRolloutV4 tests in node_test.go run it",
 		removable: removableOnceDrained + "; the node types NodeRollout, NodeRolloutV2 and NodeRolloutV3 stay registered until their own histories are gone too",
 	},
 	{
@@ -250,7 +250,7 @@ var ledger = []change{
 		asked: "by a coordinator started afresh (not continued as new)",
 		pinned: map[workflow.Version][]string{
 			workflow.DefaultVersion: {"v3-budget-coordinator.json", "v4-budget-coordinator.json"},
-			1:                       {"v8-budget-coordinator.json"},
+			1:                       {"v8-budget-coordinator.json", "v9-budget-coordinator.json"},
 		},
 		removable: removableOnceDrained,
 	},
@@ -272,7 +272,7 @@ var ledger = []change{
 		},
 		asked: "only by a fleet whose rollout has problems",
 		pinned: map[workflow.Version][]string{
-			1: {"v7-fleet-invalid-rollout.json", "v8-fleet-invalid-rollout.json"},
+			1: {"v7-fleet-invalid-rollout.json", "v8-fleet-invalid-rollout.json", "v9-fleet-invalid-rollout.json"},
 		},
 		covered:   "DefaultVersion: TestFleetStartsAnInvalidRolloutOnTheOldVersion",
 		removable: removableOnceDrained,
@@ -286,7 +286,7 @@ var ledger = []change{
 		asked: "every valid fleet, once it starts its waves",
 		pinned: map[workflow.Version][]string{
 			workflow.DefaultVersion: {"v3-fleet-two-waves.json", "v4-fleet-two-waves.json"},
-			1:                       {"v8-fleet-two-waves.json"},
+			1:                       {"v8-fleet-two-waves.json", "v9-fleet-two-waves.json"},
 		},
 		removable: removableOnceDrained,
 	},
@@ -323,6 +323,8 @@ var nodeTypes = []nodeType{
 	{
 		name: api.NodeRolloutV4Workflow,
 		what: "children of runs with node-v2 version 3 (today's): NodeRolloutV3 whose Job, once it outlasts RunJob's watch, is awaited by AwaitJobEnd (completed by the worker's Job informer) instead of WaitJob",
+		fixtures: []string{"v9-node-awaited-long-job.json", "v9-node-cancelled-while-awaiting.json", "v9-node-cancelled-mid-job.json",
+			"v9-node-maintained.json", "v9-node-succeeded.json"},
 	},
 }
 
