@@ -34,6 +34,8 @@ func (a *Activities) AwaitJobEnd(ctx context.Context, in AwaitJobEndInput) error
 	if a.Jobs == nil || !a.Jobs.Synced() {
 		return errors.New("activities: the Job informer is not running; the node waits for its Job with WaitJob instead")
 	}
+	// Marked before the look: an end after it is told, one before it is seen here.
+	a.Jobs.MarkAwaited(in.Job.Namespace, in.Job.Name)
 	sub := a.Jobs.Subscribe(in.Job.Namespace, in.Job.Name)
 	job, gone := sub.Last()
 	sub.Close()
@@ -63,7 +65,8 @@ func unprocessed(job *batchv1.Job) bool {
 	return false
 }
 
-// noticeAge is how old a Job must be for its end to be worth a notice: a node watches its Job
-// for WatchSeconds (20 s) from its creation before it awaits the word, so an end before then
-// is the watch's, and a notice would only find no activity to complete.
+// noticeAge is how old a Job must be for its end to be worth a notice, unless a node awaits it
+// on this worker (JobWatcher.MarkAwaited: a watch that failed early hands over at once): a
+// node watches its Job for WatchSeconds (20 s) from its creation before it awaits the word, so
+// an end before then is the watch's, and a notice would only find no activity to complete.
 const noticeAge = 15 * time.Second

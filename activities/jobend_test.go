@@ -223,3 +223,23 @@ func TestStartingWorkerTellsEveryEndItMissed(t *testing.T) {
 	n.Wait()
 	require.Equal(t, []completion{{"ns", api.NodeWorkflowID("node-a"), "run-1", AwaitJobEndActivityID}}, temporal.told())
 }
+
+// A node that awaits a young Job (its watch failed early and handed over at once) hears of an
+// end that comes within the watch's span too.
+func TestNotifierTellsAYoungJobANodeAwaitsHere(t *testing.T) {
+	running := ourJob(t, testRequest("node-a"))
+	running.CreationTimestamp = metav1.NewTime(t0.Add(time.Minute - noticeAge/2))
+	a := startedWatcher(t, running)
+	temporal := &fakeTemporal{}
+	n := newNotifier(temporal, api.Cluster{})
+	n.Awaited = a.Jobs.Awaited
+	n.Observe(completed(running), false)
+	n.Wait()
+	require.Empty(t, temporal.told(), "a young Job no node awaits here is the watch's")
+	n = newNotifier(temporal, api.Cluster{})
+	n.Awaited = a.Jobs.Awaited
+	require.ErrorIs(t, a.AwaitJobEnd(context.Background(), AwaitJobEndInput{Job: refOf(running, "node-a")}), activity.ErrResultPending)
+	n.Observe(completed(running), false)
+	n.Wait()
+	require.Len(t, temporal.told(), 1)
+}

@@ -33,8 +33,11 @@ type JobEndNotifier struct {
 	Namespace string // the Temporal namespace
 	// NodeWorkflowID is the node workflow ID of a node of this worker's cluster.
 	NodeWorkflowID func(node string) string
-	Logger         *slog.Logger
-	Now            func() time.Time
+	// Awaited, if set, says a node awaits the Job on this worker (JobWatcher.Awaited): its end
+	// is told whatever the Job's age.
+	Awaited func(job *batchv1.Job) bool
+	Logger  *slog.Logger
+	Now     func() time.Time
 
 	mu        sync.Mutex
 	noticed   map[types.UID]bool // Jobs whose end this worker has told, or is telling
@@ -93,7 +96,7 @@ func (n *JobEndNotifier) Observe(job *batchv1.Job, deleted bool) {
 }
 
 func (n *JobEndNotifier) oldEnough(job *batchv1.Job) bool {
-	return n.Now().Sub(job.CreationTimestamp.Time) >= noticeAge
+	return n.Now().Sub(job.CreationTimestamp.Time) >= noticeAge || (n.Awaited != nil && n.Awaited(job))
 }
 
 // Wait returns once every notice in flight has been told or given up.

@@ -27,6 +27,9 @@ type JobWatcher struct {
 	synced  []cache.InformerSynced
 	// onEvent, when set (NotifyEnds), sees every event of our Jobs after the subscribers.
 	onEvent func(job *batchv1.Job, deleted bool)
+	// awaited are the Jobs ("namespace/name") whose end a node awaits on this worker
+	// (AwaitJobEnd); forgotten when the Job is deleted.
+	awaited map[string]bool
 }
 
 // NewJobWatcher builds the watcher over the given namespaces (none: the whole cluster, which
@@ -121,10 +124,31 @@ func (w *JobWatcher) observe(obj any, deleted bool) {
 		}
 	}
 	hook := w.onEvent
+	if deleted {
+		delete(w.awaited, key)
+	}
 	w.mu.Unlock()
 	if hook != nil {
 		hook(job, deleted)
 	}
+}
+
+// MarkAwaited records that a node awaits the end of the Job on this worker: its end is told
+// however soon it comes (JobEndNotifier).
+func (w *JobWatcher) MarkAwaited(namespace, name string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.awaited == nil {
+		w.awaited = map[string]bool{}
+	}
+	w.awaited[namespace+"/"+name] = true
+}
+
+// Awaited says whether a node awaits the end of the Job on this worker (MarkAwaited).
+func (w *JobWatcher) Awaited(job *batchv1.Job) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.awaited[job.Namespace+"/"+job.Name]
 }
 
 // NotifyEnds hands every later event of our Jobs to hook (a JobEndNotifier's Observe), and at

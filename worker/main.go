@@ -183,7 +183,7 @@ func run(ctx context.Context, cfg config.Config, pol *policy.Policy) error {
 	}
 	// The informer tells each node that awaits its Job (AwaitJobEnd) when the Job ends, and at
 	// once every Job that ended while no worker watched.
-	notifier := &activities.JobEndNotifier{Temporal: tc, Namespace: cfg.TemporalNamespace, NodeWorkflowID: cluster.NodeWorkflowID, Logger: logger}
+	notifier := &activities.JobEndNotifier{Temporal: tc, Namespace: cfg.TemporalNamespace, NodeWorkflowID: cluster.NodeWorkflowID, Logger: logger, Awaited: acts.Jobs.Awaited}
 	acts.Jobs.NotifyEnds(notifier.Observe)
 	// Every worker also serves the fleet queue, so a FleetRollout goes on while any cluster's
 	// worker is up.
