@@ -25,6 +25,11 @@ type JobWatcher struct {
 	subs    map[string]map[*JobSubscription]struct{} // by "namespace/name"
 	started bool
 	synced  []cache.InformerSynced
+	// onEvent, when set (NotifyEnds), sees every event of our Jobs after the subscribers.
+	onEvent func(job *batchv1.Job, deleted bool)
+	// awaited are the Jobs ("namespace/name") whose end a node awaits on this worker
+	// (AwaitJobEnd); forgotten when the Job is deleted.
+	awaited map[string]bool
 }
 
 // NewJobWatcher builds the watcher over the given namespaces (none: the whole cluster, which
@@ -111,12 +116,55 @@ func (w *JobWatcher) observe(obj any, deleted bool) {
 	}
 	key := job.Namespace + "/" + job.Name
 	w.mu.Lock()
-	defer w.mu.Unlock()
 	for s := range w.subs[key] {
 		s.job, s.gone = job, deleted
 		select {
 		case s.changed <- struct{}{}:
 		default: // a wake-up is already pending; the waiter reads the latest state
+		}
+	}
+	hook := w.onEvent
+	if deleted {
+		delete(w.awaited, key)
+	}
+	w.mu.Unlock()
+	if hook != nil {
+		hook(job, deleted)
+	}
+}
+
+// MarkAwaited records that a node awaits the end of the Job on this worker: its end is told
+// however soon it comes (JobEndNotifier).
+func (w *JobWatcher) MarkAwaited(namespace, name string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.awaited == nil {
+		w.awaited = map[string]bool{}
+	}
+	w.awaited[namespace+"/"+name] = true
+}
+
+// Awaited says whether a node awaits the end of the Job on this worker (MarkAwaited).
+func (w *JobWatcher) Awaited(job *batchv1.Job) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.awaited[job.Namespace+"/"+job.Name]
+}
+
+// NotifyEnds hands every later event of our Jobs to hook (a JobEndNotifier's Observe), and at
+// once every Job the cache holds: the ends that came while no worker watched, or before the
+// worker could tell anyone. hook runs on the informer's goroutine and must not block.
+func (w *JobWatcher) NotifyEnds(hook func(job *batchv1.Job, deleted bool)) {
+	w.mu.Lock()
+	w.onEvent = hook
+	var cached []any
+	for _, informer := range w.informers {
+		cached = append(cached, informer.GetStore().List()...)
+	}
+	w.mu.Unlock()
+	for _, obj := range cached {
+		if job, ok := obj.(*batchv1.Job); ok {
+			hook(job, false)
 		}
 	}
 }

@@ -63,6 +63,7 @@ const (
 	NodeRolloutWorkflow   = "NodeRollout"
 	NodeRolloutV2Workflow = "NodeRolloutV2"
 	NodeRolloutV3Workflow = "NodeRolloutV3"
+	NodeRolloutV4Workflow = "NodeRolloutV4"
 	// ClusterBudgetWorkflow is the coordinator of a cluster-wide budget: one per cluster.
 	ClusterBudgetWorkflow = "ClusterBudget"
 

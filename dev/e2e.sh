@@ -17,7 +17,7 @@ cleanup() {
 trap cleanup EXIT
 # shellcheck source=/dev/null
 source "$STATE_DIR/env"
-export E2E_LOG_DIR=$LOG_DIR TEMPORAL_CLI=$TEMPORAL_BIN
+export E2E_LOG_DIR=$LOG_DIR TEMPORAL_CLI=$TEMPORAL_BIN E2E_TEMPORAL_METRICS=127.0.0.1:$TEMPORAL_METRICS_PORT
 cd "$REPO_DIR/test"
 set +e
 go test -tags e2e -count=1 -timeout 60m -v "$@" ./e2e/ 2>&1 | tee "$LOG_DIR/e2e.out" |

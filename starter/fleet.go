@@ -198,6 +198,7 @@ func (a *app) followFleet(id string) error {
 	ticker := time.NewTicker(followInterval)
 	defer ticker.Stop()
 	last := ""
+	var asked time.Time // a query is a Temporal action: at most one per followQueryInterval
 	for {
 		select {
 		case <-done:
@@ -211,13 +212,14 @@ func (a *app) followFleet(id string) error {
 		case <-a.ctx.Done():
 			return a.ctx.Err()
 		case <-ticker.C:
-			if quiet {
+			if quiet || (!asked.IsZero() && time.Since(asked) < followQueryInterval) {
 				continue
 			}
 			st, err := a.queryFleet(id)
 			if err != nil {
 				continue
 			}
+			asked = time.Now()
 			if line := fleetLine(st); line != last {
 				fmt.Fprintln(a.out, line)
 				last = line

@@ -15,8 +15,15 @@ import (
 	"golang.org/x/term"
 )
 
-// followInterval is how often --wait and status -w ask the rollout for its status.
+// followInterval is how often --wait and status -w look at the rollout: a describe, which
+// Temporal does not bill, tells how many nodes are in flight.
 var followInterval = 2 * time.Second
+
+// followQueryInterval is how often they ask the rollout for its full status: a query is a
+// Temporal action (Temporal Cloud bills it), so following a rollout costs at most one a
+// minute, however long it runs; the counts of finished nodes are at most that old, the nodes
+// in flight live.
+var followQueryInterval = time.Minute
 
 // follow prints progress until the rollout ends, then its result; it returns an error when
 // the rollout did not succeed, or selected no node without --allow-empty, so the exit code
@@ -40,6 +47,8 @@ func (a *app) follow(id string) error {
 	ticker := time.NewTicker(followInterval)
 	defer ticker.Stop()
 	drawn, last := false, ""
+	var st api.RolloutStatus
+	var asked time.Time // when the last query answered; zero: none has
 	for {
 		select {
 		case <-done:
@@ -53,9 +62,14 @@ func (a *app) follow(id string) error {
 			if quiet {
 				continue
 			}
-			st, err := a.queryStatus(id)
-			if err != nil {
-				continue // between runs of a continue-as-new, or the worker is restarting
+			if asked.IsZero() || time.Since(asked) >= followQueryInterval {
+				fresh, err := a.queryStatus(id)
+				if err != nil {
+					continue // between runs of a continue-as-new, or the worker is restarting
+				}
+				st, asked = fresh, time.Now()
+			} else if inFlight, ok := a.nodesInFlight(id); ok {
+				st.Counts.Running = inFlight
 			}
 			if tty {
 				_, width := terminal(a.out)
@@ -69,6 +83,16 @@ func (a *app) follow(id string) error {
 			}
 		}
 	}
+}
+
+// nodesInFlight is how many node workflows the rollout's current run has running (its pending
+// children), from a describe: no Temporal action.
+func (a *app) nodesInFlight(id string) (int, bool) {
+	desc, err := a.tc.DescribeWorkflow(a.ctx, id, "")
+	if err != nil || desc.Status != enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING || desc.RawResponse == nil {
+		return 0, false
+	}
+	return len(desc.RawResponse.GetPendingChildren()), true
 }
 
 // changeLine is the progress that is worth a line of its own when it changes: the counts and

@@ -11,6 +11,7 @@ import (
 	"github.com/noderollout/noderollout/api"
 	"github.com/stretchr/testify/require"
 	enumspb "go.temporal.io/api/enums/v1"
+	workflowpb "go.temporal.io/api/workflow/v1"
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/converter"
@@ -88,8 +89,8 @@ func running(done, failed, inFlight int, phase string) api.RolloutStatus {
 // sequence, a line only when the counts or the phase changed (before: one line per 10 s at
 // most, so changes in between were lost, and a rate that changes each time).
 func TestFollowWritesOneLinePerChangeWhenNotATerminal(t *testing.T) {
-	defer func(d time.Duration) { followInterval = d }(followInterval)
-	followInterval = 5 * time.Millisecond
+	defer func(d, q time.Duration) { followInterval, followQueryInterval = d, q }(followInterval, followQueryInterval)
+	followInterval, followQueryInterval = 5*time.Millisecond, 0
 	p := newProgressing(
 		running(0, 0, 3, "running"),
 		running(0, 0, 3, "running"),
@@ -121,6 +122,47 @@ func TestFollowWritesOneLinePerChangeWhenNotATerminal(t *testing.T) {
 	}, progress, text)
 }
 
+// describedOnly is a running rollout whose node workflows in flight go from 3 to 1 over its
+// describes, and which ends after the last of them.
+type describedOnly struct {
+	*progressing
+	inFlight  []int
+	described int
+}
+
+func (d *describedOnly) DescribeWorkflow(context.Context, string, string) (*client.WorkflowExecutionDescription, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	n := d.inFlight[min(d.described, len(d.inFlight)-1)]
+	d.described++
+	if d.described == len(d.inFlight) {
+		close(d.ended)
+	}
+	return &client.WorkflowExecutionDescription{
+		WorkflowExecutionMetadata: client.WorkflowExecutionMetadata{Status: enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING},
+		RawResponse:               &workflowservice.DescribeWorkflowExecutionResponse{PendingChildren: make([]*workflowpb.PendingChildExecutionInfo, n)},
+	}, nil
+}
+
+// Following costs at most one query (a Temporal action) per followQueryInterval, however often
+// it looks: in between, a describe (no action) keeps the nodes in flight live (before: a query
+// every 2 s, 30 actions a minute).
+func TestFollowQueriesAtMostOncePerQueryInterval(t *testing.T) {
+	defer func(d, q time.Duration) { followInterval, followQueryInterval = d, q }(followInterval, followQueryInterval)
+	followInterval, followQueryInterval = 5*time.Millisecond, time.Hour
+	p := &describedOnly{progressing: newProgressing(running(2, 0, 3, "running"), running(9, 0, 1, "running")), inFlight: []int{3, 3, 2, 2, 1}}
+	p.result = api.RolloutResult{Name: "kata", Selected: 10, Counts: api.Counts{Succeeded: 10}}
+	var out bytes.Buffer
+	a := &app{ctx: context.Background(), tc: p, out: &out}
+	a.cmd = startCommand(a)
+	require.NoError(t, a.follow("rollout-kata"))
+	require.Equal(t, 1, p.asked, "one query within the interval")
+	text := out.String()
+	require.Contains(t, text, "2/10 done, 0 failed, 3 in flight (running)")
+	require.Contains(t, text, "2/10 done, 0 failed, 2 in flight (running)", "the describe updates the nodes in flight")
+	require.Contains(t, text, "2/10 done, 0 failed, 1 in flight (running)")
+}
+
 // watched is a running rollout for status -w: described as running, with no node workflow
 // listed, moving through its statuses.
 type watched struct{ *progressing }
@@ -135,8 +177,8 @@ func (w watched) ListWorkflow(context.Context, *workflowservice.ListWorkflowExec
 
 // status -w shows the status, then follows the rollout to its end (before: no -w).
 func TestStatusWatchFollowsToTheEnd(t *testing.T) {
-	defer func(d time.Duration) { followInterval = d }(followInterval)
-	followInterval = 5 * time.Millisecond
+	defer func(d, q time.Duration) { followInterval, followQueryInterval = d, q }(followInterval, followQueryInterval)
+	followInterval, followQueryInterval = 5*time.Millisecond, 0
 	p := newProgressing(running(0, 0, 2, "running"), running(4, 0, 2, "running"), running(10, 0, 0, "running"))
 	p.result = api.RolloutResult{Name: "kata", Selected: 10, Counts: api.Counts{Succeeded: 10}}
 	a, out := commandApp(t, watched{p}, statusCommand, "kata", "-w")

@@ -178,12 +178,16 @@ func run(ctx context.Context, cfg config.Config, pol *policy.Policy) error {
 	workflows.OnCluster{Cluster: cluster}.Register(w)
 	// Only node workflows a running Rollout started write to the cluster.
 	acts.Lineage = &activities.Lineage{Temporal: tc, RolloutType: api.RolloutWorkflow,
-		NodeTypes: []string{api.NodeRolloutWorkflow, api.NodeRolloutV2Workflow, api.NodeRolloutV3Workflow}}
+		NodeTypes: []string{api.NodeRolloutWorkflow, api.NodeRolloutV2Workflow, api.NodeRolloutV3Workflow, api.NodeRolloutV4Workflow}}
 	w.RegisterActivity(acts)
 	w.RegisterActivity(&activities.Coordination{Temporal: tc})
 	if err := w.Start(); err != nil {
 		return fmt.Errorf("starting the worker: %w", err)
 	}
+	// The informer tells each node that awaits its Job (AwaitJobEnd) when the Job ends, and at
+	// once every Job that ended while no worker watched.
+	notifier := &activities.JobEndNotifier{Temporal: tc, Namespace: cfg.TemporalNamespace, NodeWorkflowID: cluster.NodeWorkflowID, Logger: logger, Awaited: acts.Jobs.Awaited}
+	acts.Jobs.NotifyEnds(notifier.Observe)
 	// Every worker also serves the fleet queue, so a FleetRollout goes on while any cluster's
 	// worker is up.
 	fleet := worker.New(tc, api.FleetTaskQueue, worker.Options{Identity: identity(), WorkerStopTimeout: cfg.StopTimeout})

@@ -124,6 +124,9 @@ func (r *rollout) startChild(ctx workflow.Context, node string) workflow.ChildWo
 		if r.features.nodeVersion >= 2 {
 			nodeWorkflow = NodeRolloutV3
 		}
+		if r.features.nodeVersion >= 3 {
+			nodeWorkflow = NodeRolloutV4
+		}
 		if in.Maintenance == nil {
 			in.WatchSeconds = nodeWatchSeconds
 		}

@@ -861,7 +861,7 @@ func (w *modelWatch) InterceptWorkflow(ctx workflow.Context, next interceptor.Wo
 		return outbound(func(next interceptor.WorkflowOutboundInterceptor) interceptor.WorkflowOutboundInterceptor {
 			return &rootStarts{WorkflowOutboundInterceptorBase: interceptor.WorkflowOutboundInterceptorBase{Next: next}, m: w.m}
 		}).InterceptWorkflow(ctx, next)
-	case api.NodeRolloutWorkflow, api.NodeRolloutV2Workflow, api.NodeRolloutV3Workflow:
+	case api.NodeRolloutWorkflow, api.NodeRolloutV2Workflow, api.NodeRolloutV3Workflow, api.NodeRolloutV4Workflow:
 		return &nodeWatch{WorkflowInboundInterceptorBase: interceptor.WorkflowInboundInterceptorBase{Next: next}, m: w.m}
 	}
 	return next

@@ -83,6 +83,22 @@ func (c OnCluster) NodeRolloutV3(ctx workflow.Context, in NodeRolloutInput) (api
 	return c.runChecked(ctx, in, true)
 }
 
+// NodeRolloutV4 is NodeRolloutV3 whose Job, once it outlasts RunJob's watch, is awaited without
+// heartbeats: the worker's Job informer completes an AwaitJobEnd activity when the Job ends, so
+// a Job of any length costs its node the same Temporal actions. Parents from the third version
+// of versionNodeV2 on start it.
+func NodeRolloutV4(ctx workflow.Context, in NodeRolloutInput) (api.NodeResult, error) {
+	return OnCluster{}.NodeRolloutV4(ctx, in)
+}
+
+// NodeRolloutV4 is NodeRolloutV4 as the cluster's worker runs it.
+func (c OnCluster) NodeRolloutV4(ctx workflow.Context, in NodeRolloutInput) (api.NodeResult, error) {
+	if err := c.checkLineage(ctx, in); err != nil {
+		return api.NodeResult{}, err
+	}
+	return runNodeSteps(ctx, nodeSteps{in: in, oneStep: true, awaitEnd: true})
+}
+
 // runChecked runs the node (runNode) once checkLineage let it.
 func (c OnCluster) runChecked(ctx workflow.Context, in NodeRolloutInput, oneStep bool) (api.NodeResult, error) {
 	if err := c.checkLineage(ctx, in); err != nil {
@@ -118,12 +134,17 @@ func (c OnCluster) checkLineage(ctx workflow.Context, in NodeRolloutInput) error
 // runNode is a node's rollout from versionFieldGuarantees on; oneStep runs a watched Job with
 // RunJob.
 func runNode(ctx workflow.Context, in NodeRolloutInput, oneStep bool) (api.NodeResult, error) {
+	return runNodeSteps(ctx, nodeSteps{in: in, oneStep: oneStep})
+}
+
+// runNodeSteps runs n and then tells the rollouts that wait for the node.
+func runNodeSteps(ctx workflow.Context, n nodeSteps) (api.NodeResult, error) {
 	ctx, err := withStepQuery(ctx)
 	if err != nil {
 		return api.NodeResult{}, err
 	}
 	waiters := workflow.GetSignalChannel(ctx, SignalNotifyWhenFree)
-	n := nodeSteps{in: in, oneStep: oneStep}
+	in := n.in
 	result, err := n.run(ctx)
 	tellWaiters(ctx, waiters, in.Node)
 	return result, err
@@ -136,6 +157,9 @@ type nodeSteps struct {
 	mayHaveCordoned bool
 	// oneStep: a watched Job runs as one RunJob local activity (NodeRolloutV3).
 	oneStep bool
+	// awaitEnd: a Job that outlasts RunJob's watch is awaited with AwaitJobEnd, not WaitJob
+	// (NodeRolloutV4).
+	awaitEnd bool
 	// abortedInFinalize: an abort cut short the finalize of a Job that succeeded, which may
 	// have recorded the success on the Node already.
 	abortedInFinalize bool
@@ -230,7 +254,11 @@ func (n *nodeSteps) runJob(ctx workflow.Context) (api.NodeResult, error) {
 		return n.finalize(ctx, &job, run.End, result) // the Job ended; its finalize failed
 	case inOneStep:
 		workflow.SetCurrentDetails(ctx, fmt.Sprintf("Job `%s/%s` running on node `%s`", job.Namespace, job.Name, in.Node))
-		end, err = n.wait(ctx, job)
+		if n.awaitEnd {
+			end, err = n.awaitJobEnd(ctx, job)
+		} else {
+			end, err = n.wait(ctx, job)
+		}
 	default:
 		workflow.SetCurrentDetails(ctx, fmt.Sprintf("Job `%s/%s` running on node `%s`", job.Namespace, job.Name, in.Node))
 		end, err = n.waitFor(ctx, job)
@@ -267,6 +295,36 @@ func (n *nodeSteps) waitFor(ctx workflow.Context, job activities.JobRef) (activi
 		if err != nil || !w.Running {
 			return w.End, err
 		}
+	}
+	return n.wait(ctx, job)
+}
+
+// awaitJobEnd waits for the word that the Job ended (AwaitJobEnd, completed by a worker's Job
+// informer) or for the Job's deadline, whichever comes first, and then reads the end with a
+// local watch, in the workflow task that finalizes: a Job of any length costs the node one
+// activity and one workflow task more than a short one. The watch also runs the deadline's
+// path (it deletes a Job past its deadline and awaits its Pods), and a notice that came early
+// (an interim condition whose Pods outlast the watch) or a wait that could not be set up
+// falls back to WaitJob.
+func (n *nodeSteps) awaitJobEnd(ctx workflow.Context, job activities.JobRef) (activities.JobEnd, error) {
+	var a *activities.Activities
+	deadline := job.CreatedAt
+	if deadline.IsZero() {
+		deadline = workflow.Now(ctx)
+	}
+	deadline = deadline.Add(time.Duration(n.in.JobTimeoutSeconds) * time.Second)
+	awaitCtx := withAwaitEndActivity(ctx, deadline.Sub(workflow.Now(ctx)), "await the end of Job "+job.Name)
+	err := workflow.ExecuteActivity(awaitCtx, a.AwaitJobEnd, activities.AwaitJobEndInput{Job: job}).Get(ctx, nil)
+	if err != nil && isCancel(ctx, err) {
+		return activities.JobEnd{}, err
+	}
+	// Told, past the deadline, or not awaited at all: the watch finds out which.
+	var w activities.JobWatch
+	wait := activities.WaitJobInput{Job: job, TimeoutSeconds: n.in.JobTimeoutSeconds}
+	watchCtx := withLocalWatchActivity(ctx, nodeWatchSeconds*time.Second, n.writeDeadline(), "read the end of Job "+job.Name)
+	err = workflow.ExecuteLocalActivity(watchCtx, a.WatchJob, activities.WatchJobInput{WaitJobInput: wait, ForSeconds: nodeWatchSeconds}).Get(ctx, &w)
+	if err != nil || !w.Running {
+		return w.End, err
 	}
 	return n.wait(ctx, job)
 }

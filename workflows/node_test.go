@@ -250,11 +250,11 @@ func TestNodeWorkflowStartedOutsideARolloutIsRefused(t *testing.T) {
 // Tests of NodeRolloutV3: a watched Job runs as one RunJob local activity, and the node goes on
 // with the separate steps from wherever RunJob stopped.
 
-func TestParentStartsNodeRolloutV3WithTheWatch(t *testing.T) {
+func TestParentStartsNodeRolloutV4WithTheWatch(t *testing.T) {
 	env, a := newTestEnv(nil)
 	listsNamedNodes(env, a)
 	var got []NodeRolloutInput
-	env.OnWorkflow(NodeRolloutV3, mock.Anything, mock.Anything).Return(func(_ workflow.Context, in NodeRolloutInput) (api.NodeResult, error) {
+	env.OnWorkflow(NodeRolloutV4, mock.Anything, mock.Anything).Return(func(_ workflow.Context, in NodeRolloutInput) (api.NodeResult, error) {
 		got = append(got, in)
 		return api.NodeResult{Node: in.Node, Outcome: api.OutcomeSucceeded}, nil
 	})

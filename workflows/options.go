@@ -113,6 +113,23 @@ func withWaitActivity(ctx workflow.Context, jobTimeout time.Duration, summary st
 	})
 }
 
+// withAwaitEndActivity is for AwaitJobEnd: one attempt that lasts until the Job's deadline
+// (plus awaitEndSlack, so the watch after it finds the deadline passed), with no heartbeat: a
+// worker that dies while it waits loses nothing, as any worker's informer completes the
+// activity by its ID, and a worker that starts tells every end it finds in its first list.
+// An abort does not wait for the activity to hear of it.
+func withAwaitEndActivity(ctx workflow.Context, untilDeadline time.Duration, summary string) workflow.Context {
+	return workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
+		ActivityID:          activities.AwaitJobEndActivityID,
+		StartToCloseTimeout: max(untilDeadline, 0) + awaitEndSlack,
+		RetryPolicy:         &temporal.RetryPolicy{MaximumAttempts: 1},
+		Summary:             summary,
+	})
+}
+
+// awaitEndSlack puts the end of AwaitJobEnd past the Job's deadline.
+const awaitEndSlack = 5 * time.Second
+
 // nodeTaskTimeout is a node's workflow-task timeout. The SDK heartbeats a task that runs a
 // local activity at 80 % of it, three events and a task round trip each, so it sets how often
 // a watching node heartbeats (12 s) and how soon an abort reaches it; and how long a crashed

@@ -49,7 +49,7 @@ func ReplayFixture(file string) error {
 	var options worker.ReplayWorkflowHistoryOptions
 	if started := history.GetEvents()[0].GetWorkflowExecutionStartedEventAttributes(); started != nil {
 		switch started.GetWorkflowType().GetName() {
-		case api.NodeRolloutWorkflow, api.NodeRolloutV2Workflow, api.NodeRolloutV3Workflow:
+		case api.NodeRolloutWorkflow, api.NodeRolloutV2Workflow, api.NodeRolloutV3Workflow, api.NodeRolloutV4Workflow:
 			var in NodeRolloutInput
 			if err := converter.GetDefaultDataConverter().FromPayloads(started.GetInput(), &in); err != nil {
 				return err

@@ -80,7 +80,7 @@ func asChildOfARollout(ctx workflow.Context, nodeWorkflow string, in NodeRollout
 func jobsOutlastTheWatch(env *testsuite.TestWorkflowEnvironment) {
 	var a *activities.Activities
 	env.OnActivity(a.WatchJob, mock.Anything, mock.Anything).Return(activities.JobWatch{Running: true}, nil).Maybe()
-	env.OnGetVersion(versionNodeV2, workflow.DefaultVersion, 2).Return(workflow.Version(1)).Maybe()
+	env.OnGetVersion(versionNodeV2, workflow.DefaultVersion, 3).Return(workflow.Version(1)).Maybe()
 }
 
 // executeNodeAsChild runs the node workflow fn (registered as name) as a Rollout's child.

@@ -94,14 +94,16 @@ var ledger = []change{
 			"children are NodeRollout, which ask field-guarantees themselves",
 			"children are NodeRolloutV2: no marker of their own; a short Job is watched within the child's first workflow task (WatchSeconds)",
 			"children are NodeRolloutV3: that Job is created, watched and finalized by one local activity (RunJob)",
+			"children are NodeRolloutV4: a Job that outlasts RunJob's watch is awaited by AwaitJobEnd, which the worker's Job informer completes when the Job ends, instead of the heartbeating WaitJob",
 		},
 		asked: "every Rollout run with field-guarantees, at its start",
 		pinned: map[workflow.Version][]string{
 			workflow.DefaultVersion: {"guarantees-rollout-abort.json", "guarantees-rollout-continue-as-new-run1.json"},
 			1:                       {"v2-rollout-abort.json", "v2-rollout-busy-node-holder.json", "v2-rollout-busy-node-waits.json", "v2-rollout-canary-approved.json", "v2-rollout-continue-as-new-run1.json", "v2-rollout-continue-as-new-run2.json", "v2-rollout-continue-as-new-run3.json", "v2-rollout-pause-resume-set-parallelism.json"},
 			2:                       {"v3-rollout-abort.json", "v3-rollout-budgeted.json", "v3-rollout-busy-node-holder.json", "v3-rollout-busy-node-waits.json", "v3-rollout-canary-approved.json", "v3-rollout-continue-as-new-run1.json", "v3-rollout-continue-as-new-run2.json", "v3-rollout-continue-as-new-run3.json", "v3-rollout-pause-resume-set-parallelism.json"},
+			3:                       {"v9-rollout-abort.json", "v9-rollout-budgeted.json", "v9-rollout-busy-node-holder.json", "v9-rollout-busy-node-waits.json", "v9-rollout-canary-approved.json", "v9-rollout-continue-as-new-run1.json", "v9-rollout-continue-as-new-run2.json", "v9-rollout-continue-as-new-run3.json", "v9-rollout-cut-delay.json", "v9-rollout-hand-over-run1.json", "v9-rollout-hand-over-run2.json", "v9-rollout-pause-resume-set-parallelism.json"},
 		},
-		removable: removableOnceDrained + "; the node types NodeRollout and NodeRolloutV2 stay registered until their own histories are gone too",
+		removable: removableOnceDrained + "; the node types NodeRollout, NodeRolloutV2 and NodeRolloutV3 stay registered until their own histories are gone too",
 	},
 	{
 		id: versionChildCollector, workflow: "Rollout", since: "d1cec14 (2026-12-01)",
@@ -264,7 +266,7 @@ var ledger = []change{
 		asked: "by a coordinator started afresh (not continued as new)",
 		pinned: map[workflow.Version][]string{
 			workflow.DefaultVersion: {"v3-budget-coordinator.json", "v4-budget-coordinator.json"},
-			1:                       {"v8-budget-coordinator.json"},
+			1:                       {"v8-budget-coordinator.json", "v9-budget-coordinator.json"},
 		},
 		removable: removableOnceDrained,
 	},
@@ -286,7 +288,7 @@ var ledger = []change{
 		},
 		asked: "only by a fleet whose rollout has problems",
 		pinned: map[workflow.Version][]string{
-			1: {"v7-fleet-invalid-rollout.json", "v8-fleet-invalid-rollout.json"},
+			1: {"v7-fleet-invalid-rollout.json", "v8-fleet-invalid-rollout.json", "v9-fleet-invalid-rollout.json"},
 		},
 		covered:   "DefaultVersion: TestFleetStartsAnInvalidRolloutOnTheOldVersion",
 		removable: removableOnceDrained,
@@ -300,7 +302,7 @@ var ledger = []change{
 		asked: "every valid fleet, once it starts its waves",
 		pinned: map[workflow.Version][]string{
 			workflow.DefaultVersion: {"v3-fleet-two-waves.json", "v4-fleet-two-waves.json"},
-			1:                       {"v8-fleet-two-waves.json"},
+			1:                       {"v8-fleet-two-waves.json", "v9-fleet-two-waves.json"},
 		},
 		removable: removableOnceDrained,
 	},
@@ -329,17 +331,23 @@ var nodeTypes = []nodeType{
 	},
 	{
 		name: api.NodeRolloutV3Workflow,
-		what: "children of runs with node-v2 version 2 (today's): a short Job created, watched and finalized by one RunJob local activity",
+		what: "children of runs with node-v2 version 2: a short Job created, watched and finalized by one RunJob local activity",
 		fixtures: []string{"v3-node-cancelled-mid-job.json", "v3-node-maintained.json", "v3-node-succeeded.json",
 			"v4-node-cancelled-mid-job.json", "v4-node-maintained.json", "v4-node-succeeded.json",
 			"v8-node-cancelled-mid-job.json", "v8-node-maintained.json", "v8-node-succeeded.json"},
+	},
+	{
+		name: api.NodeRolloutV4Workflow,
+		what: "children of runs with node-v2 version 3 (today's): NodeRolloutV3 whose Job, once it outlasts RunJob's watch, is awaited by AwaitJobEnd (completed by the worker's Job informer) instead of WaitJob",
+		fixtures: []string{"v9-node-awaited-long-job.json", "v9-node-cancelled-while-awaiting.json", "v9-node-cancelled-mid-job.json",
+			"v9-node-maintained.json", "v9-node-succeeded.json"},
 	},
 }
 
 // features are what a Rollout run does, by the versions its history recorded.
 type features struct {
 	guarantees  bool             // versionFieldGuarantees
-	nodeVersion workflow.Version // versionNodeV2: 0 starts NodeRollout, 1 NodeRolloutV2, 2 NodeRolloutV3
+	nodeVersion workflow.Version // versionNodeV2: 0 starts NodeRollout, 1 NodeRolloutV2, 2 NodeRolloutV3, 3 NodeRolloutV4
 	collect     bool             // versionChildCollector
 	// Asked once the template is prepared (readAtRun); a dry run never asks them.
 	atHistoryLimits bool // versionHistoryLimits: continue as new near the limits, not when suggested
@@ -353,7 +361,7 @@ func startFeatures(ctx workflow.Context) features {
 	var f features
 	f.guarantees = workflow.GetVersion(ctx, versionFieldGuarantees, workflow.DefaultVersion, 1) == 1
 	if f.guarantees {
-		f.nodeVersion = workflow.GetVersion(ctx, versionNodeV2, workflow.DefaultVersion, 2)
+		f.nodeVersion = workflow.GetVersion(ctx, versionNodeV2, workflow.DefaultVersion, 3)
 		f.collect = workflow.GetVersion(ctx, versionChildCollector, workflow.DefaultVersion, 1) == 1
 	}
 	return f

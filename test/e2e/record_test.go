@@ -63,6 +63,8 @@ func TestRecordReplayFixtures(t *testing.T) {
 		t.Run("budgeted", func(t *testing.T) { t.Parallel(); recordBudgeted(t, rec) })
 		t.Run("fleet", func(t *testing.T) { t.Parallel(); recordFleet(t, rec) })
 		t.Run("fleet-invalid-rollout", func(t *testing.T) { t.Parallel(); recordFleetInvalidRollout(t, rec) })
+		t.Run("long-job", func(t *testing.T) { t.Parallel(); recordLongJob(t, rec) })
+		t.Run("abort-long-job", func(t *testing.T) { t.Parallel(); recordAbortLongJob(t, rec) })
 	})
 	require.NotEmpty(t, rec.files)
 	for _, file := range rec.files {
@@ -138,6 +140,35 @@ func recordAbort(t *testing.T, rec *recorder) {
 	// Cancelled mid-Job: the child deletes its Job and ends cancelled (or, reporting the node's
 	// outcome, completed).
 	rec.write(t, "node-cancelled-mid-job.json", rec.closed(t, child.GetWorkflowId(), child.GetRunId(),
+		enums.WORKFLOW_EXECUTION_STATUS_CANCELED, enums.WORKFLOW_EXECUTION_STATUS_COMPLETED))
+}
+
+// recordLongJob: a Job that outlasts the node's watch, awaited (AwaitJobEnd) until the
+// worker's informer tells its end.
+func recordLongJob(t *testing.T, rec *recorder) {
+	f := NewFleet(t, 1)
+	req := f.Request("fixture-long", 30*time.Second)
+	run := Start(t, req)
+	res := Succeeded(t, run)
+	require.Equal(t, 1, res.Counts.Succeeded)
+	h := rec.closed(t, run.GetID(), run.GetRunID(), enums.WORKFLOW_EXECUTION_STATUS_COMPLETED)
+	child := childrenOf(h)[0]
+	rec.write(t, "node-awaited-long-job.json", rec.closed(t, child.GetWorkflowId(), child.GetRunId(), enums.WORKFLOW_EXECUTION_STATUS_COMPLETED))
+}
+
+// recordAbortLongJob: the rollout is cancelled while its node awaits its Job's end; the node
+// deletes the Job.
+func recordAbortLongJob(t *testing.T, rec *recorder) {
+	f := NewFleet(t, 1)
+	req := f.Request("fixture-abort-long", 2*time.Minute)
+	run := Start(t, req)
+	waitFor(t, 90*time.Second, "the node awaiting its Job's end", func() bool { return awaitingTheirEnd(t, f) })
+	require.NoError(t, stack.Temporal.CancelWorkflow(context.Background(), run.GetID(), ""))
+	_, err := Result(t, run)
+	require.Error(t, err)
+	h := rec.closed(t, run.GetID(), run.GetRunID(), enums.WORKFLOW_EXECUTION_STATUS_CANCELED)
+	child := childrenOf(h)[0]
+	rec.write(t, "node-cancelled-while-awaiting.json", rec.closed(t, child.GetWorkflowId(), child.GetRunId(),
 		enums.WORKFLOW_EXECUTION_STATUS_CANCELED, enums.WORKFLOW_EXECUTION_STATUS_COMPLETED))
 }
 
