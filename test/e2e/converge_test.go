@@ -4,12 +4,9 @@ package e2e
 
 import (
 	"context"
-	"io"
 	"maps"
-	"net/http"
 	"os"
 	"slices"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -184,40 +181,6 @@ func TestConvergeIdleRolloutAddsNoEvents(t *testing.T) {
 	t.Logf("idle %s: history %d -> %d events; the dev server's action counter (every workflow on the stack) %v -> %v",
 		idle, startEvents, endEvents, startActions, endActions)
 	require.Equal(t, startEvents, endEvents, "an idle converging rollout adds no event (no timer, activity or signal)")
-}
-
-// temporalActions is the dev server's action counter (its billable actions) by action type,
-// or nil when its metrics cannot be read.
-func temporalActions(t *testing.T) map[string]float64 {
-	port := os.Getenv("TEMPORAL_METRICS_PORT")
-	if port == "" {
-		port = "7244" // dev/lib.sh's default
-	}
-	resp, err := http.Get("http://127.0.0.1:" + port + "/metrics")
-	if err != nil {
-		t.Logf("reading the dev server's metrics: %v", err)
-		return nil
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return nil
-	}
-	out := map[string]float64{}
-	for _, line := range strings.Split(string(b), "\n") {
-		if !strings.HasPrefix(line, "action{") {
-			continue
-		}
-		kind := "?"
-		if _, rest, ok := strings.Cut(line, `action_type="`); ok {
-			kind, _, _ = strings.Cut(rest, `"`)
-		}
-		fields := strings.Fields(line)
-		if v, err := strconv.ParseFloat(fields[len(fields)-1], 64); err == nil {
-			out[kind] += v
-		}
-	}
-	return out
 }
 
 // starter start of a running converging rollout's name with a new template hands over: each
