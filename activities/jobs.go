@@ -41,18 +41,7 @@ func (a *Activities) CreateJob(ctx context.Context, in JobRequest) (JobRef, erro
 		}
 		in.Template = text
 	}
-	params := jobspec.JobParams{
-		Rollout:                 in.Rollout,
-		Namespace:               in.Namespace,
-		Node:                    in.Node,
-		RunID:                   in.RunID,
-		TemplateHash:            in.TemplateHash,
-		ActiveDeadlineSeconds:   activeDeadline(in.JobTimeoutSeconds),
-		TTLSecondsAfterFinished: in.TTLSecondsAfterFinished,
-	}
-	if o := in.Owner; o != nil {
-		params.Owner = &metav1.OwnerReference{APIVersion: o.APIVersion, Kind: o.Kind, Name: o.Name, UID: types.UID(o.UID)}
-	}
+	params := jobParams(in)
 	job, err := jobspec.Build(in.Template, params)
 	if err != nil {
 		return JobRef{}, templateError(err)
@@ -599,4 +588,21 @@ func (a *Activities) nodeGone(ctx context.Context, ref JobRef) (bool, error) {
 		activity.GetLogger(ctx).Warn("checking the Job's node", "node", ref.Node, "error", err)
 		return false, nil
 	}
+}
+
+// jobParams are the fields of a node's Job (its own, or a step's) that come from the request.
+func jobParams(in JobRequest) jobspec.JobParams {
+	params := jobspec.JobParams{
+		Rollout:                 in.Rollout,
+		Namespace:               in.Namespace,
+		Node:                    in.Node,
+		RunID:                   in.RunID,
+		TemplateHash:            in.TemplateHash,
+		ActiveDeadlineSeconds:   activeDeadline(in.JobTimeoutSeconds),
+		TTLSecondsAfterFinished: in.TTLSecondsAfterFinished,
+	}
+	if o := in.Owner; o != nil {
+		params.Owner = &metav1.OwnerReference{APIVersion: o.APIVersion, Kind: o.Kind, Name: o.Name, UID: types.UID(o.UID)}
+	}
+	return params
 }

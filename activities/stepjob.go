@@ -6,7 +6,6 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/noderollout/noderollout/activities/jobspec"
 )
@@ -48,18 +47,7 @@ func (a *Activities) CreateStepJob(ctx context.Context, in StepJobRequest) (JobR
 	if err != nil {
 		return JobRef{}, err
 	}
-	params := jobspec.JobParams{
-		Rollout:                 in.Rollout,
-		Namespace:               in.Namespace,
-		Node:                    in.Node,
-		RunID:                   in.RunID,
-		TemplateHash:            in.TemplateHash,
-		ActiveDeadlineSeconds:   activeDeadline(in.JobTimeoutSeconds),
-		TTLSecondsAfterFinished: in.TTLSecondsAfterFinished,
-	}
-	if o := in.Owner; o != nil {
-		params.Owner = &metav1.OwnerReference{APIVersion: o.APIVersion, Kind: o.Kind, Name: o.Name, UID: types.UID(o.UID)}
-	}
+	params := jobParams(in.JobRequest)
 	job, err := jobspec.Build(text, params)
 	if err != nil {
 		return JobRef{}, templateError(err)

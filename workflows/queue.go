@@ -209,21 +209,7 @@ func (r *rollout) listCanaries(ctx workflow.Context) error {
 					return asWorkflowError(err)
 				}
 				keepOwn(&next)
-				page.Nodes = append(page.Nodes, next.Nodes...)
-				page.Done = append(page.Done, next.Done...)
-				for _, n := range workflow.DeterministicKeys(next.Untolerated) {
-					if page.Untolerated == nil {
-						page.Untolerated = map[string]string{}
-					}
-					page.Untolerated[n] = next.Untolerated[n]
-				}
-				for _, n := range workflow.DeterministicKeys(next.Labels) {
-					if page.Labels == nil {
-						page.Labels = map[string]map[string]string{}
-					}
-					page.Labels[n] = next.Labels[n]
-				}
-				page.More, page.Next = next.More, next.Next
+				appendSelected(&page, next)
 			}
 			page.More = len(page.Nodes)+len(page.Done)+len(page.Untolerated) > api.MaxCanaries
 		}
@@ -251,4 +237,24 @@ func (r *rollout) listCanaries(ctx workflow.Context) error {
 	r.progress.ListingDone = true
 	r.showProgress(ctx)
 	return nil
+}
+
+// appendSelected adds the next slice's runnable, done and untolerated nodes (with their labels)
+// to page, and takes its place in the listing.
+func appendSelected(page *activities.ListNodesResult, next activities.ListNodesResult) {
+	page.Nodes = append(page.Nodes, next.Nodes...)
+	page.Done = append(page.Done, next.Done...)
+	for _, n := range workflow.DeterministicKeys(next.Untolerated) {
+		if page.Untolerated == nil {
+			page.Untolerated = map[string]string{}
+		}
+		page.Untolerated[n] = next.Untolerated[n]
+	}
+	for _, n := range workflow.DeterministicKeys(next.Labels) {
+		if page.Labels == nil {
+			page.Labels = map[string]map[string]string{}
+		}
+		page.Labels[n] = next.Labels[n]
+	}
+	page.More, page.Next = next.More, next.Next
 }

@@ -77,23 +77,10 @@ func (r *rollout) listRest(ctx workflow.Context, page activities.ListNodesResult
 		if err != nil {
 			return activities.ListNodesResult{}, err
 		}
-		page.Nodes = append(page.Nodes, next.Nodes...)
-		page.Done = append(page.Done, next.Done...)
+		appendSelected(&page, next)
 		page.Missing = append(page.Missing, next.Missing...)
 		page.Unselected = append(page.Unselected, next.Unselected...)
-		for _, n := range workflow.DeterministicKeys(next.Untolerated) {
-			if page.Untolerated == nil {
-				page.Untolerated = map[string]string{}
-			}
-			page.Untolerated[n] = next.Untolerated[n]
-		}
-		for _, n := range workflow.DeterministicKeys(next.Labels) {
-			if page.Labels == nil {
-				page.Labels = map[string]map[string]string{}
-			}
-			page.Labels[n] = next.Labels[n]
-		}
-		page.More, page.Next, page.Continue, page.Marks = next.More, next.Next, next.Continue, next.Marks
+		page.Continue, page.Marks = next.Continue, next.Marks
 	}
 	return page, nil
 }
