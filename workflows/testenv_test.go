@@ -2,6 +2,8 @@ package workflows
 
 import (
 	"context"
+	"log/slog"
+	"os"
 	"slices"
 	"testing"
 	"time"
@@ -10,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"go.temporal.io/sdk/interceptor"
+	"go.temporal.io/sdk/log"
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/testsuite"
 	"go.temporal.io/sdk/worker"
@@ -30,6 +33,7 @@ func newTestEnv(ts *testsuite.WorkflowTestSuite, cluster ...api.Cluster) (*tests
 	if ts == nil {
 		ts = &testsuite.WorkflowTestSuite{}
 	}
+	ts.SetLogger(quietLogger)
 	env := ts.NewTestWorkflowEnvironment()
 	intercept(env)
 	var c api.Cluster
@@ -44,6 +48,12 @@ func newTestEnv(ts *testsuite.WorkflowTestSuite, cluster ...api.Cluster) (*tests
 	env.RegisterActivity(&activities.Coordination{})
 	return env, a
 }
+
+// quietLogger keeps the environments' warnings and errors and drops their debug and info
+// lines: the model alone ran 92 MB of them, and a test whose activity panics on every retry
+// wrote gigabytes, which go test holds in memory for a package's summary until the machine
+// runs out.
+var quietLogger = log.NewStructuredLogger(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})))
 
 // intercept gives the environment's worker these interceptors (and newTestEnv's deadlock
 // timeout).

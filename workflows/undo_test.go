@@ -230,7 +230,7 @@ func TestUndoRolloutRunsItsNodesInThePlannedOrder(t *testing.T) {
 	pagedListing(env, a)
 	var mu sync.Mutex
 	var started []string
-	env.OnWorkflow(NodeRolloutV3, mock.Anything, mock.Anything).Return(func(ctx workflow.Context, in NodeRolloutInput) (api.NodeResult, error) {
+	env.OnWorkflow(NodeRolloutV4, mock.Anything, mock.Anything).Return(func(ctx workflow.Context, in NodeRolloutInput) (api.NodeResult, error) {
 		mu.Lock()
 		started = append(started, in.Node)
 		mu.Unlock()
@@ -295,7 +295,7 @@ func TestUndoRolloutKeepsItsOrderAcrossContinueAsNew(t *testing.T) {
 		env.SetTestTimeout(time.Minute)
 		env.OnActivity(a.PrepareTemplate, mock.Anything, mock.Anything).Return(activities.PreparedTemplate{Hash: "undo-hash"}, nil).Maybe()
 		pagedListing(env, a)
-		env.OnWorkflow(NodeRolloutV3, mock.Anything, mock.Anything).Return(func(ctx workflow.Context, in NodeRolloutInput) (api.NodeResult, error) {
+		env.OnWorkflow(NodeRolloutV4, mock.Anything, mock.Anything).Return(func(ctx workflow.Context, in NodeRolloutInput) (api.NodeResult, error) {
 			*started = append(*started, in.Node)
 			return api.NodeResult{Node: in.Node, Outcome: api.OutcomeSucceeded}, workflow.Sleep(ctx, time.Minute)
 		})
