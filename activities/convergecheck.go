@@ -30,12 +30,18 @@ type CheckNodesInput struct {
 	// still says this template failed there.
 	Retry  []string `json:"retry,omitempty"`
 	Labels []string `json:"labels,omitempty"` // label keys whose values the result reports
+	// TaintCheck is the first pass's (nil: taints: ignore): a node whose taint the Job's Pod
+	// does not tolerate is not run, as in the listing of the first pass.
+	TaintCheck *api.TaintCheck `json:"taintCheck,omitempty"`
 }
 
 // CheckNodesResult is what a converging rollout does next.
 type CheckNodesResult struct {
 	Run      []string `json:"run,omitempty"`      // selected, Ready, and not at the template
 	Deselect []string `json:"deselect,omitempty"` // left the selector after running the template: onDeselect's Job
+	// Untolerated are the nodes that would run but carry a taint the Job's Pod does not
+	// tolerate (by name, the taint): skipped, like the first pass's.
+	Untolerated map[string]string `json:"untolerated,omitempty"`
 	// Selected and AtTemplate count every selected Node, and those whose marker says the
 	// template succeeded there.
 	Selected   int                          `json:"selected"`
@@ -114,6 +120,11 @@ func (a *Activities) CheckNodes(ctx context.Context, in CheckNodesInput) (CheckN
 			v = verdictRun
 		}
 		switch {
+		case v.NeedsRun() && untoleratedTaint(in.TaintCheck, n) != "":
+			if res.Untolerated == nil {
+				res.Untolerated = map[string]string{}
+			}
+			res.Untolerated[n.Name] = untoleratedTaint(in.TaintCheck, n)
 		case v.NeedsRun():
 			res.Run = append(res.Run, n.Name)
 			if l := wantedLabels(in.Labels, n.Labels); l != nil {
@@ -168,18 +179,14 @@ func (a *Activities) CheckNodes(ctx context.Context, in CheckNodesInput) (CheckN
 	return res, nil
 }
 
-// failedHere says the node's marker records that this template failed (or timed out, or
-// its maintenance failed) there.
+// failedHere says the node's marker records that this template failed there (retriedOutcome
+// in the workflow says which outcomes).
 func failedHere(n *corev1.Node, rollout, hash string) bool {
 	h, outcome, ok := jobspec.ParseNodeMarker(n.Annotations[jobspec.NodeMarkerKey(rollout)])
 	if !ok || !jobspec.SameTemplateHash(h, hash) {
 		return false
 	}
-	switch api.Outcome(outcome) {
-	case api.OutcomeFailed, api.OutcomeTimedOut, api.OutcomeDrainTimedOut, api.OutcomeUnhealthy:
-		return true
-	}
-	return false
+	return api.RetriedByConverge(api.Outcome(outcome))
 }
 
 // getNodes reads the named Nodes that exist, in name order, a few at a time.

@@ -8,10 +8,12 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/noderollout/noderollout/activities/jobspec"
+	"github.com/noderollout/noderollout/api"
 )
 
 // convergeNode is a node for the converge checks: in the pool or not, Ready or not, with the
@@ -103,4 +105,63 @@ func TestNodeWatchSignalsOnlyForChangesThatMatter(t *testing.T) {
 	require.True(t, r.owes(nodeChange{old: done, new: left}), "left the selector: onDeselect")
 	require.True(t, r.owes(nodeChange{old: done, new: convergeNode("n", true, true, "other:succeeded")}), "marker of another template")
 	require.False(t, r.owes(nodeChange{old: left, new: convergeNode("n", false, true, "d:succeeded")}), "uninstalled")
+}
+
+// A node the converging rollout owes a run is skipped, not run, while it carries a taint the
+// Job's Pod does not tolerate, as the first pass's listing skips it; a taint the Pod
+// tolerates, or taints: ignore (no check), lets it run.
+func TestCheckNodesSkipsANodeWithAnUntoleratedTaint(t *testing.T) {
+	tainted := convergeNode("tainted", true, true, "")
+	tainted.Spec.Taints = []corev1.Taint{{Key: "dedicated", Value: "training", Effect: corev1.TaintEffectNoSchedule}}
+	tolerated := convergeNode("tolerated", true, true, "")
+	tolerated.Spec.Taints = []corev1.Taint{{Key: "gpu", Effect: corev1.TaintEffectNoSchedule}}
+	a := &Activities{Kube: fake.NewClientset(tainted, tolerated)}
+	in := CheckNodesInput{Rollout: "gpu", Selector: "pool=gpu", TemplateHash: "h", Names: []string{"tainted", "tolerated"},
+		TaintCheck: &api.TaintCheck{Tolerations: []corev1.Toleration{{Key: "gpu", Operator: corev1.TolerationOpExists}}}}
+	res, err := a.CheckNodes(context.Background(), in)
+	require.NoError(t, err)
+	require.Equal(t, []string{"tolerated"}, res.Run)
+	require.Equal(t, map[string]string{"tainted": "dedicated=training:NoSchedule"}, res.Untolerated)
+
+	in.Names, in.Resync = nil, true
+	res, err = a.CheckNodes(context.Background(), in)
+	require.NoError(t, err)
+	require.Equal(t, []string{"tolerated"}, res.Run, "a resync skips it too")
+	require.Contains(t, res.Untolerated, "tainted")
+
+	in.TaintCheck = nil
+	res, err = a.CheckNodes(context.Background(), in)
+	require.NoError(t, err)
+	require.Equal(t, []string{"tainted", "tolerated"}, res.Run, "taints: ignore")
+	require.Empty(t, res.Untolerated)
+}
+
+// retryFailedAfter runs again a node whose Job failed, and one whose step around a succeeded
+// Job failed (its check Job, its reboot) or whose blocking Pods kept it from starting.
+func TestCheckNodesRetriesFailedStepsAndBlockedNodes(t *testing.T) {
+	var nodes []runtime.Object
+	var names []string
+	for _, o := range []api.Outcome{api.OutcomeFailed, api.OutcomeCheckFailed, api.OutcomeRebootTimedOut, api.OutcomeBlocked, api.OutcomeSucceeded, api.OutcomeSkipped} {
+		nodes = append(nodes, convergeNode(string(o), true, true, "h:"+string(o)))
+		names = append(names, string(o))
+	}
+	a := &Activities{Kube: fake.NewClientset(nodes...)}
+	res, err := a.CheckNodes(context.Background(), CheckNodesInput{Rollout: "gpu", Selector: "pool=gpu", TemplateHash: "h", Retry: names})
+	require.NoError(t, err)
+	require.Equal(t, []string{"blocked", "checkFailed", "failed", "rebootTimedOut"}, res.Run)
+}
+
+// A change of a node's taints is told to a converging rollout that owes the node a run: a
+// lifted taint may let the Job's Pod on.
+func TestNodeWatchSignalsWhenATaintIsLifted(t *testing.T) {
+	r := convergingRollout{name: "gpu", hash: "h", selector: labels.Everything(), fieldSelector: fields.Everything()}
+	tainted := convergeNode("n", true, true, "")
+	tainted.Spec.Taints = []corev1.Taint{{Key: "dedicated", Effect: corev1.TaintEffectNoSchedule}}
+	lifted := convergeNode("n", true, true, "")
+	require.True(t, mayMatter(tainted, lifted))
+	require.True(t, r.owes(nodeChange{old: tainted, new: lifted}))
+	require.False(t, mayMatter(tainted, tainted.DeepCopy()), "the same taints")
+	retainted := tainted.DeepCopy()
+	retainted.Spec.Taints[0].Effect = corev1.TaintEffectPreferNoSchedule
+	require.True(t, r.owes(nodeChange{old: tainted, new: retainted}), "a taint's effect changed")
 }

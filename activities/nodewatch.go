@@ -165,10 +165,19 @@ func (w *NodeWatch) listFor(ctx context.Context, batch []nodeChange) []convergin
 }
 
 // mayMatter says an update changed what a converging rollout judges a node by: its UID, its
-// labels, its Ready condition or an annotation (the markers).
+// labels, its Ready condition, an annotation (the markers) or its taints (a lifted taint may
+// let the Job's Pod on).
 func mayMatter(old, n *corev1.Node) bool {
 	return old.UID != n.UID || nodeReady(old) != nodeReady(n) ||
-		!labels.Equals(old.Labels, n.Labels) || !labels.Equals(old.Annotations, n.Annotations)
+		!labels.Equals(old.Labels, n.Labels) || !labels.Equals(old.Annotations, n.Annotations) ||
+		!sameTaints(old, n)
+}
+
+// sameTaints says two versions of a Node carry the same taints, whenever added.
+func sameTaints(old, n *corev1.Node) bool {
+	return slices.EqualFunc(old.Spec.Taints, n.Spec.Taints, func(a, b corev1.Taint) bool {
+		return a.Key == b.Key && a.Value == b.Value && a.Effect == b.Effect
+	})
 }
 
 // owes says the event changed something this rollout judges the node by, and the rollout now
@@ -185,7 +194,7 @@ func (r convergingRollout) owes(ev nodeChange) bool {
 	o := ev.old
 	key := jobspec.NodeMarkerKey(r.name)
 	return o == nil || o.UID != n.UID || nodeReady(o) != nodeReady(n) || selected(o) != selected(n) ||
-		o.Annotations[key] != n.Annotations[key]
+		o.Annotations[key] != n.Annotations[key] || !sameTaints(o, n)
 }
 
 // converging lists the running converging rollouts of this task queue, from their memos.

@@ -46,11 +46,13 @@ func (a *Activities) markerAnnotations(node *corev1.Node, in FinalizeInput) map[
 }
 
 // changedOutcomes are the marker outcomes of nodes whose Job ran, in whole or in part: the
-// nodes an undo goes back over. A node skipped, gone, never drained or already undone holds
-// nothing of the rollout's template.
+// nodes an undo goes back over (a node whose check Job failed or that did not come back from
+// its reboot ran the Job to its success). A node skipped, gone, blocked, never drained or
+// already undone holds nothing of the rollout's template.
 var changedOutcomes = map[api.Outcome]bool{
 	api.OutcomeSucceeded: true, api.OutcomeFailed: true, api.OutcomeTimedOut: true,
 	api.OutcomeUnhealthy: true, api.OutcomeAborted: true,
+	api.OutcomeCheckFailed: true, api.OutcomeRebootTimedOut: true,
 }
 
 // UndoPlanInput names the rollout to undo and, optionally, the previous template to keep.

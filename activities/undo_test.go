@@ -157,3 +157,22 @@ func TestRunJobOfAnUndoMarksTheUndoneRollout(t *testing.T) {
 	require.True(t, res.Done, "%+v", res)
 	require.Equal(t, jobspec.NodeMarker(hashV2, "undone"), nodeAnnotations(t, a, "node-a")[jobspec.NodeMarkerKey("kata")])
 }
+
+// A node whose Job succeeded and whose check Job failed, or which did not come back from its
+// reboot, was changed by the rollout: the undo takes it, among the failed ones first. A
+// blocked node was not touched.
+func TestPlanUndoTakesNodesWhoseStepAfterTheJobFailed(t *testing.T) {
+	_, a := newCluster(
+		testNode("a", undoMarker(hashV2, "succeeded", hashV1, at(1))),
+		testNode("checked", undoMarker(hashV2, "checkFailed", hashV1, at(2))),
+		testNode("rebooted", undoMarker(hashV2, "rebootTimedOut", hashV1, at(3))),
+		testNode("blocked", undoMarker(hashV2, "blocked", hashV1, at(4))),
+	)
+	plan, err := planUndo(t, a, UndoPlanInput{Rollout: "kata"})
+	require.NoError(t, err)
+	var names []string
+	for _, n := range plan {
+		names = append(names, n.Node)
+	}
+	require.Equal(t, []string{"rebooted", "checked", "a"}, names)
+}

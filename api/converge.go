@@ -80,6 +80,20 @@ func (r RolloutRequest) RetryFailedAfterDuration() time.Duration {
 // Converging says the request asks for converge mode.
 func (r RolloutRequest) Converging() bool { return r.Mode == ModeConverge }
 
+// RetriedByConverge says a converging rollout with retryFailedAfter runs a node again after
+// this outcome: a failure of its Job or of a step around it (a node that has not come back
+// from its reboot is run again only once it is Ready), and a node its blocking Pods kept from
+// starting. The node must still be selected and Ready then, and its marker must still record
+// this outcome of this template.
+func RetriedByConverge(o Outcome) bool {
+	switch o {
+	case OutcomeFailed, OutcomeTimedOut, OutcomeDrainTimedOut, OutcomeUnhealthy,
+		OutcomeRebootTimedOut, OutcomeCheckFailed, OutcomeBlocked:
+		return true
+	}
+	return false
+}
+
 // checkConverge checks mode and onDeselect.
 func (r RolloutRequest) checkConverge(ps *problems) {
 	switch r.Mode {

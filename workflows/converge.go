@@ -213,6 +213,7 @@ func (r *rollout) checkChanged(ctx workflow.Context, retry []string) error {
 		Resync:        resync,
 		Retry:         retry,
 		Labels:        r.settings.Pacing.LabelKeys(),
+		TaintCheck:    r.progress.TaintCheck,
 	}).Get(ctx, &res)
 	c.checking = false
 	settled := c.settledMeanwhile
@@ -253,6 +254,14 @@ func (r *rollout) checkChanged(ctx workflow.Context, retry []string) error {
 		r.queue = append(r.queue, q)
 		added++
 	}
+	// A node whose taint the Job's Pod does not tolerate is skipped as in the first pass: a
+	// Job pinned by nodeName would bypass the scheduler's taint check.
+	for _, n := range workflow.DeterministicKeys(res.Untolerated) {
+		if !busy(n) {
+			r.queue = append(r.queue, queuedNode{name: n, skip: api.SkipUntoleratedTaint, reason: res.Untolerated[n]})
+			added++
+		}
+	}
 	for _, n := range res.Deselect {
 		if busy(n) {
 			continue
@@ -271,15 +280,6 @@ func (r *rollout) checkChanged(ctx workflow.Context, retry []string) error {
 	}
 	r.showProgress(ctx)
 	return nil
-}
-
-// retriedOutcome says an outcome is a failure that retryFailedAfter runs again.
-func retriedOutcome(o api.Outcome) bool {
-	switch o {
-	case api.OutcomeFailed, api.OutcomeTimedOut, api.OutcomeDrainTimedOut, api.OutcomeUnhealthy:
-		return true
-	}
-	return false
 }
 
 // templateHashOf is the template a node's child runs: onDeselect's for a node that left the
@@ -309,7 +309,7 @@ func (r *rollout) convergeSettled(ctx workflow.Context, node string, end nodeEnd
 		c.AtTemplate++
 		c.LastChange = end.result.FinishedAt
 	}
-	if d := r.req.RetryFailedAfterDuration(); d > 0 && end.started && retriedOutcome(end.result.Outcome) {
+	if d := r.req.RetryFailedAfterDuration(); d > 0 && end.started && api.RetriedByConverge(end.result.Outcome) {
 		c.RetryAt[node] = workflow.Now(ctx).Add(d)
 	}
 }

@@ -51,6 +51,9 @@ type convergeCluster struct {
 	runs     map[string][]convergeRun // per node, in order of creation
 	problems []string
 	now      func() time.Time
+	// checkTaints: the prepared template says its Pod tolerates nothing, so the rollout checks
+	// taints (by default the preparation reads no tolerations and nothing is checked).
+	checkTaints bool
 }
 
 // convergeRun is one Job: its template and when it was created and ended.
@@ -73,6 +76,15 @@ func (c *convergeCluster) join(name, zone string) {
 		Status: corev1.NodeStatus{Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}}},
 	}
 	_, err := c.kube.CoreV1().Nodes().Create(context.Background(), node, metav1.CreateOptions{})
+	require.NoError(c.t, err)
+}
+
+// setTaints replaces a node's taints.
+func (c *convergeCluster) setTaints(name string, taints ...corev1.Taint) {
+	n, err := c.kube.CoreV1().Nodes().Get(context.Background(), name, metav1.GetOptions{})
+	require.NoError(c.t, err)
+	n.Spec.Taints = taints
+	_, err = c.kube.CoreV1().Nodes().Update(context.Background(), n, metav1.UpdateOptions{})
 	require.NoError(c.t, err)
 }
 
@@ -112,7 +124,7 @@ func (c *convergeCluster) mock(env *testsuite.TestWorkflowEnvironment, a *activi
 		if in.Template == deselectTemplate {
 			return activities.PreparedTemplate{Hash: "d"}, nil
 		}
-		return activities.PreparedTemplate{Hash: "h-" + fmt.Sprint(len(in.Template))}, nil
+		return activities.PreparedTemplate{Hash: "h-" + fmt.Sprint(len(in.Template)), TolerationsRead: c.checkTaints}, nil
 	}).Maybe()
 	env.OnActivity(a.ListNodes, mock.Anything, mock.Anything).Return(c.acts.ListNodes).Maybe()
 	env.OnActivity(a.CheckNodes, mock.Anything, mock.Anything).Return(c.acts.CheckNodes).Maybe()
@@ -463,4 +475,31 @@ func TestConvergeRetriesAFailedNodeAfterRetryFailedAfter(t *testing.T) {
 		require.Equal(t, failedAt.Add(2*time.Hour), c.runs["f"][1].created, "retried 2h after it failed")
 		require.Equal(t, []string{"h-" + fmt.Sprint(len(sampleTemplate))}, c.runsOf("a0"))
 	}
+}
+
+// A node that joins carrying a taint the Job's Pod does not tolerate is skipped, as the first
+// pass skips one (a Job pinned by nodeName would bypass the scheduler's taint check); once the
+// taint is lifted and the watch tells, it runs.
+func TestConvergeSkipsAJoinedNodeWithAnUntoleratedTaint(t *testing.T) {
+	c := newConvergeCluster(t)
+	c.checkTaints = true
+	c.join("a0", "z1")
+	steps := []convergeStep{
+		{at: time.Hour, do: func(env *testsuite.TestWorkflowEnvironment) {
+			c.join("t", "z1")
+			c.setTaints("t", corev1.Taint{Key: "dedicated", Value: "training", Effect: corev1.TaintEffectNoSchedule})
+			told(env, "t")
+		}},
+		{at: 3 * time.Hour, do: func(env *testsuite.TestWorkflowEnvironment) {
+			require.Empty(t, c.runsOf("t"), "no Job on a node whose taint the Pod does not tolerate")
+			c.setTaints("t")
+			told(env, "t")
+		}},
+		abortAt(10 * time.Hour),
+	}
+	_, _, err := c.runConverge(t, convergeRequest(), time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC), steps)
+	require.Error(t, err)
+	require.Empty(t, c.problems)
+	require.Len(t, c.runs["t"], 1, "run once its taint was lifted")
+	require.Equal(t, time.Date(2026, 12, 1, 3, 0, 0, 0, time.UTC), c.runs["t"][0].created.UTC().Truncate(time.Minute))
 }

@@ -20,8 +20,9 @@ import (
 //
 // Changes that need no ID, because no recorded history can take their path: the metric gate
 // (metricgate.go) makes commands only for a request with gates.prometheus, a field no history
-// recorded before it has; the taint check (taints.go) changes no command, only ListNodes' input,
-// and checks only when the recorded PrepareTemplate result says it read the tolerations.
+// recorded before it has; the taint check (taints.go) changes no command, only ListNodes' and
+// CheckNodes' input, and checks only when the recorded PrepareTemplate result says it read the
+// tolerations (a recorded CheckNodes result from before has no untolerated nodes to skip).
 
 // Change IDs, by the workflow that asks them.
 const (
@@ -221,7 +222,7 @@ var ledger = []change{
 		id: versionConverge, workflow: "Rollout", since: "converge branch (2026-12-02)",
 		what: []string{
 			"never taken: no rollout converged before it (mode: converge is refused by older workers as an unknown field)",
-			"mode: converge: after the first pass the run waits for nodes-changed signals, checks those nodes (CheckNodes) and runs them through the admission point; onDeselect; retryFailedAfter (a timer for the earliest due retry); replace hands over by continue-as-new",
+			"mode: converge: after the first pass the run waits for nodes-changed signals, checks those nodes (CheckNodes) and runs them through the admission point; onDeselect; retryFailedAfter (a timer for the earliest due retry; failed, timedOut, drainTimedOut, unhealthy, rebootTimedOut, checkFailed and blocked nodes: api.RetriedByConverge); replace hands over by continue-as-new. The last two outcomes and the taint skip joined version 1 before any converging rollout ran outside this repository's tests (the converge branch had not landed), so they need no ID of their own",
 		},
 		asked:     "only by a converging rollout, once its template is prepared",
 		covered:   "no fixture reaches the path; TestConvergeRunsNodesJoiningAtEveryStepAcrossContinueAsNew and TestConvergeReplacementHandsOverWithoutRunningANodeTwiceAtOnce run version 1",
