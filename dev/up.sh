@@ -112,10 +112,12 @@ start_component kwok-stuck
 # The fake reboots are the project's own code, built here like the worker.
 (cd "$REPO_DIR" && go build -o "$FAKEREBOOT_BIN" ./dev/cmd/fakereboot) || die "building dev/cmd/fakereboot failed"
 start_component fakereboot
-start_component pushgateway
-start_component prometheus
+# Prometheus and its Pushgateway watch the stack, not a cluster: a second cluster
+# (--kube-only) shares the stack's, as it shares Temporal.
+$kube_only || start_component pushgateway
+$kube_only || start_component prometheus
 for c in temporal kube-controller-manager kwok kwok-stuck fakereboot pushgateway prometheus; do
-  [ "$c" = temporal ] && $kube_only && continue
+  case $c in temporal | pushgateway | prometheus) $kube_only && continue ;; esac
   wait_ready "$c"
 done
 # Pods are refused until their namespace's default ServiceAccount exists.
