@@ -36,8 +36,15 @@ trap cleanup EXIT
 source "$ENV_FILE"
 
 # The peer's part of quick: SUC and the scheduler it needs (both cached after the first build).
-peer_quick=false
-if [ "$mode" = quick ] && [ $# -eq 0 ]; then peer_quick=true; fi
+ci_quick=false
+if [ "$mode" = quick ] && [ $# -eq 0 ]; then ci_quick=true; fi
+peer_quick=$ci_quick
+# The peer is built from a source snapshot beside the repository (../shared/peers); a machine
+# without it (and without a cached build) runs the other rows and says what it left out.
+if $peer_quick && ! { [ -x "$SUC_BIN" ] && [ -x "$SUC_QPS_BIN" ]; } && [ ! -f "$SUC_TARBALL" ]; then
+  log "bench quick: the peer's rows are left out: no SUC source snapshot at $SUC_TARBALL and no cached build (set NODEROLLOUT_PEERS to the directory holding it)"
+  peer_quick=false
+fi
 if $peer_quick || [[ " $* " == *suc* ]]; then
   "$DEV_DIR/build-kube.sh"
   "$DEV_DIR/build-suc.sh"
@@ -56,7 +63,7 @@ common=(--work-dir "$work"
   --kubeconfig "$KUBECONFIG" --temporal-address "$TEMPORAL_ADDRESS" --temporal-metrics "127.0.0.1:$TEMPORAL_METRICS_PORT" --state-dir "$STATE_DIR")
 # CI's quick run holds the cost per node in Temporal actions too (issue 36: at most 6 at D = 5 s).
 gates=()
-if $peer_quick; then gates=(--gate-actions 6); fi
+if $ci_quick; then gates=(--gate-actions 6); fi
 status=0
 "$bin/bench" --mode "$mode" --out "$out" "${common[@]}" "${gates[@]}" "$@" || status=$?
 if $peer_quick; then
