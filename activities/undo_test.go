@@ -63,6 +63,15 @@ func TestFirstMarkerRecordsNoPreviousTemplate(t *testing.T) {
 	require.NotContains(t, nodeAnnotations(t, a, "node-a"), jobspec.NodePreviousKey("kata"))
 }
 
+// nodesOf is an undo plan's nodes, in order.
+func nodesOf(plan []api.UndoNode) []string {
+	var names []string
+	for _, n := range plan {
+		names = append(names, n.Node)
+	}
+	return names
+}
+
 func at(minute int) string {
 	return t0.Add(time.Duration(minute) * time.Minute).UTC().Format(time.RFC3339Nano)
 }
@@ -96,10 +105,7 @@ func TestPlanUndoOrdersFailedFirstThenReverseCompletion(t *testing.T) {
 	)
 	plan, err := planUndo(t, a, UndoPlanInput{Rollout: "kata"})
 	require.NoError(t, err)
-	var names []string
-	for _, n := range plan {
-		names = append(names, n.Node)
-	}
+	names := nodesOf(plan)
 	require.Equal(t, []string{"e", "c", "b", "i", "a", "d"}, names)
 	require.Equal(t, hashV1, plan[0].Previous)
 	require.Empty(t, plan[5].Previous, "an old marker's previous template is unknown")
@@ -170,9 +176,6 @@ func TestPlanUndoTakesNodesWhoseStepAfterTheJobFailed(t *testing.T) {
 	)
 	plan, err := planUndo(t, a, UndoPlanInput{Rollout: "kata"})
 	require.NoError(t, err)
-	var names []string
-	for _, n := range plan {
-		names = append(names, n.Node)
-	}
+	names := nodesOf(plan)
 	require.Equal(t, []string{"rebooted", "checked", "a"}, names)
 }
