@@ -81,7 +81,7 @@ func rows(results []*result) []row {
 				vp = append(vp, r.VsSUC)
 			}
 			cl = append(cl, r.Process.CPU*perNode)
-			tc = append(tc, r.StackCPU["temporal"]*perNode)
+			tc = append(tc, r.temporalCPU()*perNode)
 			all = append(all, r.allCPU()*perNode)
 			if usesTemporal(r.System) {
 				act = append(act, r.ActionsPerNode)

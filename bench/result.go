@@ -92,6 +92,10 @@ func (r *result) allCPU() float64 {
 }
 
 // cpuFloor is the makespan the same work would take on this machine's cores never idling.
+// temporalCPU is the Temporal server's CPU seconds, its database's included when that is
+// PostgreSQL (every backend); SQLite runs inside the dev server.
+func (r *result) temporalCPU() float64 { return r.StackCPU["temporal"] + r.StackCPU["postgres"] }
+
 func (r *result) cpuFloor() float64 { return r.allCPU() / float64(runtime.NumCPU()) }
 
 // fill takes the differences of everything sampled before and after the rollout.

@@ -19,8 +19,13 @@ import (
 const clockTicks = 100
 
 // stackComponents are the local stack's processes whose CPU the bench reports (dev/lib.sh).
-// kube-scheduler runs only for the peer's runs (the bench starts and stops it around them).
-var stackComponents = []string{"temporal", "kube-apiserver", "etcd", "kube-controller-manager", "kwok", "kube-scheduler"}
+// kube-scheduler runs only for the peer's runs (the bench starts and stops it around them);
+// postgres only when Temporal runs on PostgreSQL (dev/temporal-postgres.sh), and its CPU is
+// charged to Temporal.
+var stackComponents = []string{"temporal", "postgres", "kube-apiserver", "etcd", "kube-controller-manager", "kwok", "kube-scheduler"}
+
+// treeComponents fork a process per connection: their CPU is the whole process tree's.
+var treeComponents = map[string]bool{"postgres": true}
 
 // procSample is one reading of a process's CPU time and memory.
 type procSample struct {
@@ -66,6 +71,46 @@ func readProc(pid int) (procSample, error) {
 		}
 	}
 	return s, nil
+}
+
+// treeCPU is the CPU seconds of a process and of all its children, those still running and
+// those it has reaped (PostgreSQL's postmaster reaps every backend that ends).
+func treeCPU(root int) float64 {
+	own, _, err := procTimes(root)
+	if err != nil {
+		return 0
+	}
+	total := own
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || pid == root {
+			continue
+		}
+		if cpu, parent, err := procTimes(pid); err == nil && parent == root {
+			total += cpu
+		}
+	}
+	return total
+}
+
+// procTimes reads a process's CPU seconds, its reaped children's included, and its parent.
+func procTimes(pid int) (cpu float64, ppid int, err error) {
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, 0, err
+	}
+	text := string(stat)
+	fields := strings.Fields(text[strings.LastIndexByte(text, ')')+1:])
+	if len(fields) < 15 {
+		return 0, 0, fmt.Errorf("/proc/%d/stat: too few fields", pid)
+	}
+	ppid, _ = strconv.Atoi(fields[1])
+	for _, i := range []int{11, 12, 13, 14} { // utime, stime, cutime, cstime: fields 14-17 of stat(5)
+		v, _ := strconv.ParseFloat(fields[i], 64)
+		cpu += v
+	}
+	return cpu / clockTicks, ppid, nil
 }
 
 // machineCPU reads the busy and total CPU seconds of the whole machine from /proc/stat.
@@ -129,7 +174,9 @@ type usage struct {
 func takeUsage(ctx context.Context, kube kubernetes.Interface, stateDir, temporalMetrics string, proxy *countingProxy) (usage, error) {
 	u := usage{at: time.Now(), pids: stackPIDs(stateDir), stackCPU: map[string]float64{}}
 	for name, pid := range u.pids {
-		if s, err := readProc(pid); err == nil {
+		if treeComponents[name] {
+			u.stackCPU[name] = treeCPU(pid)
+		} else if s, err := readProc(pid); err == nil {
 			u.stackCPU[name] = s.CPU
 		}
 	}

@@ -16,6 +16,8 @@ esac
 
 # A second cluster a test started (dev/cluster2.sh) goes with the stack.
 if [ -d "$STATE_DIR/cluster2" ]; then "$DEV_DIR/cluster2.sh" down; fi
+# So does the PostgreSQL that the bench's PostgreSQL row put under Temporal.
+if [ -f "$PID_DIR/postgres.pid" ]; then "$DEV_DIR/temporal-postgres.sh" stop; fi
 for ((i = ${#COMPONENTS[@]} - 1; i >= 0; i--)); do stop_component "${COMPONENTS[i]}"; done
 
 if $purge && [ -d "$STATE_DIR" ]; then

@@ -24,6 +24,13 @@ KWOK_BIN=$KUBE_BIN_DIR/kwok
 # nodeName, SUC places them by node affinity. Built with the other kube tools, started on demand.
 SCHEDULER_BIN=$KUBE_BIN_DIR/kube-scheduler
 
+# Only the PostgreSQL bench row needs these: the Temporal server the dev server embeds, built on
+# its own, and its SQL schema tool (dev/build-temporal-server.sh, dev/temporal-postgres.sh).
+TEMPORAL_SERVER_VERSION=1.29.1
+TEMPORAL_SERVER_DIR=$CACHE_DIR/temporal-server-$TEMPORAL_SERVER_VERSION
+TEMPORAL_SERVER_BIN=$TEMPORAL_SERVER_DIR/server
+TEMPORAL_SQL_TOOL_BIN=$TEMPORAL_SERVER_DIR/sql
+
 # Rancher system-upgrade-controller, the peer the benchmark compares with (bench system suc),
 # built from a source snapshot (its module is not on the Go module proxy; its dependencies are).
 # The snapshot lives outside the repository, in the shared peers directory beside the clone.
