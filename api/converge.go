@@ -124,14 +124,9 @@ func (r RolloutRequest) checkConverge(ps *problems) {
 	if !r.Converging() {
 		ps.add("onDeselect", "is set without mode: converge; only a converging rollout sees nodes leave its selector", "set mode: converge, or remove onDeselect")
 	}
-	switch {
-	case d.JobTemplate != "" && d.JobTemplateRef != nil:
-		ps.add("onDeselect.jobTemplate", "is set together with onDeselect.jobTemplateRef", "give the uninstall Job inline or by ConfigMap reference, not both")
-	case d.JobTemplate == "" && d.JobTemplateRef == nil:
-		ps.add("onDeselect", "names no Job", "set onDeselect.jobTemplate to a batch/v1 Job YAML, or onDeselect.jobTemplateRef to its ConfigMap")
-	case len(d.JobTemplate) > MaxTemplateBytes:
-		ps.add("onDeselect.jobTemplate", fmt.Sprintf("is %d bytes, more than %d", len(d.JobTemplate), MaxTemplateBytes), "shrink the template")
-	case d.JobTemplateRef != nil && d.JobTemplateRef.Name == "":
-		ps.add("onDeselect.jobTemplateRef.name", "is required", "name the ConfigMap that holds the uninstall Job")
-	}
+	checkJobSource(ps, d.JobTemplate, d.JobTemplateRef, jobSourceWords{
+		prefix: "onDeselect.", job: "uninstall Job", refHolds: "uninstall Job",
+		noneField: "onDeselect", none: "names no Job",
+		noneHint: "set onDeselect.jobTemplate to a batch/v1 Job YAML, or onDeselect.jobTemplateRef to its ConfigMap",
+	})
 }

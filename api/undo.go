@@ -81,16 +81,11 @@ type UndoNode struct {
 // checkUndo checks undo, undoOf and maintenance.onFailure: undo together.
 func (r RolloutRequest) checkUndo(ps *problems) {
 	if u := r.Undo; u != nil {
-		switch {
-		case u.JobTemplate != "" && u.JobTemplateRef != nil:
-			ps.add("undo.jobTemplate", "is set together with undo.jobTemplateRef", "give the undo Job inline or by ConfigMap reference, not both")
-		case u.JobTemplate == "" && u.JobTemplateRef == nil:
-			ps.add("undo", "has no Job", "set undo.jobTemplate to a batch/v1 Job YAML, or undo.jobTemplateRef to the ConfigMap holding it")
-		case len(u.JobTemplate) > MaxTemplateBytes:
-			ps.add("undo.jobTemplate", fmt.Sprintf("is %d bytes, more than %d", len(u.JobTemplate), MaxTemplateBytes), "shrink the template")
-		case u.JobTemplateRef != nil && u.JobTemplateRef.Name == "":
-			ps.add("undo.jobTemplateRef.name", "is required", "name the ConfigMap that holds the undo Job template")
-		}
+		checkJobSource(ps, u.JobTemplate, u.JobTemplateRef, jobSourceWords{
+			prefix: "undo.", job: "undo Job", refHolds: "undo Job template",
+			noneField: "undo", none: "has no Job",
+			noneHint: "set undo.jobTemplate to a batch/v1 Job YAML, or undo.jobTemplateRef to the ConfigMap holding it",
+		})
 	}
 	if m := r.Maintenance; m != nil && m.OnFailure == OnFailureUndo && r.Undo == nil {
 		ps.add("maintenance.onFailure", "is undo, but the request has no undo template",

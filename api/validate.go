@@ -106,15 +106,35 @@ func (r RolloutRequest) checkNodes(ps *problems) {
 }
 
 func (r RolloutRequest) checkTemplate(ps *problems) {
+	checkJobSource(ps, r.JobTemplate, r.JobTemplateRef, jobSourceWords{
+		job: "Job template", refHolds: "Job template",
+		noneField: "jobTemplate", none: "is required",
+		noneHint: "set jobTemplate to a batch/v1 Job YAML, or jobTemplateRef to the ConfigMap holding it",
+	})
+}
+
+// jobSourceWords are the words in which checkJobSource tells one field's problems.
+type jobSourceWords struct {
+	prefix   string // the path before jobTemplate and jobTemplateRef: "", "undo.", "onDeselect."
+	job      string // the Job, in "give the … inline or by ConfigMap reference, not both"
+	refHolds string // what the ConfigMap holds, in "name the ConfigMap that holds the …"
+	// The problem when neither is given.
+	noneField, none, noneHint string
+}
+
+// checkJobSource checks a Job given inline (jobTemplate) or by ConfigMap (jobTemplateRef), as
+// the rollout's own Job, its undo and its onDeselect all are: exactly one of them, an inline
+// template within MaxTemplateBytes, a reference with a name.
+func checkJobSource(ps *problems, inline string, ref *TemplateRef, w jobSourceWords) {
 	switch {
-	case r.JobTemplate != "" && r.JobTemplateRef != nil:
-		ps.add("jobTemplate", "is set together with jobTemplateRef", "give the Job template inline or by ConfigMap reference, not both")
-	case r.JobTemplate == "" && r.JobTemplateRef == nil:
-		ps.add("jobTemplate", "is required", "set jobTemplate to a batch/v1 Job YAML, or jobTemplateRef to the ConfigMap holding it")
-	case len(r.JobTemplate) > MaxTemplateBytes:
-		ps.add("jobTemplate", fmt.Sprintf("is %d bytes, more than %d", len(r.JobTemplate), MaxTemplateBytes), "shrink the template")
-	case r.JobTemplateRef != nil && r.JobTemplateRef.Name == "":
-		ps.add("jobTemplateRef.name", "is required", "name the ConfigMap that holds the Job template")
+	case inline != "" && ref != nil:
+		ps.add(w.prefix+"jobTemplate", "is set together with "+w.prefix+"jobTemplateRef", "give the "+w.job+" inline or by ConfigMap reference, not both")
+	case inline == "" && ref == nil:
+		ps.add(w.noneField, w.none, w.noneHint)
+	case len(inline) > MaxTemplateBytes:
+		ps.add(w.prefix+"jobTemplate", fmt.Sprintf("is %d bytes, more than %d", len(inline), MaxTemplateBytes), "shrink the template")
+	case ref != nil && ref.Name == "":
+		ps.add(w.prefix+"jobTemplateRef.name", "is required", "name the ConfigMap that holds the "+w.refHolds)
 	}
 }
 

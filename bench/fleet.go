@@ -4,16 +4,15 @@ import (
 	"context"
 	"fmt"
 	"strings"
-	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/pager"
+
+	"github.com/noderollout/noderollout/internal/bulk"
 )
 
 // Labels on the bench's Nodes: one marks every bench Node (stale ones are removed at start),
@@ -59,7 +58,7 @@ func newFleetSpec(run string, n, failPercent int) *fleet {
 // create makes the Nodes in parallel and waits until kwok has made every one Ready.
 func (f *fleet) create(ctx context.Context, kube kubernetes.Interface, logf func(string, ...any)) error {
 	start := time.Now()
-	err := parallel(ctx, fleetWorkers, f.nodes, func(ctx context.Context, name string) error {
+	err := bulk.Parallel(ctx, fleetWorkers, f.nodes, func(ctx context.Context, name string) error {
 		labels := map[string]string{
 			"type": "kwok", labelBench: "true", labelFleet: f.id,
 			"kubernetes.io/hostname": name, "kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64",
@@ -84,7 +83,7 @@ func (f *fleet) create(ctx context.Context, kube kubernetes.Interface, logf func
 	logf("created %d nodes in %.1fs; waiting until Ready", len(f.nodes), time.Since(start).Seconds())
 	return poll(ctx, 10*time.Minute, 2*time.Second, func(ctx context.Context) (bool, string, error) {
 		ready := 0
-		err := eachNode(ctx, kube, f.selector(), func(n *corev1.Node) {
+		err := bulk.EachNode(ctx, kube, f.selector(), func(n *corev1.Node) {
 			for _, c := range n.Status.Conditions {
 				if c.Type == corev1.NodeReady && c.Status == corev1.ConditionTrue {
 					ready++
@@ -98,14 +97,14 @@ func (f *fleet) create(ctx context.Context, kube kubernetes.Interface, logf func
 // deleteNodes removes every Node matching selector, in parallel, and waits until they are gone.
 func deleteNodes(ctx context.Context, kube kubernetes.Interface, selector string, logf func(string, ...any)) error {
 	var names []string
-	if err := eachNode(ctx, kube, selector, func(n *corev1.Node) { names = append(names, n.Name) }); err != nil {
+	if err := bulk.EachNode(ctx, kube, selector, func(n *corev1.Node) { names = append(names, n.Name) }); err != nil {
 		return err
 	}
 	if len(names) == 0 {
 		return nil
 	}
 	start := time.Now()
-	err := parallel(ctx, fleetWorkers, names, func(ctx context.Context, name string) error {
+	err := bulk.Parallel(ctx, fleetWorkers, names, func(ctx context.Context, name string) error {
 		err := kube.CoreV1().Nodes().Delete(ctx, name, metav1.DeleteOptions{})
 		if apierrors.IsNotFound(err) {
 			return nil
@@ -117,22 +116,11 @@ func deleteNodes(ctx context.Context, kube kubernetes.Interface, selector string
 	}
 	err = poll(ctx, 5*time.Minute, 2*time.Second, func(ctx context.Context) (bool, string, error) {
 		left := 0
-		err := eachNode(ctx, kube, selector, func(*corev1.Node) { left++ })
+		err := bulk.EachNode(ctx, kube, selector, func(*corev1.Node) { left++ })
 		return left == 0, fmt.Sprintf("%d nodes left", left), err
 	})
 	logf("deleted %d nodes (%s) in %.1fs", len(names), selector, time.Since(start).Seconds())
 	return err
-}
-
-func eachNode(ctx context.Context, kube kubernetes.Interface, selector string, fn func(*corev1.Node)) error {
-	p := pager.New(func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
-		return kube.CoreV1().Nodes().List(ctx, opts)
-	})
-	p.PageSize = 1000
-	return p.EachListItem(ctx, metav1.ListOptions{LabelSelector: selector}, func(obj runtime.Object) error {
-		fn(obj.(*corev1.Node))
-		return nil
-	})
 }
 
 // createNamespace makes a namespace and waits for its default ServiceAccount, without which
@@ -233,35 +221,6 @@ spec:
         image: busybox
         command: ["sh", "-c", "echo rolling out on {{node}}"]
 `, runSeconds)
-}
-
-// parallel runs fn for every item with at most workers calls in flight and returns the first
-// error; the calls still queued are skipped.
-func parallel[T any](ctx context.Context, workers int, items []T, fn func(context.Context, T) error) error {
-	ctx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
-	work := make(chan T)
-	var wg sync.WaitGroup
-	for range min(workers, len(items)) {
-		wg.Go(func() {
-			for item := range work {
-				if err := fn(ctx, item); err != nil {
-					cancel(fmt.Errorf("%v: %w", item, err))
-				}
-			}
-		})
-	}
-feed:
-	for _, item := range items {
-		select {
-		case work <- item:
-		case <-ctx.Done():
-			break feed
-		}
-	}
-	close(work)
-	wg.Wait()
-	return context.Cause(ctx)
 }
 
 // poll calls check until it reports done, failing after timeout with check's last word.

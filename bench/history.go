@@ -11,6 +11,8 @@ import (
 	historypb "go.temporal.io/api/history/v1"
 	"go.temporal.io/sdk/client"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/noderollout/noderollout/internal/bulk"
 )
 
 // localActivityMarker is the marker name the Go SDK records for each local activity.
@@ -137,7 +139,7 @@ func readHistories(ctx context.Context, tc client.Client, workflowID, firstRunID
 
 	var mu sync.Mutex
 	var cp childSamples
-	err := parallel(ctx, workers, children, func(ctx context.Context, c execution) error {
+	err := bulk.Parallel(ctx, workers, children, func(ctx context.Context, c execution) error {
 		events, err := history(ctx, tc, c.id, c.runID)
 		if err != nil {
 			return fmt.Errorf("history of %s: %w", c.id, err)

@@ -581,7 +581,7 @@ type workflowRun struct {
 // measureWorkflow measures one workflow system, served by the worker w, from its start
 // request to its end, then reads its histories.
 func (e *env) measureWorkflow(ctx context.Context, s runSpec, r *result, w *workerProc, run workflowRun) error {
-	before, err := takeUsage(ctx, e.kube, e.cfg.stateDir, e.cfg.temporalMetrics, e.proxy)
+	before, err := e.stackUsage(ctx)
 	if err != nil {
 		return err
 	}
@@ -616,14 +616,9 @@ func (e *env) measureWorkflow(ctx context.Context, s runSpec, r *result, w *work
 		}
 	}
 
-	after, err := takeUsage(ctx, e.kube, e.cfg.stateDir, e.cfg.temporalMetrics, e.proxy)
-	if err != nil {
+	if err := e.fillUse(ctx, r, before, procBefore, w.pid()); err != nil {
 		return err
 	}
-	procAfter, _ := readProc(w.pid())
-	r.fill(before, after)
-	r.Process = processUse{PeakMB: procAfter.PeakMB, CPU: procAfter.CPU - procBefore.CPU}
-	r.MakespanS = r.end.Sub(r.start).Seconds()
 	if text, err := w.metrics(); err == nil {
 		r.SDKTimers, r.SDKCounters = parseSDKMetrics(text)
 	}
@@ -639,11 +634,30 @@ func (e *env) measureWorkflow(ctx context.Context, s runSpec, r *result, w *work
 	return err
 }
 
+// stackUsage is what the stack has used so far (takeUsage with the env's settings).
+func (e *env) stackUsage(ctx context.Context) (usage, error) {
+	return takeUsage(ctx, e.kube, e.cfg.stateDir, e.cfg.temporalMetrics, e.proxy)
+}
+
+// fillUse ends a measured run that has its start and end set: r gets what the stack used since
+// before, what the measured process (pid) used since procBefore, and the makespan.
+func (e *env) fillUse(ctx context.Context, r *result, before usage, procBefore procSample, pid int) error {
+	after, err := e.stackUsage(ctx)
+	if err != nil {
+		return err
+	}
+	procAfter, _ := readProc(pid)
+	r.fill(before, after)
+	r.Process = processUse{PeakMB: procAfter.PeakMB, CPU: procAfter.CPU - procBefore.CPU}
+	r.MakespanS = r.end.Sub(r.start).Seconds()
+	return nil
+}
+
 func (e *env) measureBaseline(ctx context.Context, s runSpec, r *result) error {
 	var before usage
 	var beforeErr error
 	res, use, start, runErr := runBaseline(ctx, e.cfg.baselineBin, e.proxyKubeconfig, e.cfg.workDir, s, s.id(), func() {
-		before, beforeErr = takeUsage(ctx, e.kube, e.cfg.stateDir, e.cfg.temporalMetrics, e.proxy)
+		before, beforeErr = e.stackUsage(ctx)
 	})
 	r.start, r.end = start, time.Now()
 	if start.IsZero() {
@@ -652,7 +666,7 @@ func (e *env) measureBaseline(ctx context.Context, s runSpec, r *result) error {
 	if beforeErr != nil {
 		return beforeErr
 	}
-	after, err := takeUsage(ctx, e.kube, e.cfg.stateDir, e.cfg.temporalMetrics, e.proxy)
+	after, err := e.stackUsage(ctx)
 	if err != nil {
 		return err
 	}

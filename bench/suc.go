@@ -15,13 +15,13 @@ import (
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/informers"
-	"k8s.io/client-go/tools/cache"
+
+	"github.com/noderollout/noderollout/bench/nodejob"
 )
 
 // The peer, Rancher system-upgrade-controller (SUC, dev/build-suc.sh): one Plan over the
@@ -120,7 +120,7 @@ func (e *env) measureSUC(ctx context.Context, s runSpec, r *result) error {
 	}
 	defer p.stop()
 
-	before, err := takeUsage(ctx, e.kube, e.cfg.stateDir, e.cfg.temporalMetrics, e.proxy)
+	before, err := e.stackUsage(ctx)
 	if err != nil {
 		return err
 	}
@@ -133,14 +133,9 @@ func (e *env) measureSUC(ctx context.Context, s runSpec, r *result) error {
 	want := len(s.fleet.nodes) - len(s.fleet.fail)
 	runErr := w.waitDone(ctx, want, e.cfg.sucTimeout)
 	r.end = time.Now()
-	after, err := takeUsage(ctx, e.kube, e.cfg.stateDir, e.cfg.temporalMetrics, e.proxy)
-	if err != nil {
+	if err := e.fillUse(ctx, r, before, procBefore, p.pid()); err != nil {
 		return err
 	}
-	procAfter, _ := readProc(p.pid())
-	r.fill(before, after)
-	r.Process = processUse{PeakMB: procAfter.PeakMB, CPU: procAfter.CPU - procBefore.CPU}
-	r.MakespanS = r.end.Sub(r.start).Seconds()
 	r.Peer = &peerStats{}
 	if runErr != nil {
 		w.count(r)
@@ -231,37 +226,19 @@ func (e *env) startScheduler(ctx context.Context) (func(), error) {
 // startSUC starts SUC for one namespace and waits until its informers synced (the log line
 // its last controller writes once every cache synced).
 func startSUC(ctx context.Context, bin, kubeconfig, namespace string, jobTTL int, logPath string) (*workerProc, error) {
-	logFile, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o644)
+	p := &workerProc{cmd: exec.Command(bin, "--kubeconfig", kubeconfig, "--namespace", namespace, "--name", sucName)}
+	p.cmd.Env = append(os.Environ(), sucEnv(jobTTL)...)
+	if err := p.launch(logPath); err != nil {
+		return nil, err
+	}
+	err := p.awaitReady(ctx, sucName, logPath, 2*time.Minute, "2 minutes", func() bool {
+		text, _ := os.ReadFile(logPath)
+		return strings.Contains(string(text), sucReadyLog)
+	})
 	if err != nil {
 		return nil, err
 	}
-	p := &workerProc{done: make(chan struct{})}
-	p.cmd = exec.Command(bin, "--kubeconfig", kubeconfig, "--namespace", namespace, "--name", sucName)
-	p.cmd.Env = append(os.Environ(), sucEnv(jobTTL)...)
-	p.cmd.Stdout, p.cmd.Stderr = logFile, logFile
-	if err := p.cmd.Start(); err != nil {
-		logFile.Close()
-		return nil, err
-	}
-	go func() { _ = p.cmd.Wait(); logFile.Close(); close(p.done) }()
-	deadline := time.Now().Add(2 * time.Minute)
-	for {
-		if text, _ := os.ReadFile(logPath); strings.Contains(string(text), sucReadyLog) {
-			return p, nil
-		}
-		select {
-		case <-p.done:
-			return nil, fmt.Errorf("%s exited before it was ready; see %s", sucName, logPath)
-		case <-ctx.Done():
-			p.stop()
-			return nil, ctx.Err()
-		case <-time.After(100 * time.Millisecond):
-		}
-		if time.Now().After(deadline) {
-			p.stop()
-			return nil, fmt.Errorf("%s not ready within 2 minutes; see %s", sucName, logPath)
-		}
-	}
+	return p, nil
 }
 
 // sucWatch follows a Plan's Nodes (their completion label) and Jobs (created, failed) with
@@ -292,24 +269,13 @@ func newSUCWatch(ctx context.Context, e *env, s runSpec, plan string) (*sucWatch
 	for _, n := range s.fleet.fail {
 		w.fail[n] = true
 	}
-	strip := informers.WithTransform(func(obj any) (any, error) {
-		if m, err := meta.Accessor(obj); err == nil {
-			m.SetManagedFields(nil)
-		}
-		return obj, nil
-	})
+	strip := informers.WithTransform(nodejob.DropManagedFields)
 	nodes := informers.NewSharedInformerFactoryWithOptions(e.kube, 0, strip,
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = s.fleet.selector() }))
 	jobs := informers.NewSharedInformerFactoryWithOptions(e.kube, 0, strip, informers.WithNamespace(s.namespace))
-	_, err := nodes.Core().V1().Nodes().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    w.node,
-		UpdateFunc: func(_, obj any) { w.node(obj) },
-	})
+	err := onAddOrUpdate(nodes.Core().V1().Nodes().Informer(), w.node)
 	if err == nil {
-		_, err = jobs.Batch().V1().Jobs().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
-			AddFunc:    w.job,
-			UpdateFunc: func(_, obj any) { w.job(obj) },
-		})
+		err = onAddOrUpdate(jobs.Batch().V1().Jobs().Informer(), w.job)
 	}
 	if err != nil {
 		cancel()
@@ -366,26 +332,10 @@ func (w *sucWatch) job(obj any) {
 		seen = append(seen, jobSeen{uid: string(j.UID), created: now})
 		i = len(seen) - 1
 	}
-	if succeeded, ended := jobFinished(j); ended && !succeeded && seen[i].failed.IsZero() {
+	if succeeded, ended := nodejob.Finished(j); ended && !succeeded && seen[i].failed.IsZero() {
 		seen[i].failed = now
 	}
 	w.jobs[node] = seen
-}
-
-// jobFinished says whether the Job ended and whether it succeeded.
-func jobFinished(j *batchv1.Job) (succeeded, ended bool) {
-	for _, c := range j.Status.Conditions {
-		if c.Status != corev1.ConditionTrue {
-			continue
-		}
-		switch c.Type {
-		case batchv1.JobComplete:
-			return true, true
-		case batchv1.JobFailed:
-			return false, true
-		}
-	}
-	return false, false
 }
 
 // waitDone waits until want Nodes carry the Plan's label.

@@ -125,38 +125,60 @@ func startReadyProcess(ctx context.Context, bin, logPath string, args func(addr 
 	if err != nil {
 		return nil, err
 	}
-	logFile, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o644)
+	w := &workerProc{metricsAddr: addr, cmd: exec.Command(bin, args(addr)...)}
+	if err := w.launch(logPath); err != nil {
+		return nil, err
+	}
+	err = w.awaitReady(ctx, "worker", logPath, time.Minute, "a minute", func() bool {
+		resp, err := http.Get("http://" + addr + "/readyz")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	})
 	if err != nil {
 		return nil, err
 	}
-	w := &workerProc{metricsAddr: addr, done: make(chan struct{})}
-	w.cmd = exec.Command(bin, args(addr)...)
+	return w, nil
+}
+
+// launch starts w.cmd with its output in logPath; w.done closes once it has exited.
+func (w *workerProc) launch(logPath string) error {
+	logFile, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o644)
+	if err != nil {
+		return err
+	}
+	w.done = make(chan struct{})
 	w.cmd.Stdout, w.cmd.Stderr = logFile, logFile
 	if err := w.cmd.Start(); err != nil {
 		logFile.Close()
-		return nil, err
+		return err
 	}
 	go func() { _ = w.cmd.Wait(); logFile.Close(); close(w.done) }()
-	deadline := time.Now().Add(time.Minute)
+	return nil
+}
+
+// awaitReady asks ready every 100 ms until it holds. It fails at once if the process exits,
+// and stops the process if ctx ends or the process is not ready within timeout (said as
+// inWords in the error); name and logPath are for the errors.
+func (w *workerProc) awaitReady(ctx context.Context, name, logPath string, timeout time.Duration, inWords string, ready func() bool) error {
+	deadline := time.Now().Add(timeout)
 	for {
-		resp, err := http.Get("http://" + addr + "/readyz")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return w, nil
-			}
+		if ready() {
+			return nil
 		}
 		select {
 		case <-w.done:
-			return nil, fmt.Errorf("worker exited before it was ready; see %s", logPath)
+			return fmt.Errorf("%s exited before it was ready; see %s", name, logPath)
 		case <-ctx.Done():
 			w.stop()
-			return nil, ctx.Err()
+			return ctx.Err()
 		case <-time.After(100 * time.Millisecond):
 		}
 		if time.Now().After(deadline) {
 			w.stop()
-			return nil, fmt.Errorf("worker not ready within a minute; see %s", logPath)
+			return fmt.Errorf("%s not ready within %s; see %s", name, inWords, logPath)
 		}
 	}
 }

@@ -8,10 +8,11 @@ import (
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
+
+	"github.com/noderollout/noderollout/bench/nodejob"
 )
 
 // nodeTimes is when the bench first saw each step of one node's Job, by its own clock.
@@ -43,12 +44,7 @@ func startTracer(ctx context.Context, kube kubernetes.Interface, namespace strin
 	ctx, cancel := context.WithCancel(ctx)
 	t := &tracer{nodes: map[string]*nodeTimes{}, stop: cancel}
 	factory := informers.NewSharedInformerFactoryWithOptions(kube, 0, informers.WithNamespace(namespace),
-		informers.WithTransform(func(obj any) (any, error) {
-			if m, err := meta.Accessor(obj); err == nil {
-				m.SetManagedFields(nil)
-			}
-			return obj, nil
-		}))
+		informers.WithTransform(nodejob.DropManagedFields))
 	jobs := factory.Batch().V1().Jobs().Informer()
 	pods := factory.Core().V1().Pods().Informer()
 	_, err := jobs.AddEventHandler(cache.ResourceEventHandlerFuncs{
@@ -56,14 +52,9 @@ func startTracer(ctx context.Context, kube kubernetes.Interface, namespace strin
 		UpdateFunc: func(_, obj any) { t.job(obj, false) },
 		DeleteFunc: func(obj any) { t.job(obj, true) },
 	})
-	if err != nil {
-		cancel()
-		return nil, err
+	if err == nil {
+		err = onAddOrUpdate(pods, t.pod)
 	}
-	_, err = pods.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(obj any) { t.pod(obj) },
-		UpdateFunc: func(_, obj any) { t.pod(obj) },
-	})
 	if err != nil {
 		cancel()
 		return nil, err
@@ -71,6 +62,15 @@ func startTracer(ctx context.Context, kube kubernetes.Interface, namespace strin
 	factory.Start(ctx.Done())
 	factory.WaitForCacheSync(ctx.Done())
 	return t, nil
+}
+
+// onAddOrUpdate hands fn every object the informer adds or updates; deletes are not seen.
+func onAddOrUpdate(inf cache.SharedIndexInformer, fn func(obj any)) error {
+	_, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    fn,
+		UpdateFunc: func(_, obj any) { fn(obj) },
+	})
+	return err
 }
 
 func (t *tracer) times(node string) *nodeTimes {

@@ -23,15 +23,7 @@ case $mode in
   *) die "usage: dev/bench.sh full|quick [bench flags]" ;;
 esac
 
-started_here=false
-if ! "$DEV_DIR/status.sh" >/dev/null 2>&1; then
-  "$DEV_DIR/up.sh"
-  started_here=true
-fi
-cleanup() {
-  if $started_here; then "$DEV_DIR/down.sh"; fi
-}
-trap cleanup EXIT
+use_stack
 # shellcheck source=/dev/null
 source "$ENV_FILE"
 

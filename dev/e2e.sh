@@ -6,15 +6,7 @@ set -euo pipefail
 # shellcheck source=SCRIPTDIR/lib.sh
 source "$(dirname "$0")/lib.sh"
 
-started_here=false
-if ! "$DEV_DIR/status.sh" >/dev/null 2>&1; then
-  "$DEV_DIR/up.sh"
-  started_here=true
-fi
-cleanup() {
-  if $started_here; then "$DEV_DIR/down.sh"; fi
-}
-trap cleanup EXIT
+use_stack
 # shellcheck source=/dev/null
 source "$STATE_DIR/env"
 export E2E_LOG_DIR=$LOG_DIR TEMPORAL_CLI=$TEMPORAL_BIN E2E_TEMPORAL_METRICS=127.0.0.1:$TEMPORAL_METRICS_PORT

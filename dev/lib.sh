@@ -118,6 +118,22 @@ pid_of() {
 
 is_running() { pid_of "$1" >/dev/null; }
 
+# use_stack, for a script that needs the local stack (make e2e, make bench): starts it unless it
+# is up, and stops it when the script exits only if it started it here; a stack that was
+# already up is left running.
+use_stack() {
+  started_here=false
+  if ! "$DEV_DIR/status.sh" >/dev/null 2>&1; then
+    "$DEV_DIR/up.sh"
+    started_here=true
+  fi
+  trap stop_stack_if_started_here EXIT
+}
+
+stop_stack_if_started_here() {
+  if $started_here; then "$DEV_DIR/down.sh"; fi
+}
+
 # proc_alive PID: the process exists and is not a zombie waiting to be reaped.
 proc_alive() {
   local stat

@@ -94,11 +94,16 @@ func (a *app) dryRun() error {
 	if err != nil {
 		return err
 	}
+	return a.showDryRun(tc, req, timeout, printDryRun)
+}
+
+// showDryRun dry-runs req on the worker's task queue and prints its plan as show lays it out.
+func (a *app) showDryRun(tc client.Client, req api.RolloutRequest, timeout time.Duration, show func(io.Writer, api.RolloutRequest, api.RolloutResult) error) error {
 	res, err := a.runDryRun(tc, a.rolloutID(req.Name), a.cfg.TaskQueue, req, timeout)
 	if err != nil {
 		return err
 	}
-	return a.print(res, func(w io.Writer) error { return printDryRun(w, req, res) })
+	return a.print(res, func(w io.Writer) error { return show(w, req, res) })
 }
 
 // runDryRun runs a dry run of req on taskQueue and returns its plan. While no worker takes it,

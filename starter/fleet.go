@@ -124,13 +124,9 @@ func parseFleetRequest(name string, data []byte) (api.FleetRequest, error) {
 	bad := func(problems ...string) (api.FleetRequest, error) {
 		return req, &invalidRequest{path: name, what: "fleet rollout request", problems: problems}
 	}
-	asJSON, lang, err := toJSON(name, data)
+	asJSON, lang, fields, err := objectFields(name, data, "the fleet request's fields (name, waves, rollout, ...)")
 	if err != nil {
 		return bad(err.Error())
-	}
-	var fields map[string]json.RawMessage
-	if err := json.Unmarshal(asJSON, &fields); err != nil {
-		return bad(fmt.Sprintf("the file must hold one %s object with the fleet request's fields (name, waves, rollout, ...); correct the %s", lang, lang))
 	}
 	if _, isFleet := fields["waves"]; !isFleet && fields["rollout"] == nil && (fields["nodeSelector"] != nil || fields["nodes"] != nil || fields["jobTemplate"] != nil) {
 		return bad(fmt.Sprintf("this is a rollout request, not a fleet's (it has no waves and no rollout): check it with 'starter validate -f %s'", name))
@@ -215,7 +211,7 @@ func (a *app) followFleet(id string) error {
 			if quiet || (!asked.IsZero() && time.Since(asked) < followQueryInterval) {
 				continue
 			}
-			st, err := a.queryFleet(id)
+			st, err := queryStatus[api.FleetStatus](a, id)
 			if err != nil {
 				continue
 			}
@@ -241,15 +237,6 @@ func fleetLine(st api.FleetStatus) string {
 	return fmt.Sprintf("fleet %s: %s, wave %d of %d: %s", st.Name, st.Phase, st.Wave, st.Waves, strings.Join(parts, ", "))
 }
 
-func (a *app) queryFleet(id string) (api.FleetStatus, error) {
-	var st api.FleetStatus
-	v, err := a.tc.QueryWorkflow(a.ctx, id, "", api.QueryStatus)
-	if err != nil {
-		return st, err
-	}
-	return st, v.Get(&st)
-}
-
 // fleetValidation is what fleet validate prints with -o json|yaml.
 type fleetValidation struct {
 	File     string            `json:"file"`
@@ -267,16 +254,9 @@ func (a *app) validateFleet() error {
 	if path == "-" {
 		path = "stdin"
 	}
-	var inv *invalidRequest
-	if errors.As(err, &inv) && a.forMachines() {
-		if perr := a.print(fleetValidation{File: path, Valid: false, Problems: inv.problems}, nil); perr != nil {
-			return perr
-		}
-		return usageError{fmt.Sprintf("%s: %d problem(s)", path, len(inv.problems))}
-	}
-	if inv != nil {
-		return usageError{inv.Error()}
-	}
+	err = a.refuseInvalid(path, err, func(problems []string) any {
+		return fleetValidation{File: path, Valid: false, Problems: problems}
+	})
 	if err != nil {
 		return err
 	}
@@ -402,7 +382,7 @@ func (a *app) fleetStatus() error {
 		return err
 	}
 	a.tc = tc
-	st, err := a.queryFleet(id)
+	st, err := queryStatus[api.FleetStatus](a, id)
 	if err != nil {
 		return err
 	}

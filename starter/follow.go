@@ -63,7 +63,7 @@ func (a *app) follow(id string) error {
 				continue
 			}
 			if asked.IsZero() || time.Since(asked) >= followQueryInterval {
-				fresh, err := a.queryStatus(id)
+				fresh, err := queryStatus[api.RolloutStatus](a, id)
 				if err != nil {
 					continue // between runs of a continue-as-new, or the worker is restarting
 				}

@@ -34,6 +34,29 @@ func (e *invalidRequest) Error() string {
 	return fmt.Sprintf("%s is not a valid %s:\n  %s", e.path, what, strings.Join(e.problems, "\n  "))
 }
 
+// asUsageError makes an invalid request a usage error (exit 2); other errors pass unchanged.
+func asUsageError(err error) error {
+	var inv *invalidRequest
+	if errors.As(err, &inv) {
+		return usageError{inv.Error()}
+	}
+	return err
+}
+
+// refuseInvalid is what validate does with a request that cannot run: a usage error (exit 2).
+// Machines (-o json|yaml) first get the problems on stdout, as the document record makes of
+// them, in the format asked for. Other errors pass unchanged.
+func (a *app) refuseInvalid(path string, err error, record func(problems []string) any) error {
+	var inv *invalidRequest
+	if errors.As(err, &inv) && a.forMachines() {
+		if perr := a.print(record(inv.problems), nil); perr != nil {
+			return perr
+		}
+		return usageError{fmt.Sprintf("%s: %d problem(s)", path, len(inv.problems))}
+	}
+	return asUsageError(err)
+}
+
 // maxRequestBytes is the largest request file the starter reads. Temporal refuses a workflow
 // input over 2 MB by default (its blob size limit), so a larger file could never start; it is
 // refused before it is parsed, which would cost seconds and memory for nothing.
@@ -132,6 +155,20 @@ func loadRequest(path string) (api.RolloutRequest, error) {
 	return parseRequest(name, data)
 }
 
+// objectFields turns a YAML or JSON request into JSON and reads its top-level fields (lang
+// is the file's language, for messages). A file that is not one object is told it must hold
+// one with the fields expected, e.g. "the request's fields (name, ...)".
+func objectFields(name string, data []byte, expected string) (asJSON []byte, lang string, fields map[string]json.RawMessage, err error) {
+	asJSON, lang, err = toJSON(name, data)
+	if err != nil {
+		return nil, "", nil, err
+	}
+	if err := json.Unmarshal(asJSON, &fields); err != nil {
+		return nil, "", nil, fmt.Errorf("the file must hold one %s object with %s; correct the %s", lang, expected, lang)
+	}
+	return asJSON, lang, fields, nil
+}
+
 // parseRequest checks a rollout request as fully as can be done without a server: the
 // workflow's own validation and the decoding of an inline Job template that the worker does,
 // with the same functions. In YAML, jobTemplate may be written as the Job object itself; it is
@@ -141,13 +178,9 @@ func parseRequest(name string, data []byte) (api.RolloutRequest, error) {
 	bad := func(problems ...string) (api.RolloutRequest, error) {
 		return req, &invalidRequest{path: name, problems: problems}
 	}
-	asJSON, lang, err := toJSON(name, data)
+	asJSON, lang, fields, err := objectFields(name, data, "the request's fields (name, nodeSelector, jobTemplate, ...)")
 	if err != nil {
 		return bad(err.Error())
-	}
-	var fields map[string]json.RawMessage
-	if err := json.Unmarshal(asJSON, &fields); err != nil {
-		return bad(fmt.Sprintf("the file must hold one %s object with the request's fields (name, nodeSelector, jobTemplate, ...); correct the %s", lang, lang))
 	}
 	if fleetFile(asJSON) {
 		return bad(fmt.Sprintf("this is a fleet rollout request (it has waves and rollout): check it with 'starter fleet validate -f %s', start it with 'starter fleet start'", name))

@@ -152,21 +152,13 @@ func (a *app) request() (api.RolloutRequest, error) {
 		return api.RolloutRequest{}, err
 	}
 	req, err := parseRequest(name, data)
-	var inv *invalidRequest
-	if errors.As(err, &inv) {
-		return req, usageError{inv.Error()}
-	}
-	return req, err
+	return req, asUsageError(err)
 }
 
 // fleetRequest reads and checks a fleet request before anything dials Temporal.
 func (a *app) fleetRequest(path string) (api.FleetRequest, error) {
 	req, err := loadFleetRequest(path, a.in)
-	var inv *invalidRequest
-	if errors.As(err, &inv) {
-		return req, usageError{inv.Error()}
-	}
-	return req, err
+	return req, asUsageError(err)
 }
 
 func (a *app) validate() error {
@@ -184,17 +176,9 @@ func (a *app) validate() error {
 	if err == nil && policyFile != "" {
 		err = judgeByPolicy(name, policyFile, req)
 	}
-	var inv *invalidRequest
-	if errors.As(err, &inv) && a.forMachines() {
-		// Machines get the problems on stdout, in the format asked for, and still exit 2.
-		if perr := a.print(validation{File: path, Valid: false, Problems: inv.problems}, nil); perr != nil {
-			return perr
-		}
-		return usageError{fmt.Sprintf("%s: %d problem(s)", path, len(inv.problems))}
-	}
-	if inv != nil {
-		return usageError{inv.Error()}
-	}
+	err = a.refuseInvalid(path, err, func(problems []string) any {
+		return validation{File: path, Valid: false, Problems: problems}
+	})
 	if err != nil {
 		return err
 	}
@@ -357,8 +341,9 @@ func (a *app) uiLink(id string) string {
 	return fmt.Sprintf("%s/namespaces/%s/workflows/%s", a.cfg.UIAddress, a.cfg.TemporalNamespace, id)
 }
 
-func (a *app) queryStatus(id string) (api.RolloutStatus, error) {
-	var st api.RolloutStatus
+// queryStatus asks the workflow id for its status: an api.RolloutStatus or api.FleetStatus.
+func queryStatus[S any](a *app, id string) (S, error) {
+	var st S
 	v, err := a.tc.QueryWorkflow(a.ctx, id, "", api.QueryStatus)
 	if err != nil {
 		return st, err
@@ -393,7 +378,7 @@ func (a *app) showStatus() error {
 			return nil
 		})
 	}
-	st, err := a.queryStatus(id)
+	st, err := queryStatus[api.RolloutStatus](a, id)
 	if err != nil {
 		return err
 	}

@@ -73,11 +73,7 @@ func (a *app) undo() error {
 		if err != nil {
 			return err
 		}
-		res, err := a.runDryRun(tc, a.rolloutID(req.Name), a.cfg.TaskQueue, req, timeout)
-		if err != nil {
-			return err
-		}
-		return a.print(res, func(w io.Writer) error { return printUndoDryRun(w, req, res) })
+		return a.showDryRun(tc, req, timeout, printUndoDryRun)
 	}
 	undoID := a.rolloutID(req.Name)
 	run, err := tc.ExecuteWorkflow(a.ctx, a.startOptions(undoID, req), api.RolloutWorkflow, req)

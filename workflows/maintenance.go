@@ -213,14 +213,9 @@ func (n *nodeSteps) uncordon(ctx workflow.Context) error {
 // Heartbeating activities rather than timers: three history events per step however long it
 // takes, where polling by timers would add events for every check.
 func withMaintenanceActivity(ctx workflow.Context, step time.Duration, summary string) workflow.Context {
-	return workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
-		StartToCloseTimeout:    step + 5*time.Minute,
-		ScheduleToCloseTimeout: step + writeDeadlineMargin,
-		HeartbeatTimeout:       maintenanceHeartbeatTimeout,
-		RetryPolicy:            apiRetry,
-		WaitForCancellation:    true,
-		Summary:                summary,
-	})
+	opts := heartbeatingStepOptions(step, summary)
+	opts.ScheduleToCloseTimeout = step + writeDeadlineMargin
+	return workflow.WithActivityOptions(ctx, opts)
 }
 
 // withHealthActivity is withMaintenanceActivity without a ScheduleToClose: the health gate and
@@ -228,13 +223,18 @@ func withMaintenanceActivity(ctx workflow.Context, step time.Duration, summary s
 // API-server outage of any length only delays the node; each attempt resumes from the last's
 // heartbeat. (Timeouts are no part of what replay compares, so running histories replay.)
 func withHealthActivity(ctx workflow.Context, step time.Duration, summary string) workflow.Context {
-	return workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
+	return workflow.WithActivityOptions(ctx, heartbeatingStepOptions(step, summary))
+}
+
+// heartbeatingStepOptions are the options withMaintenanceActivity and withHealthActivity share.
+func heartbeatingStepOptions(step time.Duration, summary string) workflow.ActivityOptions {
+	return workflow.ActivityOptions{
 		StartToCloseTimeout: step + 5*time.Minute,
 		HeartbeatTimeout:    maintenanceHeartbeatTimeout,
 		RetryPolicy:         apiRetry,
 		WaitForCancellation: true,
 		Summary:             summary,
-	})
+	}
 }
 
 func conditionList(c map[string]string) string {

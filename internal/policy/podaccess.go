@@ -247,18 +247,25 @@ func checkPrivilegeEscalation(rules NamespaceRules, containers []container, deny
 	return nil
 }
 
+// checkProfiles judges the confinement profiles a Pod's and a container's securityContext
+// (at f) both set: no Unconfined seccomp or AppArmor profile, and SELinux as checkSELinux
+// allows. who ("Pod" or "container") names the owner in the refusal.
+func checkProfiles(f, who string, seccomp *corev1.SeccompProfile, appArmor *corev1.AppArmorProfile, seLinux *corev1.SELinuxOptions, deny denyFunc) error {
+	if seccomp != nil && seccomp.Type == corev1.SeccompProfileTypeUnconfined {
+		return deny(RuleUnconfined, f+".seccompProfile.type", "the "+who+" runs without a seccomp profile")
+	}
+	if appArmor != nil && appArmor.Type == corev1.AppArmorProfileTypeUnconfined {
+		return deny(RuleUnconfined, f+".appArmorProfile.type", "the "+who+" runs without an AppArmor profile")
+	}
+	return checkSELinux(f, seLinux, deny)
+}
+
 // checkConfinement judges what loosens the kernel's confinement of the Pod.
 func checkConfinement(tpl *corev1.PodTemplateSpec, containers []container, deny denyFunc) error {
 	spec := &tpl.Spec
 	if psc := spec.SecurityContext; psc != nil {
 		f := podSpecField + ".securityContext"
-		if psc.SeccompProfile != nil && psc.SeccompProfile.Type == corev1.SeccompProfileTypeUnconfined {
-			return deny(RuleUnconfined, f+".seccompProfile.type", "the Pod runs without a seccomp profile")
-		}
-		if psc.AppArmorProfile != nil && psc.AppArmorProfile.Type == corev1.AppArmorProfileTypeUnconfined {
-			return deny(RuleUnconfined, f+".appArmorProfile.type", "the Pod runs without an AppArmor profile")
-		}
-		if err := checkSELinux(f, psc.SELinuxOptions, deny); err != nil {
+		if err := checkProfiles(f, "Pod", psc.SeccompProfile, psc.AppArmorProfile, psc.SELinuxOptions, deny); err != nil {
 			return err
 		}
 		for i, s := range psc.Sysctls {
@@ -273,13 +280,7 @@ func checkConfinement(tpl *corev1.PodTemplateSpec, containers []container, deny 
 			continue
 		}
 		f := c.field + ".securityContext"
-		if sc.SeccompProfile != nil && sc.SeccompProfile.Type == corev1.SeccompProfileTypeUnconfined {
-			return deny(RuleUnconfined, f+".seccompProfile.type", "the container runs without a seccomp profile")
-		}
-		if sc.AppArmorProfile != nil && sc.AppArmorProfile.Type == corev1.AppArmorProfileTypeUnconfined {
-			return deny(RuleUnconfined, f+".appArmorProfile.type", "the container runs without an AppArmor profile")
-		}
-		if err := checkSELinux(f, sc.SELinuxOptions, deny); err != nil {
+		if err := checkProfiles(f, "container", sc.SeccompProfile, sc.AppArmorProfile, sc.SELinuxOptions, deny); err != nil {
 			return err
 		}
 		if sc.ProcMount != nil && *sc.ProcMount != corev1.DefaultProcMount {

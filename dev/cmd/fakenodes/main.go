@@ -15,7 +15,6 @@ import (
 	"os/signal"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -28,7 +27,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
-	"k8s.io/client-go/tools/pager"
+
+	"github.com/noderollout/noderollout/internal/bulk"
 )
 
 const (
@@ -153,7 +153,7 @@ func createNodes(ctx context.Context, cs kubernetes.Interface, o options, n int,
 		names[i] = o.prefix + strconv.Itoa(i)
 	}
 	var existed atomic.Int64
-	err := parallel(ctx, o.workers, names, func(ctx context.Context, name string) error {
+	err := bulk.Parallel(ctx, o.workers, names, func(ctx context.Context, name string) error {
 		_, err := cs.CoreV1().Nodes().Create(ctx, fakeNode(name, extra), metav1.CreateOptions{FieldManager: fieldManager})
 		if !apierrors.IsAlreadyExists(err) {
 			return err
@@ -181,7 +181,7 @@ func createNodes(ctx context.Context, cs kubernetes.Interface, o options, n int,
 	}
 	err = waitFor(ctx, o.timeout, func(ctx context.Context) (bool, string, error) {
 		ready := 0
-		err := eachFakeNode(ctx, cs, func(node *corev1.Node) {
+		err := bulk.EachNode(ctx, cs, kwokSelector, func(node *corev1.Node) {
 			if want[node.Name] && isReady(node) {
 				ready++
 			}
@@ -198,7 +198,7 @@ func createNodes(ctx context.Context, cs kubernetes.Interface, o options, n int,
 func deleteNodes(ctx context.Context, cs kubernetes.Interface, o options) error {
 	start := time.Now()
 	var names []string
-	err := eachFakeNode(ctx, cs, func(node *corev1.Node) {
+	err := bulk.EachNode(ctx, cs, kwokSelector, func(node *corev1.Node) {
 		if strings.HasPrefix(node.Name, o.prefix) {
 			names = append(names, node.Name)
 		}
@@ -206,7 +206,7 @@ func deleteNodes(ctx context.Context, cs kubernetes.Interface, o options) error 
 	if err != nil {
 		return err
 	}
-	err = parallel(ctx, o.workers, names, func(ctx context.Context, name string) error {
+	err = bulk.Parallel(ctx, o.workers, names, func(ctx context.Context, name string) error {
 		err := cs.CoreV1().Nodes().Delete(ctx, name, metav1.DeleteOptions{})
 		if apierrors.IsNotFound(err) {
 			return nil
@@ -222,24 +222,12 @@ func deleteNodes(ctx context.Context, cs kubernetes.Interface, o options) error 
 	}
 	return waitFor(ctx, o.timeout, func(ctx context.Context) (bool, string, error) {
 		left := 0
-		err := eachFakeNode(ctx, cs, func(node *corev1.Node) {
+		err := bulk.EachNode(ctx, cs, kwokSelector, func(node *corev1.Node) {
 			if strings.HasPrefix(node.Name, o.prefix) {
 				left++
 			}
 		})
 		return left == 0, fmt.Sprintf("%d Nodes %s* left", left, o.prefix), err
-	})
-}
-
-// eachFakeNode calls fn for every Node kwok manages, a page at a time.
-func eachFakeNode(ctx context.Context, cs kubernetes.Interface, fn func(*corev1.Node)) error {
-	p := pager.New(func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
-		return cs.CoreV1().Nodes().List(ctx, opts)
-	})
-	p.PageSize = 1000
-	return p.EachListItem(ctx, metav1.ListOptions{LabelSelector: kwokSelector}, func(obj runtime.Object) error {
-		fn(obj.(*corev1.Node))
-		return nil
 	})
 }
 
@@ -250,35 +238,6 @@ func isReady(node *corev1.Node) bool {
 		}
 	}
 	return false
-}
-
-// parallel runs fn for every name with at most workers calls in flight and returns the
-// first error; the other calls are cancelled.
-func parallel(ctx context.Context, workers int, names []string, fn func(context.Context, string) error) error {
-	ctx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
-	work := make(chan string)
-	var wg sync.WaitGroup
-	for range min(workers, len(names)) {
-		wg.Go(func() {
-			for name := range work {
-				if err := fn(ctx, name); err != nil {
-					cancel(fmt.Errorf("%s: %w", name, err))
-				}
-			}
-		})
-	}
-feed:
-	for _, name := range names {
-		select {
-		case work <- name:
-		case <-ctx.Done():
-			break feed
-		}
-	}
-	close(work)
-	wg.Wait()
-	return context.Cause(ctx)
 }
 
 // waitFor polls check until it reports done, failing after timeout with check's last word.
