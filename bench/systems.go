@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -17,6 +16,8 @@ import (
 	"time"
 
 	"github.com/noderollout/noderollout/api"
+	"github.com/noderollout/noderollout/internal/freeport"
+	"github.com/noderollout/noderollout/internal/readyz"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
 )
@@ -121,7 +122,7 @@ func startWorker(ctx context.Context, bin, kubeconfig, temporalAddress, taskQueu
 // startReadyProcess starts bin with the arguments args gives for a free listen address and
 // waits until the process answers GET /readyz there.
 func startReadyProcess(ctx context.Context, bin, logPath string, args func(addr string) []string) (*workerProc, error) {
-	addr, err := freeAddr()
+	addr, err := freeport.Addr()
 	if err != nil {
 		return nil, err
 	}
@@ -137,28 +138,13 @@ func startReadyProcess(ctx context.Context, bin, logPath string, args func(addr 
 		return nil, err
 	}
 	go func() { _ = w.cmd.Wait(); logFile.Close(); close(w.done) }()
-	deadline := time.Now().Add(time.Minute)
-	for {
-		resp, err := http.Get("http://" + addr + "/readyz")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return w, nil
-			}
-		}
-		select {
-		case <-w.done:
-			return nil, fmt.Errorf("worker exited before it was ready; see %s", logPath)
-		case <-ctx.Done():
+	if err := readyz.Await(ctx, addr, w.done, time.Minute); err != nil {
+		if !errors.Is(err, readyz.ErrExited) {
 			w.stop()
-			return nil, ctx.Err()
-		case <-time.After(100 * time.Millisecond):
 		}
-		if time.Now().After(deadline) {
-			w.stop()
-			return nil, fmt.Errorf("worker not ready within a minute; see %s", logPath)
-		}
+		return nil, fmt.Errorf("worker %w; see %s", err, logPath)
 	}
+	return w, nil
 }
 
 func (w *workerProc) pid() int { return w.cmd.Process.Pid }
@@ -181,15 +167,6 @@ func (w *workerProc) stop() {
 		_ = w.cmd.Process.Kill()
 		<-w.done
 	}
-}
-
-func freeAddr() (string, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
-	}
-	defer l.Close()
-	return l.Addr().String(), nil
 }
 
 // rolloutRequest is the request the bench starts: every node of the fleet, Jobs deleted as
