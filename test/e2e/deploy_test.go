@@ -938,19 +938,8 @@ func objectsOf(objs []*unstructured.Unstructured, kinds ...string) []*unstructur
 // renderedRules are the worker's ClusterRole rules and its Role's rules in "default".
 func renderedRules(t *testing.T, objs []*unstructured.Unstructured) (cluster, events []rbacv1.PolicyRule) {
 	t.Helper()
-	for _, o := range objs {
-		switch o.GetKind() {
-		case "ClusterRole":
-			var r rbacv1.ClusterRole
-			require.NoError(t, runtime.DefaultUnstructuredConverter.FromUnstructured(o.Object, &r))
-			cluster = append(cluster, r.Rules...)
-		case "Role":
-			var r rbacv1.Role
-			require.NoError(t, runtime.DefaultUnstructuredConverter.FromUnstructured(o.Object, &r))
-			require.Equal(t, activities.EventNamespace, r.Namespace)
-			events = append(events, r.Rules...)
-		}
-	}
+	cluster, events, jobs := rulesOf(t, objs, "")
+	require.Empty(t, jobs, "a Role without a namespace")
 	require.NotEmpty(t, cluster)
 	require.NotEmpty(t, events)
 	return cluster, events

@@ -116,8 +116,8 @@ func namespacedRules(t *testing.T) (cluster, events, jobs []rbacv1.PolicyRule) {
 	return cluster, events, jobs
 }
 
-// rulesOf are the rules of the ClusterRole, of the Role in the Events' namespace and of the
-// Role in jobNamespace, among objs.
+// rulesOf are the rules of the ClusterRoles, of the Roles in the Events' namespace and of the
+// Roles in jobNamespace, among objs; any other Role fails the test.
 func rulesOf(t *testing.T, objs []*unstructured.Unstructured, jobNamespace string) (cluster, events, jobs []rbacv1.PolicyRule) {
 	t.Helper()
 	for _, o := range objs {
@@ -125,15 +125,15 @@ func rulesOf(t *testing.T, objs []*unstructured.Unstructured, jobNamespace strin
 		case "ClusterRole":
 			var r rbacv1.ClusterRole
 			require.NoError(t, runtime.DefaultUnstructuredConverter.FromUnstructured(o.Object, &r))
-			cluster = r.Rules
+			cluster = append(cluster, r.Rules...)
 		case "Role":
 			var r rbacv1.Role
 			require.NoError(t, runtime.DefaultUnstructuredConverter.FromUnstructured(o.Object, &r))
 			if r.Namespace == jobNamespace {
-				jobs = r.Rules
+				jobs = append(jobs, r.Rules...)
 			} else {
 				require.Equal(t, activities.EventNamespace, r.Namespace)
-				events = r.Rules
+				events = append(events, r.Rules...)
 			}
 		}
 	}
