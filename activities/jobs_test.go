@@ -327,6 +327,14 @@ func waitJob(t *testing.T, env *testsuite.TestActivityEnvironment, a *Activities
 	return done, started
 }
 
+// waitEnd receives WaitJob's return and requires that it returned without an error: the Job's end.
+func waitEnd(t *testing.T, result <-chan waitResult) JobEnd {
+	t.Helper()
+	r := receive(t, result, "WaitJob to return")
+	require.NoError(t, r.err)
+	return r.end
+}
+
 func receive[T any](t *testing.T, c <-chan T, what string) T {
 	t.Helper()
 	select {
@@ -359,10 +367,9 @@ func TestWaitJobCompletesWhileWaiting(t *testing.T) {
 		withCondition(job, batchv1.JobComplete, "CompletionsReached", "Reached expected number of succeeded pods"), metav1.UpdateOptions{})
 	require.NoError(t, err)
 
-	r := receive(t, result, "WaitJob to return")
-	require.NoError(t, r.err)
+	end := waitEnd(t, result)
 	require.Equal(t, JobEnd{Outcome: api.OutcomeSucceeded, Reason: "CompletionsReached",
-		Message: "Reached expected number of succeeded pods", FinishedAt: t0.Add(time.Minute)}, r.end)
+		Message: "Reached expected number of succeeded pods", FinishedAt: t0.Add(time.Minute)}, end)
 	require.Zero(t, countActions(cs, "get", "jobs"), "the informer, not GETs, reports the Job")
 }
 
@@ -389,11 +396,10 @@ func TestWaitJobFinishedOutcomes(t *testing.T) {
 			cs := fake.NewClientset(testNode("node-a", nil), job)
 			a := startedActivities(t, cs)
 			result, _ := waitJob(t, newEnv(a), a, WaitJobInput{Job: refOf(job, "node-a")})
-			r := receive(t, result, "WaitJob to return")
-			require.NoError(t, r.err)
-			require.Equal(t, tc.outcome, r.end.Outcome)
-			require.Equal(t, tc.reason, r.end.Reason)
-			require.Equal(t, "it happened", r.end.Message)
+			end := waitEnd(t, result)
+			require.Equal(t, tc.outcome, end.Outcome)
+			require.Equal(t, tc.reason, end.Reason)
+			require.Equal(t, "it happened", end.Message)
 		})
 	}
 }
@@ -407,10 +413,9 @@ func TestWaitJobDeletedWhileWaiting(t *testing.T) {
 	receive(t, waiting, "WaitJob to start")
 	require.NoError(t, cs.BatchV1().Jobs(testNamespace).Delete(t.Context(), job.Name, metav1.DeleteOptions{}))
 
-	r := receive(t, result, "WaitJob to return")
-	require.NoError(t, r.err)
-	require.Equal(t, api.OutcomeFailed, r.end.Outcome)
-	require.Equal(t, api.ReasonJobDeleted, r.end.Reason)
+	end := waitEnd(t, result)
+	require.Equal(t, api.OutcomeFailed, end.Outcome)
+	require.Equal(t, api.ReasonJobDeleted, end.Reason)
 	require.Zero(t, countActions(cs, "get", "jobs"), "the informer saw the deletion")
 	require.Equal(t, 1, countActions(cs, "list", "pods"), "the deleted Job's Pods are looked for once")
 }
@@ -421,9 +426,8 @@ func TestWaitJobMissingFromCacheAndServer(t *testing.T) {
 	a := startedActivities(t, cs)
 	a.Now = func() time.Time { return t0.Add(informerGrace) } // past the grace for informer lag
 	result, _ := waitJob(t, newEnv(a), a, WaitJobInput{Job: refOf(job, "node-a")})
-	r := receive(t, result, "WaitJob to return")
-	require.NoError(t, r.err)
-	require.Equal(t, api.ReasonJobDeleted, r.end.Reason)
+	end := waitEnd(t, result)
+	require.Equal(t, api.ReasonJobDeleted, end.Reason)
 	require.Equal(t, 1, countActions(cs, "get", "jobs"))
 	require.Zero(t, countActions(cs, "delete", "jobs"), "nothing to delete")
 }
@@ -439,9 +443,8 @@ func TestWaitJobTrustsTheInformerForANewJob(t *testing.T) {
 	done.Status.Conditions = []batchv1.JobCondition{{Type: batchv1.JobComplete, Status: corev1.ConditionTrue}}
 	_, err := cs.BatchV1().Jobs(testNamespace).Create(t.Context(), done, metav1.CreateOptions{})
 	require.NoError(t, err)
-	r := receive(t, result, "WaitJob to return")
-	require.NoError(t, r.err)
-	require.Equal(t, api.OutcomeSucceeded, r.end.Outcome)
+	end := waitEnd(t, result)
+	require.Equal(t, api.OutcomeSucceeded, end.Outcome)
 	require.Zero(t, countActions(cs, "get", "jobs"), "no polling read")
 }
 
@@ -453,9 +456,8 @@ func TestWaitJobReplacedByAnotherJob(t *testing.T) {
 	a := startedActivities(t, cs)
 	a.Now = func() time.Time { return t0.Add(informerGrace) }
 	result, _ := waitJob(t, newEnv(a), a, WaitJobInput{Job: ref})
-	r := receive(t, result, "WaitJob to return")
-	require.NoError(t, r.err)
-	require.Equal(t, api.ReasonJobDeleted, r.end.Reason)
+	end := waitEnd(t, result)
+	require.Equal(t, api.ReasonJobDeleted, end.Reason)
 	_, err := cs.BatchV1().Jobs(testNamespace).Get(t.Context(), job.Name, metav1.GetOptions{})
 	require.NoError(t, err, "someone else's Job is left alone")
 }
@@ -468,11 +470,10 @@ func TestWaitJobPastDeadlineDeletesJob(t *testing.T) {
 	a.Now = func() time.Time { return t0.Add(31 * time.Minute) }
 
 	result, _ := waitJob(t, newEnv(a), a, WaitJobInput{Job: refOf(job, "node-a"), TimeoutSeconds: 1800})
-	r := receive(t, result, "WaitJob to return")
-	require.NoError(t, r.err)
-	require.Equal(t, api.OutcomeTimedOut, r.end.Outcome)
-	require.Equal(t, api.ReasonJobTimeout, r.end.Reason)
-	require.Equal(t, t0.Add(31*time.Minute), r.end.FinishedAt)
+	end := waitEnd(t, result)
+	require.Equal(t, api.OutcomeTimedOut, end.Outcome)
+	require.Equal(t, api.ReasonJobTimeout, end.Reason)
+	require.Equal(t, t0.Add(31*time.Minute), end.FinishedAt)
 	requireDelete(t, cs, job.Name, metav1.DeletePropagationForeground)
 	_, err := cs.BatchV1().Jobs(testNamespace).Get(t.Context(), job.Name, metav1.GetOptions{})
 	require.True(t, apierrors.IsNotFound(err))
@@ -494,9 +495,8 @@ func TestWaitJobDeadlineReachedWhileWaiting(t *testing.T) {
 	}
 	clk.Advance(2 * time.Minute)
 
-	r := receive(t, result, "WaitJob to return")
-	require.NoError(t, r.err)
-	require.Equal(t, api.OutcomeTimedOut, r.end.Outcome)
+	end := waitEnd(t, result)
+	require.Equal(t, api.OutcomeTimedOut, end.Outcome)
 	requireDelete(t, cs, job.Name, metav1.DeletePropagationForeground)
 }
 
@@ -512,10 +512,9 @@ func TestWaitJobNodeDeleted(t *testing.T) {
 		"the node is checked while the Job runs")
 	require.NoError(t, cs.CoreV1().Nodes().Delete(t.Context(), "node-a", metav1.DeleteOptions{}))
 
-	r := receive(t, result, "WaitJob to return")
-	require.NoError(t, r.err)
-	require.Equal(t, api.OutcomeNodeGone, r.end.Outcome)
-	require.Equal(t, api.ReasonNodeDeleted, r.end.Reason)
+	end := waitEnd(t, result)
+	require.Equal(t, api.OutcomeNodeGone, end.Outcome)
+	require.Equal(t, api.ReasonNodeDeleted, end.Reason)
 	requireDelete(t, cs, job.Name, metav1.DeletePropagationForeground)
 }
 
@@ -583,7 +582,6 @@ func TestJobWatcherIgnoresOtherJobs(t *testing.T) {
 	require.Nil(t, job, "a Job without the rollout label is not reported")
 }
 
-// requireStillWaiting fails if WaitJob has returned.
 // endsOncePodGone deletes the Job's last Pod and requires WaitJob to return then, without an
 // error.
 func endsOncePodGone(t *testing.T, cs *fake.Clientset, pod *corev1.Pod, result <-chan waitResult) waitResult {
@@ -594,6 +592,7 @@ func endsOncePodGone(t *testing.T, cs *fake.Clientset, pod *corev1.Pod, result <
 	return r
 }
 
+// requireStillWaiting fails if WaitJob has returned.
 func requireStillWaiting(t *testing.T, result <-chan waitResult, why string) {
 	t.Helper()
 	select {
@@ -620,9 +619,8 @@ func TestWaitJobAwaitsThePodsOfAFinishedJob(t *testing.T) {
 	pod.Status.Phase = corev1.PodSucceeded
 	_, err := cs.CoreV1().Pods(testNamespace).UpdateStatus(t.Context(), pod, metav1.UpdateOptions{})
 	require.NoError(t, err)
-	r := receive(t, result, "WaitJob to return")
-	require.NoError(t, r.err)
-	require.Equal(t, api.OutcomeSucceeded, r.end.Outcome)
+	end := waitEnd(t, result)
+	require.Equal(t, api.OutcomeSucceeded, end.Outcome)
 	require.Zero(t, countActions(cs, "delete", "jobs"), "a finished Job is left to FinalizeJob")
 }
 
@@ -638,9 +636,8 @@ func TestWaitJobTrustsTheJobControllersPodCount(t *testing.T) {
 	a.TrustJobPodCounts = true // the API server says 1.31 or later
 	cs.ClearActions()
 	result, _ := waitJob(t, newEnv(a), a, WaitJobInput{Job: refOf(job, "node-a")})
-	r := receive(t, result, "WaitJob to return")
-	require.NoError(t, r.err)
-	require.Equal(t, api.OutcomeSucceeded, r.end.Outcome)
+	end := waitEnd(t, result)
+	require.Equal(t, api.OutcomeSucceeded, end.Outcome)
 	require.Empty(t, actions(cs), "no Pod list, no Job GET")
 }
 
@@ -693,10 +690,9 @@ func TestWaitJobWaitsForFailedAfterFailureTarget(t *testing.T) {
 	failed.Status.Terminating = new(int32(0))
 	_, err := cs.BatchV1().Jobs(testNamespace).UpdateStatus(t.Context(), failed, metav1.UpdateOptions{})
 	require.NoError(t, err)
-	r := receive(t, result, "WaitJob to return")
-	require.NoError(t, r.err)
+	end := waitEnd(t, result)
 	// Finished when Failed came, not at FailureTarget (t0+1m).
-	require.Equal(t, JobEnd{Outcome: api.OutcomeFailed, Reason: "PodFailurePolicy", Message: "container exited 3", FinishedAt: t0.Add(3 * time.Minute)}, r.end)
+	require.Equal(t, JobEnd{Outcome: api.OutcomeFailed, Reason: "PodFailurePolicy", Message: "container exited 3", FinishedAt: t0.Add(3 * time.Minute)}, end)
 	require.Zero(t, countActions(cs, "delete", "jobs"))
 }
 
@@ -721,12 +717,11 @@ func TestWaitJobDeletesAJobStuckInFailureTarget(t *testing.T) {
 			requireStillWaiting(t, result, "the grace has not passed")
 			clk.Advance(time.Minute + time.Second)
 
-			r := receive(t, result, "WaitJob to return")
-			require.NoError(t, r.err)
-			require.Equal(t, tc.outcome, r.end.Outcome)
-			require.Equal(t, api.ReasonTerminationStuck, r.end.Reason)
-			require.Contains(t, r.end.Message, "BackoffLimitExceeded")
-			require.Contains(t, r.end.Message, "did not stop within 5m0s")
+			end := waitEnd(t, result)
+			require.Equal(t, tc.outcome, end.Outcome)
+			require.Equal(t, api.ReasonTerminationStuck, end.Reason)
+			require.Contains(t, end.Message, "BackoffLimitExceeded")
+			require.Contains(t, end.Message, "did not stop within 5m0s")
 			requireDelete(t, cs, job.Name, metav1.DeletePropagationForeground)
 		})
 	}
@@ -767,10 +762,9 @@ func TestWaitJobNodeGoneBoundsThePodWait(t *testing.T) {
 	a.NodeGonePodWait = 200 * time.Millisecond
 
 	result, _ := waitJob(t, newEnv(a), a, WaitJobInput{Job: refOf(job, "node-a")})
-	r := receive(t, result, "WaitJob to return")
-	require.NoError(t, r.err)
-	require.Equal(t, api.OutcomeNodeGone, r.end.Outcome)
-	require.Contains(t, r.end.Message, "1 Pod(s) of it had not gone after 200ms")
+	end := waitEnd(t, result)
+	require.Equal(t, api.OutcomeNodeGone, end.Outcome)
+	require.Contains(t, end.Message, "1 Pod(s) of it had not gone after 200ms")
 	requireDelete(t, cs, job.Name, metav1.DeletePropagationForeground)
 }
 
@@ -795,9 +789,8 @@ func TestWaitJobFinishedJobHeldByOurFinalizer(t *testing.T) {
 			cs := fake.NewClientset(testNode("node-a", nil), job)
 			a := fastWaits(startedActivities(t, cs))
 			result, _ := waitJob(t, newEnv(a), a, WaitJobInput{Job: refOf(job, "node-a")})
-			r := receive(t, result, "WaitJob to return")
-			require.NoError(t, r.err)
-			require.Equal(t, tc.wantReason, r.end.Reason)
+			end := waitEnd(t, result)
+			require.Equal(t, tc.wantReason, end.Reason)
 		})
 	}
 }
@@ -935,9 +928,8 @@ func TestWaitJobDecidedBeforeItsDeadline(t *testing.T) {
 	complete.Status.Terminating = new(int32(0))
 	_, err := cs.BatchV1().Jobs(testNamespace).UpdateStatus(t.Context(), complete, metav1.UpdateOptions{})
 	require.NoError(t, err)
-	r := receive(t, result, "WaitJob to return")
-	require.NoError(t, r.err)
-	require.Equal(t, api.OutcomeSucceeded, r.end.Outcome, "%+v", r.end)
+	end := waitEnd(t, result)
+	require.Equal(t, api.OutcomeSucceeded, end.Outcome, "%+v", end)
 	require.Zero(t, countActions(cs, "delete", "jobs"))
 }
 
@@ -954,10 +946,9 @@ func TestWaitJobRetriedAfterItsNodeWentStillSaysNodeGone(t *testing.T) {
 	a.NodeGonePodWait = waitTimeout / 2
 
 	result, _ := waitJob(t, newEnv(a), a, WaitJobInput{Job: refOf(job, "node-a")})
-	r := receive(t, result, "WaitJob to return")
-	require.NoError(t, r.err)
-	require.Equal(t, api.OutcomeNodeGone, r.end.Outcome, "%+v", r.end)
-	require.Equal(t, api.ReasonNodeDeleted, r.end.Reason)
+	end := waitEnd(t, result)
+	require.Equal(t, api.OutcomeNodeGone, end.Outcome, "%+v", end)
+	require.Equal(t, api.ReasonNodeDeleted, end.Reason)
 }
 
 // WatchJob returns the Job's end when it has ended and Running, not an error, when its time

@@ -175,19 +175,25 @@ func TestDrainRefusesLocalStorageUnlessAllowed(t *testing.T) {
 	scratch := func(p *corev1.Pod) {
 		p.Spec.Volumes = []corev1.Volume{{Name: "cache", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}}
 	}
+	drainRefusedUnless(t, tenantPod("cache-1", "n1", scratch), "tenant/cache-1", "maintenance.drain.deleteEmptyDirData",
+		DrainInput{Node: "n1", DeleteEmptyDirData: true})
+}
+
+// drainRefusedUnless drains node n1, which runs web-1 and pod: the drain is refused before any
+// eviction, its error naming why and the field that allows pod; then allowed, it evicts both.
+func drainRefusedUnless(t *testing.T, pod *corev1.Pod, why, field string, allowed DrainInput) {
+	t.Helper()
 	e := &evictions{}
-	a := drainEnv(t, e, tenantPod("web-1", "n1", nil), tenantPod("cache-1", "n1", scratch))
+	a := drainEnv(t, e, tenantPod("web-1", "n1", nil), pod)
 	_, err := drain(t, a, DrainInput{Node: "n1"})
-	var appErr *temporal.ApplicationError
-	require.ErrorAs(t, err, &appErr)
-	require.Equal(t, api.ErrDrainRefused, appErr.Type())
-	require.Contains(t, appErr.Message(), "tenant/cache-1")
-	require.Contains(t, appErr.Message(), "maintenance.drain.deleteEmptyDirData")
+	appErr := requireAppError(t, err, api.ErrDrainRefused, true)
+	require.Contains(t, appErr.Message(), why)
+	require.Contains(t, appErr.Message(), field)
 	require.Empty(t, e.asked, "nothing is evicted when one Pod is refused")
 
-	res, err := drain(t, a, DrainInput{Node: "n1", DeleteEmptyDirData: true})
+	res, err := drain(t, a, allowed)
 	require.NoError(t, err)
-	require.ElementsMatch(t, []string{"tenant/web-1", "tenant/cache-1"}, res.Evicted)
+	require.ElementsMatch(t, []string{"tenant/web-1", pod.Namespace + "/" + pod.Name}, res.Evicted)
 }
 
 // TestDrainWaitsForEvictedPodsToGo: an evicted Pod still terminating is not evicted again and
@@ -473,17 +479,8 @@ func daemonPod(name, namespace, node string) *corev1.Pod {
 // eviction, naming maintenance.drain.force; with force it is evicted.
 func TestDrainRefusesUnmanagedPodsUnlessForced(t *testing.T) {
 	bare := tenantPod("bare-1", "n1", func(p *corev1.Pod) { p.OwnerReferences = nil })
-	e := &evictions{}
-	a := drainEnv(t, e, tenantPod("web-1", "n1", nil), bare)
-	_, err := drain(t, a, DrainInput{Node: "n1"})
-	appErr := requireAppError(t, err, api.ErrDrainRefused, true)
-	require.Contains(t, appErr.Message(), "tenant/bare-1 is managed by no controller")
-	require.Contains(t, appErr.Message(), "maintenance.drain.force")
-	require.Empty(t, e.asked, "nothing is evicted when one Pod is refused")
-
-	res, err := drain(t, a, DrainInput{Node: "n1", Force: true})
-	require.NoError(t, err)
-	require.ElementsMatch(t, []string{"tenant/web-1", "tenant/bare-1"}, res.Evicted)
+	drainRefusedUnless(t, bare, "tenant/bare-1 is managed by no controller", "maintenance.drain.force",
+		DrainInput{Node: "n1", Force: true})
 }
 
 // fieldManagedEnv makes the nodes by server-side apply (their kubelet's, say): from then on the

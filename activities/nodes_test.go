@@ -124,12 +124,18 @@ func (p *pagedNodes) react(action k8stesting.Action) (bool, runtime.Object, erro
 // inconsistentPrefix marks the token a 410 carries: the same place, read on current data.
 const inconsistentPrefix = "now:"
 
+// continues lists the continue token of each page asked for, in order.
 func (p *pagedNodes) continues() []string {
+	return asked(p, func(o metav1.ListOptions) string { return o.Continue })
+}
+
+// asked lists one field of each list request made, in order.
+func asked[T any](p *pagedNodes, field func(metav1.ListOptions) T) []T {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	var out []string
+	var out []T
 	for _, r := range p.requests {
-		out = append(out, r.Continue)
+		out = append(out, field(r))
 	}
 	return out
 }
@@ -242,13 +248,7 @@ func TestListNodesOutOfOrderPagesAreReadToTheEnd(t *testing.T) {
 }
 
 func pageLimits(p *pagedNodes) []int64 {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	var out []int64
-	for _, r := range p.requests {
-		out = append(out, r.Limit)
-	}
-	return out
+	return asked(p, func(o metav1.ListOptions) int64 { return o.Limit })
 }
 
 func TestListNodesRestartsOnExpiredContinue(t *testing.T) {

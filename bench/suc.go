@@ -22,6 +22,7 @@ import (
 	"k8s.io/client-go/informers"
 
 	"github.com/noderollout/noderollout/bench/nodejob"
+	"github.com/noderollout/noderollout/internal/readyz"
 )
 
 // The peer, Rancher system-upgrade-controller (SUC, dev/build-suc.sh): one Plan over the
@@ -231,11 +232,11 @@ func startSUC(ctx context.Context, bin, kubeconfig, namespace string, jobTTL int
 	if err := p.launch(logPath); err != nil {
 		return nil, err
 	}
-	err := p.awaitReady(ctx, sucName, logPath, 2*time.Minute, "2 minutes", func() bool {
+	synced := readyz.Until(ctx, p.done, 2*time.Minute, func() bool {
 		text, _ := os.ReadFile(logPath)
 		return strings.Contains(string(text), sucReadyLog)
 	})
-	if err != nil {
+	if err := p.await(synced, sucName, logPath); err != nil {
 		return nil, err
 	}
 	return p, nil

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -17,6 +16,8 @@ import (
 	"time"
 
 	"github.com/noderollout/noderollout/api"
+	"github.com/noderollout/noderollout/internal/freeport"
+	"github.com/noderollout/noderollout/internal/readyz"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
 )
@@ -121,7 +122,7 @@ func startWorker(ctx context.Context, bin, kubeconfig, temporalAddress, taskQueu
 // startReadyProcess starts bin with the arguments args gives for a free listen address and
 // waits until the process answers GET /readyz there.
 func startReadyProcess(ctx context.Context, bin, logPath string, args func(addr string) []string) (*workerProc, error) {
-	addr, err := freeAddr()
+	addr, err := freeport.Addr()
 	if err != nil {
 		return nil, err
 	}
@@ -129,15 +130,7 @@ func startReadyProcess(ctx context.Context, bin, logPath string, args func(addr 
 	if err := w.launch(logPath); err != nil {
 		return nil, err
 	}
-	err = w.awaitReady(ctx, "worker", logPath, time.Minute, "a minute", func() bool {
-		resp, err := http.Get("http://" + addr + "/readyz")
-		if err != nil {
-			return false
-		}
-		resp.Body.Close()
-		return resp.StatusCode == http.StatusOK
-	})
-	if err != nil {
+	if err := w.await(readyz.Await(ctx, addr, w.done, time.Minute), "worker", logPath); err != nil {
 		return nil, err
 	}
 	return w, nil
@@ -159,28 +152,16 @@ func (w *workerProc) launch(logPath string) error {
 	return nil
 }
 
-// awaitReady asks ready every 100 ms until it holds. It fails at once if the process exits,
-// and stops the process if ctx ends or the process is not ready within timeout (said as
-// inWords in the error); name and logPath are for the errors.
-func (w *workerProc) awaitReady(ctx context.Context, name, logPath string, timeout time.Duration, inWords string, ready func() bool) error {
-	deadline := time.Now().Add(timeout)
-	for {
-		if ready() {
-			return nil
-		}
-		select {
-		case <-w.done:
-			return fmt.Errorf("%s exited before it was ready; see %s", name, logPath)
-		case <-ctx.Done():
-			w.stop()
-			return ctx.Err()
-		case <-time.After(100 * time.Millisecond):
-		}
-		if time.Now().After(deadline) {
-			w.stop()
-			return fmt.Errorf("%s not ready within %s; see %s", name, inWords, logPath)
-		}
+// await turns a failed wait for readiness into an error naming the process and its log, and
+// stops a process that is still running.
+func (w *workerProc) await(waitErr error, name, logPath string) error {
+	if waitErr == nil {
+		return nil
 	}
+	if !errors.Is(waitErr, readyz.ErrExited) {
+		w.stop()
+	}
+	return fmt.Errorf("%s %w; see %s", name, waitErr, logPath)
 }
 
 func (w *workerProc) pid() int { return w.cmd.Process.Pid }
@@ -203,15 +184,6 @@ func (w *workerProc) stop() {
 		_ = w.cmd.Process.Kill()
 		<-w.done
 	}
-}
-
-func freeAddr() (string, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
-	}
-	defer l.Close()
-	return l.Addr().String(), nil
 }
 
 // rolloutRequest is the request the bench starts: every node of the fleet, Jobs deleted as

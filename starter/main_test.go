@@ -4,13 +4,13 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
-	"net"
 	"sort"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/noderollout/noderollout/api"
+	"github.com/noderollout/noderollout/internal/freeport"
 	"github.com/stretchr/testify/require"
 	enumspb "go.temporal.io/api/enums/v1"
 	"sigs.k8s.io/yaml"
@@ -18,10 +18,8 @@ import (
 
 // closedAddress is a local port nothing listens on: a command that dials fails there.
 func closedAddress(t *testing.T) string {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	addr, err := freeport.Addr()
 	require.NoError(t, err)
-	addr := l.Addr().String()
-	require.NoError(t, l.Close())
 	return addr
 }
 

@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"errors"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,6 +13,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/noderollout/noderollout/internal/freeport"
 )
 
 // TestMain lets a test run the worker's main in a process of its own: the test binary
@@ -46,10 +47,8 @@ func workerProcess(t *testing.T, env []string, args ...string) (*exec.Cmd, *sync
 
 // closedAddress is a local port nothing listens on.
 func closedAddress(t *testing.T) string {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	addr, err := freeport.Addr()
 	require.NoError(t, err)
-	addr := l.Addr().String()
-	require.NoError(t, l.Close())
 	return addr
 }
 

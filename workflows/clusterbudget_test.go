@@ -335,9 +335,7 @@ func TestAbortedRolloutReturnsEverySlotItAskedFor(t *testing.T) {
 	}, time.Minute)
 	var waiting api.RolloutStatus
 	env.RegisterDelayedCallback(func() {
-		v, err := env.QueryWorkflow(api.QueryStatus)
-		require.NoError(t, err)
-		require.NoError(t, v.Get(&waiting))
+		queryStatus(t, env, &waiting)
 		env.CancelWorkflow()
 	}, time.Hour)
 	env.SetTestTimeout(time.Minute)

@@ -94,9 +94,7 @@ func TestFleetWavesStopWhenClustersFailOverTheBudget(t *testing.T) {
 	env, f := fleetEnv(t, "a")
 	env.ExecuteWorkflow(api.FleetRolloutWorkflow, fleetRequest(0))
 	require.True(t, env.IsWorkflowCompleted())
-	var appErr *temporal.ApplicationError
-	require.True(t, errors.As(env.GetWorkflowError(), &appErr), "%v", env.GetWorkflowError())
-	require.Equal(t, api.ErrFleetFailureBudgetExceeded, appErr.Type())
+	appErr := requireAppError(t, env.GetWorkflowError(), api.ErrFleetFailureBudgetExceeded)
 	require.Contains(t, appErr.Message(), "a (rollout demo stopped")
 	var st api.FleetStatus
 	require.NoError(t, appErr.Details(&st))
@@ -126,9 +124,7 @@ func TestFleetPauseResumeAndAbort(t *testing.T) {
 	var paused api.FleetStatus
 	env.RegisterDelayedCallback(func() { env.SignalWorkflow(api.SignalPause, nil) }, 30*time.Minute)
 	env.RegisterDelayedCallback(func() {
-		v, err := env.QueryWorkflow(api.QueryStatus)
-		require.NoError(t, err)
-		require.NoError(t, v.Get(&paused))
+		queryStatus(t, env, &paused)
 	}, 90*time.Minute)
 	env.RegisterDelayedCallback(func() { env.SignalWorkflow(api.SignalResume, nil) }, 3*time.Hour)
 	env.RegisterDelayedCallback(func() { env.CancelWorkflow() }, 3*time.Hour+10*time.Minute)
@@ -210,9 +206,7 @@ func TestFleetUnknownFieldsAreDroppedOnTheOldVersion(t *testing.T) {
 	env.OnGetVersion(versionFleetChecksRollout, workflow.DefaultVersion, 1).Return(workflow.DefaultVersion)
 	env.ExecuteWorkflow(api.FleetRolloutWorkflow, json.RawMessage(`{"name":"demo","waves":[["a"],["b"]],"maxFailedCluster":1,
 		"rollout":{"nodes":["n1"],"jobTemplate":"t","batch":{"inital":1}}}`))
-	var appErr *temporal.ApplicationError
-	require.True(t, errors.As(env.GetWorkflowError(), &appErr), "%v", env.GetWorkflowError())
-	require.Equal(t, api.ErrFleetFailureBudgetExceeded, appErr.Type())
+	appErr := requireAppError(t, env.GetWorkflowError(), api.ErrFleetFailureBudgetExceeded)
 	var st api.FleetStatus
 	require.NoError(t, appErr.Details(&st))
 	require.Equal(t, 0, st.MaxFailedClusters)

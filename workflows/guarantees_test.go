@@ -81,10 +81,7 @@ func TestFailedCreateStillCleansUpTheKnownJobName(t *testing.T) {
 		return activities.FinalizeResult{}, nil
 	}).Once()
 	executeNodeAsChild(env, NodeRollout, api.NodeRolloutWorkflow, nodeInput())
-	var appErr *temporal.ApplicationError
-	require.True(t, errors.As(env.GetWorkflowError(), &appErr))
-	var r api.NodeResult
-	require.NoError(t, appErr.Details(&r))
+	r, _ := nodeFailure(t, env)
 	require.Equal(t, api.ErrForbidden, r.Reason)
 	require.NotEmpty(t, r.Job)
 	require.Equal(t, r.Job, deleted.Name)
@@ -116,10 +113,7 @@ func TestWaitFailureDeletesTheJobBeforeTheNodeIsReleased(t *testing.T) {
 		return activities.FinalizeResult{}, nil
 	})
 	executeNodeAsChild(env, NodeRollout, api.NodeRolloutWorkflow, nodeInput())
-	var appErr *temporal.ApplicationError
-	require.True(t, errors.As(env.GetWorkflowError(), &appErr))
-	var r api.NodeResult
-	require.NoError(t, appErr.Details(&r))
+	r, _ := nodeFailure(t, env)
 	require.Equal(t, api.OutcomeFailed, r.Outcome)
 	require.Equal(t, api.ErrForbidden, r.Reason)
 	require.Equal(t, []string{"delete", "delete", "delete", "delete", "finalize"}, order,
@@ -130,29 +124,11 @@ func TestWaitFailureDeletesTheJobBeforeTheNodeIsReleased(t *testing.T) {
 // rollout included.
 func TestWaitingNodeDoesNotStartOnceTheBudgetIsSpent(t *testing.T) {
 	env := rolloutPairEnv(t)
-	var mu sync.Mutex
-	starts := map[string][]string{}
-	env.OnWorkflow(NodeRolloutV2, mock.Anything, mock.Anything).Return(func(ctx workflow.Context, in NodeRolloutInput) (api.NodeResult, error) {
-		mu.Lock()
-		starts[in.Node] = append(starts[in.Node], in.Rollout)
-		mu.Unlock()
-		d := time.Hour
-		if in.Node == "z" {
-			d = time.Minute
-		}
-		if err := workflow.Sleep(ctx, d); err != nil {
-			return api.NodeResult{}, err
-		}
-		if in.Node == "z" {
-			res := api.NodeResult{Node: in.Node, Outcome: api.OutcomeFailed, Reason: "BackoffLimitExceeded"}
-			return res, temporal.NewNonRetryableApplicationError("failed", api.ErrNodeFailed, nil, res)
-		}
-		return api.NodeResult{Node: in.Node, Outcome: api.OutcomeSucceeded}, nil
-	})
+	_, starts := zFailsOthersRun(env, time.Hour)
 	env.ExecuteWorkflow("both")
 	require.True(t, env.IsWorkflowCompleted())
 	require.ErrorContains(t, env.GetWorkflowError(), api.ErrFailureBudgetExceeded)
-	require.Equal(t, []string{"first"}, starts["shared"], "the second rollout spent its budget on z while it waited for shared")
+	require.Equal(t, []string{"first"}, starts("shared"), "the second rollout spent its budget on z while it waited for shared")
 }
 
 // rolloutPairEnv runs "both": rollout first over a and shared, then a minute later rollout
@@ -181,6 +157,19 @@ func rolloutPairEnv(t *testing.T, more ...func(*testsuite.TestWorkflowEnvironmen
 		return res, nil
 	})
 	return env
+}
+
+// runBothToSuccess runs "both" and requires that each rollout succeeded on both its nodes.
+func runBothToSuccess(t *testing.T, env *testsuite.TestWorkflowEnvironment) {
+	t.Helper()
+	env.ExecuteWorkflow("both")
+	require.True(t, env.IsWorkflowCompleted())
+	require.NoError(t, env.GetWorkflowError())
+	var results []api.RolloutResult
+	require.NoError(t, env.GetWorkflowResult(&results))
+	require.Len(t, results, 2)
+	require.Equal(t, 2, results[0].Counts.Succeeded)
+	require.Equal(t, 2, results[1].Counts.Succeeded)
 }
 
 // jobEnd is one Job's end as FinalizeJob saw it.
@@ -223,13 +212,7 @@ func TestBusyNodeIsToldWhenFreeInsteadOfPolling(t *testing.T) {
 	timers := 0
 	env.SetOnTimerScheduledListener(func(string, time.Duration) { timers++ })
 	env.SetTestTimeout(time.Minute)
-	env.ExecuteWorkflow("both")
-	require.True(t, env.IsWorkflowCompleted())
-	require.NoError(t, env.GetWorkflowError())
-	var results []api.RolloutResult
-	require.NoError(t, env.GetWorkflowResult(&results))
-	require.Equal(t, 2, results[0].Counts.Succeeded)
-	require.Equal(t, 2, results[1].Counts.Succeeded)
+	runBothToSuccess(t, env)
 	shared := ended()["shared"]
 	require.Len(t, shared, 2)
 	require.Equal(t, "second", shared[1].rollout)
@@ -377,9 +360,7 @@ func TestListingFailureOnALaterPageDrainsAndReports(t *testing.T) {
 	req.Nodes = nil
 	req.NodeSelector = "pool=gpu"
 	env.ExecuteWorkflow(api.RolloutWorkflow, req)
-	var appErr *temporal.ApplicationError
-	require.True(t, errors.As(env.GetWorkflowError(), &appErr), "%v", env.GetWorkflowError())
-	require.Equal(t, api.ErrForbidden, appErr.Type())
+	appErr := requireAppError(t, env.GetWorkflowError(), api.ErrForbidden)
 	require.Equal(t, 3, finished, "the nodes in flight were not cut off")
 	var r api.RolloutResult
 	require.NoError(t, appErr.Details(&r))
@@ -393,10 +374,7 @@ func TestTimedOutNodeSaysWhyItsPodNeverRan(t *testing.T) {
 	env.OnActivity(a.WaitJob, mock.Anything, mock.Anything).Return(activities.JobEnd{Outcome: api.OutcomeTimedOut, Reason: api.ReasonJobTimeout}, nil)
 	env.OnActivity(a.FinalizeJob, mock.Anything, mock.Anything).Return(activities.FinalizeResult{PodReason: "ImagePullBackOff: pull access denied"}, nil)
 	executeNodeAsChild(env, NodeRollout, api.NodeRolloutWorkflow, nodeInput())
-	var appErr *temporal.ApplicationError
-	require.True(t, errors.As(env.GetWorkflowError(), &appErr))
+	r, appErr := nodeFailure(t, env)
 	require.Contains(t, appErr.Message(), "ImagePullBackOff")
-	var r api.NodeResult
-	require.NoError(t, appErr.Details(&r))
 	require.Equal(t, "ImagePullBackOff: pull access denied", r.PodReason)
 }

@@ -160,9 +160,7 @@ func (s *RolloutSuite) TestOverBudgetRolloutDoesNotWaitForTheNextWindow() {
 	req.MaintenanceWindow = &api.MaintenanceWindow{Start: "10:00", Duration: "30m", TimeZone: "UTC"}
 	s.env.ExecuteWorkflow(api.RolloutWorkflow, req)
 	err := s.env.GetWorkflowError()
-	var appErr *temporal.ApplicationError
-	s.Require().True(errors.As(err, &appErr), "%v", err)
-	s.Equal(api.ErrFailureBudgetExceeded, appErr.Type())
+	appErr := requireAppError(s.T(), err, api.ErrFailureBudgetExceeded)
 	var r api.RolloutResult
 	s.Require().NoError(appErr.Details(&r))
 	s.Equal(1, r.Counts.Failed)
@@ -193,9 +191,7 @@ func (s *RolloutSuite) overBudgetDuringAnHourlongDelay() api.RolloutResult {
 	req := request(nodeNames(3)...)
 	req.DelayBetweenNodes = "1h"
 	s.env.ExecuteWorkflow(api.RolloutWorkflow, req)
-	var appErr *temporal.ApplicationError
-	s.Require().True(errors.As(s.env.GetWorkflowError(), &appErr), "%v", s.env.GetWorkflowError())
-	s.Equal(api.ErrFailureBudgetExceeded, appErr.Type())
+	appErr := requireAppError(s.T(), s.env.GetWorkflowError(), api.ErrFailureBudgetExceeded)
 	var r api.RolloutResult
 	s.Require().NoError(appErr.Details(&r))
 	s.Len(s.runs, 1, "no node starts once the budget is spent")
@@ -242,31 +238,7 @@ func pairEnv(t *testing.T) (env *testsuite.TestWorkflowEnvironment, zFailed func
 	env.RegisterWorkflowWithOptions(secondOfBoth, workflow.RegisterOptions{Name: "second-of-both"})
 	jobsOutlastTheWatch(env)
 	listsNamedNodes(env, a)
-	var mu sync.Mutex
-	var failedAt time.Time
-	started := map[string][]string{}
-	env.OnWorkflow(NodeRolloutV2, mock.Anything, mock.Anything).Return(func(ctx workflow.Context, in NodeRolloutInput) (api.NodeResult, error) {
-		mu.Lock()
-		started[in.Node] = append(started[in.Node], in.Rollout)
-		mu.Unlock()
-		d := 48 * time.Hour
-		if in.Node == "z" {
-			d = time.Minute
-		}
-		if err := workflow.Sleep(ctx, d); err != nil {
-			return api.NodeResult{}, err
-		}
-		if in.Node == "z" {
-			mu.Lock()
-			failedAt = workflow.Now(ctx)
-			mu.Unlock()
-			res := api.NodeResult{Node: in.Node, Outcome: api.OutcomeFailed, Reason: "BackoffLimitExceeded"}
-			return res, temporal.NewNonRetryableApplicationError("failed", api.ErrNodeFailed, nil, res)
-		}
-		return api.NodeResult{Node: in.Node, Outcome: api.OutcomeSucceeded}, nil
-	})
-	zFailed = func() time.Time { mu.Lock(); defer mu.Unlock(); return failedAt }
-	starts = func(node string) []string { mu.Lock(); defer mu.Unlock(); return started[node] }
+	zFailed, starts = zFailsOthersRun(env, 48*time.Hour)
 	return env, zFailed, starts
 }
 

@@ -246,9 +246,7 @@ func TestMetricGateWithManualResumeStaysPausedUntilResumed(t *testing.T) {
 		firing: firingSpans{spans: [][2]time.Duration{{40 * time.Minute, 50 * time.Minute}}}, nodeTakes: 30 * time.Minute}
 	s.at = map[time.Duration]func(*testsuite.TestWorkflowEnvironment){
 		100 * time.Minute: func(env *testsuite.TestWorkflowEnvironment) {
-			v, err := env.QueryWorkflow(api.QueryStatus)
-			require.NoError(t, err)
-			require.NoError(t, v.Get(&at100))
+			queryStatus(t, env, &at100)
 		},
 		120 * time.Minute: func(env *testsuite.TestWorkflowEnvironment) { env.SignalWorkflow(api.SignalResume, nil) },
 	}
@@ -273,9 +271,7 @@ func TestMetricGatePausesWhilePrometheusIsUnreachable(t *testing.T) {
 		firstLook: worker.WatchMetricGate}
 	s.at = map[time.Duration]func(*testsuite.TestWorkflowEnvironment){
 		10 * time.Minute: func(env *testsuite.TestWorkflowEnvironment) {
-			v, err := env.QueryWorkflow(api.QueryStatus)
-			require.NoError(t, err)
-			require.NoError(t, v.Get(&at10))
+			queryStatus(t, env, &at10)
 		},
 	}
 	s.run()

@@ -433,7 +433,7 @@ func (m *model) run(t *testing.T) []string {
 				m.fail("reading the result: %v", err)
 			}
 		} else {
-			result = resultIn(err)
+			result = detailsIn[api.RolloutResult](err)
 		}
 		break
 	}
@@ -441,9 +441,10 @@ func (m *model) run(t *testing.T) []string {
 	return m.problems
 }
 
-// resultIn reads the RolloutResult a failed or cancelled rollout carries in its error.
-func resultIn(err error) api.RolloutResult {
-	var r api.RolloutResult
+// detailsIn reads the result (a RolloutResult, a NodeResult) that a failed or cancelled
+// workflow carries in its error: the zero T where it carries none.
+func detailsIn[T any](err error) T {
+	var r T
 	var appErr *temporal.ApplicationError
 	var canceled *temporal.CanceledError
 	switch {
@@ -891,18 +892,9 @@ func (w *nodeWatch) ExecuteWorkflow(ctx workflow.Context, in *interceptor.Execut
 	node := in.Args[0].(NodeRolloutInput).Node
 	w.m.nodeBegins(node, workflow.Now(ctx))
 	res, err := w.Next.ExecuteWorkflow(ctx, in)
-	var result api.NodeResult
-	if r, ok := res.(api.NodeResult); ok && err == nil {
-		result = r
-	} else {
-		var appErr *temporal.ApplicationError
-		var canceled *temporal.CanceledError
-		switch {
-		case errors.As(err, &appErr) && appErr.HasDetails():
-			_ = appErr.Details(&result)
-		case errors.As(err, &canceled) && canceled.HasDetails():
-			_ = canceled.Details(&result)
-		}
+	result, ok := res.(api.NodeResult)
+	if !ok || err != nil {
+		result = detailsIn[api.NodeResult](err)
 	}
 	w.m.nodeEnds(node, workflow.Now(ctx), string(result.Outcome))
 	return res, err

@@ -75,9 +75,7 @@ func (s *NodeSuite) TestFailedJobFailsTheWorkflowWithTheResult() {
 }
 
 func (s *NodeSuite) failedResult() api.NodeResult {
-	var appErr *temporal.ApplicationError
-	s.Require().True(errors.As(s.env.GetWorkflowError(), &appErr), "%v", s.env.GetWorkflowError())
-	s.Equal(api.ErrNodeFailed, appErr.Type())
+	appErr := requireAppError(s.T(), s.env.GetWorkflowError(), api.ErrNodeFailed)
 	var r api.NodeResult
 	s.Require().NoError(appErr.Details(&r))
 	return r
@@ -183,13 +181,7 @@ func TestBusyNodeWaitsForTheOtherRollout(t *testing.T) {
 		mu.Unlock()
 		return api.NodeResult{Node: in.Node, Outcome: api.OutcomeSucceeded}, nil
 	})
-	env.ExecuteWorkflow("both")
-	require.True(t, env.IsWorkflowCompleted())
-	require.NoError(t, env.GetWorkflowError())
-	var results []api.RolloutResult
-	require.NoError(t, env.GetWorkflowResult(&results))
-	require.Equal(t, 2, results[0].Counts.Succeeded)
-	require.Equal(t, 2, results[1].Counts.Succeeded)
+	runBothToSuccess(t, env)
 	shared := spans["shared"]
 	require.Len(t, shared, 2)
 	require.Equal(t, "first", shared[0].rollout)
@@ -273,32 +265,29 @@ var oneStepJob = activities.JobRef{Namespace: "jobs", Name: "demo-node-a-w", UID
 // workflow may ride out.
 func separateSteps(env *testsuite.TestWorkflowEnvironment, a *activities.Activities, steps ...string) *[]string {
 	ran := &[]string{}
-	record := func(step string) { *ran = append(*ran, step) }
 	for _, step := range steps {
 		switch step {
 		case "create":
-			env.OnActivity(a.CreateJob, mock.Anything, mock.Anything).Return(func(context.Context, activities.JobRequest) (activities.JobRef, error) {
-				record(step)
-				return activities.JobRef{}, errors.New("create ran on its own")
-			}).Maybe()
+			env.OnActivity(a.CreateJob, mock.Anything, mock.Anything).Return(ranOnItsOwn[activities.JobRequest, activities.JobRef](ran, step)).Maybe()
 		case "watch":
-			env.OnActivity(a.WatchJob, mock.Anything, mock.Anything).Return(func(context.Context, activities.WatchJobInput) (activities.JobWatch, error) {
-				record(step)
-				return activities.JobWatch{}, errors.New("watch ran on its own")
-			}).Maybe()
+			env.OnActivity(a.WatchJob, mock.Anything, mock.Anything).Return(ranOnItsOwn[activities.WatchJobInput, activities.JobWatch](ran, step)).Maybe()
 		case "wait":
-			env.OnActivity(a.WaitJob, mock.Anything, mock.Anything).Return(func(context.Context, activities.WaitJobInput) (activities.JobEnd, error) {
-				record(step)
-				return activities.JobEnd{}, errors.New("wait ran on its own")
-			}).Maybe()
+			env.OnActivity(a.WaitJob, mock.Anything, mock.Anything).Return(ranOnItsOwn[activities.WaitJobInput, activities.JobEnd](ran, step)).Maybe()
 		case "finalize":
-			env.OnActivity(a.FinalizeJob, mock.Anything, mock.Anything).Return(func(context.Context, activities.FinalizeInput) (activities.FinalizeResult, error) {
-				record(step)
-				return activities.FinalizeResult{}, errors.New("finalize ran on its own")
-			}).Maybe()
+			env.OnActivity(a.FinalizeJob, mock.Anything, mock.Anything).Return(ranOnItsOwn[activities.FinalizeInput, activities.FinalizeResult](ran, step)).Maybe()
 		}
 	}
 	return ran
+}
+
+// ranOnItsOwn is separateSteps' mock of one step's activity: it records the step in ran and
+// fails, "<step> ran on its own".
+func ranOnItsOwn[In, Out any](ran *[]string, step string) func(context.Context, In) (Out, error) {
+	return func(context.Context, In) (Out, error) {
+		*ran = append(*ran, step)
+		var zero Out
+		return zero, errors.New(step + " ran on its own")
+	}
 }
 
 func TestShortJobIsOneRunJob(t *testing.T) {

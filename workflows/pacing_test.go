@@ -12,7 +12,6 @@ import (
 
 	"github.com/stretchr/testify/mock"
 	"github.com/stretchr/testify/require"
-	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/testsuite"
 	"go.temporal.io/sdk/workflow"
 
@@ -91,10 +90,8 @@ func (s *RolloutSuite) TestWindowClosesMidRolloutAndReopensNextDay() {
 }
 
 func (s *RolloutSuite) query() api.RolloutStatus {
-	v, err := s.env.QueryWorkflow(api.QueryStatus)
-	s.Require().NoError(err)
 	var st api.RolloutStatus
-	s.Require().NoError(v.Get(&st))
+	queryStatus(s.T(), s.env, &st)
 	return st
 }
 
@@ -117,9 +114,7 @@ func (s *RolloutSuite) TestUnknownTimeZoneFailsAtOnceNamingTheField() {
 	req.MaintenanceWindow = &api.MaintenanceWindow{Start: "10:00", Duration: "1h", TimeZone: "Mars/Olympus"}
 	s.env.ExecuteWorkflow(api.RolloutWorkflow, req)
 	err := s.env.GetWorkflowError()
-	var appErr *temporal.ApplicationError
-	s.Require().True(errors.As(err, &appErr))
-	s.Equal(api.ErrInvalidRequest, appErr.Type())
+	appErr := requireAppError(s.T(), err, api.ErrInvalidRequest)
 	s.Contains(appErr.Message(), "maintenanceWindow.timeZone")
 	s.Empty(s.runs)
 }
@@ -211,9 +206,7 @@ func (s *RolloutSuite) TestCanaryFailureStopsTheRest() {
 	req.Canary = &api.Canary{Nodes: []string{"node-00007", "node-00003"}}
 	s.env.ExecuteWorkflow(api.RolloutWorkflow, req)
 	err := s.env.GetWorkflowError()
-	var appErr *temporal.ApplicationError
-	s.Require().True(errors.As(err, &appErr), "%v", err)
-	s.Equal(api.ErrCanaryFailed, appErr.Type())
+	appErr := requireAppError(s.T(), err, api.ErrCanaryFailed)
 	s.Contains(appErr.Message(), "1 of 2 canary nodes failed, no other node was started; failed: node-00007 (failed BackoffLimitExceeded)")
 	var started []string
 	for _, r := range s.runs {

@@ -222,9 +222,7 @@ func (s *RolloutSuite) TestFailureBudgetStopsLaunchesAndFailsWithSummary() {
 	req.MaxFailures = "1"
 	s.env.ExecuteWorkflow(api.RolloutWorkflow, req)
 	err := s.env.GetWorkflowError()
-	var appErr *temporal.ApplicationError
-	s.Require().True(errors.As(err, &appErr), "%v", err)
-	s.Equal(api.ErrFailureBudgetExceeded, appErr.Type())
+	appErr := requireAppError(s.T(), err, api.ErrFailureBudgetExceeded)
 	s.Contains(appErr.Message(), "node-00002")
 	s.Contains(appErr.Message(), "node-00004")
 	s.Len(s.runs, 5, "no node may start after the second failure")
@@ -277,15 +275,11 @@ func (s *RolloutSuite) TestPauseStopsLaunchesAndResumeRestarts() {
 	var atPause, atResume api.RolloutStatus
 	s.env.RegisterDelayedCallback(func() { s.env.SignalWorkflow(api.SignalPause, nil) }, 90*time.Second)
 	s.env.RegisterDelayedCallback(func() {
-		v, err := s.env.QueryWorkflow(api.QueryStatus)
-		s.Require().NoError(err)
-		s.Require().NoError(v.Get(&atPause))
+		atPause = s.query()
 		s.env.SignalWorkflow(api.SignalResume, nil)
 	}, time.Hour)
 	s.env.RegisterDelayedCallback(func() {
-		v, err := s.env.QueryWorkflow(api.QueryStatus)
-		s.Require().NoError(err)
-		s.Require().NoError(v.Get(&atResume))
+		atResume = s.query()
 	}, time.Hour+time.Second)
 	s.env.ExecuteWorkflow(api.RolloutWorkflow, req)
 	r := s.result()
@@ -375,9 +369,7 @@ func (s *RolloutSuite) TestInvalidRequestFailsAtOnceNamingTheField() {
 	req.Parallelism = -3
 	s.env.ExecuteWorkflow(api.RolloutWorkflow, req)
 	err := s.env.GetWorkflowError()
-	var appErr *temporal.ApplicationError
-	s.Require().True(errors.As(err, &appErr), "%v", err)
-	s.Equal(api.ErrInvalidRequest, appErr.Type())
+	appErr := requireAppError(s.T(), err, api.ErrInvalidRequest)
 	s.True(appErr.NonRetryable())
 	s.Contains(appErr.Message(), "parallelism")
 }
@@ -387,9 +379,7 @@ func (s *RolloutSuite) TestTemplateProblemFromActivityIsInvalidRequest() {
 	req := request("node-a")
 	req.JobTemplate, req.JobTemplateRef = "", &api.TemplateRef{Name: "missing"}
 	s.env.ExecuteWorkflow(api.RolloutWorkflow, req)
-	var appErr *temporal.ApplicationError
-	s.Require().True(errors.As(s.env.GetWorkflowError(), &appErr))
-	s.Equal(api.ErrInvalidRequest, appErr.Type())
+	appErr := requireAppError(s.T(), s.env.GetWorkflowError(), api.ErrInvalidRequest)
 	s.Contains(appErr.Message(), "jobTemplateRef")
 }
 
@@ -636,9 +626,7 @@ func TestSetParallelismBeforeTheTemplateIsPreparedStaysWithinThePolicy(t *testin
 	}, time.Second)
 	var st api.RolloutStatus
 	env.RegisterDelayedCallback(func() {
-		v, err := env.QueryWorkflow(api.QueryStatus)
-		require.NoError(t, err)
-		require.NoError(t, v.Get(&st))
+		queryStatus(t, env, &st)
 	}, 11*time.Minute)
 	env.ExecuteWorkflow(api.RolloutWorkflow, api.RolloutRequest{Name: "kata", NodeSelector: "a=b", JobTemplate: sampleTemplate, Parallelism: 2})
 	require.NoError(t, env.GetWorkflowError())

@@ -2,9 +2,11 @@ package workflows
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"os"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -141,4 +143,65 @@ func requireNodeFailed(t *testing.T, env *testsuite.TestWorkflowEnvironment) {
 	var appErr *temporal.ApplicationError
 	require.ErrorAs(t, env.GetWorkflowError(), &appErr)
 	require.Equal(t, api.ErrNodeFailed, appErr.Type())
+}
+
+// nodeFailure requires that the node workflow failed with an ApplicationError and returns the
+// NodeResult it carries, and the error for its message.
+func nodeFailure(t *testing.T, env *testsuite.TestWorkflowEnvironment) (api.NodeResult, *temporal.ApplicationError) {
+	t.Helper()
+	var appErr *temporal.ApplicationError
+	require.True(t, errors.As(env.GetWorkflowError(), &appErr), "%v", env.GetWorkflowError())
+	var r api.NodeResult
+	require.NoError(t, appErr.Details(&r))
+	return r, appErr
+}
+
+// requireAppError requires that err is an ApplicationError of type wantType and returns it,
+// for what a test checks further (its message, its details).
+func requireAppError(t testing.TB, err error, wantType string) *temporal.ApplicationError {
+	t.Helper()
+	var appErr *temporal.ApplicationError
+	require.True(t, errors.As(err, &appErr), "%v", err)
+	require.Equal(t, wantType, appErr.Type())
+	return appErr
+}
+
+// queryStatus reads the workflow's status query into status (an api.RolloutStatus, an
+// api.FleetStatus).
+func queryStatus(t testing.TB, env *testsuite.TestWorkflowEnvironment, status any) {
+	t.Helper()
+	v, err := env.QueryWorkflow(api.QueryStatus)
+	require.NoError(t, err)
+	require.NoError(t, v.Get(status))
+}
+
+// zFailsOthersRun mocks the node workflow: node z fails after a minute, every other node
+// succeeds after others. zFailed is when z failed; starts, which rollouts started each node.
+func zFailsOthersRun(env *testsuite.TestWorkflowEnvironment, others time.Duration) (zFailed func() time.Time, starts func(node string) []string) {
+	var mu sync.Mutex
+	var failedAt time.Time
+	started := map[string][]string{}
+	env.OnWorkflow(NodeRolloutV2, mock.Anything, mock.Anything).Return(func(ctx workflow.Context, in NodeRolloutInput) (api.NodeResult, error) {
+		mu.Lock()
+		started[in.Node] = append(started[in.Node], in.Rollout)
+		mu.Unlock()
+		d := others
+		if in.Node == "z" {
+			d = time.Minute
+		}
+		if err := workflow.Sleep(ctx, d); err != nil {
+			return api.NodeResult{}, err
+		}
+		if in.Node == "z" {
+			mu.Lock()
+			failedAt = workflow.Now(ctx)
+			mu.Unlock()
+			res := api.NodeResult{Node: in.Node, Outcome: api.OutcomeFailed, Reason: "BackoffLimitExceeded"}
+			return res, temporal.NewNonRetryableApplicationError("failed", api.ErrNodeFailed, nil, res)
+		}
+		return api.NodeResult{Node: in.Node, Outcome: api.OutcomeSucceeded}, nil
+	})
+	zFailed = func() time.Time { mu.Lock(); defer mu.Unlock(); return failedAt }
+	starts = func(node string) []string { mu.Lock(); defer mu.Unlock(); return started[node] }
+	return zFailed, starts
 }

@@ -9,16 +9,32 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
+// loadCase is a Load of the worker's flags from args and env that succeeds, and what want
+// requires of the Config.
+type loadCase struct {
+	name string
+	args []string
+	env  []string
+	want func(c Config)
+}
+
+// checkLoads runs each case as a subtest.
+func checkLoads(t *testing.T, cases []loadCase) {
+	t.Helper()
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := Load(NewFlagSet("worker", true), tc.args, tc.env)
+			require.NoError(t, err)
+			tc.want(c)
+		})
+	}
+}
+
 func TestPrecedenceFlagOverEnvOverFileOverDefault(t *testing.T) {
 	dir := t.TempDir()
 	file := filepath.Join(dir, "worker.yaml")
 	require.NoError(t, os.WriteFile(file, []byte("temporal-address: file:7233\nkube-qps: 20\nlog-level: warn\ntask-queue: from-file\n"), 0o600))
-	cases := []struct {
-		name string
-		args []string
-		env  []string
-		want func(c Config)
-	}{
+	checkLoads(t, []loadCase{
 		{"defaults", nil, nil, func(c Config) {
 			require.Equal(t, "127.0.0.1:7233", c.TemporalAddress)
 			require.Equal(t, "noderollout", c.TaskQueue)
@@ -45,14 +61,7 @@ func TestPrecedenceFlagOverEnvOverFileOverDefault(t *testing.T) {
 			require.Equal(t, 7, c.MaxConcurrentActivities)
 			require.Equal(t, 5*time.Second, c.StopTimeout)
 		}},
-	}
-	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			c, err := Load(NewFlagSet("worker", true), tc.args, tc.env)
-			require.NoError(t, err)
-			tc.want(c)
-		})
-	}
+	})
 }
 
 func TestBadValuesNameTheKey(t *testing.T) {
@@ -117,12 +126,7 @@ api_key = "profile-key"
 	require.NoError(t, os.MkdirAll(filepath.Join(home, ".config", "temporal"), 0o700))
 	require.NoError(t, os.WriteFile(filepath.Join(home, ".config", "temporal", "temporal.toml"), []byte("[profile.default]\naddress = \"home:7233\"\n"), 0o600))
 
-	cases := []struct {
-		name string
-		args []string
-		env  []string
-		want func(c Config)
-	}{
+	checkLoads(t, []loadCase{
 		{"TEMPORAL_ADDRESS as dev/env exports it", nil, []string{"TEMPORAL_ADDRESS=127.0.0.1:17233", "TEMPORAL_NAMESPACE=dev"}, func(c Config) {
 			require.Equal(t, "127.0.0.1:17233", c.TemporalAddress)
 			require.Equal(t, "dev", c.TemporalNamespace)
@@ -164,14 +168,7 @@ api_key = "profile-key"
 		{"TEMPORAL_API_KEY with a trailing newline", nil, []string{"TEMPORAL_API_KEY= env-key\r\n"}, func(c Config) {
 			require.Equal(t, "env-key", c.APIKey)
 		}},
-	}
-	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			c, err := Load(NewFlagSet("worker", true), tc.args, tc.env)
-			require.NoError(t, err)
-			tc.want(c)
-		})
-	}
+	})
 }
 
 func TestFlagsShowTheirTypes(t *testing.T) {

@@ -217,15 +217,10 @@ func rolloutAsServiceAccount(t *testing.T) {
 }
 
 // startOn starts a rollout on the given task queue; its children and activities follow it there.
+// Unlike StartOn it adds no jobTimeout: the request runs as written.
 func startOn(t *testing.T, queue string, req api.RolloutRequest) client.WorkflowRun {
 	t.Helper()
-	run, err := stack.Temporal.ExecuteWorkflow(context.Background(), client.StartWorkflowOptions{
-		ID:                       api.RolloutID(req.Name),
-		TaskQueue:                queue,
-		WorkflowExecutionTimeout: 10 * time.Minute,
-	}, api.RolloutWorkflow, req)
-	require.NoError(t, err)
-	return run
+	return startRollout(t, req, queue, 10*time.Minute)
 }
 
 // writeImpersonatingKubeconfig copies the admin kubeconfig, acting as user (kubeconfig "as").
@@ -437,11 +432,26 @@ type probe struct {
 }
 
 func (p *probe) execute(activity any, in any) error {
+	_, err := p.activityEnv().ExecuteActivity(activity, in)
+	return err
+}
+
+// activityEnv runs the probe's activities (p.acts, acting as the probe's user).
+func (p *probe) activityEnv() *testsuite.TestActivityEnvironment {
 	var suite testsuite.WorkflowTestSuite
 	env := suite.NewTestActivityEnvironment()
 	env.RegisterActivity(p.acts)
-	_, err := env.ExecuteActivity(activity, in)
-	return err
+	return env
+}
+
+// probeResult runs one of the probe's activities and decodes its result into a T.
+func probeResult[T any](p *probe, activity, in any) (T, error) {
+	var out T
+	val, err := p.activityEnv().ExecuteActivity(activity, in)
+	if err != nil {
+		return out, err
+	}
+	return out, val.Get(&out)
 }
 
 func (p *probe) jobRequest(node, runID string) activities.JobRequest {
@@ -631,27 +641,11 @@ func verbChecks() []verbCheck {
 }
 
 func (p *probe) executeCreate(req activities.JobRequest) (activities.JobRef, error) {
-	var suite testsuite.WorkflowTestSuite
-	env := suite.NewTestActivityEnvironment()
-	env.RegisterActivity(p.acts)
-	val, err := env.ExecuteActivity(p.acts.CreateJob, req)
-	if err != nil {
-		return activities.JobRef{}, err
-	}
-	var ref activities.JobRef
-	return ref, val.Get(&ref)
+	return probeResult[activities.JobRef](p, p.acts.CreateJob, req)
 }
 
 func (p *probe) executePrepare(in activities.PrepareTemplateInput) (activities.PreparedTemplate, error) {
-	var suite testsuite.WorkflowTestSuite
-	env := suite.NewTestActivityEnvironment()
-	env.RegisterActivity(p.acts)
-	val, err := env.ExecuteActivity(p.acts.PrepareTemplate, in)
-	if err != nil {
-		return activities.PreparedTemplate{}, err
-	}
-	var out activities.PreparedTemplate
-	return out, val.Get(&out)
+	return probeResult[activities.PreparedTemplate](p, p.acts.PrepareTemplate, in)
 }
 
 // probePod is a Pod of a would-be Job, made as admin on a fleet node.
@@ -944,19 +938,8 @@ func objectsOf(objs []*unstructured.Unstructured, kinds ...string) []*unstructur
 // renderedRules are the worker's ClusterRole rules and its Role's rules in "default".
 func renderedRules(t *testing.T, objs []*unstructured.Unstructured) (cluster, events []rbacv1.PolicyRule) {
 	t.Helper()
-	for _, o := range objs {
-		switch o.GetKind() {
-		case "ClusterRole":
-			var r rbacv1.ClusterRole
-			require.NoError(t, runtime.DefaultUnstructuredConverter.FromUnstructured(o.Object, &r))
-			cluster = append(cluster, r.Rules...)
-		case "Role":
-			var r rbacv1.Role
-			require.NoError(t, runtime.DefaultUnstructuredConverter.FromUnstructured(o.Object, &r))
-			require.Equal(t, activities.EventNamespace, r.Namespace)
-			events = append(events, r.Rules...)
-		}
-	}
+	cluster, events, jobs := rulesOf(t, objs, "")
+	require.Empty(t, jobs, "a Role without a namespace")
 	require.NotEmpty(t, cluster)
 	require.NotEmpty(t, events)
 	return cluster, events

@@ -12,7 +12,6 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -42,6 +41,8 @@ import (
 
 	"github.com/noderollout/noderollout/activities/jobspec"
 	"github.com/noderollout/noderollout/api"
+	"github.com/noderollout/noderollout/internal/freeport"
+	"github.com/noderollout/noderollout/internal/readyz"
 )
 
 // Stack is what every test shares: clients of the local stack and the built binaries.
@@ -128,7 +129,7 @@ type Worker struct {
 
 // StartWorker starts a worker process and waits until it reports ready.
 func StartWorker(name string, extraArgs ...string) (*Worker, error) {
-	addr, err := freeAddr()
+	addr, err := freeport.Addr()
 	if err != nil {
 		return nil, err
 	}
@@ -154,25 +155,13 @@ func StartWorker(name string, extraArgs ...string) (*Worker, error) {
 		return nil, err
 	}
 	go func() { w.exitErr = w.cmd.Wait(); logFile.Close(); close(w.done) }()
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		resp, err := http.Get("http://" + addr + "/readyz")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return w, nil
-			}
-		}
-		select {
-		case <-w.done:
-			return nil, fmt.Errorf("worker %s exited before ready; log %s:\n%s", name, w.logPath, tail(w.logPath))
-		case <-time.After(100 * time.Millisecond):
-		}
-		if time.Now().After(deadline) {
+	if err := readyz.Await(context.Background(), addr, w.done, 60*time.Second); err != nil {
+		if !errors.Is(err, readyz.ErrExited) {
 			w.Kill()
-			return nil, fmt.Errorf("worker %s not ready in 60s; log:\n%s", name, tail(w.logPath))
 		}
+		return nil, fmt.Errorf("worker %s %w; log %s:\n%s", name, err, w.logPath, tail(w.logPath))
 	}
+	return w, nil
 }
 
 // Kill ends the worker at once, as a crash would.
@@ -210,15 +199,6 @@ func tail(path string) string {
 		lines = lines[len(lines)-30:]
 	}
 	return strings.Join(lines, "\n")
-}
-
-func freeAddr() (string, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
-	}
-	defer l.Close()
-	return l.Addr().String(), nil
 }
 
 // Fleet is one test's namespace and fake nodes.
@@ -382,11 +362,17 @@ func Start(t *testing.T, req api.RolloutRequest) client.WorkflowRun {
 // above what its Pods need unless it sets one (withJobTimeout).
 func StartOn(t *testing.T, req api.RolloutRequest, taskQueue string) client.WorkflowRun {
 	t.Helper()
-	req = withJobTimeout(req)
+	return startRollout(t, withJobTimeout(req), taskQueue, 15*time.Minute)
+}
+
+// startRollout starts the rollout req as it is, under the workflow ID the starter uses, on
+// taskQueue, to end within timeout.
+func startRollout(t *testing.T, req api.RolloutRequest, taskQueue string, timeout time.Duration) client.WorkflowRun {
+	t.Helper()
 	run, err := stack.Temporal.ExecuteWorkflow(context.Background(), client.StartWorkflowOptions{
 		ID:                       api.RolloutID(req.Name),
 		TaskQueue:                taskQueue,
-		WorkflowExecutionTimeout: 15 * time.Minute,
+		WorkflowExecutionTimeout: timeout,
 	}, api.RolloutWorkflow, req)
 	require.NoError(t, err)
 	return run

@@ -33,7 +33,6 @@ func namespacedRollout(t *testing.T, a *applier) {
 	ctx := context.Background()
 	f := NewFleet(t, 4)
 	objs := renderKustomization(t, deploy.NamespacedKustomization)
-	var clusterRules, eventRules, jobRules []rbacv1.PolicyRule
 	var rbac []*unstructured.Unstructured
 	for _, o := range objs {
 		switch o.GetKind() {
@@ -46,21 +45,8 @@ func namespacedRollout(t *testing.T, a *applier) {
 			o.SetNamespace(f.Namespace)
 		}
 		rbac = append(rbac, o)
-		switch o.GetKind() {
-		case "ClusterRole":
-			var r rbacv1.ClusterRole
-			require.NoError(t, runtime.DefaultUnstructuredConverter.FromUnstructured(o.Object, &r))
-			clusterRules = r.Rules
-		case "Role":
-			var r rbacv1.Role
-			require.NoError(t, runtime.DefaultUnstructuredConverter.FromUnstructured(o.Object, &r))
-			if r.Namespace == f.Namespace {
-				jobRules = r.Rules
-			} else {
-				eventRules = r.Rules
-			}
-		}
 	}
+	clusterRules, eventRules, jobRules := rulesOf(t, rbac, f.Namespace)
 	require.NotEmpty(t, jobRules)
 	applyReal(t, a, rbac)
 
@@ -123,25 +109,33 @@ func namespacedRollout(t *testing.T, a *applier) {
 // its Role's in the Job namespace.
 func namespacedRules(t *testing.T) (cluster, events, jobs []rbacv1.PolicyRule) {
 	t.Helper()
-	for _, o := range renderKustomization(t, deploy.NamespacedKustomization) {
+	cluster, events, jobs = rulesOf(t, renderKustomization(t, deploy.NamespacedKustomization), deploy.JobNamespace)
+	require.NotEmpty(t, cluster)
+	require.NotEmpty(t, events)
+	require.NotEmpty(t, jobs)
+	return cluster, events, jobs
+}
+
+// rulesOf are the rules of the ClusterRoles, of the Roles in the Events' namespace and of the
+// Roles in jobNamespace, among objs; any other Role fails the test.
+func rulesOf(t *testing.T, objs []*unstructured.Unstructured, jobNamespace string) (cluster, events, jobs []rbacv1.PolicyRule) {
+	t.Helper()
+	for _, o := range objs {
 		switch o.GetKind() {
 		case "ClusterRole":
 			var r rbacv1.ClusterRole
 			require.NoError(t, runtime.DefaultUnstructuredConverter.FromUnstructured(o.Object, &r))
-			cluster = r.Rules
+			cluster = append(cluster, r.Rules...)
 		case "Role":
 			var r rbacv1.Role
 			require.NoError(t, runtime.DefaultUnstructuredConverter.FromUnstructured(o.Object, &r))
-			if r.Namespace == deploy.JobNamespace {
-				jobs = r.Rules
+			if r.Namespace == jobNamespace {
+				jobs = append(jobs, r.Rules...)
 			} else {
 				require.Equal(t, activities.EventNamespace, r.Namespace)
-				events = r.Rules
+				events = append(events, r.Rules...)
 			}
 		}
 	}
-	require.NotEmpty(t, cluster)
-	require.NotEmpty(t, events)
-	require.NotEmpty(t, jobs)
 	return cluster, events, jobs
 }

@@ -52,19 +52,27 @@ func TestRecordReplayFixtures(t *testing.T) {
 			rec.prefix = v
 		}
 	}
+	fixtures := []struct {
+		name   string
+		record func(*testing.T, *recorder)
+	}{
+		{"continue-as-new", recordContinueAsNew},
+		{"pause-resume-set-parallelism", recordSteered},
+		{"abort", recordAbort},
+		{"busy-node", recordBusyNode},
+		{"hand-over", recordHandOver},
+		{"cut-delay", recordCutDelay},
+		{"paced-maintained", recordPacedMaintained},
+		{"budgeted", recordBudgeted},
+		{"fleet", recordFleet},
+		{"fleet-invalid-rollout", recordFleetInvalidRollout},
+		{"long-job", recordLongJob},
+		{"abort-long-job", recordAbortLongJob},
+	}
 	t.Run("group", func(t *testing.T) {
-		t.Run("continue-as-new", func(t *testing.T) { t.Parallel(); recordContinueAsNew(t, rec) })
-		t.Run("pause-resume-set-parallelism", func(t *testing.T) { t.Parallel(); recordSteered(t, rec) })
-		t.Run("abort", func(t *testing.T) { t.Parallel(); recordAbort(t, rec) })
-		t.Run("busy-node", func(t *testing.T) { t.Parallel(); recordBusyNode(t, rec) })
-		t.Run("hand-over", func(t *testing.T) { t.Parallel(); recordHandOver(t, rec) })
-		t.Run("cut-delay", func(t *testing.T) { t.Parallel(); recordCutDelay(t, rec) })
-		t.Run("paced-maintained", func(t *testing.T) { t.Parallel(); recordPacedMaintained(t, rec) })
-		t.Run("budgeted", func(t *testing.T) { t.Parallel(); recordBudgeted(t, rec) })
-		t.Run("fleet", func(t *testing.T) { t.Parallel(); recordFleet(t, rec) })
-		t.Run("fleet-invalid-rollout", func(t *testing.T) { t.Parallel(); recordFleetInvalidRollout(t, rec) })
-		t.Run("long-job", func(t *testing.T) { t.Parallel(); recordLongJob(t, rec) })
-		t.Run("abort-long-job", func(t *testing.T) { t.Parallel(); recordAbortLongJob(t, rec) })
+		for _, fx := range fixtures {
+			t.Run(fx.name, func(t *testing.T) { t.Parallel(); fx.record(t, rec) })
+		}
 	})
 	require.NotEmpty(t, rec.files)
 	for _, file := range rec.files {

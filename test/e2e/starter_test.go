@@ -225,12 +225,21 @@ func nodesSucceeded(t *testing.T, text string) int {
 	return total
 }
 
-func TestStarterDryRunListsNodesAndCreatesNothing(t *testing.T) {
-	f := NewFleet(t, 3)
-	req := f.Request("dry", time.Second)
+// dryRunAllNodes dry-runs with the starter a request named name over f's 3 nodes and
+// requires that it succeeded and would run all 3; it returns the request and the output.
+func dryRunAllNodes(t *testing.T, f *Fleet, name string) (api.RolloutRequest, string) {
+	t.Helper()
+	require.Len(t, f.Nodes, 3)
+	req := f.Request(name, time.Second)
 	out, code := runStarter(t, "dry-run", "-f", writeRequest(t, req))
 	require.Equal(t, 0, code, out)
 	require.Contains(t, out, "3 nodes selected, 3 would run")
+	return req, out
+}
+
+func TestStarterDryRunListsNodesAndCreatesNothing(t *testing.T) {
+	f := NewFleet(t, 3)
+	req, out := dryRunAllNodes(t, f, "dry")
 	for _, n := range f.Nodes {
 		require.Contains(t, out, n)
 	}
