@@ -93,6 +93,12 @@ func (r *maintenanceRun) step(ctx context.Context, name string) error {
 		r.crashes[name]--
 	}
 	err, block := r.errs[name], r.block == name
+	if block {
+		// Only this call blocks: a later call of the step (the clean-up's) goes through, even
+		// if it starts before this one has seen its cancellation (the workflow does not wait
+		// for that).
+		r.block = ""
+	}
 	r.mu.Unlock()
 	switch {
 	case crash:
@@ -103,9 +109,6 @@ func (r *maintenanceRun) step(ctx context.Context, name string) error {
 		for {
 			select {
 			case <-ctx.Done():
-				r.mu.Lock()
-				r.block = "" // a later call of the step (the clean-up's) goes through
-				r.mu.Unlock()
 				return ctx.Err()
 			case <-time.After(10 * time.Millisecond):
 				activity.RecordHeartbeat(ctx)
