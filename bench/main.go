@@ -113,7 +113,7 @@ func parseFlags(args []string) (config, error) {
 	fs.StringVar(&c.mode, "mode", "quick", "quick (100 and 1,000 nodes) or full (100, 1,000 and 10,000)")
 	fs.StringVar(&sizes, "sizes", "", "comma-separated fleet sizes, instead of the mode's")
 	fs.IntVar(&c.parallelism, "parallelism", 100, "Jobs in flight (P)")
-	fs.Float64Var(&c.jobSeconds, "job-seconds", 5, "how long each Job's Pod runs (D)")
+	fs.Float64Var(&c.jobSeconds, "job-seconds", 5, "how long each Job's Pod runs (D); 0 for a throughput row, whose ideal is then 0 and has no ratio")
 	fs.IntVar(&c.failPercent, "fail-percent", 2, "share of nodes whose Pod fails (every 100/x-th node)")
 	fs.StringVar(&systems, "systems", systemBaseline+","+systemNoderollout, "systems to run, in this order on even repetitions and reversed on odd ones (ABBA)")
 	fs.IntVar(&c.repeat, "repeat", 0, "repetitions per fleet size; 0: the mode's (quick 1, full 3)")
@@ -202,8 +202,8 @@ func parseFlags(args []string) (config, error) {
 		return c, errors.New("KUBECONFIG, TEMPORAL_ADDRESS and NODEROLLOUT_STATE must point at the local stack (source .stack/env)")
 	case c.parallelism < 1 || c.parallelism > api.MaxParallelism:
 		return c, fmt.Errorf("--parallelism: between 1 and %d", api.MaxParallelism)
-	case c.jobSeconds <= 0:
-		return c, errors.New("--job-seconds must be positive")
+	case c.jobSeconds < 0:
+		return c, errors.New("--job-seconds must not be negative (0: Jobs that end at once, a throughput row)")
 	}
 	return c, nil
 }

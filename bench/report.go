@@ -108,7 +108,7 @@ func markdownSummary(results []*result) string {
 			vsSUC = f2(r.VsSUC) + "×"
 		}
 		fmt.Fprintf(&b, "| %s | %g | %d | %s | %s | %s | %s | %s | %s | %s | %s | %.0f | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %d / %d / %d of %d |\n",
-			thousands(r.Nodes), r.JobSeconds, r.Rep+1, r.System, f1(r.MakespanS), f1(r.IdealS), f2(r.Ratio), vs, vsSUC,
+			thousands(r.Nodes), r.JobSeconds, r.Rep+1, r.System, f1(r.MakespanS), f1(r.IdealS), idealRatio(r), vs, vsSUC,
 			f2(r.OwnWritesPerNode), f2(r.OwnReadsPerNode), r.OwnJobGets, f2(r.AllWritesPerNode), f2(r.AllReadsPerNode),
 			hist, kib, actions, queries, attempts, f1(r.Process.PeakMB), f1(r.Process.CPU), f1(r.temporalCPU()), f1(r.StackCPU["kube-apiserver"]),
 			f1(r.StackCPU["kube-scheduler"]), can, r.Succeeded, r.Failed, r.Other, r.Nodes)
@@ -531,3 +531,11 @@ func peerSection(results []*result) string {
 
 // watchCommand is the starter command each --watch runs.
 var watchCommand = map[string]string{"status-w": "status -w", "start-wait": "start --wait"}
+
+// idealRatio is makespan ÷ ideal, or "–" for Jobs that take no time (D = 0), whose ideal is 0.
+func idealRatio(r *result) string {
+	if r.IdealS == 0 {
+		return "–"
+	}
+	return f2(r.Ratio)
+}
