@@ -120,10 +120,10 @@ func markdownReport(cfg config, run string, date time.Time, results []*result) s
 	var b strings.Builder
 	fmt.Fprintf(&b, "# noderollout scale benchmark\n\n")
 	fmt.Fprintf(&b, "`dev/bench.sh %s` (run `%s`, %s) on the local stack: %d CPUs, %s. P = %d Jobs in flight, "+
-		"D = %g s per Job, every %s node's Pod fails (%d%%), `keepJobs: never`. The worker and the baseline are "+
+		"D = %g s per Job, %s, `keepJobs: never`. The worker and the baseline are "+
 		"separate processes with client QPS 1000 / burst 2000. What each column counts: README.md, section \"Benchmark\".\n\n",
 		cfg.mode, run, date.Format("2006-01-02 15:04 UTC"), runtime.NumCPU(), memTotal(), cfg.parallelism, cfg.jobSeconds,
-		ordinal(100/max(1, cfg.failPercent)), cfg.failPercent)
+		failingNodes(cfg.failPercent))
 	b.WriteString("Medians over the repetitions with their range; the systems alternate A B, B A, A B across repetitions " +
 		"and \"vs baseline\" pairs each run with the full baseline of the same repetition. Both clocks start at the start " +
 		"request (`ExecuteWorkflow`, or the start line to the ready baseline process), with both systems' informers " +
@@ -538,4 +538,12 @@ func idealRatio(r *result) string {
 		return "–"
 	}
 	return f2(r.Ratio)
+}
+
+// failingNodes says which nodes' Pods fail.
+func failingNodes(percent int) string {
+	if percent == 0 {
+		return "no node's Pod fails"
+	}
+	return fmt.Sprintf("every %s node's Pod fails (%d%%)", ordinal(100/percent), percent)
 }
