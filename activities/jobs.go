@@ -46,13 +46,23 @@ func (a *Activities) CreateJob(ctx context.Context, in JobRequest) (JobRef, erro
 	if err != nil {
 		return JobRef{}, templateError(err)
 	}
-	if err := a.checkJobPolicy(ctx, in, job); err != nil {
+	policyNode, err := a.checkJobPolicy(ctx, in, job)
+	if err != nil {
 		return JobRef{}, err
 	}
 	stampRequester(job, in.Requester)
 	if !in.FirstTask || activity.GetInfo(ctx).Attempt > 1 {
 		// A retry too: an attempt of RunJob may have finalized before it failed.
 		return a.createUnlessFinalized(ctx, in, job)
+	}
+	if policyNode != nil {
+		// The policy has just read the Node: that is the node check.
+		ref, err := a.createJob(ctx, in, job)
+		if err != nil {
+			return JobRef{}, err
+		}
+		ref.NodeUID = string(policyNode.UID)
+		return ref, nil
 	}
 
 	// The node check and the create go out together: ListNodes saw the node moments ago, so the

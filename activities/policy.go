@@ -44,22 +44,24 @@ func (a *Activities) checkTemplatePolicy(in PrepareTemplateInput, job *batchv1.J
 
 // checkJobPolicy judges one rendered Job before it is created: the template the workflow carries
 // was checked at the start, but the policy may have changed since, and a node reached by name
-// or a broad selector may be one the policy protects.
-func (a *Activities) checkJobPolicy(ctx context.Context, in JobRequest, job *batchv1.Job) error {
+// or a broad selector may be one the policy protects. When the policy guards nodes it returns
+// the Node it read (from the watch cache), which then serves as the create's node check: one
+// Node read per Job, not two.
+func (a *Activities) checkJobPolicy(ctx context.Context, in JobRequest, job *batchv1.Job) (*corev1.Node, error) {
 	if err := a.Policy.CheckJob(job); err != nil {
-		return policyDenied(err)
+		return nil, policyDenied(err)
 	}
 	if !a.Policy.GuardsNodes() {
-		return nil
+		return nil, nil
 	}
 	node, err := a.Kube.CoreV1().Nodes().Get(ctx, in.Node, metav1.GetOptions{ResourceVersion: "0"})
 	if apierrors.IsNotFound(err) {
-		return nil // CreateJob's own node check reports the node gone
+		return nil, nil // CreateJob's own node check asks etcd and reports the node gone
 	}
 	if err != nil {
-		return kubeError(err, "get", fmt.Sprintf("node %q", in.Node))
+		return nil, kubeError(err, "get", fmt.Sprintf("node %q", in.Node))
 	}
-	return a.mayWriteNode(nodeWrite{namespace: in.Namespace, node: node})
+	return node, a.mayWriteNode(nodeWrite{namespace: in.Namespace, node: node})
 }
 
 // nodeWrite is a write a rollout is about to make to a node: its Job (neither cordon nor

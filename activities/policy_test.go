@@ -126,6 +126,31 @@ func TestCreateJobKeepsOffProtectedNodes(t *testing.T) {
 	requireAppError(t, err, api.ErrPolicyDenied, true)
 }
 
+// TestCreateJobReadsTheNodeOnceUnderANodeGuardingPolicy: the policy's read of the Node is the
+// create's node check too (one Node GET per Job, the Node's UID taken from it); a Node the
+// policy's read did not find is still confirmed gone by the create's own check.
+func TestCreateJobReadsTheNodeOnceUnderANodeGuardingPolicy(t *testing.T) {
+	cs := fake.NewClientset(testNode("worker-1", nil), testNS("apps"))
+	stampCreatedJobs(cs)
+	a := withPolicy(t, newActivities(cs))
+	require.True(t, a.Policy.GuardsNodes(), "the test's policy guards the control plane")
+	in := testRequest("worker-1")
+	in.Namespace = "apps"
+	ref, err := createJob(t, a, in)
+	require.NoError(t, err)
+	require.Equal(t, "uid-node-worker-1", ref.NodeUID)
+	require.Equal(t, 1, countActions(cs, "get", "nodes"), "one Node read for the policy and the node check")
+	require.Equal(t, 1, countActions(cs, "create", "jobs"))
+
+	in = testRequest("gone-1")
+	in.Namespace = "apps"
+	_, err = createJob(t, a, in)
+	requireAppError(t, err, api.ErrNodeGone, true)
+	jobs, err := cs.BatchV1().Jobs("apps").List(t.Context(), metav1.ListOptions{})
+	require.NoError(t, err)
+	require.Len(t, jobs.Items, 1, "the Job made for the gone node is deleted again: only worker-1's is left")
+}
+
 func TestRequesterOnTheJobAndTheNode(t *testing.T) {
 	cs, a := newCluster(testNode("node-a", nil))
 	in := testRequest("node-a")

@@ -58,11 +58,17 @@ func (a *Activities) CreateStepJob(ctx context.Context, in StepJobRequest) (JobR
 		once := int32(0)
 		job.Spec.BackoffLimit = &once
 	}
-	if err := a.checkJobPolicy(ctx, in.JobRequest, job); err != nil {
+	policyNode, err := a.checkJobPolicy(ctx, in.JobRequest, job)
+	if err != nil {
 		return JobRef{}, err
 	}
 	stampRequester(job, in.Requester)
-	uid, err := a.nodeUID(ctx, in.Node)
+	var uid string
+	if policyNode != nil {
+		uid = string(policyNode.UID) // the policy has just read the Node: that is the node check
+	} else {
+		uid, err = a.nodeUID(ctx, in.Node)
+	}
 	if apierrors.IsNotFound(err) {
 		return JobRef{}, nodeGone(in.Node)
 	}
