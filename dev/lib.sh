@@ -109,6 +109,11 @@ pid_of() {
   pid=$(<"$file")
   [[ $pid =~ ^[0-9]+$ ]] || return 1
   exe=$(readlink "/proc/$pid/exe" 2>/dev/null) || return 1
+  # Temporal may be the server on PostgreSQL in the dev server's place (dev/temporal-postgres.sh).
+  if [ "$1" = temporal ] && [ "$exe" = "$(readlink -f "$TEMPORAL_SERVER_BIN")" ]; then
+    printf '%s\n' "$pid"
+    return 0
+  fi
   if [ "$exe" != "$(readlink -f "$(component_bin "$1")")" ]; then
     args=$(tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null) || return 1
     [[ $args == *"$DEV_DIR/supervise.sh "*" $(component_bin "$1") "* ]] || return 1
