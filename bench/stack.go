@@ -37,19 +37,11 @@ type procSample struct {
 // readProc reads /proc/<pid>/stat (utime + stime) and /proc/<pid>/status (VmHWM, VmRSS).
 func readProc(pid int) (procSample, error) {
 	var s procSample
-	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	fields, err := statFields(pid)
 	if err != nil {
 		return s, err
 	}
-	// The command name may hold spaces and parentheses: fields start after the last ')'.
-	text := string(stat)
-	fields := strings.Fields(text[strings.LastIndexByte(text, ')')+1:])
-	if len(fields) < 13 {
-		return s, fmt.Errorf("/proc/%d/stat: too few fields", pid)
-	}
-	utime, _ := strconv.ParseFloat(fields[11], 64) // field 14 of stat(5)
-	stime, _ := strconv.ParseFloat(fields[12], 64) // field 15
-	s.CPU = (utime + stime) / clockTicks
+	s.CPU = tickSeconds(fields, statUtime, statStime)
 	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
 		return s, err
@@ -96,21 +88,46 @@ func treeCPU(root int) float64 {
 
 // procTimes reads a process's CPU seconds, its reaped children's included, and its parent.
 func procTimes(pid int) (cpu float64, ppid int, err error) {
-	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	fields, err := statFields(pid)
 	if err != nil {
 		return 0, 0, err
 	}
+	ppid, _ = strconv.Atoi(fields[statPPID])
+	return tickSeconds(fields, statUtime, statStime, statCutime, statCstime), ppid, nil
+}
+
+// Indexes into statFields' fields, which start at field 3 of stat(5).
+const (
+	statPPID   = 1  // field 4
+	statUtime  = 11 // field 14
+	statStime  = 12
+	statCutime = 13
+	statCstime = 14 // field 17
+)
+
+// statFields reads /proc/<pid>/stat from its third field on: the command name before it may
+// hold spaces and parentheses, so the fields start after the last ')'.
+func statFields(pid int) ([]string, error) {
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return nil, err
+	}
 	text := string(stat)
 	fields := strings.Fields(text[strings.LastIndexByte(text, ')')+1:])
-	if len(fields) < 15 {
-		return 0, 0, fmt.Errorf("/proc/%d/stat: too few fields", pid)
+	if len(fields) <= statCstime {
+		return nil, fmt.Errorf("/proc/%d/stat: too few fields", pid)
 	}
-	ppid, _ = strconv.Atoi(fields[1])
-	for _, i := range []int{11, 12, 13, 14} { // utime, stime, cutime, cstime: fields 14-17 of stat(5)
+	return fields, nil
+}
+
+// tickSeconds sums the named clock-tick fields, in seconds.
+func tickSeconds(fields []string, indexes ...int) float64 {
+	var ticks float64
+	for _, i := range indexes {
 		v, _ := strconv.ParseFloat(fields[i], 64)
-		cpu += v
+		ticks += v
 	}
-	return cpu / clockTicks, ppid, nil
+	return ticks / clockTicks
 }
 
 // machineCPU reads the busy and total CPU seconds of the whole machine from /proc/stat.

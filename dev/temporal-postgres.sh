@@ -55,16 +55,22 @@ start_postgres() {
   log "postgres: 127.0.0.1:$PG_PORT, data in $PG_DIR"
 }
 
+# sql_tool DB ARGS...: the Temporal SQL schema tool on one of our databases.
+sql_tool() {
+  local db=$1
+  shift
+  "$TEMPORAL_SQL_TOOL_BIN" --plugin postgres12 --ep 127.0.0.1 -p "$PG_PORT" -u temporal --pw temporal --db "$db" "$@"
+}
+
 setup_schemas() {
   local db schema
   for db in temporal temporal_visibility; do
     schema=postgresql/v12/temporal
     if [ "$db" = temporal_visibility ]; then schema=postgresql/v12/visibility; fi
-    sql_tool() { "$TEMPORAL_SQL_TOOL_BIN" --plugin postgres12 --ep 127.0.0.1 -p "$PG_PORT" -u temporal --pw temporal --db "$db" "$@"; }
     {
-      sql_tool create-database
-      sql_tool setup-schema -v 0.0
-      sql_tool update-schema --schema-name "$schema"
+      sql_tool "$db" create-database
+      sql_tool "$db" setup-schema -v 0.0
+      sql_tool "$db" update-schema --schema-name "$schema"
     } >>"$LOG_DIR/temporal-sql-tool.log" 2>&1 || die "schema setup of $db failed: $LOG_DIR/temporal-sql-tool.log"
   done
 }
@@ -73,7 +79,6 @@ setup_schemas() {
 # its ports, its metrics), with its persistence on PostgreSQL.
 write_config() {
   mkdir -p "$SERVER_DIR/config"
-  local store
   store() { # store NAME DATABASE CONNS
     cat <<EOF
     $1:
