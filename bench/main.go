@@ -69,6 +69,10 @@ type config struct {
 	watch           string
 	starterBin      string
 	gateActions     float64
+	// fakeKubeBin, when set, runs noderollout's workflows with a Kubernetes fake at the
+	// activity boundary (bench/fakeworker) instead of the worker on the kwok fleet: for fleets
+	// larger than the stack holds. No Node is created; only noderollout runs.
+	fakeKubeBin string
 }
 
 func logf(format string, args ...any) {
@@ -148,6 +152,7 @@ func parseFlags(args []string) (config, error) {
 	fs.StringVar(&c.watch, "watch", "", `"status-w": follow each noderollout run with "starter status -w" (--starter-bin) instead of the bench's own query every 15 s; "start-wait": start it with "starter start --wait", which follows it; to price following a rollout in Temporal actions`)
 	fs.StringVar(&c.starterBin, "starter-bin", "bin/starter", "the built starter, for --watch")
 	fs.Float64Var(&c.gateActions, "gate-actions", 0, "fail when a noderollout run's Temporal actions per node (queries left out) exceed this; 0: no such check")
+	fs.StringVar(&c.fakeKubeBin, "fake-kube-bin", "", "the built fakeworker: run noderollout on a fake fleet at the activity boundary, no Nodes created (the 100,000-node row)")
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
@@ -187,6 +192,9 @@ func parseFlags(args []string) (config, error) {
 		}
 		if (s == systemSUC && c.sucBin == "") || (s == systemSUCQPS && c.sucQPSBin == "") {
 			return c, fmt.Errorf("--systems: %s: %w", s, errNoSUC)
+		}
+		if c.fakeKubeBin != "" && s != systemNoderollout {
+			return c, fmt.Errorf("--systems: %s cannot run with --fake-kube-bin; only %s runs on the fake fleet", s, systemNoderollout)
 		}
 		c.systems = append(c.systems, s)
 	}
@@ -310,17 +318,15 @@ func runID() string {
 // measureSize creates a fleet of n nodes, runs every system on it and removes it.
 func (e *env) measureSize(ctx context.Context, n int) ([]*result, error) {
 	f := newFleetSpec(e.run, n, e.cfg.failPercent)
-	logf("N=%d: creating nodes (%d fail)", n, len(f.fail))
-	if err := f.create(ctx, e.kube, logf); err != nil {
-		return nil, err
-	}
-	defer func() {
-		if err := deleteNodes(context.WithoutCancel(ctx), e.kube, f.selector(), logf); err != nil {
-			logf("N=%d: deleting nodes: %v", n, err)
+	if e.cfg.fakeKubeBin == "" {
+		if err := e.createFleet(ctx, f); err != nil {
+			return nil, err
 		}
-	}()
-	if err := e.settle(ctx, n); err != nil {
-		return nil, err
+		defer func() {
+			if err := deleteNodes(context.WithoutCancel(ctx), e.kube, f.selector(), logf); err != nil {
+				logf("N=%d: deleting nodes: %v", n, err)
+			}
+		}()
 	}
 	template := jobTemplate(e.cfg.jobSeconds)
 	var results []*result
@@ -350,6 +356,15 @@ func (e *env) measureSize(ctx context.Context, n int) ([]*result, error) {
 		results = append(results, reps...)
 	}
 	return results, nil
+}
+
+// createFleet makes f's Nodes and waits until the control plane has settled after them.
+func (e *env) createFleet(ctx context.Context, f *fleet) error {
+	logf("N=%d: creating nodes (%d fail)", len(f.nodes), len(f.fail))
+	if err := f.create(ctx, e.kube, logf); err != nil {
+		return err
+	}
+	return e.settle(ctx, len(f.nodes))
 }
 
 // abbaOrder is the order of the systems in repetition rep: as given on even repetitions and
@@ -487,8 +502,14 @@ func (e *env) measureNoderollout(ctx context.Context, s runSpec, r *result) erro
 	if s.system == systemCandidate {
 		bin = e.cfg.candidateBin
 	}
-	w, err := startWorker(ctx, bin, e.proxyKubeconfig, e.cfg.temporalAddress, taskQueue,
-		filepath.Join(e.cfg.workDir, "bench-worker-"+s.id()+".log"))
+	logPath := filepath.Join(e.cfg.workDir, "bench-worker-"+s.id()+".log")
+	var w *workerProc
+	var err error
+	if e.cfg.fakeKubeBin != "" {
+		w, err = startFakeKube(ctx, e.cfg.fakeKubeBin, e.cfg.temporalAddress, taskQueue, logPath, s.fleet.selector(), len(s.fleet.nodes), s.jobSeconds)
+	} else {
+		w, err = startWorker(ctx, bin, e.proxyKubeconfig, e.cfg.temporalAddress, taskQueue, logPath)
+	}
 	if err != nil {
 		return err
 	}
@@ -523,6 +544,9 @@ func (e *env) measureNoderollout(ctx context.Context, s runSpec, r *result) erro
 		wait: func(ctx context.Context, id string) error {
 			res, err := waitRollout(ctx, e.tc, id)
 			stopStarter()
+			if e.cfg.fakeKubeBin != "" {
+				r.FakeKube = w.fakeStats()
+			}
 			r.Selected = res.Selected
 			r.Succeeded = res.Counts.Succeeded
 			r.Failed = res.Counts.Failures()

@@ -72,6 +72,9 @@ type result struct {
 	Watch                 string             `json:"watch,omitempty"`
 	WatchQueriesPerMinute float64            `json:"watchQueriesPerMinute,omitempty"`
 
+	// FakeKube is what the fake cluster of a --fake-kube-bin run counted.
+	FakeKube *fakeKubeStats `json:"fakeKube,omitempty"`
+
 	// Peer is what only the peer's runs (suc, suc-qps) measure.
 	Peer *peerStats `json:"peer,omitempty"`
 

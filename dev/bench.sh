@@ -9,6 +9,9 @@
 #                        Exits 1 if noderollout's median makespan at 1,000 nodes exceeds 1.8x the
 #                        baseline's, if any noderollout run costs more than 6 Temporal actions per
 #                        node (D = 5 s; or its action counter could not be read), or any node is lost.
+#   dev/bench.sh scale   noderollout alone on 100,000 fake Nodes (bench/fakeworker: its workflows on the
+#                        real Temporal server, a Kubernetes fake at the activity boundary); results into
+#                        bench/results/scale/
 # Extra arguments go to the bench program (cd bench && go run . --help), e.g. --sizes 100,500;
 # with any, quick runs only what they say (the peer's part is left out unless they name it).
 set -euo pipefail
@@ -20,7 +23,8 @@ shift || true
 case $mode in
   full) out=$REPO_DIR/bench/results ;;
   quick) out=$STATE_DIR/bench-quick ;;
-  *) die "usage: dev/bench.sh full|quick [bench flags]" ;;
+  scale) out=$REPO_DIR/bench/results/scale ;;
+  *) die "usage: dev/bench.sh full|quick|scale [bench flags]" ;;
 esac
 
 use_stack
@@ -46,7 +50,7 @@ bin=$STATE_DIR/bin/bench
 work=$LOG_DIR/bench
 mkdir -p "$bin" "$work"
 (cd "$REPO_DIR" && go build -o "$bin/" ./worker ./starter)
-(cd "$REPO_DIR/bench" && go build -o "$bin/" . ./baseline ./floorworker)
+(cd "$REPO_DIR/bench" && go build -o "$bin/" . ./baseline ./floorworker ./fakeworker)
 log "bench $mode: logs in $work, results in $out"
 cd "$REPO_DIR"
 common=(--work-dir "$work"
@@ -56,6 +60,11 @@ common=(--work-dir "$work"
 # CI's quick run holds the cost per node in Temporal actions too (issue 36: at most 6 at D = 5 s).
 gates=()
 if $ci_quick; then gates=(--gate-actions 6); fi
+if [ "$mode" = scale ]; then
+  "$bin/bench" --mode quick --out "$out" "${common[@]}" --fake-kube-bin "$bin/fakeworker" \
+    --sizes 100000 --systems noderollout --fail-percent 0 --trace=false "$@"
+  exit
+fi
 status=0
 "$bin/bench" --mode "$mode" --out "$out" "${common[@]}" "${gates[@]}" "$@" || status=$?
 if $peer_quick; then

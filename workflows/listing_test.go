@@ -3,8 +3,6 @@ package workflows
 import (
 	"errors"
 	"fmt"
-	"strconv"
-	"sync"
 	"testing"
 	"time"
 
@@ -12,57 +10,24 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.temporal.io/sdk/testsuite"
 	"go.temporal.io/sdk/workflow"
-	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/client-go/kubernetes/fake"
-	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/noderollout/noderollout/activities"
 	"github.com/noderollout/noderollout/api"
+	"github.com/noderollout/noderollout/internal/nodepager"
 )
 
-// nodePager serves n Nodes (node-00000…) in pages in key order, as the API server does (the
-// fake clientset ignores Limit and Continue), and counts the LISTs.
-type nodePager struct {
-	mu         sync.Mutex
-	nodes      []corev1.Node
-	lists      int
-	firstPages int // LISTs that started at the first page (no continue token)
-}
-
-func newNodePager(n int) *nodePager {
-	p := &nodePager{nodes: make([]corev1.Node, n)}
-	for i := range p.nodes {
-		p.nodes[i].Name = fmt.Sprintf("node-%05d", i)
-		p.nodes[i].Labels = map[string]string{"pool": "a"}
+// newNodePager serves n Nodes (node-00000…) labelled pool=a.
+func newNodePager(n int) *nodepager.Pager {
+	names := make([]string, n)
+	for i := range names {
+		names[i] = fmt.Sprintf("node-%05d", i)
 	}
-	return p
-}
-
-func (p *nodePager) react(action k8stesting.Action) (bool, runtime.Object, error) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	opts := action.(k8stesting.ListActionImpl).GetListOptions()
-	p.lists++
-	start := 0
-	if opts.Continue == "" {
-		p.firstPages++
-	} else {
-		start, _ = strconv.Atoi(opts.Continue)
-	}
-	end := min(len(p.nodes), start+int(opts.Limit))
-	list := &corev1.NodeList{Items: p.nodes[start:end]}
-	if end < len(p.nodes) {
-		list.Continue = strconv.Itoa(end)
-	}
-	return true, list, nil
+	return nodepager.New(names, map[string]string{"pool": "a"})
 }
 
 // realListing has the environment run the real ListNodes activity on the pager's Nodes.
-func realListing(env *testsuite.TestWorkflowEnvironment, a *activities.Activities, p *nodePager) {
-	cs := fake.NewClientset()
-	cs.PrependReactor("list", "nodes", p.react)
-	env.OnActivity(a.ListNodes, mock.Anything, mock.Anything).Return((&activities.Activities{Kube: cs}).ListNodes)
+func realListing(env *testsuite.TestWorkflowEnvironment, a *activities.Activities, p *nodepager.Pager) {
+	env.OnActivity(a.ListNodes, mock.Anything, mock.Anything).Return((&activities.Activities{Kube: p.Clientset()}).ListNodes)
 	env.OnActivity(a.PrepareTemplate, mock.Anything, mock.Anything).Return(activities.PreparedTemplate{Template: sampleTemplate, Hash: "h"}, nil).Maybe()
 }
 
@@ -81,9 +46,10 @@ func TestRolloutListsAHundredThousandNodesLinearly(t *testing.T) {
 	require.NoError(t, env.GetWorkflowResult(&res))
 	require.Equal(t, n, res.Counts.Pending, "every node listed once")
 	require.Equal(t, n, res.Selected)
-	t.Logf("%d Node LISTs for %d nodes: %.4f per node, %d from the first page", pager.lists, n, float64(pager.lists)/n, pager.firstPages)
-	require.LessOrEqual(t, float64(pager.lists)/n, 0.005, "Node LISTs per node")
-	require.Equal(t, 1, pager.firstPages, "only the counting first slice starts at the first page")
+	lists, firstPages := pager.Lists()
+	t.Logf("%d Node LISTs for %d nodes: %.4f per node, %d from the first page", lists, n, float64(lists)/n, firstPages)
+	require.LessOrEqual(t, float64(lists)/n, 0.005, "Node LISTs per node")
+	require.Equal(t, 1, firstPages, "only the counting first slice starts at the first page")
 }
 
 // The listing's position is carried across continue-as-new: a run that continued in the
@@ -130,9 +96,10 @@ func TestRolloutListingResumesAcrossContinueAsNew(t *testing.T) {
 		require.Equal(t, 1, count, "node %s", node)
 	}
 	runs := final.ContinuedAsNew + 1
-	t.Logf("%d Node LISTs for %d nodes over %d runs, %d from the first page", pager.lists, n, runs, pager.firstPages)
-	require.Equal(t, 1, pager.firstPages, "no run after the first slice starts at the first page")
+	lists, firstPages := pager.Lists()
+	t.Logf("%d Node LISTs for %d nodes over %d runs, %d from the first page", lists, n, runs, firstPages)
+	require.Equal(t, 1, firstPages, "no run after the first slice starts at the first page")
 	// The first slice's count (a LIST per 500), two pages for each later slice, and one page
 	// read again by each run that started in the middle of a slice.
-	require.LessOrEqual(t, pager.lists, n/500+2*(n/1000)+runs, "Node LISTs")
+	require.LessOrEqual(t, lists, n/500+2*(n/1000)+runs, "Node LISTs")
 }

@@ -1,0 +1,57 @@
+package main
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/testsuite"
+
+	"github.com/noderollout/noderollout/activities"
+	"github.com/noderollout/noderollout/api"
+	"github.com/noderollout/noderollout/internal/nodepager"
+	"github.com/noderollout/noderollout/workflows"
+)
+
+const template = `apiVersion: batch/v1
+kind: Job
+spec:
+  template:
+    spec:
+      restartPolicy: Never
+      containers:
+      - name: c
+        image: busybox
+`
+
+// The fake cluster carries a rollout of every node to its end, through the real workflows and
+// the real listing, with each Job run once.
+func TestFakeClusterRunsEveryNodeOnce(t *testing.T) {
+	const n = 30
+	var ts testsuite.WorkflowTestSuite
+	env := ts.NewTestWorkflowEnvironment()
+	env.SetTestTimeout(20 * time.Second)
+	pager := nodepager.New(cloudNames(n), map[string]string{"pool": "fake"})
+	cluster := &fakeCluster{list: &activities.Activities{Kube: pager.Clientset()}, jobTime: 100 * time.Millisecond}
+	workflows.OnCluster{}.Register(env)
+	for name, fn := range cluster.activities() {
+		env.RegisterActivityWithOptions(fn, activity.RegisterOptions{Name: name})
+	}
+	env.ExecuteWorkflow(api.RolloutWorkflow, api.RolloutRequest{Name: "fake", Namespace: "jobs", NodeSelector: "pool=fake",
+		JobTemplate: template, Parallelism: 5, KeepJobs: "never"})
+	require.True(t, env.IsWorkflowCompleted())
+	require.NoError(t, env.GetWorkflowError())
+	var res api.RolloutResult
+	require.NoError(t, env.GetWorkflowResult(&res))
+	require.Equal(t, n, res.Selected)
+	require.Equal(t, n, res.Counts.Succeeded)
+	require.Equal(t, n, cluster.jobs(), "one Job per node")
+	require.LessOrEqual(t, cluster.most(), 5, "never more Jobs at once than the parallelism")
+}
+
+func TestCloudNamesAreUniqueAndSorted(t *testing.T) {
+	names := cloudNames(70_000)
+	require.IsIncreasing(t, names)
+	require.Equal(t, "ip-10-0-0-0.eu-west-1.compute.internal", names[0])
+}
