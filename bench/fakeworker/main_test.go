@@ -14,16 +14,8 @@ import (
 	"github.com/noderollout/noderollout/workflows"
 )
 
-const template = `apiVersion: batch/v1
-kind: Job
-spec:
-  template:
-    spec:
-      restartPolicy: Never
-      containers:
-      - name: c
-        image: busybox
-`
+// template is a minimal Job, in flow style: the fake cluster never reads it.
+const template = `{apiVersion: batch/v1, kind: Job, spec: {template: {spec: {restartPolicy: Never, containers: [{name: c, image: busybox}]}}}}`
 
 // The fake cluster carries a rollout of every node to its end, through the real workflows and
 // the real listing, with each Job run once.
