@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/noderollout/noderollout/api"
+	"github.com/noderollout/noderollout/internal/testjob"
 	"github.com/stretchr/testify/require"
 )
 
@@ -18,18 +19,7 @@ func writeFile(t *testing.T, name, text string) string {
 	return path
 }
 
-const goodTemplate = `jobTemplate:
-  apiVersion: batch/v1
-  kind: Job
-  spec:
-    template:
-      spec:
-        restartPolicy: Never
-        containers:
-        - name: c
-          image: busybox
-          args: ["{{node}}"]
-`
+var goodTemplate = "jobTemplate:\n" + testjob.YAML("  ", "c", "{{node}}")
 
 func TestLoadRequestTakesTheJobTemplateAsAYAMLObject(t *testing.T) {
 	req, err := loadRequest(writeFile(t, "r.yaml", "name: kata\nnodeSelector: kata=true\nmaxFailures: 10%\n"+goodTemplate))

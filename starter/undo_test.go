@@ -8,21 +8,10 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/noderollout/noderollout/api"
+	"github.com/noderollout/noderollout/internal/testjob"
 )
 
-const undoTemplate = `undo:
-  jobTemplate:
-    apiVersion: batch/v1
-    kind: Job
-    spec:
-      template:
-        spec:
-          restartPolicy: Never
-          containers:
-          - name: c
-            image: busybox
-            args: ["uninstall", "{{node}}"]
-`
+var undoTemplate = "undo:\n  jobTemplate:\n" + testjob.YAML("    ", "c", "uninstall", "{{node}}")
 
 // validate checks the undo fields offline: onFailure undo without undo names both fields and
 // the fix, and the undo template is checked as the Job template is.

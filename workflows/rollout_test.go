@@ -13,6 +13,7 @@ import (
 
 	"github.com/noderollout/noderollout/activities"
 	"github.com/noderollout/noderollout/api"
+	"github.com/noderollout/noderollout/internal/testjob"
 	"github.com/stretchr/testify/mock"
 	"github.com/stretchr/testify/require"
 	"github.com/stretchr/testify/suite"
@@ -24,16 +25,7 @@ import (
 	"go.temporal.io/sdk/workflow"
 )
 
-const sampleTemplate = `apiVersion: batch/v1
-kind: Job
-spec:
-  template:
-    spec:
-      restartPolicy: Never
-      containers:
-      - name: c
-        image: busybox
-`
+var sampleTemplate = testjob.YAML("", "c")
 
 type RolloutSuite struct {
 	suite.Suite

@@ -11,18 +11,11 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
+
+	"github.com/noderollout/noderollout/internal/testjob"
 )
 
-const testTemplate = `apiVersion: batch/v1
-kind: Job
-spec:
-  template:
-    spec:
-      restartPolicy: Never
-      containers:
-      - name: work
-        image: busybox
-`
+var testTemplate = testjob.YAML("", "work")
 
 // calls runs one node's create and finish and returns the requests made, as "verb resource".
 func calls(t *testing.T, minimal, succeeded bool) []string {

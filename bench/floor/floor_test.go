@@ -19,6 +19,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/noderollout/noderollout/bench/nodejob"
+	"github.com/noderollout/noderollout/internal/testjob"
 )
 
 func newEnv(t *testing.T, failing ...string) *testsuite.TestWorkflowEnvironment {
@@ -63,16 +64,7 @@ func TestRolloutRefusesParallelismBelowOne(t *testing.T) {
 	assert.Contains(t, env.GetWorkflowError().Error(), "parallelism 0")
 }
 
-const testTemplate = `apiVersion: batch/v1
-kind: Job
-spec:
-  template:
-    spec:
-      restartPolicy: Never
-      containers:
-      - name: work
-        image: busybox
-`
+var testTemplate = testjob.YAML("", "work")
 
 // TestRunJobMakesTheBaselinesCalls: the local activity's requests are the baseline's for a node
 // (bench/baseline's TestFullBaselineRecordsWhatNoderolloutRecords and
