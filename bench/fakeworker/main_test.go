@@ -11,11 +11,11 @@ import (
 	"github.com/noderollout/noderollout/activities"
 	"github.com/noderollout/noderollout/api"
 	"github.com/noderollout/noderollout/internal/nodepager"
+	"github.com/noderollout/noderollout/internal/testjob"
 	"github.com/noderollout/noderollout/workflows"
 )
 
-// template is a minimal Job, in flow style: the fake cluster never reads it.
-const template = `{apiVersion: batch/v1, kind: Job, spec: {template: {spec: {restartPolicy: Never, containers: [{name: c, image: busybox}]}}}}`
+var template = testjob.YAML("", "c")
 
 // The fake cluster carries a rollout of every node to its end, through the real workflows and
 // the real listing, with each Job run once.
