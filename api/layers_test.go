@@ -19,7 +19,7 @@ const module = "github.com/noderollout/noderollout"
 var layers = [][]string{
 	{"api/didyoumean"},
 	{"api"},
-	{"activities/jobspec", "activities/evictable", "internal/policy", "internal/config", "internal/metrics", "internal/version", "internal/bulk", "internal/freeport", "internal/readyz"},
+	{"activities/jobspec", "activities/evictable", "internal/policy", "internal/config", "internal/metrics", "internal/version", "internal/bulk", "internal/freeport", "internal/readyz", "internal/nodepager", "internal/testjob"},
 	{"activities", "internal/connect"},
 	{"workflows"},
 	{"worker", "starter", "dev/cmd/fakenodes", "dev/cmd/fakereboot", "dev/cmd/smokejob", "dev/cmd/vulndb", "dev/cmd/vulngate"},
