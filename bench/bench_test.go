@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -223,4 +224,23 @@ func TestReleaseJobsDropsFinalizers(t *testing.T) {
 		require.NoError(t, err)
 		assert.Empty(t, j.Finalizers, name)
 	}
+}
+
+// A run on the fake fleet says so, gets the fake's counts and drains, and no slot table (it
+// has no Jobs or Pods to watch); a traced kwok run keeps its slot table.
+func TestReportOfAFakeFleetRun(t *testing.T) {
+	cfg := config{mode: "quick", parallelism: 200, jobSeconds: 5}
+	fake := &result{System: systemNoderollout, Nodes: 1000, MakespanS: 100, ContinueAsNew: 4,
+		FakeKube: &fakeKubeStats{NodeLists: 6, FirstPageLists: 1, Jobs: 1002, MostAtOnce: 200},
+		History:  &historyStats{CANDrainSeconds: 20}}
+	report := markdownReport(cfg, "r1", time.Now(), []*result{fake})
+	assert.Contains(t, report, "`dev/bench.sh scale`")
+	assert.Contains(t, report, "| 1,000 | 6 | 0.0060 | 1 | 1002 | 200 | 4 | 20.0 | 5.00 | 20.0% |")
+	assert.NotContains(t, report, "Where a window slot's time goes")
+
+	traced := &result{System: systemNoderollout, Nodes: 1000, MakespanS: 100, Slot: slotPhases{Running: stat{N: 1000, Mean: 5}}}
+	report = markdownReport(cfg, "r1", time.Now(), []*result{traced})
+	assert.Contains(t, report, "`dev/bench.sh quick`")
+	assert.Contains(t, report, "Where a window slot's time goes")
+	assert.NotContains(t, report, "The fake fleet")
 }

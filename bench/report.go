@@ -119,11 +119,20 @@ func markdownSummary(results []*result) string {
 func markdownReport(cfg config, run string, date time.Time, results []*result) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "# noderollout scale benchmark\n\n")
+	mode, fake := cfg.mode, onFakeFleet(results)
+	if fake {
+		mode = "scale"
+	}
 	fmt.Fprintf(&b, "`dev/bench.sh %s` (run `%s`, %s) on the local stack: %d CPUs, %s. P = %d Jobs in flight, "+
 		"D = %g s per Job, %s, `keepJobs: never`. The worker and the baseline are "+
 		"separate processes with client QPS 1000 / burst 2000. What each column counts: README.md, section \"Benchmark\".\n\n",
-		cfg.mode, run, date.Format("2006-01-02 15:04 UTC"), runtime.NumCPU(), memTotal(), cfg.parallelism, cfg.jobSeconds,
+		mode, run, date.Format("2006-01-02 15:04 UTC"), runtime.NumCPU(), memTotal(), cfg.parallelism, cfg.jobSeconds,
 		failingNodes(cfg.failPercent))
+	if fake {
+		b.WriteString("On a fake fleet at the activity boundary (bench/fakeworker; bench/README.md, \"100,000 nodes\"): " +
+			"noderollout's workflows and its ListNodes on the real Temporal server, no Node, Job or Pod on the API server, " +
+			"so the API request columns count nothing of the rollout's.\n\n")
+	}
 	b.WriteString("Medians over the repetitions with their range; the systems alternate A B, B A, A B across repetitions " +
 		"and \"vs baseline\" pairs each run with the full baseline of the same repetition. Both clocks start at the start " +
 		"request (`ExecuteWorkflow`, or the start line to the ready baseline process), with both systems' informers " +
@@ -138,21 +147,9 @@ func markdownReport(cfg config, run string, date time.Time, results []*result) s
 		b.WriteString("- " + line + "\n")
 	}
 
-	b.WriteString("\n## Where a window slot's time goes\n\n")
-	b.WriteString("Means in seconds, from the bench's own watch on the Jobs and Pods (one clock). A slot's cycle is " +
-		"Job created → Pod created (Job controller) → Pod Running (kwok) → Pod ended (D) → Job condition set (Job controller) " +
-		"→ Job deleted (the system noticed the end and finalized) → next Job created in the freed slot. " +
-		"Makespan ≈ ⌈N/P⌉ × cycle ÷ slots busy, where slots busy is the share of the P × makespan slot-seconds that held a Job " +
-		"(idle: the start, the tail, continue-as-new drains).\n\n")
-	b.WriteString("| N | system | Job→Pod | Pod→Running | Running (D) | Pod end→Job done | Job done→deleted | deleted→next Job | cycle | overhead over D | slots busy | first Job after start | last deletion→done |\n")
-	b.WriteString("|--:|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|\n")
-	for _, r := range results {
-		s := r.Slot
-		cycle := s.JobToPod.Mean + s.PodToRunning.Mean + s.Running.Mean + s.PodToJobDone.Mean + s.JobDoneToGone.Mean + s.GoneToNextJob.Mean
-		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %.0f%% | %s | %s |\n", thousands(r.Nodes), r.System,
-			f2(s.JobToPod.Mean), f2(s.PodToRunning.Mean), f2(s.Running.Mean), f2(s.PodToJobDone.Mean),
-			f2(s.JobDoneToGone.Mean), f2(s.GoneToNextJob.Mean), f2(cycle), f2(cycle-r.JobSeconds), 100*s.Utilization,
-			f2(s.FirstJob), f2(s.LastGoneToEnd))
+	b.WriteString(fakeFleetSection(results))
+	if traced(results) {
+		b.WriteString(slotSection(results))
 	}
 
 	var nr []*result
@@ -546,4 +543,75 @@ func failingNodes(percent int) string {
 		return "no node's Pod fails"
 	}
 	return fmt.Sprintf("every %s node's Pod fails (%d%%)", ordinal(100/percent), percent)
+}
+
+// traced says whether any run has the bench's own watch on its Jobs and Pods (--trace).
+func traced(results []*result) bool {
+	for _, r := range results {
+		if r.Slot.Running.N > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// slotSection is where a window slot's time goes, from the traced runs.
+func slotSection(results []*result) string {
+	var b strings.Builder
+	b.WriteString("\n## Where a window slot's time goes\n\n")
+	b.WriteString("Means in seconds, from the bench's own watch on the Jobs and Pods (one clock). A slot's cycle is " +
+		"Job created → Pod created (Job controller) → Pod Running (kwok) → Pod ended (D) → Job condition set (Job controller) " +
+		"→ Job deleted (the system noticed the end and finalized) → next Job created in the freed slot. " +
+		"Makespan ≈ ⌈N/P⌉ × cycle ÷ slots busy, where slots busy is the share of the P × makespan slot-seconds that held a Job " +
+		"(idle: the start, the tail, continue-as-new drains).\n\n")
+	b.WriteString("| N | system | Job→Pod | Pod→Running | Running (D) | Pod end→Job done | Job done→deleted | deleted→next Job | cycle | overhead over D | slots busy | first Job after start | last deletion→done |\n")
+	b.WriteString("|--:|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|\n")
+	for _, r := range results {
+		s := r.Slot
+		cycle := s.JobToPod.Mean + s.PodToRunning.Mean + s.Running.Mean + s.PodToJobDone.Mean + s.JobDoneToGone.Mean + s.GoneToNextJob.Mean
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %.0f%% | %s | %s |\n", thousands(r.Nodes), r.System,
+			f2(s.JobToPod.Mean), f2(s.PodToRunning.Mean), f2(s.Running.Mean), f2(s.PodToJobDone.Mean),
+			f2(s.JobDoneToGone.Mean), f2(s.GoneToNextJob.Mean), f2(cycle), f2(cycle-r.JobSeconds), 100*s.Utilization,
+			f2(s.FirstJob), f2(s.LastGoneToEnd))
+	}
+	return b.String()
+}
+
+// onFakeFleet says whether the runs were on bench/fakeworker's fake fleet.
+func onFakeFleet(results []*result) bool {
+	for _, r := range results {
+		if r.FakeKube != nil {
+			return true
+		}
+	}
+	return false
+}
+
+// fakeFleetSection is what the fake fleet counted and how each run's continue-as-new went.
+func fakeFleetSection(results []*result) string {
+	if !onFakeFleet(results) {
+		return ""
+	}
+	var b strings.Builder
+	b.WriteString("\n## The fake fleet\n\n")
+	b.WriteString("Node LISTs are the real ListNodes activity's, against a clientset that pages the fleet as the API server does. " +
+		"RunJob calls above N are first workflow tasks that ran again (a task that timed out runs its local activity again; " +
+		"the real CreateJob then adopts the Job or reads the outcome from the Node). A drain is the time from a run's last " +
+		"child launched to its close, while the window empties before continue-as-new.\n\n")
+	b.WriteString("| N | Node LISTs | per node | from the first page | RunJob calls | most at once | continue-as-new | drain s (all) | drain s / continue-as-new | drains / makespan | worker peak RSS MB |\n")
+	b.WriteString("|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|\n")
+	for _, r := range results {
+		f, h := r.FakeKube, r.History
+		if f == nil || h == nil {
+			continue
+		}
+		perCAN := 0.0
+		if r.ContinueAsNew > 0 {
+			perCAN = h.CANDrainSeconds / float64(r.ContinueAsNew)
+		}
+		fmt.Fprintf(&b, "| %s | %d | %.4f | %d | %d | %d | %d | %.1f | %.2f | %.1f%% | %.1f |\n", thousands(r.Nodes), f.NodeLists,
+			float64(f.NodeLists)/float64(r.Nodes), f.FirstPageLists, f.Jobs, f.MostAtOnce, r.ContinueAsNew,
+			h.CANDrainSeconds, perCAN, 100*h.CANDrainSeconds/r.MakespanS, r.Process.PeakMB)
+	}
+	return b.String()
 }
