@@ -85,6 +85,11 @@ func run(o options) error {
 		return err
 	}
 	defer tc.Close()
+	// As the worker does: a node's first workflow task watches its Job for up to 20 s, which
+	// is the design, not the SDK's 5 s warning.
+	if os.Getenv("TEMPORAL_WORKFLOW_TASK_DURATION_WARN_SECONDS") == "" {
+		_ = os.Setenv("TEMPORAL_WORKFLOW_TASK_DURATION_WARN_SECONDS", "30")
+	}
 	// The worker's own options (worker/main.go), so its memory and CPU are the worker's.
 	w := worker.New(tc, o.taskQueue, worker.Options{
 		MaxConcurrentActivityExecutionSize:      1000,
