@@ -52,7 +52,8 @@ func TestRolloutRunsOneChildPerNodeAndAtMostPAtOnce(t *testing.T) {
 	var res Result
 	require.NoError(t, env.GetWorkflowResult(&res))
 	assert.Equal(t, Result{Succeeded: 4, Failed: 1}, res, "node c's Job failed")
-	assert.Equal(t, []string{"floor-node-a", "floor-node-b", "floor-node-c", "floor-node-d", "floor-node-e"}, started,
+	// Two children that start in one workflow task reach the listener in either order.
+	assert.ElementsMatch(t, []string{"floor-node-a", "floor-node-b", "floor-node-c", "floor-node-d", "floor-node-e"}, started,
 		"IDs from the node alone: every run over a node reuses its ID, as noderollout's node workflows do")
 	assert.Equal(t, 2, most, "children in flight at once")
 }
