@@ -105,14 +105,21 @@ func (l *Lineage) verify(ctx context.Context, templateHash string, strict bool) 
 		return refuse("its parent %s is a %s, not a %s", parent.GetWorkflowId(), p.GetType().GetName(), l.RolloutType)
 	case !strict:
 		return nil
+	case p.GetStatus() == enumspb.WORKFLOW_EXECUTION_STATUS_CONTINUED_AS_NEW:
+		// A run that continues as new hands its children in flight to the next run, whose
+		// children they are not: the rollout itself must still run.
+		if err := l.stillRuns(ctx, parent.GetWorkflowId(), refuse); err != nil {
+			return err
+		}
 	case p.GetStatus() != enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING:
 		return refuse("its parent %s is %s", parent.GetWorkflowId(), p.GetStatus())
-	}
-	listed := slices.ContainsFunc(d.RawResponse.GetPendingChildren(), func(c *workflowpb.PendingChildExecutionInfo) bool {
-		return c.GetWorkflowId() == caller.ID && c.GetRunId() == caller.RunID
-	})
-	if !listed {
-		return refuse("its parent %s does not list it among its running children", parent.GetWorkflowId())
+	default:
+		listed := slices.ContainsFunc(d.RawResponse.GetPendingChildren(), func(c *workflowpb.PendingChildExecutionInfo) bool {
+			return c.GetWorkflowId() == caller.ID && c.GetRunId() == caller.RunID
+		})
+		if !listed {
+			return refuse("its parent %s does not list it among its running children", parent.GetWorkflowId())
+		}
 	}
 	// A converging rollout also prepared its onDeselect Job (deselectHash), and a node with
 	// maintenance.onFailure undo runs its rollout's undo template (undoTemplateHash).
@@ -129,6 +136,23 @@ func (l *Lineage) verify(ctx context.Context, templateHash string, strict bool) 
 	}
 	l.verified.Store(caller.RunID, rollout)
 	return l.sameTemplate(caller.ID, rollout.hashes, templateHash)
+}
+
+// stillRuns checks that the rollout whose run started the caller and continued as new runs on:
+// its current run is a running Rollout.
+func (l *Lineage) stillRuns(ctx context.Context, rolloutID string, refuse func(string, ...any) error) error {
+	d, err := l.Temporal.DescribeWorkflow(ctx, rolloutID, "")
+	if err != nil {
+		return fmt.Errorf("describing rollout %s to check it still runs: %w", rolloutID, err)
+	}
+	current := d.RawResponse.GetWorkflowExecutionInfo()
+	switch {
+	case current.GetType().GetName() != l.RolloutType:
+		return refuse("its parent %s continued as new into a %s, not a %s", rolloutID, current.GetType().GetName(), l.RolloutType)
+	case current.GetStatus() != enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING:
+		return refuse("its parent %s continued as new and its rollout is %s", rolloutID, current.GetStatus())
+	}
+	return nil
 }
 
 // sameTemplate refuses a node that carries another template than its rollout prepared. A

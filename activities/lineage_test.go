@@ -45,18 +45,30 @@ func lineageOf(parent *commonpb.WorkflowExecution, parentType string, status enu
 	return tc
 }
 
-// Only a node workflow that a running Rollout started, and lists among its children, with the
-// template that Rollout prepared, gets to create a Job; anything else is refused before any
+// continuedInto adds the rollout's current run, of the given type and status, to tc: the run
+// its parent continued as new into.
+func continuedInto(tc *mocks.Client, rollout *commonpb.WorkflowExecution, currentType string, status enumspb.WorkflowExecutionStatus) *mocks.Client {
+	tc.On("DescribeWorkflow", mock.Anything, rollout.GetWorkflowId(), "").Return(&client.WorkflowExecutionDescription{
+		RawResponse: &workflowservice.DescribeWorkflowExecutionResponse{WorkflowExecutionInfo: &workflowpb.WorkflowExecutionInfo{
+			Type: &commonpb.WorkflowType{Name: currentType}, Status: status}}}, nil).Maybe()
+	return tc
+}
+
+// Only a node workflow that a running Rollout started, and lists among its children (or handed
+// over when it continued as new, its rollout still running), with the template that Rollout
+// prepared, gets to create a Job; anything else is refused before any
 // write, and a verified node run is not looked up again.
 func TestCreateJobOnlyForANodeOfARunningRollout(t *testing.T) {
 	rollout := &commonpb.WorkflowExecution{WorkflowId: "rollout-kata", RunId: "r1"}
 	running := enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING
+	continued := enumspb.WORKFLOW_EXECUTION_STATUS_CONTINUED_AS_NEW
 	req := testRequest("node-a")
 	for name, tc := range map[string]struct {
 		client   *mocks.Client
 		types    []string
 		refusal  string
 		template string
+		lookups  int // DescribeWorkflow calls of a node let through: 2 unless said
 	}{
 		"no parent":              {client: lineageOf(nil, "", running, nil, ""), refusal: "it has no parent"},
 		"not a node workflow":    {client: lineageOf(rollout, "Rollout", running, []string{testCallerRun}, req.TemplateHash), types: []string{"NodeRolloutV3"}, refusal: "not a node workflow"},
@@ -65,6 +77,11 @@ func TestCreateJobOnlyForANodeOfARunningRollout(t *testing.T) {
 		"not among its children": {client: lineageOf(rollout, "Rollout", running, []string{"another-run"}, req.TemplateHash), refusal: "does not list it"},
 		"another template":       {client: lineageOf(rollout, "Rollout", running, []string{testCallerRun}, "0000"), refusal: "its rollout prepared 0000"},
 		"a rollout's node":       {client: lineageOf(rollout, "Rollout", running, []string{testCallerRun}, req.TemplateHash)},
+		"handed over, rollout ended": {client: continuedInto(lineageOf(rollout, "Rollout", continued, nil, req.TemplateHash), rollout, "Rollout", enumspb.WORKFLOW_EXECUTION_STATUS_CANCELED),
+			refusal: "continued as new and its rollout is Canceled"},
+		"handed over, rollout runs": {client: continuedInto(lineageOf(rollout, "Rollout", continued, nil, req.TemplateHash), rollout, "Rollout", running), lookups: 3},
+		"handed over, another template": {client: continuedInto(lineageOf(rollout, "Rollout", continued, nil, "0000"), rollout, "Rollout", running),
+			refusal: "its rollout prepared 0000"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			cs, a := newCluster(testNode("node-a", nil), testNS("jobs"))
@@ -79,7 +96,7 @@ func TestCreateJobOnlyForANodeOfARunningRollout(t *testing.T) {
 				require.NoError(t, err)
 				_, err = env.ExecuteActivity(a.CreateJob, req) // the retry adopts; no second look-up
 				require.NoError(t, err)
-				tc.client.AssertNumberOfCalls(t, "DescribeWorkflow", 2)
+				tc.client.AssertNumberOfCalls(t, "DescribeWorkflow", max(2, tc.lookups))
 				return
 			}
 			appErr := requireAppError(t, err, api.ErrNotStartedByARollout, true)

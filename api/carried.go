@@ -33,6 +33,10 @@ type Progress struct {
 	// WaitingNodes are the nodes another rollout held when the previous run handed them over
 	// (versionHandOverWaiting); this run waits for them first.
 	WaitingNodes []PacedNode `json:"waitingNodes,omitempty"`
+	// InFlightNodes are the nodes whose child workflows the previous run left running when it
+	// continued as new (versionHandOverInFlight): each tells the rollout when it ends, and
+	// this run counts them in its window until then.
+	InFlightNodes []InFlightNode `json:"inFlightNodes,omitempty"`
 	// UndoTemplateHash names the stored undo template of a request with
 	// maintenance.onFailure undo.
 	UndoTemplateHash string `json:"undoTemplateHash,omitempty"`
@@ -54,6 +58,14 @@ type PacingProgress struct {
 	Queue       []PacedNode `json:"queue,omitempty"`
 	CanaryStage string      `json:"canaryStage,omitempty"`
 	CanaryNodes []string    `json:"canaryNodes,omitempty"`
+}
+
+// InFlightNode is a node handed over while its child workflow runs: the child's run, to be
+// told apart from a later child of the same node.
+type InFlightNode struct {
+	Name   string `json:"name"`
+	Domain string `json:"domain,omitempty"`
+	RunID  string `json:"runID"`
 }
 
 // PacedNode is a listed node with what pacing needs of it.

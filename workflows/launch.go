@@ -133,7 +133,7 @@ func (r *rollout) startChild(ctx workflow.Context, node string) workflow.ChildWo
 	}
 	r.started++
 	r.pacer.startedByDomain[r.pacer.domainOf[node]]++
-	return workflow.ExecuteChildWorkflow(nodeChildOptions(ctx, r.req.Name, node, r.cluster.NodeWorkflowID(node)), nodeWorkflow, in)
+	return workflow.ExecuteChildWorkflow(nodeChildOptions(ctx, r.req.Name, node, r.cluster.NodeWorkflowID(node), r.features.handOverInFlight), nodeWorkflow, in)
 }
 
 // runNode runs the child, waiting while another rollout holds the node; busy says the node
@@ -266,7 +266,7 @@ type childCollector struct {
 
 type pendingChild struct {
 	node  string
-	child workflow.Future // the child's result
+	child workflow.ChildWorkflowFuture
 }
 
 // collectChildren starts the collector's coroutine. Each child that ends is settled in the
@@ -289,7 +289,7 @@ func (r *rollout) collectChildren(ctx workflow.Context) *childCollector {
 	return c
 }
 
-func (c *childCollector) add(node string, child workflow.Future) {
+func (c *childCollector) add(node string, child workflow.ChildWorkflowFuture) {
 	c.pending = append(c.pending, pendingChild{node: node, child: child})
 }
 

@@ -339,11 +339,21 @@ func TestContinuingRunHandsOverANodeAnotherRolloutHolds(t *testing.T) {
 	req := api.RolloutRequest{Name: "second", Nodes: []string{"shared", "y", "z"}, JobTemplate: sampleTemplate, Parallelism: 2, ContinueAsNewAfter: 2}
 	env.ExecuteWorkflow("hold-then-rollout", req, (*api.Progress)(nil))
 	carried := handedOver(t, env)
-	require.Less(t, ended().Sub(start), time.Hour, "the run continued as new once y was done, not after the other rollout's Job")
+	require.Less(t, ended().Sub(start), time.Hour, "the run continued as new at once, not after the other rollout's Job")
 	require.Equal(t, []api.PacedNode{{Name: "shared"}}, carried.WaitingNodes)
+	require.Equal(t, []string{"y"}, inFlightNames(carried), "y, still running, is handed over in flight")
 	require.Equal(t, "y", carried.Cursor, "z is left to the next run's listing")
-	require.Equal(t, api.Counts{Succeeded: 1}, carried.Counts, "y succeeded; shared is neither running nor counted waiting twice")
+	require.Equal(t, api.Counts{}, carried.Counts, "y is the next run's to count; shared is neither running nor counted waiting twice")
 	require.Equal(t, []string{"first"}, ranOn()["shared"], "no Job of the second rollout on shared in this run")
+}
+
+// inFlightNames are the nodes a run handed over in flight.
+func inFlightNames(p *api.Progress) []string {
+	var names []string
+	for _, n := range p.InFlightNodes {
+		names = append(names, n.Name)
+	}
+	return names
 }
 
 // A paced run hands a waiting node over with its domain, which the next run counts it in.
@@ -396,7 +406,7 @@ func TestHandedOverNodeRunsOnceItsHolderIsDone(t *testing.T) {
 func holdNode(ctx workflow.Context, d time.Duration) error {
 	waiters := workflow.GetSignalChannel(ctx, SignalNotifyWhenFree)
 	_ = workflow.Sleep(ctx, d)
-	tellWaiters(ctx, waiters, "")
+	tellWaiters(ctx, waiters, NodeFreed{})
 	return nil
 }
 
@@ -530,6 +540,15 @@ type collectorRounds struct {
 	Pending     []string
 }
 
+// unstartedChild is a child's result future alone, for the collector.
+type unstartedChild struct {
+	workflow.ChildWorkflowFuture // nil: only Get and IsReady are called
+	result                       workflow.Future
+}
+
+func (c unstartedChild) Get(ctx workflow.Context, v any) error { return c.result.Get(ctx, v) }
+func (c unstartedChild) IsReady() bool                         { return c.result.IsReady() }
+
 // TestCollectorTakesEndedChildrenInStartOrder ends children out of order: each round hands back
 // only the ended ones, in the order they started, and keeps the rest.
 func TestCollectorTakesEndedChildrenInStartOrder(t *testing.T) {
@@ -540,7 +559,7 @@ func TestCollectorTakesEndedChildrenInStartOrder(t *testing.T) {
 		ends := map[string]workflow.Settable{}
 		for _, n := range nodes {
 			f, s := workflow.NewFuture(ctx)
-			c.add(n, f)
+			c.add(n, unstartedChild{result: f})
 			ends[n] = s
 		}
 		var out collectorRounds

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/mock"
+	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/interceptor"
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/testsuite"
@@ -158,6 +159,14 @@ type model struct {
 	runs    int // workflow runs (continue-as-new + 1)
 	peak    int // the largest history of one run
 	attempt map[string]int
+	// started is the child each node last started as: its workflow type and input, for the
+	// stand-in that carries a handed-over node on in the next run's environment.
+	started map[string]startedChild
+}
+
+type startedChild struct {
+	workflowType string
+	in           NodeRolloutInput
 }
 
 type timedInt struct {
@@ -167,7 +176,7 @@ type timedInt struct {
 
 func newModel(seed uint64) *model {
 	m := &model{seed: seed, rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)), nodes: map[string]*modelNode{},
-		held: map[string]bool{}, attempt: map[string]int{}}
+		held: map[string]bool{}, attempt: map[string]int{}, started: map[string]startedChild{}}
 	r := m.rng
 	m.start = time.Date(2026, 3, 2, r.IntN(24), 0, 0, 0, time.UTC)
 	zones := 1 + r.IntN(3)
@@ -368,6 +377,9 @@ func (m *model) fail(format string, args ...any) {
 // note records what happened (callers hold m.mu).
 func (m *model) note(format string, args ...any) {
 	m.log = append(m.log, fmt.Sprintf(format, args...))
+	if os.Getenv("MODEL_LIVE") != "" {
+		fmt.Fprintln(os.Stderr, fmt.Sprintf(format, args...))
+	}
 }
 
 // crash says whether this attempt of an activity step fails as if its worker had died: a
@@ -428,6 +440,9 @@ func (m *model) run(t *testing.T) []string {
 			continue
 		}
 		final = err
+		if os.Getenv("MODEL_LIVE") != "" {
+			fmt.Fprintf(os.Stderr, "run %d ends: %v\n", run, err)
+		}
 		if err == nil {
 			if err := env.GetWorkflowResult(&result); err != nil {
 				m.fail("reading the result: %v", err)
@@ -468,13 +483,99 @@ func (m *model) harness(ctx workflow.Context, req api.RolloutRequest, carried *a
 			holders++
 		}
 	}
-	if holders > 0 {
+	handed := m.carryOnHandedNodes(ctx, carried)
+	if holders > 0 || len(handed) > 0 {
 		// The test environment cannot signal a child before it has run its first task.
 		if err := workflow.Sleep(ctx, time.Second); err != nil {
 			return api.RolloutResult{}, err
 		}
 	}
+	if err := m.askHandedNodes(ctx, carried, handed); err != nil {
+		return api.RolloutResult{}, err
+	}
 	return rolloutIn(ctx, m.cluster, req, carried)
+}
+
+// modelHandedNode is the workflow type of a stand-in: on a server the child a run hands over
+// in flight goes on running after its run continues as new, but each run of the model has an
+// environment of its own, which ends with the run. So the next run's environment starts the
+// node's workflow again under the node's workflow ID, asked (as the previous run asked the
+// child) to tell the rollout when it ends; it adopts the node's Job as a retried create does,
+// and the model counts it as the same node workflow, not a second start.
+const modelHandedNode = "model-handed-node"
+
+// carryOnHandedNodes starts a stand-in for each node the previous run handed over in flight.
+func (m *model) carryOnHandedNodes(ctx workflow.Context, carried *api.Progress) []workflow.ChildWorkflowFuture {
+	if carried == nil {
+		return nil
+	}
+	var handed []workflow.ChildWorkflowFuture
+	for _, n := range carried.InFlightNodes {
+		m.mu.Lock()
+		child, ok := m.started[n.Name]
+		node := m.nodes[n.Name]
+		running, ended := node.running, api.NodeResult{Node: n.Name, Outcome: api.Outcome(node.outcome)}
+		m.mu.Unlock()
+		if !ok {
+			m.fail("%s was handed over in flight but never started", n.Name)
+			continue
+		}
+		// Not the rollout's child on a server: only the rollout's own abort may cancel it.
+		detached, _ := workflow.NewDisconnectedContext(ctx)
+		opts := workflow.WithChildOptions(detached, workflow.ChildWorkflowOptions{
+			WorkflowID:        m.cluster.NodeWorkflowID(n.Name),
+			ParentClosePolicy: enumspb.PARENT_CLOSE_POLICY_ABANDON,
+			// Else the test environment ends it at once on a cancel, where a server lets the
+			// node workflow clean up.
+			WaitForCancellation: true,
+		})
+		if !running {
+			// It ended at the instant its run continued as new, in the same environment task:
+			// on a server, either the run hears the end first (and does not hand it over) or
+			// the next run is told it. The model takes the second.
+			handed = append(handed, workflow.ExecuteChildWorkflow(opts, modelEndedNode, ended))
+			continue
+		}
+		handed = append(handed, workflow.ExecuteChildWorkflow(opts, modelHandedNode, child.workflowType, child.in))
+	}
+	return handed
+}
+
+// modelEndedNode stands for a handed-over node workflow that ended as its run continued as new:
+// it tells the rollout of the end once asked.
+const modelEndedNode = "model-ended-node"
+
+func endedNode(ctx workflow.Context, result api.NodeResult) error {
+	var w NodeWaiter
+	workflow.GetSignalChannel(ctx, SignalNotifyWhenFree).Receive(ctx, &w)
+	self := workflow.GetInfo(ctx).WorkflowExecution.RunID
+	return workflow.SignalExternalWorkflow(ctx, w.WorkflowID, "", SignalNodeFree, NodeFreed{Node: result.Node, RunID: self, Result: &result}).Get(ctx, nil)
+}
+
+// askHandedNodes asks each stand-in to tell the rollout when it ends, and gives the run the
+// stand-in's run ID in place of the child's it stands for.
+func (m *model) askHandedNodes(ctx workflow.Context, carried *api.Progress, handed []workflow.ChildWorkflowFuture) error {
+	self := workflow.GetInfo(ctx).WorkflowExecution.ID
+	for i, f := range handed {
+		var started workflow.Execution
+		if err := f.GetChildWorkflowExecution().Get(ctx, &started); err != nil {
+			return err
+		}
+		carried.InFlightNodes[i].RunID = started.RunID
+		if err := workflow.SignalExternalWorkflow(ctx, started.ID, started.RunID, SignalNotifyWhenFree, NodeWaiter{WorkflowID: self}).Get(ctx, nil); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// handedNode runs a node's workflow again, of the type its run started.
+func handedNode(ctx workflow.Context, workflowType string, in NodeRolloutInput) (api.NodeResult, error) {
+	nodeWorkflows := map[string]func(workflow.Context, NodeRolloutInput) (api.NodeResult, error){
+		api.NodeRolloutWorkflow: NodeRollout, api.NodeRolloutV2Workflow: NodeRolloutV2,
+		api.NodeRolloutV3Workflow: NodeRolloutV3, api.NodeRolloutV4Workflow: NodeRolloutV4,
+	}
+	return nodeWorkflows[workflowType](ctx, in)
 }
 
 // joinedNodes are the nodes a converging rollout's selector matches now (callers hold m.mu).
@@ -495,11 +596,16 @@ func (m *model) newEnv(t *testing.T, now time.Time, run int) (*testsuite.TestWor
 	intercept(env, meter, &modelWatch{m: m})
 	env.SetStartTime(now)
 	env.SetTestTimeout(time.Minute)
+	// A run's environment ends with the run: the children it handed over in flight go on as
+	// stand-ins in the next run's (harness).
+	env.SetDetachedChildWait(false)
 	if run > 1 {
 		env.SetContinuedExecutionRunID(fmt.Sprintf("run-%d", run-1))
 	}
 	env.RegisterWorkflowWithOptions(holdNode, workflow.RegisterOptions{Name: "hold"})
 	env.RegisterWorkflowWithOptions(m.harness, workflow.RegisterOptions{Name: modelRoot})
+	env.RegisterWorkflowWithOptions(handedNode, workflow.RegisterOptions{Name: modelHandedNode})
+	env.RegisterWorkflowWithOptions(endedNode, workflow.RegisterOptions{Name: modelEndedNode})
 	if modelBefore {
 		for _, id := range []string{versionAdmission, versionAbortDuringUncordon, versionRecordAbortInFinalize, versionCapBeforePrepare} {
 			env.OnGetVersion(id, workflow.DefaultVersion, 1).Return(workflow.DefaultVersion).Maybe()
@@ -864,6 +970,8 @@ func (w *modelWatch) InterceptWorkflow(ctx workflow.Context, next interceptor.Wo
 		}).InterceptWorkflow(ctx, next)
 	case api.NodeRolloutWorkflow, api.NodeRolloutV2Workflow, api.NodeRolloutV3Workflow, api.NodeRolloutV4Workflow:
 		return &nodeWatch{WorkflowInboundInterceptorBase: interceptor.WorkflowInboundInterceptorBase{Next: next}, m: w.m}
+	case modelHandedNode:
+		return &nodeWatch{WorkflowInboundInterceptorBase: interceptor.WorkflowInboundInterceptorBase{Next: next}, m: w.m, goesOn: true}
 	}
 	return next
 }
@@ -879,6 +987,9 @@ func (o *rootStarts) ExecuteChildWorkflow(ctx workflow.Context, childType string
 		// decides nothing the workflow does.
 		//workflowcheck:ignore
 		o.m.checkStart(in.Node, workflow.Now(ctx))
+		o.m.mu.Lock()
+		o.m.started[in.Node] = startedChild{workflowType: childType, in: in}
+		o.m.mu.Unlock()
 	}
 	return o.Next.ExecuteChildWorkflow(ctx, childType, args...)
 }
@@ -886,11 +997,18 @@ func (o *rootStarts) ExecuteChildWorkflow(ctx workflow.Context, childType string
 type nodeWatch struct {
 	interceptor.WorkflowInboundInterceptorBase
 	m *model
+	// goesOn: a stand-in for a node workflow handed over in flight, which began in an
+	// earlier run's environment.
+	goesOn bool
 }
 
 func (w *nodeWatch) ExecuteWorkflow(ctx workflow.Context, in *interceptor.ExecuteWorkflowInput) (any, error) {
-	node := in.Args[0].(NodeRolloutInput).Node
-	w.m.nodeBegins(node, workflow.Now(ctx))
+	node := in.Args[len(in.Args)-1].(NodeRolloutInput).Node
+	if w.goesOn {
+		w.m.nodeGoesOn(node, workflow.Now(ctx))
+	} else {
+		w.m.nodeBegins(node, workflow.Now(ctx))
+	}
 	res, err := w.Next.ExecuteWorkflow(ctx, in)
 	result, ok := res.(api.NodeResult)
 	if !ok || err != nil {
@@ -919,6 +1037,17 @@ func (m *model) nodeBegins(node string, at time.Time) {
 	}
 	n.running, n.runs, n.started, n.wiped, n.markerBefore = true, n.runs+1, at, false, n.marker
 	m.note("%s: node workflow begins at %s", node, at.Format(time.TimeOnly))
+}
+
+// nodeGoesOn is a handed-over node workflow carried on in the next run's environment: it
+// must be the one still running.
+func (m *model) nodeGoesOn(node string, at time.Time) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if !m.nodes[node].running {
+		m.fail("%s was handed over in flight at %s, but its node workflow was not running", node, at)
+	}
+	m.note("%s: node workflow goes on in the next run at %s", node, at.Format(time.TimeOnly))
 }
 
 func (m *model) nodeEnds(node string, at time.Time, outcome string) {

@@ -146,7 +146,8 @@ func runNodeSteps(ctx workflow.Context, n nodeSteps) (api.NodeResult, error) {
 	waiters := workflow.GetSignalChannel(ctx, SignalNotifyWhenFree)
 	in := n.in
 	result, err := n.run(ctx)
-	tellWaiters(ctx, waiters, in.Node)
+	ended := carriedFailure(nodeResult(in.Node, err, result)) // without its log tail: a signal stays small
+	tellWaiters(ctx, waiters, NodeFreed{Node: in.Node, RunID: workflow.GetInfo(ctx).WorkflowExecution.RunID, Result: &ended})
 	return result, err
 }
 
@@ -448,8 +449,9 @@ func release(ctx workflow.Context, job activities.JobRef, why string) {
 
 // tellWaiters signals every rollout that asked to know when this node frees. It reads the
 // requests without blocking: one that arrives after this is read makes the server reject the
-// workflow's completion, and the task runs again and reads it.
-func tellWaiters(ctx workflow.Context, waiters workflow.ReceiveChannel, node string) {
+// workflow's completion, and the task runs again and reads it. Only the signal's input carries
+// the result, which replay does not compare: histories recorded before replay unchanged.
+func tellWaiters(ctx workflow.Context, waiters workflow.ReceiveChannel, freed NodeFreed) {
 	notify, _ := workflow.NewDisconnectedContext(ctx)
 	told := map[string]bool{}
 	var sent []workflow.Future
@@ -462,7 +464,7 @@ func tellWaiters(ctx workflow.Context, waiters workflow.ReceiveChannel, node str
 			continue
 		}
 		told[w.WorkflowID] = true
-		sent = append(sent, workflow.SignalExternalWorkflow(notify, w.WorkflowID, "", SignalNodeFree, NodeFreed{Node: node}))
+		sent = append(sent, workflow.SignalExternalWorkflow(notify, w.WorkflowID, "", SignalNodeFree, freed))
 	}
 	for _, f := range sent {
 		// A waiter that has ended has nothing to be told.

@@ -228,7 +228,7 @@ func TestNodeWorkflowStartedOutsideARolloutIsRefused(t *testing.T) {
 		t.Run(name+"/under another ID", func(t *testing.T) {
 			env, _ := newTestEnv(nil)
 			env.RegisterWorkflowWithOptions(func(ctx workflow.Context, in NodeRolloutInput) error {
-				return workflow.ExecuteChildWorkflow(nodeChildOptions(ctx, in.Rollout, in.Node, "any-id-i-like"), name, in).Get(ctx, nil)
+				return workflow.ExecuteChildWorkflow(nodeChildOptions(ctx, in.Rollout, in.Node, "any-id-i-like", false), name, in).Get(ctx, nil)
 			}, workflow.RegisterOptions{Name: "rogue-parent"})
 			env.ExecuteWorkflow("rogue-parent", nodeInput())
 			var appErr *temporal.ApplicationError

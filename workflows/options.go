@@ -137,12 +137,20 @@ const awaitEndSlack = 5 * time.Second
 // 8 s, inside a short Job's usual span under load (bench/results/NOTES.md).
 const nodeTaskTimeout = 15 * time.Second
 
-func nodeChildOptions(ctx workflow.Context, rollout, node, workflowID string) workflow.Context {
+// nodeChildOptions are a node child's options. outlivesRun (versionHandOverInFlight) lets the
+// child go on when its run continues as new and hands it to the next run; an abort still
+// cancels it (through its context here, or by the run it was handed to), and only a rollout
+// terminated outright leaves it to finish its node alone.
+func nodeChildOptions(ctx workflow.Context, rollout, node, workflowID string, outlivesRun bool) workflow.Context {
+	closePolicy := enumspb.PARENT_CLOSE_POLICY_REQUEST_CANCEL
+	if outlivesRun {
+		closePolicy = enumspb.PARENT_CLOSE_POLICY_ABANDON
+	}
 	return workflow.WithChildOptions(ctx, workflow.ChildWorkflowOptions{
 		WorkflowID:            workflowID,
 		WorkflowTaskTimeout:   nodeTaskTimeout,
 		WorkflowIDReusePolicy: enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE,
-		ParentClosePolicy:     enumspb.PARENT_CLOSE_POLICY_REQUEST_CANCEL,
+		ParentClosePolicy:     closePolicy,
 		// An aborted rollout waits until each child has deleted its running Job.
 		WaitForCancellation: true,
 		StaticSummary:       "rollout " + rollout + " on node " + node,

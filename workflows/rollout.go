@@ -108,6 +108,11 @@ type rollout struct {
 	// handedOver holds the waiting nodes this run hands to the next one; once set, none of
 	// them starts here.
 	handedOver []api.PacedNode
+	// handingOver is, once this run hands its children in flight to the next
+	// (versionHandOverInFlight), each asked child's run ID by node; handedIn, the nodes the
+	// previous run handed to this one and not yet ended (handover.go).
+	handingOver map[string]string
+	handedIn    map[string]string
 
 	// freed marks busy nodes whose holder said it finished; signals holds the channels whose
 	// pending signals must be read before the run may continue as new.
@@ -148,6 +153,7 @@ func (r *rollout) restore(ctx workflow.Context, carried *api.Progress) {
 		r.pacer = newPacer(r.settings.Pacing, carried.Pacing)
 		r.queue = restoredQueue(carried.Pacing)
 		r.launchWindow = resumeLaunchWindow(r.settings.Batch, r.progress.Parallelism, r.progress.Window)
+		r.takeOverInFlight(carried.InFlightNodes)
 		return
 	}
 	r.progress = api.Progress{Parallelism: r.settings.Parallelism, StartedAt: workflow.Now(ctx)}
@@ -212,6 +218,7 @@ func (r *rollout) prepare(ctx workflow.Context) error {
 // launched its share (continue-as-new), or the rollout is cancelled.
 func (r *rollout) run(ctx workflow.Context) (api.RolloutResult, error) {
 	r.features.readAtRun(ctx)
+	r.recheckHandedIn(ctx)
 	if err := r.checkMaintenanceWindow(ctx); err != nil {
 		return api.RolloutResult{}, err
 	}
@@ -284,6 +291,11 @@ func (r *rollout) run(ctx workflow.Context) (api.RolloutResult, error) {
 	if err != nil {
 		return r.cancelled(ctx)
 	}
+	if r.handingOver != nil {
+		// Its nodes in flight are the next run's: whatever else ends this rollout (the metric
+		// gate, the failure budget) the next run sees once it has them.
+		return r.continueAsNew(ctx)
+	}
 	r.stopMetricGate()
 	if r.gate.broken() {
 		return r.metricGateFailed(ctx)
@@ -311,17 +323,28 @@ func (r *rollout) drain(ctx workflow.Context, continuing, mayHandOver bool) (han
 	if !r.features.guarantees || !mayHandOver {
 		return false, workflow.Await(ctx, settled)
 	}
+	inFlightGoes := continuing && r.mayHandOverInFlight()
 	err = workflow.Await(ctx, func() bool {
-		return settled() || (r.inFlight == 0 && (continuing || r.historyNearLimits(ctx)))
+		return settled() || (r.inFlight == 0 && (continuing || r.historyNearLimits(ctx))) ||
+			(inFlightGoes && r.inFlightAreChildren())
 	})
 	if err != nil || settled() {
 		return false, err
 	}
-	if workflow.GetVersion(ctx, versionHandOverWaiting, workflow.DefaultVersion, 1) == workflow.DefaultVersion {
-		return false, workflow.Await(ctx, settled)
+	if r.inFlight > 0 {
+		// A child that ends meanwhile may leave its node waiting for another rollout: the
+		// waiting nodes are handed over after the children.
+		if err := r.handOverChildren(ctx); err != nil {
+			return false, err
+		}
 	}
-	for _, node := range workflow.DeterministicKeys(r.waiting) {
-		r.handedOver = append(r.handedOver, api.PacedNode{Name: node, Domain: r.pacer.domainOf[node]})
+	if len(r.waiting) > 0 {
+		if workflow.GetVersion(ctx, versionHandOverWaiting, workflow.DefaultVersion, 1) == workflow.DefaultVersion {
+			return false, workflow.Await(ctx, settled)
+		}
+		for _, node := range workflow.DeterministicKeys(r.waiting) {
+			r.handedOver = append(r.handedOver, api.PacedNode{Name: node, Domain: r.pacer.domainOf[node]})
+		}
 	}
 	return true, nil
 }
@@ -346,6 +369,7 @@ func (r *rollout) listingFailed(ctx workflow.Context, err error) (api.RolloutRes
 func (r *rollout) cancelled(ctx workflow.Context) (api.RolloutResult, error) {
 	r.draining = true
 	cleanup, _ := workflow.NewDisconnectedContext(ctx)
+	r.cancelHandedIn(cleanup)
 	_ = workflow.Await(cleanup, func() bool { return r.inFlight == 0 && len(r.waiting) == 0 })
 	return r.result(cleanup), temporal.NewCanceledError(r.result(cleanup))
 }
@@ -380,6 +404,10 @@ func (r *rollout) continueAsNew(ctx workflow.Context) (api.RolloutResult, error)
 	if r.handedOver != nil {
 		progress.WaitingNodes = r.handedOver
 		progress.Counts.Waiting = 0 // nothing else is in flight: every waiting node is handed over
+	}
+	if r.handingOver != nil {
+		progress.InFlightNodes = r.carriedInFlight()
+		progress.Counts.Running -= len(progress.InFlightNodes) // the next run counts them again
 	}
 	r.carryConverge(&progress)
 	progress.Failures = make([]api.NodeResult, len(r.progress.Failures))

@@ -64,12 +64,13 @@ func (r *rollout) registerHandlers(ctx workflow.Context) error {
 			sel.AddReceive(freed, func(c workflow.ReceiveChannel, _ bool) {
 				var f NodeFreed
 				c.Receive(ctx, &f)
-				if r.waiting[f.Node] {
+				if !r.handedInEnded(ctx, f) && r.waiting[f.Node] {
 					r.freed[f.Node] = true
 				}
 			})
 			sel.Select(ctx)
-			if ctx.Err() != nil {
+			// An aborted run still hears the nodes it was handed in flight end their cleanup.
+			if ctx.Err() != nil && len(r.handedIn) == 0 {
 				return
 			}
 			r.showProgress(ctx)

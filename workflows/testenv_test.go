@@ -80,7 +80,7 @@ const childOfARollout = "child-of-a-rollout"
 
 func asChildOfARollout(ctx workflow.Context, nodeWorkflow string, in NodeRolloutInput) (api.NodeResult, error) {
 	var res api.NodeResult
-	err := workflow.ExecuteChildWorkflow(nodeChildOptions(ctx, in.Rollout, in.Node, api.NodeWorkflowID(in.Node)), nodeWorkflow, in).Get(ctx, &res)
+	err := workflow.ExecuteChildWorkflow(nodeChildOptions(ctx, in.Rollout, in.Node, api.NodeWorkflowID(in.Node), false), nodeWorkflow, in).Get(ctx, &res)
 	return res, err
 }
 

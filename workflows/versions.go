@@ -31,9 +31,10 @@ const (
 	versionNodeV2          = "node-v2"
 	versionChildCollector  = "one-child-collector"
 	// Rollout, once its template is prepared (readAtRun), in this order.
-	versionHistoryLimits = "continue-as-new-near-history-limits"
-	versionStopWaits     = "stop-waits-when-no-node-may-start"
-	versionAdmission     = "one-admission-point"
+	versionHistoryLimits    = "continue-as-new-near-history-limits"
+	versionStopWaits        = "stop-waits-when-no-node-may-start"
+	versionAdmission        = "one-admission-point"
+	versionHandOverInFlight = "hand-over-nodes-in-flight"
 	// Rollout, each on its own path.
 	versionClusterBudget    = "cluster-budget"
 	versionCanaryOwnNodes   = "canary-selector-own-nodes"
@@ -158,6 +159,20 @@ var ledger = []change{
 		},
 		covered:   "TestModel runs both versions",
 		removable: removableOnceDrained + "; with it go startNext, runNode's pre-admission loop and awaitLaunchSlot",
+	},
+	{
+		id: versionHandOverInFlight, workflow: "Rollout", since: "handover (2026-12-03)",
+		what: []string{
+			"children close with their run (request-cancel); a run that continues as new first waits for every node in flight",
+			"children outlive their run (abandon); a run that continues as new asks each child in flight to tell the rollout when it ends (notifyWhenFree, answered by nodeFree with the result) and hands the nodes to the next run (Progress.InFlightNodes), which counts them in its window, cancels them on an abort and asks again on the busy-node recheck (handover.go)",
+		},
+		asked: "every Rollout run that starts nodes, once its template is prepared",
+		pinned: map[workflow.Version][]string{
+			workflow.DefaultVersion: {"v9-rollout-abort.json", "v9-rollout-budgeted.json", "v9-rollout-busy-node-holder.json", "v9-rollout-busy-node-waits.json", "v9-rollout-canary-approved.json", "v9-rollout-continue-as-new-run1.json", "v9-rollout-continue-as-new-run2.json", "v9-rollout-continue-as-new-run3.json", "v9-rollout-cut-delay.json", "v9-rollout-hand-over-run1.json", "v9-rollout-hand-over-run2.json", "v9-rollout-pause-resume-set-parallelism.json"},
+			1:                       {"v10-rollout-abort.json", "v10-rollout-budgeted.json", "v10-rollout-busy-node-holder.json", "v10-rollout-busy-node-waits.json", "v10-rollout-canary-approved.json", "v10-rollout-continue-as-new-run1.json", "v10-rollout-continue-as-new-run2.json", "v10-rollout-continue-as-new-run3.json", "v10-rollout-cut-delay.json", "v10-rollout-hand-over-run1.json", "v10-rollout-hand-over-run2.json", "v10-rollout-pause-resume-set-parallelism.json"},
+		},
+		covered:   "TestModel hands nodes over in flight at every continue-as-new (a stand-in carries each on in the next run's environment)",
+		removable: removableOnceDrained,
 	},
 	{
 		id: versionClusterBudget, workflow: "Rollout", since: "28234f8 (2026-11-30)",
@@ -354,6 +369,9 @@ type features struct {
 	atHistoryLimits bool // versionHistoryLimits: continue as new near the limits, not when suggested
 	stopWaits       bool // versionStopWaits
 	admission       bool // versionAdmission
+	// handOverInFlight (versionHandOverInFlight): children outlive their run, and a run that
+	// continues as new hands its nodes in flight to the next instead of waiting for them.
+	handOverInFlight bool
 }
 
 // startFeatures asks the versions every run asks at its start, in the order their markers
@@ -374,4 +392,5 @@ func (f *features) readAtRun(ctx workflow.Context) {
 	f.atHistoryLimits = workflow.GetVersion(ctx, versionHistoryLimits, workflow.DefaultVersion, 1) == 1
 	f.stopWaits = workflow.GetVersion(ctx, versionStopWaits, workflow.DefaultVersion, 1) == 1
 	f.admission = workflow.GetVersion(ctx, versionAdmission, workflow.DefaultVersion, 1) == 1
+	f.handOverInFlight = workflow.GetVersion(ctx, versionHandOverInFlight, workflow.DefaultVersion, 1) == 1
 }

@@ -395,8 +395,12 @@ func Result(t *testing.T, run client.WorkflowRun) (api.RolloutResult, error) {
 		time.Sleep(time.Second)
 	}
 	var appErr *temporal.ApplicationError
-	if errors.As(err, &appErr) && appErr.HasDetails() {
+	var canceled *temporal.CanceledError
+	switch {
+	case errors.As(err, &appErr) && appErr.HasDetails():
 		require.NoError(t, appErr.Details(&res))
+	case errors.As(err, &canceled) && canceled.HasDetails():
+		require.NoError(t, canceled.Details(&res)) // an aborted rollout's counts
 	}
 	return res, err
 }

@@ -35,19 +35,25 @@ func longJobSeconds(t *testing.T) time.Duration {
 // awaitingTheirEnd says whether every node of f has its AwaitJobEnd open.
 func awaitingTheirEnd(t *testing.T, f *Fleet) bool {
 	for _, n := range f.Nodes {
-		d, err := stack.Temporal.DescribeWorkflow(context.Background(), api.NodeWorkflowID(n), "")
-		if err != nil || d.RawResponse == nil {
-			return false
-		}
-		awaiting := false
-		for _, a := range d.RawResponse.PendingActivities {
-			awaiting = awaiting || a.ActivityId == activities.AwaitJobEndActivityID
-		}
-		if !awaiting {
+		if !awaitingItsEnd(n) {
 			return false
 		}
 	}
 	return true
+}
+
+// awaitingItsEnd says whether the node's workflow awaits its Job's end (AwaitJobEnd).
+func awaitingItsEnd(node string) bool {
+	d, err := stack.Temporal.DescribeWorkflow(context.Background(), api.NodeWorkflowID(node), "")
+	if err != nil || d.RawResponse == nil {
+		return false
+	}
+	for _, a := range d.RawResponse.PendingActivities {
+		if a.ActivityId == activities.AwaitJobEndActivityID {
+			return true
+		}
+	}
+	return false
 }
 
 // nodeActivities counts the activities the node workflows of f scheduled, by type.

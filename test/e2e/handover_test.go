@@ -1,0 +1,116 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"go.temporal.io/api/enums/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// A run that continues as new hands its nodes in flight to the next run instead of waiting for
+// them (versionHandOverInFlight), on the real server: the window does not empty at a
+// continue-as-new, every node runs one Job and is counted once, and an abort reaches the
+// nodes a run was handed.
+
+// Every continue-as-new comes while Jobs of the rollout run, and the next runs count them.
+func TestContinueAsNewHandsNodesInFlightToTheNextRun(t *testing.T) {
+	f := NewFleet(t, 8)
+	req := f.Request("handover", 6*time.Second)
+	req.Parallelism = 4
+	req.ContinueAsNewAfter = 4
+	run := Start(t, req)
+	res := Succeeded(t, run)
+	requireEveryNodeOnce(t, f, res)
+	require.Equal(t, 8, res.Counts.Succeeded)
+	requireOneJobPerNode(t, f, req.Name)
+
+	rec := &recorder{}
+	runs := rec.chain(t, run.GetID(), run.GetRunID())
+	require.GreaterOrEqual(t, len(runs), 2, "8 nodes at 4 per run continue as new")
+	jobs := f.Jobs(t, req.Name)
+	for i, h := range runs[:len(runs)-1] {
+		last := h.Events[len(h.Events)-1]
+		require.Equal(t, enums.EVENT_TYPE_WORKFLOW_EXECUTION_CONTINUED_AS_NEW, last.GetEventType())
+		at := last.GetEventTime().AsTime()
+		running := 0
+		for _, js := range jobs {
+			for _, j := range js {
+				if s, c := j.Status.StartTime, j.Status.CompletionTime; s != nil && c != nil && s.Time.Before(at) && c.Time.After(at) {
+					running++
+				}
+			}
+		}
+		t.Logf("run %d continued as new at %s with %d Jobs running", i+1, at.Format(time.RFC3339Nano), running)
+		require.Positive(t, running, "run %d waited for its nodes before it continued as new", i+1)
+	}
+}
+
+// An abort while a run waits for nodes the previous run handed over cancels them: their Jobs
+// go as promptly as a run's own, and each is counted aborted once.
+func TestAbortReachesNodesHandedOverInFlight(t *testing.T) {
+	f := NewFleet(t, 4)
+	req := f.Request("handover-abort", 5*time.Minute)
+	req.Parallelism = 2
+	req.ContinueAsNewAfter = 2
+	req.JobTimeout = "10m"
+	run := Start(t, req)
+	// Past the first watch, as the abort test of a run's own nodes waits: an abort reaches a
+	// node in RunJob's watch only at its next heartbeat (12 s), whoever started it.
+	waitFor(t, 3*time.Minute, "two nodes handed over in flight, awaiting their Jobs' end", func() bool {
+		st, err := status(run.GetID())
+		if err != nil || st.ContinuedAsNew < 1 || st.Counts.Running != 2 {
+			return false
+		}
+		awaiting := 0
+		for _, n := range f.Nodes {
+			if awaitingItsEnd(n) {
+				awaiting++
+			}
+		}
+		return awaiting == 2
+	})
+	out, code := runStarter(t, "abort", req.Name, "--reason", "e2e abort of handed-over nodes")
+	require.Equal(t, 0, code, out)
+	aborted := time.Now()
+	waitFor(t, 60*time.Second, "every Pod of the rollout gone", func() bool {
+		pods, err := stack.Kube.CoreV1().Pods(f.Namespace).List(context.Background(), metav1.ListOptions{})
+		return err == nil && len(pods.Items) == 0
+	})
+	gone := time.Since(aborted)
+	t.Logf("both Pods gone %s after the abort", gone.Round(time.Millisecond))
+	require.Less(t, gone, 15*time.Second)
+	res, err := Result(t, run)
+	require.Error(t, err)
+	require.Equal(t, 2, res.Counts.Aborted, "each handed-over node counted aborted once: %+v", res.Counts)
+	require.Zero(t, res.Counts.Succeeded+res.Counts.Failed, "%+v", res.Counts)
+}
+
+// A worker killed while a run waits for the nodes it was handed loses none: the children tell
+// the rollout through the server, and every node is counted once with one Job.
+func TestWorkerKilledWhileHandedOverNodesRun(t *testing.T) {
+	queue, ws := ownWorkers(t, 1)
+	f := NewFleet(t, 6)
+	req := f.Request("handover-kill", 8*time.Second)
+	req.Parallelism = 3
+	req.ContinueAsNewAfter = 3
+	req.JobTimeout = faultJobTimeout.String()
+	run := StartOn(t, req, queue)
+	waitFor(t, 2*time.Minute, "nodes handed over in flight to the next run", func() bool {
+		st, err := status(run.GetID())
+		return err == nil && st.ContinuedAsNew >= 1 && st.Counts.Running > 0
+	})
+	ws[0].Kill()
+	time.Sleep(5 * time.Second) // down time is part of the scenario, not a synchronisation
+	restarted, err := StartWorker(ws[0].Name+"-restarted", "--task-queue", queue)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = restarted.Stop() })
+	res := Succeeded(t, run)
+	requireEveryNodeOnce(t, f, res)
+	require.Equal(t, 6, res.Counts.Succeeded)
+	requireOneJobPerNode(t, f, req.Name)
+}
