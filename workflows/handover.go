@@ -19,12 +19,18 @@ import (
 // covered by asking again on the busy-node recheck: a child found ended without its word is
 // run again, and the new child reads its outcome from its Job.
 
+// childrenOutliveRun says whether this run starts its children to outlive it, so that it may
+// hand them over: only where it could (no cluster-wide budget, not converging). Elsewhere a
+// rollout terminated by force still cancels its children, as before.
+func (r *rollout) childrenOutliveRun() bool {
+	return r.features.handOverInFlight && r.children != nil && r.conv == nil
+}
+
 // mayHandOverInFlight says whether this run may leave its children running when it
 // continues as new: only plain launching (no cluster-wide budget, whose slots the children
 // hold; not converging; canaries settled), and never when the run will end another way.
 func (r *rollout) mayHandOverInFlight() bool {
-	return r.features.handOverInFlight && r.children != nil && r.conv == nil && !r.replacing() &&
-		!r.gate.broken() && (r.pacer.rules.Canary == nil || r.pacer.canaryStage == canaryStageDone)
+	return r.childrenOutliveRun() && !r.replacing() && !r.gate.broken() && (r.pacer.rules.Canary == nil || r.pacer.canaryStage == canaryStageDone)
 }
 
 // inFlightAreChildren says that every node holding a launch slot is a child this run can hand

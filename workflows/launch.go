@@ -133,7 +133,7 @@ func (r *rollout) startChild(ctx workflow.Context, node string) workflow.ChildWo
 	}
 	r.started++
 	r.pacer.startedByDomain[r.pacer.domainOf[node]]++
-	return workflow.ExecuteChildWorkflow(nodeChildOptions(ctx, r.req.Name, node, r.cluster.NodeWorkflowID(node), r.features.handOverInFlight), nodeWorkflow, in)
+	return workflow.ExecuteChildWorkflow(nodeChildOptions(ctx, r.req.Name, node, r.cluster.NodeWorkflowID(node), r.childrenOutliveRun()), nodeWorkflow, in)
 }
 
 // runNode runs the child, waiting while another rollout holds the node; busy says the node

@@ -90,19 +90,30 @@ func TestAbortReachesNodesHandedOverInFlight(t *testing.T) {
 	require.Zero(t, res.Counts.Succeeded+res.Counts.Failed, "%+v", res.Counts)
 }
 
-// A worker killed while a run waits for the nodes it was handed loses none: the children tell
-// the rollout through the server, and every node is counted once with one Job.
+// A worker killed while a run waits for the nodes it was handed, during their Jobs, loses none:
+// the children tell the rollout through the server, and every node is counted once with one
+// Job. (Killed while the next run lists its nodes, the listing would wait out ListNodes'
+// 5-minute start-to-close first: that activity does not heartbeat.)
 func TestWorkerKilledWhileHandedOverNodesRun(t *testing.T) {
 	queue, ws := ownWorkers(t, 1)
 	f := NewFleet(t, 6)
-	req := f.Request("handover-kill", 8*time.Second)
+	req := f.Request("handover-kill", 40*time.Second)
 	req.Parallelism = 3
 	req.ContinueAsNewAfter = 3
 	req.JobTimeout = faultJobTimeout.String()
 	run := StartOn(t, req, queue)
-	waitFor(t, 2*time.Minute, "nodes handed over in flight to the next run", func() bool {
+	waitFor(t, 2*time.Minute, "three nodes handed over in flight, awaiting their Jobs' end", func() bool {
 		st, err := status(run.GetID())
-		return err == nil && st.ContinuedAsNew >= 1 && st.Counts.Running > 0
+		if err != nil || st.ContinuedAsNew < 1 || st.Counts.Running != 3 {
+			return false
+		}
+		awaiting := 0
+		for _, n := range f.Nodes {
+			if awaitingItsEnd(n) {
+				awaiting++
+			}
+		}
+		return awaiting == 3
 	})
 	ws[0].Kill()
 	time.Sleep(5 * time.Second) // down time is part of the scenario, not a synchronisation
