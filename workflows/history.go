@@ -9,10 +9,12 @@ import (
 // How long a run goes on before it continues as new: its share of nodes, or its history near
 // the server's limits with room left for what its drain adds.
 
-// When a run continues as new. Every continue-as-new drains the launch window, so a run goes
-// on until its history nears the server's warning limits (10,240 events, 10 MiB), not to its
-// earlier suggestion (4,096 events or 4 MiB, about 900 nodes). The margin is what the drain
-// itself adds: a few events and at most a result per node in flight.
+// When a run continues as new. A continue-as-new drained the launch window before
+// versionHandOverInFlight (and still does with a cluster-wide budget or when converging), so a
+// run goes on until its history nears the server's warning limits (10,240 events, 10 MiB), not
+// to its earlier suggestion (4,096 events or 4 MiB, about 900 nodes). The margin is what the
+// end of a run adds per node in flight: a result, or the two events of asking its child to
+// report to the next run.
 const (
 	historyEventsBeforeContinue = 9000
 	historyBytesBeforeContinue  = 8 << 20

@@ -6,7 +6,8 @@
 //
 // A rollout's code, by purpose: rollout.go (its life), queue.go, admission.go and launch.go
 // (which node starts when, and how), pacing.go and pacer.go (window, canaries, order),
-// steering.go (signals, updates, queries), history.go (continue-as-new); a node's: node.go,
+// steering.go (signals, updates, queries), history.go and handover.go (continue-as-new, and
+// the nodes in flight it hands to the next run); a node's: node.go,
 // maintenance.go, nodestep.go; options.go holds every activity's and child's options, and
 // versions.go the ledger of every GetVersion change and node type, with the code that older
 // histories still run (node_legacy.go, launch_legacy.go).

@@ -161,7 +161,7 @@ var ledger = []change{
 		removable: removableOnceDrained + "; with it go startNext, runNode's pre-admission loop and awaitLaunchSlot",
 	},
 	{
-		id: versionHandOverInFlight, workflow: "Rollout", since: "handover (2026-12-03)",
+		id: versionHandOverInFlight, workflow: "Rollout", since: "6026932 (2026-12-03)",
 		what: []string{
 			"children close with their run (request-cancel); a run that continues as new first waits for every node in flight",
 			"children outlive their run (abandon); a run that continues as new asks each child in flight to tell the rollout when it ends (notifyWhenFree, answered by nodeFree with the result) and hands the nodes to the next run (Progress.InFlightNodes), which counts them in its window, cancels them on an abort and asks again on the busy-node recheck (handover.go)",

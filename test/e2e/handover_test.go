@@ -3,13 +3,11 @@
 package e2e
 
 import (
-	"context"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 	"go.temporal.io/api/enums/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 // A run that continues as new hands its nodes in flight to the next run instead of waiting for
@@ -59,29 +57,8 @@ func TestAbortReachesNodesHandedOverInFlight(t *testing.T) {
 	req.ContinueAsNewAfter = 2
 	req.JobTimeout = "10m"
 	run := Start(t, req)
-	// Past the first watch, as the abort test of a run's own nodes waits: an abort reaches a
-	// node in RunJob's watch only at its next heartbeat (12 s), whoever started it.
-	waitFor(t, 3*time.Minute, "two nodes handed over in flight, awaiting their Jobs' end", func() bool {
-		st, err := status(run.GetID())
-		if err != nil || st.ContinuedAsNew < 1 || st.Counts.Running != 2 {
-			return false
-		}
-		awaiting := 0
-		for _, n := range f.Nodes {
-			if awaitingItsEnd(n) {
-				awaiting++
-			}
-		}
-		return awaiting == 2
-	})
-	out, code := runStarter(t, "abort", req.Name, "--reason", "e2e abort of handed-over nodes")
-	require.Equal(t, 0, code, out)
-	aborted := time.Now()
-	waitFor(t, 60*time.Second, "every Pod of the rollout gone", func() bool {
-		pods, err := stack.Kube.CoreV1().Pods(f.Namespace).List(context.Background(), metav1.ListOptions{})
-		return err == nil && len(pods.Items) == 0
-	})
-	gone := time.Since(aborted)
+	waitFor(t, 3*time.Minute, "two nodes handed over in flight, awaiting their Jobs' end", handedOverAwaiting(run.GetID(), f, 2))
+	gone := abortUntilPodsGone(t, f, req.Name, "e2e abort of handed-over nodes")
 	t.Logf("both Pods gone %s after the abort", gone.Round(time.Millisecond))
 	require.Less(t, gone, 15*time.Second)
 	res, err := Result(t, run)
@@ -102,19 +79,7 @@ func TestWorkerKilledWhileHandedOverNodesRun(t *testing.T) {
 	req.ContinueAsNewAfter = 3
 	req.JobTimeout = faultJobTimeout.String()
 	run := StartOn(t, req, queue)
-	waitFor(t, 2*time.Minute, "three nodes handed over in flight, awaiting their Jobs' end", func() bool {
-		st, err := status(run.GetID())
-		if err != nil || st.ContinuedAsNew < 1 || st.Counts.Running != 3 {
-			return false
-		}
-		awaiting := 0
-		for _, n := range f.Nodes {
-			if awaitingItsEnd(n) {
-				awaiting++
-			}
-		}
-		return awaiting == 3
-	})
+	waitFor(t, 2*time.Minute, "three nodes handed over in flight, awaiting their Jobs' end", handedOverAwaiting(run.GetID(), f, 3))
 	ws[0].Kill()
 	time.Sleep(5 * time.Second) // down time is part of the scenario, not a synchronisation
 	restarted, err := StartWorker(ws[0].Name+"-restarted", "--task-queue", queue)
@@ -124,4 +89,23 @@ func TestWorkerKilledWhileHandedOverNodesRun(t *testing.T) {
 	requireEveryNodeOnce(t, f, res)
 	require.Equal(t, 6, res.Counts.Succeeded)
 	requireOneJobPerNode(t, f, req.Name)
+}
+
+// handedOverAwaiting says when the rollout has continued as new with n nodes running, each
+// awaiting its Job's end (past the first watch, where an abort or a crash reaches a node only
+// at its next heartbeat, whoever started it).
+func handedOverAwaiting(rolloutID string, f *Fleet, n int) func() bool {
+	return func() bool {
+		st, err := status(rolloutID)
+		if err != nil || st.ContinuedAsNew < 1 || st.Counts.Running != n {
+			return false
+		}
+		awaiting := 0
+		for _, node := range f.Nodes {
+			if awaitingItsEnd(node) {
+				awaiting++
+			}
+		}
+		return awaiting == n
+	}
 }

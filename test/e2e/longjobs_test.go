@@ -42,6 +42,20 @@ func awaitingTheirEnd(t *testing.T, f *Fleet) bool {
 	return true
 }
 
+// abortUntilPodsGone aborts the rollout with the starter and says how long every Pod of the
+// fleet's namespace took to go.
+func abortUntilPodsGone(t *testing.T, f *Fleet, rollout, reason string) time.Duration {
+	t.Helper()
+	out, code := runStarter(t, "abort", rollout, "--reason", reason)
+	require.Equal(t, 0, code, out)
+	aborted := time.Now()
+	waitFor(t, 60*time.Second, "every Pod of the rollout gone", func() bool {
+		pods, err := stack.Kube.CoreV1().Pods(f.Namespace).List(context.Background(), metav1.ListOptions{})
+		return err == nil && len(pods.Items) == 0
+	})
+	return time.Since(aborted)
+}
+
 // awaitingItsEnd says whether the node's workflow awaits its Job's end (AwaitJobEnd).
 func awaitingItsEnd(node string) bool {
 	d, err := stack.Temporal.DescribeWorkflow(context.Background(), api.NodeWorkflowID(node), "")
@@ -161,14 +175,7 @@ func TestAbortWhileLongJobsRunDeletesEveryPodPromptly(t *testing.T) {
 	req.JobTimeout = "10m"
 	run := Start(t, req)
 	waitFor(t, 3*time.Minute, "every node awaiting its Job's end", func() bool { return awaitingTheirEnd(t, f) })
-	out, code := runStarter(t, "abort", req.Name, "--reason", "e2e abort of long Jobs")
-	require.Equal(t, 0, code, out)
-	aborted := time.Now()
-	waitFor(t, 60*time.Second, "every Pod of the rollout gone", func() bool {
-		pods, err := stack.Kube.CoreV1().Pods(f.Namespace).List(context.Background(), metav1.ListOptions{})
-		return err == nil && len(pods.Items) == 0
-	})
-	gone := time.Since(aborted)
+	gone := abortUntilPodsGone(t, f, req.Name, "e2e abort of long Jobs")
 	t.Logf("every Pod of %d gone %s after the abort", nodes, gone.Round(time.Millisecond))
 	require.Less(t, gone, 15*time.Second)
 	_, err := Result(t, run)
