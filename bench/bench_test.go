@@ -235,7 +235,7 @@ func TestReportOfAFakeFleetRun(t *testing.T) {
 		History:  &historyStats{CANDrainSeconds: 20}}
 	report := markdownReport(cfg, "r1", time.Now(), []*result{fake})
 	assert.Contains(t, report, "`dev/bench.sh scale`")
-	assert.Contains(t, report, "| 1,000 | 6 | 0.0060 | 1 | 1002 | 200 | 4 | 20.0 | 5.00 | 20.0% |")
+	assert.Contains(t, report, "| 1,000 | 6 | 0.0060 | 1 | 1002 (0) | 200 | 4 | 20.0 | 5.00 | 20.0% |")
 	assert.NotContains(t, report, "Where a window slot's time goes")
 
 	traced := &result{System: systemNoderollout, Nodes: 1000, MakespanS: 100, Slot: slotPhases{Running: stat{N: 1000, Mean: 5}}}

@@ -12,7 +12,8 @@ import (
 type fakeKubeStats struct {
 	NodeLists      int `json:"nodeLists"`
 	FirstPageLists int `json:"firstPageLists"`
-	Jobs           int `json:"jobs"`
+	Jobs           int `json:"jobs"`    // RunJob calls
+	Adopted        int `json:"adopted"` // of them, calls again for a node run whose Job existed
 	MostAtOnce     int `json:"mostAtOnce"`
 }
 

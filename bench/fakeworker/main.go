@@ -75,7 +75,7 @@ func run(o options) error {
 	srv := metrics.Serve(o.listen, collector, health, metrics.BuildInfo{Version: "fakeworker"}, true)
 	srv.Handler.(*http.ServeMux).HandleFunc("/fake", func(w http.ResponseWriter, _ *http.Request) {
 		lists, firstPages := pager.Lists()
-		_ = json.NewEncoder(w).Encode(fakeStats{NodeLists: lists, FirstPageLists: firstPages, Jobs: cluster.jobs(), MostAtOnce: cluster.most()})
+		_ = json.NewEncoder(w).Encode(fakeStats{NodeLists: lists, FirstPageLists: firstPages, Jobs: cluster.jobs(), Adopted: cluster.adoptedJobs(), MostAtOnce: cluster.most()})
 	})
 	go func() { _ = srv.ListenAndServe() }()
 	defer srv.Close()
@@ -122,7 +122,8 @@ func cloudNames(n int) []string {
 type fakeStats struct {
 	NodeLists      int `json:"nodeLists"`
 	FirstPageLists int `json:"firstPageLists"`
-	Jobs           int `json:"jobs"`
+	Jobs           int `json:"jobs"`    // RunJob calls
+	Adopted        int `json:"adopted"` // of them, calls again for a node run whose Job exists
 	MostAtOnce     int `json:"mostAtOnce"`
 }
 
@@ -134,6 +135,42 @@ type fakeCluster struct {
 
 	mu                   sync.Mutex
 	running, total, peak int
+	adopted              int
+	// ends is when each node run's Job ends, by the run's ID: a RunJob that runs again (its
+	// workflow task failed or timed out) adopts the Job its run made, as the real one does,
+	// and waits only for what is left of it.
+	ends      map[string]time.Time
+	lastPrune time.Time
+}
+
+// jobsKeptFor is how long the fake remembers a Job past its end, for a RunJob run again.
+const jobsKeptFor = 2 * time.Minute
+
+// jobEnd is when the Job of the node run ends: jobTime from the run's first RunJob.
+func (c *fakeCluster) jobEnd(runID string, now time.Time) time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.running++
+	c.total++
+	c.peak = max(c.peak, c.running)
+	if c.ends == nil {
+		c.ends = map[string]time.Time{}
+	}
+	if end, ok := c.ends[runID]; ok {
+		c.adopted++
+		return end
+	}
+	if now.Sub(c.lastPrune) > jobsKeptFor {
+		for id, end := range c.ends {
+			if now.Sub(end) > jobsKeptFor {
+				delete(c.ends, id)
+			}
+		}
+		c.lastPrune = now
+	}
+	end := now.Add(c.jobTime)
+	c.ends[runID] = end
+	return end
 }
 
 // activities are the fake's activities by the names the workflows call them by.
@@ -156,13 +193,9 @@ func (c *fakeCluster) ListNodes(ctx context.Context, in activities.ListNodesInpu
 
 // RunJob "creates" the node's Job, lets it run for jobTime (an abort ends it sooner) and
 // reports it succeeded and finalized, as the real RunJob does for a Job that ends within its
-// watch.
+// watch. Run again for the same node run, it waits for that Job's end.
 func (c *fakeCluster) RunJob(ctx context.Context, in activities.RunJobInput) (activities.RunJobResult, error) {
-	c.mu.Lock()
-	c.running++
-	c.total++
-	c.peak = max(c.peak, c.running)
-	c.mu.Unlock()
+	end := c.jobEnd(in.Job.RunID, time.Now())
 	defer func() {
 		c.mu.Lock()
 		c.running--
@@ -173,7 +206,7 @@ func (c *fakeCluster) RunJob(ctx context.Context, in activities.RunJobInput) (ac
 	select {
 	case <-ctx.Done():
 		return activities.RunJobResult{}, ctx.Err()
-	case <-time.After(c.jobTime):
+	case <-time.After(time.Until(end)):
 	}
 	return activities.RunJobResult{Job: job, Done: true,
 		End: activities.JobEnd{Outcome: api.OutcomeSucceeded, Reason: "Completed", FinishedAt: time.Now()}}, nil
@@ -183,6 +216,12 @@ func (c *fakeCluster) jobs() int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.total
+}
+
+func (c *fakeCluster) adoptedJobs() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.adopted
 }
 
 func (c *fakeCluster) most() int {

@@ -47,3 +47,19 @@ func TestCloudNamesAreUniqueAndSorted(t *testing.T) {
 	require.IsIncreasing(t, names)
 	require.Equal(t, "ip-10-0-0-0.eu-west-1.compute.internal", names[0])
 }
+
+// A RunJob that runs again for the same node run (its workflow task failed, so its local
+// activity's result was lost) adopts that run's Job and waits only for its end, as the real
+// one does; another run's Job runs its full time.
+func TestRunJobRunAgainWaitsForTheSameJob(t *testing.T) {
+	cluster := &fakeCluster{jobTime: time.Minute}
+	start := time.Now()
+	first := cluster.jobEnd("run-1", start)
+	again := cluster.jobEnd("run-1", start.Add(50*time.Second))
+	other := cluster.jobEnd("run-2", start.Add(50*time.Second))
+	require.Equal(t, start.Add(time.Minute), first)
+	require.Equal(t, first, again, "the second call waits for the same Job")
+	require.Equal(t, start.Add(110*time.Second), other)
+	require.Equal(t, 3, cluster.jobs())
+	require.Equal(t, 1, cluster.adoptedJobs())
+}
