@@ -69,9 +69,9 @@ func TestAbortReachesNodesHandedOverInFlight(t *testing.T) {
 
 // A worker killed while a run waits for the nodes it was handed, during their Jobs, loses none:
 // the children tell the rollout through the server, and every node is counted once with one
-// Job. (Killed while the next run lists its nodes, the listing would wait out ListNodes'
+// Job. Two 40 s Jobs in a row, so make soak runs it. (Killed while the next run lists its nodes, the listing would wait out ListNodes'
 // 5-minute start-to-close first: that activity does not heartbeat.)
-func TestWorkerKilledWhileHandedOverNodesRun(t *testing.T) {
+func TestSoakWorkerKilledWhileHandedOverNodesRun(t *testing.T) {
 	queue, ws := ownWorkers(t, 1)
 	f := NewFleet(t, 6)
 	req := f.Request("handover-kill", 40*time.Second)
