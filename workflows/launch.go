@@ -265,8 +265,9 @@ type childCollector struct {
 }
 
 type pendingChild struct {
-	node  string
-	child workflow.ChildWorkflowFuture
+	node      string
+	child     workflow.ChildWorkflowFuture
+	startedAt time.Time // when the run started it (handover.go hands over only children past their watch)
 }
 
 // collectChildren starts the collector's coroutine. Each child that ends is settled in the
@@ -289,8 +290,8 @@ func (r *rollout) collectChildren(ctx workflow.Context) *childCollector {
 	return c
 }
 
-func (c *childCollector) add(node string, child workflow.ChildWorkflowFuture) {
-	c.pending = append(c.pending, pendingChild{node: node, child: child})
+func (c *childCollector) add(node string, child workflow.ChildWorkflowFuture, startedAt time.Time) {
+	c.pending = append(c.pending, pendingChild{node: node, child: child, startedAt: startedAt})
 }
 
 func (c *childCollector) anyEnded() bool {

@@ -323,11 +323,12 @@ func (r *rollout) drain(ctx workflow.Context, continuing, mayHandOver bool) (han
 	if !r.features.guarantees || !mayHandOver {
 		return false, workflow.Await(ctx, settled)
 	}
-	inFlightGoes := continuing && r.mayHandOverInFlight()
-	err = workflow.Await(ctx, func() bool {
-		return settled() || (r.inFlight == 0 && (continuing || r.historyNearLimits(ctx))) ||
-			(inFlightGoes && r.inFlightAreChildren())
-	})
+	drained := func() bool { return settled() || (r.inFlight == 0 && (continuing || r.historyNearLimits(ctx))) }
+	if continuing && r.mayHandOverInFlight() {
+		err = r.awaitDrainOrHandOver(ctx, drained)
+	} else {
+		err = workflow.Await(ctx, drained)
+	}
 	if err != nil || settled() {
 		return false, err
 	}

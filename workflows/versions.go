@@ -164,14 +164,14 @@ var ledger = []change{
 		id: versionHandOverInFlight, workflow: "Rollout", since: "6026932 (2026-12-03)",
 		what: []string{
 			"children close with their run (request-cancel); a run that continues as new first waits for every node in flight",
-			"children outlive their run (abandon); a run that continues as new asks each child in flight to tell the rollout when it ends (notifyWhenFree, answered by nodeFree with the result) and hands the nodes to the next run (Progress.InFlightNodes), which counts them in its window, cancels them on an abort and asks again on the busy-node recheck (handover.go)",
+			"children outlive their run (abandon, without a cluster-wide budget and not converging); a run that continues as new waits for its children until the youngest is past its first task's watch (a run of short Jobs drains as before), then asks each child in flight to tell the rollout when it ends (notifyWhenFree, answered by nodeFree with the result) and hands the nodes to the next run (Progress.InFlightNodes), which counts them in its window, cancels them on an abort and asks again on the busy-node recheck (handover.go)",
 		},
 		asked: "every Rollout run that starts nodes, once its template is prepared",
 		pinned: map[workflow.Version][]string{
 			workflow.DefaultVersion: {"v9-rollout-abort.json", "v9-rollout-budgeted.json", "v9-rollout-busy-node-holder.json", "v9-rollout-busy-node-waits.json", "v9-rollout-canary-approved.json", "v9-rollout-continue-as-new-run1.json", "v9-rollout-continue-as-new-run2.json", "v9-rollout-continue-as-new-run3.json", "v9-rollout-cut-delay.json", "v9-rollout-hand-over-run1.json", "v9-rollout-hand-over-run2.json", "v9-rollout-pause-resume-set-parallelism.json"},
-			1:                       {"v10-rollout-abort.json", "v10-rollout-budgeted.json", "v10-rollout-busy-node-holder.json", "v10-rollout-busy-node-waits.json", "v10-rollout-canary-approved.json", "v10-rollout-continue-as-new-run1.json", "v10-rollout-continue-as-new-run2.json", "v10-rollout-continue-as-new-run3.json", "v10-rollout-cut-delay.json", "v10-rollout-hand-over-run1.json", "v10-rollout-hand-over-run2.json", "v10-rollout-pause-resume-set-parallelism.json"},
+			1:                       {"v10-rollout-abort.json", "v10-rollout-budgeted.json", "v10-rollout-busy-node-holder.json", "v10-rollout-busy-node-waits.json", "v10-rollout-canary-approved.json", "v10-rollout-continue-as-new-run1.json", "v10-rollout-continue-as-new-run2.json", "v10-rollout-continue-as-new-run3.json", "v10-rollout-cut-delay.json", "v10-rollout-hand-over-run1.json", "v10-rollout-hand-over-run2.json", "v10-rollout-pause-resume-set-parallelism.json", "v10-rollout-in-flight-run1.json", "v10-rollout-in-flight-run2.json"},
 		},
-		covered:   "TestModel hands nodes over in flight at every continue-as-new (a stand-in carries each on in the next run's environment)",
+		covered:   "v10-rollout-in-flight-run*.json replay the hand-over; TestModel hands nodes over in flight (a stand-in carries each on in the next run's environment); TestShortJobsDrainAndLongJobsAreHandedOver",
 		removable: removableOnceDrained,
 	},
 	{

@@ -15,10 +15,11 @@ import (
 // continue-as-new, every node runs one Job and is counted once, and an abort reaches the
 // nodes a run was handed.
 
-// Every continue-as-new comes while Jobs of the rollout run, and the next runs count them.
+// Every continue-as-new comes while Jobs of the rollout run, and the next runs count them: Jobs
+// of 35 s, past the 20 s watch of a node's first task, are handed over (shorter ones drain).
 func TestContinueAsNewHandsNodesInFlightToTheNextRun(t *testing.T) {
 	f := NewFleet(t, 8)
-	req := f.Request("handover", 6*time.Second)
+	req := f.Request("handover", 35*time.Second)
 	req.Parallelism = 4
 	req.ContinueAsNewAfter = 4
 	run := Start(t, req)

@@ -33,8 +33,8 @@ const RecordFixturesEnv = "NODEROLLOUT_RECORD_FIXTURES"
 
 // TestRecordReplayFixtures runs the rollouts whose histories workflows/testdata keeps as replay
 // fixtures (continue-as-new, pause/resume with a setParallelism update, an abort with Jobs
-// running, a node busy with another rollout, that node handed over across continue-as-new, a
-// delay between nodes cut short by a spent budget) and replays every history it recorded with
+// running, a node busy with another rollout, that node handed over across continue-as-new, nodes
+// handed over in flight, a delay between nodes cut short by a spent budget) and replays every history it recorded with
 // today's workflow code. Re-record the fixtures with
 //
 //	NODEROLLOUT_RECORD_FIXTURES=1 dev/e2e.sh -run TestRecordReplayFixtures
@@ -61,6 +61,7 @@ func TestRecordReplayFixtures(t *testing.T) {
 		{"abort", recordAbort},
 		{"busy-node", recordBusyNode},
 		{"hand-over", recordHandOver},
+		{"hand-over-in-flight", recordHandOverInFlight},
 		{"cut-delay", recordCutDelay},
 		{"paced-maintained", recordPacedMaintained},
 		{"budgeted", recordBudgeted},
@@ -230,6 +231,28 @@ func recordHandOver(t *testing.T, rec *recorder) {
 	require.Equal(t, []api.PacedNode{{Name: shared}}, carried.WaitingNodes, "the held node is handed to the next run")
 	for i, h := range runs[:2] {
 		rec.write(t, fmt.Sprintf("rollout-hand-over-run%d.json", i+1), h)
+	}
+}
+
+// recordHandOverInFlight: 4 nodes of 30 s Jobs, 2 per run: the first run hands its 2 nodes in
+// flight to the second once they are past their watch, and the second counts them from their
+// word, then runs the last two.
+func recordHandOverInFlight(t *testing.T, rec *recorder) {
+	f := NewFleet(t, 4)
+	req := f.Request("fixture-in-flight", 30*time.Second)
+	req.Parallelism = 2
+	req.ContinueAsNewAfter = 2
+	run := Start(t, req)
+	res := Succeeded(t, run)
+	require.Equal(t, 4, res.Counts.Succeeded)
+	runs := rec.chain(t, run.GetID(), run.GetRunID())
+	require.Len(t, runs, 2, "the second run lists the last two nodes and ends")
+	var carried api.Progress
+	in := runs[1].Events[0].GetWorkflowExecutionStartedEventAttributes().GetInput().GetPayloads()
+	require.NoError(t, converter.GetDefaultDataConverter().FromPayload(in[1], &carried))
+	require.Len(t, carried.InFlightNodes, 2, "the first run hands its two nodes over in flight")
+	for i, h := range runs {
+		rec.write(t, fmt.Sprintf("rollout-in-flight-run%d.json", i+1), h)
 	}
 }
 
