@@ -2,13 +2,11 @@ package workflows
 
 import (
 	"context"
-	"errors"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/mock"
 	"github.com/stretchr/testify/require"
-	"go.temporal.io/sdk/workflow"
 
 	"github.com/noderollout/noderollout/activities"
 	"github.com/noderollout/noderollout/api"
@@ -40,11 +38,7 @@ func TestShortJobsDrainAndLongJobsAreHandedOver(t *testing.T) {
 			req.ContinueAsNewAfter = 2
 			start := env.Now()
 			env.ExecuteWorkflow(api.RolloutWorkflow, req)
-			var can *workflow.ContinueAsNewError
-			require.True(t, errors.As(env.GetWorkflowError(), &can), "%v", env.GetWorkflowError())
-			var next api.RolloutRequest
-			var carried *api.Progress
-			require.NoError(t, converterFromEnv().FromPayloads(can.Input, &next, &carried))
+			carried := handedOver(t, env)
 			require.Equal(t, tc.handedOver, inFlightNames(carried))
 			require.Equal(t, tc.succeeded, carried.Counts.Succeeded)
 			require.Zero(t, carried.Counts.Running, "the next run counts the handed-over nodes itself")
