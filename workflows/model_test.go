@@ -377,9 +377,6 @@ func (m *model) fail(format string, args ...any) {
 // note records what happened (callers hold m.mu).
 func (m *model) note(format string, args ...any) {
 	m.log = append(m.log, fmt.Sprintf(format, args...))
-	if os.Getenv("MODEL_LIVE") != "" {
-		fmt.Fprintln(os.Stderr, fmt.Sprintf(format, args...))
-	}
 }
 
 // crash says whether this attempt of an activity step fails as if its worker had died: a
@@ -440,9 +437,6 @@ func (m *model) run(t *testing.T) []string {
 			continue
 		}
 		final = err
-		if os.Getenv("MODEL_LIVE") != "" {
-			fmt.Fprintf(os.Stderr, "run %d ends: %v\n", run, err)
-		}
 		if err == nil {
 			if err := env.GetWorkflowResult(&result); err != nil {
 				m.fail("reading the result: %v", err)
