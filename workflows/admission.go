@@ -227,7 +227,8 @@ func (r *rollout) nextAdmitted(ctx workflow.Context, historyFull func() bool) (b
 	r.reserve(next.name)
 	r.launchedThisRun++
 	if r.children != nil && r.startRefusal(ctx, next.name, next.domain, true).admits() {
-		r.children.add(next.name, r.startChild(ctx, next.name), workflow.Now(ctx))
+		outlives := r.childOutlivesRun(ctx)
+		r.children.add(next.name, r.startChild(ctx, next.name, outlives), workflow.Now(ctx), outlives)
 	} else {
 		workflow.Go(ctx, func(ctx workflow.Context) {
 			r.settle(ctx, next.name, r.runAdmitted(ctx, next.name, false))

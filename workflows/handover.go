@@ -20,18 +20,29 @@ import (
 // covered by asking again on the busy-node recheck: a child found ended without its word is
 // run again, and the new child reads its outcome from its Job.
 
-// childrenOutliveRun says whether this run starts its children to outlive it, so that it may
-// hand them over: only where it could (no cluster-wide budget, not converging). Elsewhere a
-// rollout terminated by force still cancels its children, as before.
-func (r *rollout) childrenOutliveRun() bool {
-	return r.features.handOverInFlight && r.children != nil && r.conv == nil
+// childOutlivesRun says whether the child this run starts now is to outlive it, so that the run
+// may hand it over: only where it could (no cluster-wide budget, not converging), and only once
+// the run may continue as new while the child runs (its launches and a window reach
+// continueAsNewAfter). versionHandOverInFlight is asked there, once per run: a run that cannot
+// continue as new on its count (most rollouts) records no marker, whose search-attribute upsert
+// is an action of its own. A run that continues as new near its history limits before that
+// drains its children, as before; so does a rollout terminated by force.
+func (r *rollout) childOutlivesRun(ctx workflow.Context) bool {
+	if r.children == nil || r.conv != nil {
+		return false
+	}
+	if !r.features.handOverAsked && r.launchedThisRun+r.launchWindow.ceiling > r.settings.ContinueAsNewAfter {
+		r.features.handOverAsked = true
+		r.features.handOverInFlight = workflow.GetVersion(ctx, versionHandOverInFlight, workflow.DefaultVersion, 1) == 1
+	}
+	return r.features.handOverInFlight
 }
 
 // mayHandOverInFlight says whether this run may leave its children running when it
 // continues as new: only plain launching (no cluster-wide budget, whose slots the children
 // hold; not converging; canaries settled), and never when the run will end another way.
 func (r *rollout) mayHandOverInFlight() bool {
-	return r.childrenOutliveRun() && !r.replacing() && !r.gate.broken() && (r.pacer.rules.Canary == nil || r.pacer.canaryStage == canaryStageDone)
+	return r.features.handOverInFlight && r.children != nil && r.conv == nil && !r.replacing() && !r.gate.broken() && (r.pacer.rules.Canary == nil || r.pacer.canaryStage == canaryStageDone)
 }
 
 // handOverAge is how long a child must have run before this run hands it over rather than
@@ -85,9 +96,16 @@ func (r *rollout) awaitDrainOrHandOver(ctx workflow.Context, drained func() bool
 }
 
 // inFlightAreChildren says that every node holding a launch slot is a child this run can hand
-// over: one the collector waits on, or one handed to this run and not yet ended.
+// over: one the collector waits on that was started to outlive the run, or one handed to this
+// run and not yet ended.
 func (r *rollout) inFlightAreChildren() bool {
-	return r.inFlight == len(r.children.pending)+len(r.handedIn)
+	outliving := 0
+	for _, p := range r.children.pending {
+		if p.outlives {
+			outliving++
+		}
+	}
+	return r.inFlight == outliving+len(r.handedIn)
 }
 
 // handOverChildren asks each child in flight to tell the rollout when it ends. A child that has

@@ -99,8 +99,9 @@ func (r *rollout) childEnded(ctx workflow.Context, node string, child workflow.F
 	r.settle(ctx, node, nodeEnd{result: nodeResult(node, err, result), holdsSlot: true, started: true})
 }
 
-// startChild starts the node's child workflow.
-func (r *rollout) startChild(ctx workflow.Context, node string) workflow.ChildWorkflowFuture {
+// startChild starts the node's child workflow; outlivesRun lets it go on when this run
+// continues as new (handover.go).
+func (r *rollout) startChild(ctx workflow.Context, node string, outlivesRun bool) workflow.ChildWorkflowFuture {
 	in := NodeRolloutInput{
 		Rollout:           r.req.Name,
 		Namespace:         r.settings.Namespace,
@@ -133,7 +134,7 @@ func (r *rollout) startChild(ctx workflow.Context, node string) workflow.ChildWo
 	}
 	r.started++
 	r.pacer.startedByDomain[r.pacer.domainOf[node]]++
-	return workflow.ExecuteChildWorkflow(nodeChildOptions(ctx, r.req.Name, node, r.cluster.NodeWorkflowID(node), r.childrenOutliveRun()), nodeWorkflow, in)
+	return workflow.ExecuteChildWorkflow(nodeChildOptions(ctx, r.req.Name, node, r.cluster.NodeWorkflowID(node), outlivesRun), nodeWorkflow, in)
 }
 
 // runNode runs the child, waiting while another rollout holds the node; busy says the node
@@ -150,7 +151,7 @@ func (r *rollout) runNode(ctx workflow.Context, node string, busy bool) nodeEnd 
 // held while it ran (its cluster slot). refused says another rollout holds the node, so the
 // child never ran: the caller waits for the node and tries again.
 func (r *rollout) runChild(ctx workflow.Context, node string) (end nodeEnd, refused bool) {
-	child := r.startChild(ctx, node)
+	child := r.startChild(ctx, node, false) // a child started here is never handed over
 	err := child.GetChildWorkflowExecution().Get(ctx, nil)
 	if err == nil {
 		var result api.NodeResult
@@ -268,6 +269,7 @@ type pendingChild struct {
 	node      string
 	child     workflow.ChildWorkflowFuture
 	startedAt time.Time // when the run started it (handover.go hands over only children past their watch)
+	outlives  bool      // started to outlive the run, so it may be handed over
 }
 
 // collectChildren starts the collector's coroutine. Each child that ends is settled in the
@@ -290,8 +292,8 @@ func (r *rollout) collectChildren(ctx workflow.Context) *childCollector {
 	return c
 }
 
-func (c *childCollector) add(node string, child workflow.ChildWorkflowFuture, startedAt time.Time) {
-	c.pending = append(c.pending, pendingChild{node: node, child: child, startedAt: startedAt})
+func (c *childCollector) add(node string, child workflow.ChildWorkflowFuture, startedAt time.Time, outlives bool) {
+	c.pending = append(c.pending, pendingChild{node: node, child: child, startedAt: startedAt, outlives: outlives})
 }
 
 func (c *childCollector) anyEnded() bool {

@@ -559,7 +559,7 @@ func TestCollectorTakesEndedChildrenInStartOrder(t *testing.T) {
 		ends := map[string]workflow.Settable{}
 		for _, n := range nodes {
 			f, s := workflow.NewFuture(ctx)
-			c.add(n, unstartedChild{result: f}, workflow.Now(ctx))
+			c.add(n, unstartedChild{result: f}, workflow.Now(ctx), false)
 			ends[n] = s
 		}
 		var out collectorRounds

@@ -166,10 +166,12 @@ var ledger = []change{
 			"children close with their run (request-cancel); a run that continues as new first waits for every node in flight",
 			"children outlive their run (abandon, without a cluster-wide budget and not converging); a run that continues as new waits for its children until the youngest is past its first task's watch (a run of short Jobs drains as before), then asks each child in flight to tell the rollout when it ends (notifyWhenFree, answered by nodeFree with the result) and hands the nodes to the next run (Progress.InFlightNodes), which counts them in its window, cancels them on an abort and asks again on the busy-node recheck (handover.go)",
 		},
-		asked: "every Rollout run that starts nodes, once its template is prepared",
+		asked: "once per run, at the first child that may still run when the run continues as new on its count (launched + parallelism > continueAsNewAfter), where children can be handed over (no cluster-wide budget, not converging)",
 		pinned: map[workflow.Version][]string{
-			workflow.DefaultVersion: {"v9-rollout-abort.json", "v9-rollout-budgeted.json", "v9-rollout-busy-node-holder.json", "v9-rollout-busy-node-waits.json", "v9-rollout-canary-approved.json", "v9-rollout-continue-as-new-run1.json", "v9-rollout-continue-as-new-run2.json", "v9-rollout-continue-as-new-run3.json", "v9-rollout-cut-delay.json", "v9-rollout-hand-over-run1.json", "v9-rollout-hand-over-run2.json", "v9-rollout-pause-resume-set-parallelism.json"},
-			1:                       {"v10-rollout-abort.json", "v10-rollout-budgeted.json", "v10-rollout-busy-node-holder.json", "v10-rollout-busy-node-waits.json", "v10-rollout-canary-approved.json", "v10-rollout-continue-as-new-run1.json", "v10-rollout-continue-as-new-run2.json", "v10-rollout-continue-as-new-run3.json", "v10-rollout-cut-delay.json", "v10-rollout-hand-over-run1.json", "v10-rollout-hand-over-run2.json", "v10-rollout-pause-resume-set-parallelism.json", "v10-rollout-in-flight-run1.json", "v10-rollout-in-flight-run2.json"},
+			// v10 runs that never reach the ask (they cannot continue as new on their count
+			// while a child they start still runs) record no marker and drain, as before.
+			workflow.DefaultVersion: {"v9-rollout-abort.json", "v9-rollout-budgeted.json", "v9-rollout-busy-node-holder.json", "v9-rollout-busy-node-waits.json", "v9-rollout-canary-approved.json", "v9-rollout-continue-as-new-run1.json", "v9-rollout-continue-as-new-run2.json", "v9-rollout-continue-as-new-run3.json", "v9-rollout-cut-delay.json", "v9-rollout-hand-over-run1.json", "v9-rollout-hand-over-run2.json", "v9-rollout-pause-resume-set-parallelism.json", "v10-rollout-abort.json", "v10-rollout-budgeted.json", "v10-rollout-busy-node-holder.json", "v10-rollout-busy-node-waits.json", "v10-rollout-canary-approved.json", "v10-rollout-continue-as-new-run3.json", "v10-rollout-cut-delay.json", "v10-rollout-pause-resume-set-parallelism.json"},
+			1:                       {"v10-rollout-continue-as-new-run1.json", "v10-rollout-continue-as-new-run2.json", "v10-rollout-hand-over-run1.json", "v10-rollout-hand-over-run2.json", "v10-rollout-in-flight-run1.json", "v10-rollout-in-flight-run2.json"},
 		},
 		covered:   "v10-rollout-in-flight-run*.json replay the hand-over; TestModel hands nodes over in flight (a stand-in carries each on in the next run's environment); TestShortJobsDrainAndLongJobsAreHandedOver",
 		removable: removableOnceDrained,
@@ -369,9 +371,10 @@ type features struct {
 	atHistoryLimits bool // versionHistoryLimits: continue as new near the limits, not when suggested
 	stopWaits       bool // versionStopWaits
 	admission       bool // versionAdmission
-	// handOverInFlight (versionHandOverInFlight): children outlive their run, and a run that
-	// continues as new hands its nodes in flight to the next instead of waiting for them.
-	handOverInFlight bool
+	// handOverInFlight (versionHandOverInFlight, asked by childOutlivesRun at the first child
+	// that may still run when the run continues as new): from then on children outlive their run,
+	// and the run may hand them to the next instead of waiting for them.
+	handOverInFlight, handOverAsked bool
 }
 
 // startFeatures asks the versions every run asks at its start, in the order their markers
@@ -392,5 +395,4 @@ func (f *features) readAtRun(ctx workflow.Context) {
 	f.atHistoryLimits = workflow.GetVersion(ctx, versionHistoryLimits, workflow.DefaultVersion, 1) == 1
 	f.stopWaits = workflow.GetVersion(ctx, versionStopWaits, workflow.DefaultVersion, 1) == 1
 	f.admission = workflow.GetVersion(ctx, versionAdmission, workflow.DefaultVersion, 1) == 1
-	f.handOverInFlight = workflow.GetVersion(ctx, versionHandOverInFlight, workflow.DefaultVersion, 1) == 1
 }
