@@ -593,3 +593,27 @@ func TestCollectorTakesEndedChildrenInStartOrder(t *testing.T) {
 		Pending:     []string{"node-c"},
 	}, got)
 }
+
+// A rollout told the node is free tries it while the holder still waits for that word to be
+// delivered, is refused and asks again: the holder reads the late request before it ends and
+// tells that rollout too, which would otherwise wait for its busy-node recheck.
+func TestAWaiterThatAsksWhileTheWordsAreOutIsTold(t *testing.T) {
+	env, _ := newTestEnv(nil)
+	env.RegisterWorkflowWithOptions(holdNode, workflow.RegisterOptions{Name: "hold"})
+	env.RegisterDelayedCallback(func() { env.SignalWorkflow(SignalNotifyWhenFree, NodeWaiter{WorkflowID: "first"}) }, time.Second)
+	var told []string
+	env.OnSignalExternalWorkflow(mock.Anything, mock.Anything, "", SignalNodeFree, mock.Anything).Return(
+		func(_, workflowID, _, _ string, _ any) error {
+			told = append(told, workflowID)
+			if workflowID == "first" {
+				// "second" asks while the word to "first" is still on its way.
+				env.SignalWorkflow(SignalNotifyWhenFree, NodeWaiter{WorkflowID: "second"})
+				env.SignalWorkflow(SignalNotifyWhenFree, NodeWaiter{WorkflowID: "first"})
+			}
+			return nil
+		})
+	env.ExecuteWorkflow("hold", time.Minute)
+	require.True(t, env.IsWorkflowCompleted())
+	require.NoError(t, env.GetWorkflowError())
+	require.Equal(t, []string{"first", "second"}, told, "each waiter told once, the late one included")
+}

@@ -448,28 +448,51 @@ func release(ctx workflow.Context, job activities.JobRef, why string) {
 }
 
 // tellWaiters signals every rollout that asked to know when this node frees. It reads the
-// requests without blocking: one that arrives after this is read makes the server reject the
+// requests without blocking: one that arrives after the last read makes the server reject the
 // workflow's completion, and the task runs again and reads it. Only the signal's input carries
 // the result, which replay does not compare: histories recorded before replay unchanged.
+//
+// A rollout told the node is free may try it while this workflow still waits for its words to
+// be delivered, be refused (the node is still held) and ask again: that request came in after
+// the read and before the completion, so it is read again once the words are out
+// (versionTellLateWaiters), or that rollout would wait for its recheck, minutes later.
 func tellWaiters(ctx workflow.Context, waiters workflow.ReceiveChannel, freed NodeFreed) {
 	notify, _ := workflow.NewDisconnectedContext(ctx)
 	told := map[string]bool{}
-	var sent []workflow.Future
+	sent := signalFreed(notify, newWaiters(waiters, told), freed)
+	for len(sent) > 0 {
+		for _, f := range sent {
+			// A waiter that has ended has nothing to be told.
+			_ = f.Get(notify, nil)
+		}
+		sent = nil
+		if late := newWaiters(waiters, told); len(late) > 0 && workflow.GetVersion(notify, versionTellLateWaiters, workflow.DefaultVersion, 1) == 1 {
+			sent = signalFreed(notify, late, freed)
+		}
+	}
+}
+
+// newWaiters reads the requests that have come in and returns the workflows not yet told.
+func newWaiters(waiters workflow.ReceiveChannel, told map[string]bool) []string {
+	var ids []string
 	for {
 		var w NodeWaiter
 		if !waiters.ReceiveAsync(&w) {
-			break
+			return ids
 		}
-		if w.WorkflowID == "" || told[w.WorkflowID] {
-			continue
+		if w.WorkflowID != "" && !told[w.WorkflowID] {
+			told[w.WorkflowID] = true
+			ids = append(ids, w.WorkflowID)
 		}
-		told[w.WorkflowID] = true
-		sent = append(sent, workflow.SignalExternalWorkflow(notify, w.WorkflowID, "", SignalNodeFree, freed))
 	}
-	for _, f := range sent {
-		// A waiter that has ended has nothing to be told.
-		_ = f.Get(notify, nil)
+}
+
+func signalFreed(notify workflow.Context, ids []string, freed NodeFreed) []workflow.Future {
+	sent := make([]workflow.Future, 0, len(ids))
+	for _, id := range ids {
+		sent = append(sent, workflow.SignalExternalWorkflow(notify, id, "", SignalNodeFree, freed))
 	}
+	return sent
 }
 
 // createMayHaveHappened says whether a failed CreateJob may have left a Job of ours: not when

@@ -46,6 +46,7 @@ const (
 	versionRecordAbortInFinalize = "record-abort-in-finalize"
 	versionAbortDuringUncordon   = "abort-during-uncordon"
 	versionRecordAbortAfterJob   = "record-abort-after-job"
+	versionTellLateWaiters       = "tell-late-waiters"
 	// ClusterBudget.
 	versionBudgetRebuild = "budget-rebuilds-holders"
 	// FleetRollout.
@@ -273,6 +274,16 @@ var ledger = []change{
 		},
 		asked:     "only when an abort comes in the health gate or soak after a succeeded Job",
 		covered:   "no fixture reaches the path; TestMaintenanceAbortAtEachStep",
+		removable: removableOnceDrained,
+	},
+	{
+		id: versionTellLateWaiters, workflow: "NodeRollout, NodeRolloutV2, NodeRolloutV3, NodeRolloutV4", since: "this change (2026-12-03)",
+		what: []string{
+			"a rollout that asks to be told while the node's words to its waiters are on their way is never told: it waits for its busy-node recheck (10 minutes)",
+			"the requests are read again once the words are out, and each new waiter is told",
+		},
+		asked:     "only when a rollout asked while the words to the earlier waiters were on their way",
+		covered:   "no fixture reaches the path (a race on the real stack); TestAWaiterThatAsksWhileTheWordsAreOutIsTold",
 		removable: removableOnceDrained,
 	},
 	{
