@@ -81,6 +81,7 @@ func New(kube kubernetes.Interface) *Activities {
 // PrepareTemplate loads the rollout's Job template (inline or from a ConfigMap), checks it and
 // the target namespace once, and returns it with its hash.
 func (a *Activities) PrepareTemplate(ctx context.Context, in PrepareTemplateInput) (PreparedTemplate, error) {
+	defer keepAlive(ctx, a.HeartbeatInterval)()
 	if in.Namespace == "" {
 		return PreparedTemplate{}, invalidRequest("namespace", "required: the namespace the Jobs are created in")
 	}

@@ -98,6 +98,7 @@ func nodeReady(n *corev1.Node) bool {
 // CheckNodes reads the named Nodes (or, on resync, every Node) and says which the converging
 // rollout runs and which get onDeselect's Job, and counts the selected Nodes at the template.
 func (a *Activities) CheckNodes(ctx context.Context, in CheckNodesInput) (CheckNodesResult, error) {
+	defer keepAlive(ctx, a.HeartbeatInterval)()
 	labelSel, err := labels.Parse(in.Selector)
 	if err != nil {
 		return CheckNodesResult{}, invalidRequest("nodeSelector", "%q is not a label selector: %v", in.Selector, err)

@@ -35,6 +35,7 @@ type SignalWithStartInput struct {
 // SignalWithStart delivers the signal, starting the workflow if needed. Temporal does both
 // atomically, so two rollouts racing to start the same coordinator both reach one run.
 func (c *Coordination) SignalWithStart(ctx context.Context, in SignalWithStartInput) error {
+	defer keepAlive(ctx, apiKeepAlive)()
 	_, err := c.Temporal.SignalWithStartWorkflow(ctx, in.WorkflowID, in.Signal, in.SignalArg, client.StartWorkflowOptions{
 		ID:        in.WorkflowID,
 		TaskQueue: in.TaskQueue,

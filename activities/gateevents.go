@@ -25,6 +25,7 @@ type GateEventInput struct {
 // the rollout paused itself (or went on) while the node's Job ran or soaked. A node that is
 // gone is passed over.
 func (a *Activities) RecordGateEvent(ctx context.Context, in GateEventInput) error {
+	defer keepAlive(ctx, a.HeartbeatInterval)()
 	reason, eventType, what := "RolloutGateClosed", corev1.EventTypeWarning, "paused by its metric gate"
 	if in.Open {
 		reason, eventType, what = "RolloutGateOpened", corev1.EventTypeNormal, "goes on: its metric gate opened"

@@ -611,6 +611,7 @@ func unmetConditions(node *corev1.Node, want map[string]string) []string {
 // PlanDrain says, for a dry run, which Pods a drain of each node would evict or refuse, and
 // which PodDisruptionBudgets allow no disruption now and cover one of them.
 func (a *Activities) PlanDrain(ctx context.Context, in DrainPlanInput) ([]api.DrainPlan, error) {
+	defer keepAlive(ctx, a.HeartbeatInterval)()
 	rules, err := drainRules(in.PodSelector, in.DeleteEmptyDirData, in.Force)
 	if err != nil {
 		return nil, err

@@ -56,6 +56,7 @@ func wantedLabels(keys []string, nodeLabels map[string]string) map[string]string
 // ListNodes returns, in name order, the next slice of selected nodes after in.After: those to
 // run, those already done for this template (unless Rerun), and explicit names with no Node.
 func (a *Activities) ListNodes(ctx context.Context, in ListNodesInput) (ListNodesResult, error) {
+	defer keepAlive(ctx, a.HeartbeatInterval)()
 	limit := in.Limit
 	if limit <= 0 {
 		limit = DefaultListLimit

@@ -23,6 +23,7 @@ import (
 // ReadBootID reads the node's status.nodeInfo.bootID: the node workflow records it before it
 // creates the reboot Job, so a worker crash at any later point still knows the boot to leave.
 func (a *Activities) ReadBootID(ctx context.Context, node string) (string, error) {
+	defer keepAlive(ctx, a.HeartbeatInterval)()
 	n, err := a.Kube.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
 		return "", errNodeGone(node)

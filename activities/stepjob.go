@@ -36,6 +36,7 @@ func StepJobName(rollout, node, runID, step string) string {
 // A reboot Job runs once (backoffLimit 0): its Pod dies with the node, and a retried Pod would
 // reboot the node again.
 func (a *Activities) CreateStepJob(ctx context.Context, in StepJobRequest) (JobRef, error) {
+	defer keepAlive(ctx, a.HeartbeatInterval)()
 	// The caller must be a node workflow of a running Rollout that prepared this step template.
 	if err := a.Lineage.checkStep(ctx, in.TemplateHash); err != nil {
 		return JobRef{}, err

@@ -66,6 +66,7 @@ type UndoPlanInput struct {
 // retention and its continue-as-new chain, hold each node's latest state whichever run or
 // re-run of the name wrote it, and are what a re-run reads too. Nodes are read page by page.
 func (a *Activities) PlanUndo(ctx context.Context, in UndoPlanInput) ([]api.UndoNode, error) {
+	defer keepAlive(ctx, a.HeartbeatInterval)()
 	if in.Rollout == "" {
 		return nil, invalidRequest("undoOf.rollout", "is empty; name the rollout to undo")
 	}

@@ -24,8 +24,11 @@ var apiRetry = &temporal.RetryPolicy{
 func withAPIActivity(ctx workflow.Context, summary string) workflow.Context {
 	return workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
 		StartToCloseTimeout: 5 * time.Minute,
-		RetryPolicy:         apiRetry,
-		Summary:             summary,
+		// The activity heartbeats only once it has run for 10 s (activities.keepAlive): a
+		// worker that dies in it is noticed in 30 s, not after the StartToClose.
+		HeartbeatTimeout: waitHeartbeatTimeout,
+		RetryPolicy:      apiRetry,
+		Summary:          summary,
 	})
 }
 

@@ -15,6 +15,7 @@ import (
 	"github.com/noderollout/noderollout/activities/jobspec"
 	"github.com/noderollout/noderollout/api"
 	"github.com/stretchr/testify/require"
+	enumspb "go.temporal.io/api/enums/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -107,6 +108,54 @@ func TestFaultWorkerKilledMidRollout(t *testing.T) {
 		require.NoError(t, err)
 		t.Cleanup(func() { _ = restarted.Stop() })
 	})
+}
+
+// TestFaultWorkerKilledInAHungAPICall kills the worker while the rollout's first API activity
+// waits on an API server that accepts connections and answers nothing (frozen): the server
+// learns the worker is gone from the activity's 30 s heartbeat timeout, not its 5-minute
+// StartToClose, and the restarted worker takes the rollout on.
+func TestFaultWorkerKilledInAHungAPICall(t *testing.T) {
+	queue, ws := ownWorkers(t, 1)
+	f := NewFleet(t, 4)
+	req := f.Request("hung-api-call", 2*time.Second)
+	req.Parallelism = 4
+	req.JobTimeout = faultJobTimeout.String()
+	frozen := true
+	thaw := func() {
+		if frozen {
+			frozen = false
+			devScript(t, "freeze-component.sh", "--thaw", "kube-apiserver")
+		}
+	}
+	devScript(t, "freeze-component.sh", "kube-apiserver")
+	t.Cleanup(thaw)
+	run := StartOn(t, req, queue)
+	var hung string
+	waitFor(t, time.Minute, "an API activity started on the worker", func() bool {
+		d, err := stack.Temporal.DescribeWorkflow(context.Background(), run.GetID(), run.GetRunID())
+		if err != nil {
+			return false
+		}
+		for _, a := range d.RawResponse.GetPendingActivities() {
+			if a.GetState() == enumspb.PENDING_ACTIVITY_STATE_STARTED {
+				hung = a.GetActivityType().GetName()
+				return true
+			}
+		}
+		return false
+	})
+	ws[0].Kill()
+	killed := time.Now()
+	thaw()
+	restarted, err := StartWorker(ws[0].Name+"-restarted", "--task-queue", queue)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = restarted.Stop() })
+	res := Succeeded(t, run)
+	took := time.Since(killed)
+	t.Logf("the worker died in %s; the rollout ended %s later", hung, took.Round(100*time.Millisecond))
+	require.Equal(t, 4, res.Counts.Succeeded)
+	requireOneJobPerNode(t, f, req.Name)
+	require.Less(t, took, 2*time.Minute, "the dead worker's %s was retried after its heartbeat timeout, not its 5-minute StartToClose", hung)
 }
 
 func TestFaultOneOfTwoWorkersKilled(t *testing.T) {
