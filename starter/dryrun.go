@@ -86,15 +86,22 @@ func (a *app) dryRun() error {
 	if err != nil {
 		return err
 	}
-	timeout, err := a.dryRunTimeout()
-	if err != nil {
-		return err
-	}
-	tc, err := a.client()
+	tc, timeout, err := a.dryRunClient()
 	if err != nil {
 		return err
 	}
 	return a.showDryRun(tc, req, timeout, printDryRun)
+}
+
+// dryRunClient is the client and --timeout of a dry run of a rollout or a fleet: the flag is
+// checked before dialing, so that a bad --timeout is a usage error even without a server.
+func (a *app) dryRunClient() (client.Client, time.Duration, error) {
+	timeout, err := a.dryRunTimeout()
+	if err != nil {
+		return nil, 0, err
+	}
+	tc, err := a.client()
+	return tc, timeout, err
 }
 
 // showDryRun dry-runs req on the worker's task queue and prints its plan as show lays it out.

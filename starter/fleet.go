@@ -290,11 +290,7 @@ func (a *app) dryRunFleet() error {
 	if err != nil {
 		return err
 	}
-	timeout, err := a.dryRunTimeout()
-	if err != nil {
-		return err
-	}
-	tc, err := a.client()
+	tc, timeout, err := a.dryRunClient()
 	if err != nil {
 		return err
 	}

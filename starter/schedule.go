@@ -67,8 +67,8 @@ still runs, unless --allow-overlap.`,
 }
 
 func (a *app) createSchedule() error {
-	name := a.args[0]
-	if err := checkName("schedule", name); err != nil {
+	name, err := a.scheduleName()
+	if err != nil {
 		return err
 	}
 	req, err := a.request()
@@ -187,8 +187,8 @@ func (a *app) listSchedules() error {
 }
 
 func (a *app) scheduleAction(what string) error {
-	name := a.args[0]
-	if err := checkName("schedule", name); err != nil {
+	name, err := a.scheduleName()
+	if err != nil {
 		return err
 	}
 	tc, err := a.client()
@@ -211,4 +211,14 @@ func (a *app) scheduleAction(what string) error {
 	}
 	fmt.Fprintf(a.out, "schedule %s%s: %s done\n", ScheduleIDPrefix, name, what)
 	return nil
+}
+
+// scheduleName is the schedule NAME argument, checked as create checks it: every schedule
+// command refuses a name no schedule can have before it asks the server.
+func (a *app) scheduleName() (string, error) {
+	name := a.args[0]
+	if err := checkName("schedule", name); err != nil {
+		return "", err
+	}
+	return name, nil
 }
