@@ -79,6 +79,22 @@ func (e *evictions) react(action k8stesting.Action) (bool, runtime.Object, error
 	return true, nil, e.cs.Tracker().Delete(gvr, ev.Namespace, ev.Name)
 }
 
+// answerFirst has answer see every eviction (try counts them from 1) before the fake API
+// server does, for a test that needs an answer react does not give: answer (true, err) is the
+// server's answer, false leaves the eviction to the server. It returns how many were asked.
+func (e *evictions) answerFirst(answer func(try int) (bool, error)) (tries func() int) {
+	asked := 0
+	e.cs.PrependReactor("create", "pods", func(action k8stesting.Action) (bool, runtime.Object, error) {
+		if action.GetSubresource() != "eviction" {
+			return false, nil, nil
+		}
+		asked++
+		handled, err := answer(asked)
+		return handled, nil, err
+	})
+	return func() int { return asked }
+}
+
 func drainEnv(t *testing.T, e *evictions, objs ...runtime.Object) *Activities {
 	t.Helper()
 	e.cs = fake.NewClientset(objs...)
@@ -374,21 +390,16 @@ func namespaceTerminating(ns string) error {
 func TestDrainWaitsOutATerminatingNamespace(t *testing.T) {
 	e := &evictions{}
 	a := drainEnv(t, e, tenantPod("web-1", "n1", nil))
-	tries := 0
-	e.cs.PrependReactor("create", "pods", func(action k8stesting.Action) (bool, runtime.Object, error) {
-		if action.GetSubresource() != "eviction" {
-			return false, nil, nil
-		}
-		tries++
-		if tries == 2 { // meanwhile the namespace controller deleted the Pod
+	tries := e.answerFirst(func(try int) (bool, error) {
+		if try == 2 { // meanwhile the namespace controller deleted the Pod
 			gvr := schema.GroupVersionResource{Version: "v1", Resource: "pods"}
 			require.NoError(t, e.cs.Tracker().Delete(gvr, "tenant", "web-1"))
 		}
-		return true, nil, namespaceTerminating("tenant")
+		return true, namespaceTerminating("tenant")
 	})
 	_, err := drain(t, a, DrainInput{Node: "n1"})
 	require.NoError(t, err)
-	require.Equal(t, 2, tries)
+	require.Equal(t, 2, tries())
 	require.Empty(t, remainingPods(t, a))
 }
 
@@ -448,20 +459,16 @@ func TestDrainEvictsOnlyThePodItListed(t *testing.T) {
 func TestDrainRetriesAConflictOnThePodItListed(t *testing.T) {
 	e := &evictions{}
 	a := drainEnv(t, e, tenantPod("web-1", "n1", nil))
-	tries := 0
-	e.cs.PrependReactor("create", "pods", func(action k8stesting.Action) (bool, runtime.Object, error) {
-		if action.GetSubresource() != "eviction" {
-			return false, nil, nil
+	tries := e.answerFirst(func(try int) (bool, error) {
+		if try == 1 {
+			return true, apierrors.NewConflict(schema.GroupResource{Resource: "pods"}, "web-1", fmt.Errorf("the object has been modified"))
 		}
-		if tries++; tries == 1 {
-			return true, nil, apierrors.NewConflict(schema.GroupResource{Resource: "pods"}, "web-1", fmt.Errorf("the object has been modified"))
-		}
-		return false, nil, nil
+		return false, nil
 	})
 	res, err := drain(t, a, DrainInput{Node: "n1"})
 	require.NoError(t, err)
 	require.Equal(t, []string{"tenant/web-1"}, res.Evicted)
-	require.Equal(t, 2, tries)
+	require.Equal(t, 2, tries())
 	require.Empty(t, remainingPods(t, a))
 }
 
