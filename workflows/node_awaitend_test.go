@@ -60,9 +60,9 @@ func TestLongJobIsAwaitedUntilTheInformerTellsItsEnd(t *testing.T) {
 	}).Once()
 	end := activities.JobEnd{Outcome: api.OutcomeSucceeded, Reason: "Completed"}
 	endIsRead(env, a, job, end)
-	env.OnActivity(a.FinalizeJob, mock.Anything, mock.MatchedBy(func(in activities.FinalizeInput) bool {
+	finalizedOnce(env, a, func(in activities.FinalizeInput) bool {
 		return in.Job != nil && in.Job.UID == job.UID && in.End == end
-	})).Return(activities.FinalizeResult{}, nil).Once()
+	})
 	runV4(t, env, a, "create", "wait")
 	require.NoError(t, env.GetWorkflowError())
 	require.GreaterOrEqual(t, env.Now().Sub(job.CreatedAt), 10*time.Minute, "the node waited for the word")
@@ -83,9 +83,9 @@ func TestAwaitPastTheDeadlineRunsTheTimeoutPath(t *testing.T) {
 		Return(temporal.NewTimeoutError(0, errors.New("start-to-close"))).Once()
 	timedOut := activities.JobEnd{Outcome: api.OutcomeTimedOut, Reason: api.ReasonJobTimeout}
 	endIsRead(env, a, job, timedOut)
-	env.OnActivity(a.FinalizeJob, mock.Anything, mock.MatchedBy(func(in activities.FinalizeInput) bool {
+	finalizedOnce(env, a, func(in activities.FinalizeInput) bool {
 		return in.End.Outcome == api.OutcomeTimedOut
-	})).Return(activities.FinalizeResult{}, nil).Once()
+	})
 	runV4(t, env, a, "create", "wait")
 	requireNodeFailed(t, env)
 	env.AssertExpectations(t)

@@ -46,9 +46,9 @@ func (s *NodeSuite) TestCreateWaitFinalize() {
 	})).Return(job, nil).Once()
 	s.env.OnActivity(s.a.WaitJob, mock.Anything, activities.WaitJobInput{Job: job, TimeoutSeconds: 600}).
 		Return(activities.JobEnd{Outcome: api.OutcomeSucceeded, Reason: "Completed"}, nil).Once()
-	s.env.OnActivity(s.a.FinalizeJob, mock.Anything, mock.MatchedBy(func(in activities.FinalizeInput) bool {
+	finalizedOnce(s.env, s.a, func(in activities.FinalizeInput) bool {
 		return in.Job != nil && in.Job.UID == "u1" && in.End.Outcome == api.OutcomeSucceeded && in.KeepJobs == api.KeepFailed
-	})).Return(activities.FinalizeResult{}, nil).Once()
+	})
 	executeNodeAsChild(s.env, NodeRollout, api.NodeRolloutWorkflow, nodeInput())
 	s.Require().NoError(s.env.GetWorkflowError())
 	var r api.NodeResult
@@ -84,9 +84,9 @@ func (s *NodeSuite) failedResult() api.NodeResult {
 func (s *NodeSuite) TestNodeGoneBeforeCreate() {
 	s.env.OnActivity(s.a.CreateJob, mock.Anything, mock.Anything).Return(activities.JobRef{},
 		temporal.NewNonRetryableApplicationError("node node-a not found", api.ErrNodeGone, nil)).Once()
-	s.env.OnActivity(s.a.FinalizeJob, mock.Anything, mock.MatchedBy(func(in activities.FinalizeInput) bool {
+	finalizedOnce(s.env, s.a, func(in activities.FinalizeInput) bool {
 		return in.Job == nil && in.End.Outcome == api.OutcomeNodeGone
-	})).Return(activities.FinalizeResult{}, nil).Once()
+	})
 	executeNodeAsChild(s.env, NodeRollout, api.NodeRolloutWorkflow, nodeInput())
 	r := s.failedResult()
 	s.Equal(api.OutcomeNodeGone, r.Outcome)
@@ -312,9 +312,9 @@ func TestRunJobOutlastedIsLeftToWaitJobThenFinalized(t *testing.T) {
 	env.OnActivity(a.RunJob, mock.Anything, mock.Anything).Return(activities.RunJobResult{Job: oneStepJob, Running: true}, nil).Once()
 	env.OnActivity(a.WaitJob, mock.Anything, activities.WaitJobInput{Job: oneStepJob, TimeoutSeconds: 600}).
 		Return(activities.JobEnd{Outcome: api.OutcomeFailed, Reason: "BackoffLimitExceeded"}, nil).Once()
-	env.OnActivity(a.FinalizeJob, mock.Anything, mock.MatchedBy(func(in activities.FinalizeInput) bool {
+	finalizedOnce(env, a, func(in activities.FinalizeInput) bool {
 		return in.Job != nil && in.Job.UID == "u1" && in.End.Outcome == api.OutcomeFailed
-	})).Return(activities.FinalizeResult{}, nil).Once()
+	})
 	runAsOneStep(t, env, a, "create", "watch")
 	requireNodeFailed(t, env)
 	env.AssertExpectations(t)
@@ -325,9 +325,9 @@ func TestRunJobWhoseFinalizeFailedFinalizesAgain(t *testing.T) {
 	env, a := newTestEnv(nil)
 	end := activities.JobEnd{Outcome: api.OutcomeSucceeded, Reason: "Completed"}
 	env.OnActivity(a.RunJob, mock.Anything, mock.Anything).Return(activities.RunJobResult{Job: oneStepJob, End: end}, nil).Once()
-	env.OnActivity(a.FinalizeJob, mock.Anything, mock.MatchedBy(func(in activities.FinalizeInput) bool {
+	finalizedOnce(env, a, func(in activities.FinalizeInput) bool {
 		return in.Job != nil && in.Job.UID == "u1" && in.End == end
-	})).Return(activities.FinalizeResult{}, nil).Once()
+	})
 	runAsOneStep(t, env, a, "create", "watch", "wait")
 	require.NoError(t, env.GetWorkflowError())
 	env.AssertExpectations(t)
@@ -338,9 +338,9 @@ func TestRunJobRefusedCreateFinalizesWithoutAJob(t *testing.T) {
 	env, a := newTestEnv(nil)
 	env.OnActivity(a.RunJob, mock.Anything, mock.Anything).
 		Return(activities.RunJobResult{}, temporal.NewNonRetryableApplicationError("bad template", api.ErrInvalidRequest, nil)).Once()
-	env.OnActivity(a.FinalizeJob, mock.Anything, mock.MatchedBy(func(in activities.FinalizeInput) bool {
+	finalizedOnce(env, a, func(in activities.FinalizeInput) bool {
 		return in.Job == nil && in.End.Outcome == api.OutcomeFailed
-	})).Return(activities.FinalizeResult{}, nil).Once()
+	})
 	runAsOneStep(t, env, a, "create", "watch", "wait")
 	require.Error(t, env.GetWorkflowError())
 	env.AssertExpectations(t)
@@ -420,9 +420,9 @@ func TestShortJobEndsWithinTheWatchWithoutWaitJob(t *testing.T) {
 		ForSeconds:   nodeWatchSeconds,
 	}).Return(activities.JobWatch{End: activities.JobEnd{Outcome: api.OutcomeSucceeded, Reason: "Completed"}}, nil).Once()
 	env.OnActivity(a.WaitJob, mock.Anything, mock.Anything).Return(activities.JobEnd{}, errors.New("WaitJob must not run")).Never()
-	env.OnActivity(a.FinalizeJob, mock.Anything, mock.MatchedBy(func(in activities.FinalizeInput) bool {
+	finalizedOnce(env, a, func(in activities.FinalizeInput) bool {
 		return in.Job != nil && in.Job.UID == "u1" && in.End.Outcome == api.OutcomeSucceeded
-	})).Return(activities.FinalizeResult{}, nil).Once()
+	})
 	executeNodeAsChild(env, NodeRolloutV2, api.NodeRolloutV2Workflow, watchedInput())
 	require.NoError(t, env.GetWorkflowError())
 	env.AssertExpectations(t)
@@ -434,9 +434,9 @@ func TestJobThatOutlastsTheWatchIsLeftToWaitJob(t *testing.T) {
 	env.OnActivity(a.WatchJob, mock.Anything, mock.Anything).Return(activities.JobWatch{Running: true}, nil).Once()
 	env.OnActivity(a.WaitJob, mock.Anything, activities.WaitJobInput{Job: watchedJob, TimeoutSeconds: 600}).
 		Return(activities.JobEnd{Outcome: api.OutcomeFailed, Reason: "BackoffLimitExceeded"}, nil).Once()
-	env.OnActivity(a.FinalizeJob, mock.Anything, mock.MatchedBy(func(in activities.FinalizeInput) bool {
+	finalizedOnce(env, a, func(in activities.FinalizeInput) bool {
 		return in.End.Outcome == api.OutcomeFailed
-	})).Return(activities.FinalizeResult{}, nil).Once()
+	})
 	executeNodeAsChild(env, NodeRolloutV2, api.NodeRolloutV2Workflow, watchedInput())
 	requireNodeFailed(t, env)
 	env.AssertExpectations(t)
@@ -544,9 +544,9 @@ func TestFinalizeIsToldTheRun(t *testing.T) {
 		return watchedJob, nil
 	}).Once()
 	env.OnActivity(a.WatchJob, mock.Anything, mock.Anything).Return(activities.JobWatch{End: activities.JobEnd{Outcome: api.OutcomeSucceeded}}, nil).Once()
-	env.OnActivity(a.FinalizeJob, mock.Anything, mock.MatchedBy(func(in activities.FinalizeInput) bool {
+	finalizedOnce(env, a, func(in activities.FinalizeInput) bool {
 		return runID != "" && in.RunID == runID
-	})).Return(activities.FinalizeResult{}, nil).Once()
+	})
 	executeNodeAsChild(env, NodeRolloutV2, api.NodeRolloutV2Workflow, watchedInput())
 	require.NoError(t, env.GetWorkflowError())
 	env.AssertExpectations(t)

@@ -205,3 +205,9 @@ func zFailsOthersRun(env *testsuite.TestWorkflowEnvironment, others time.Duratio
 	starts = func(node string) []string { mu.Lock(); defer mu.Unlock(); return started[node] }
 	return zFailed, starts
 }
+
+// finalizedOnce expects one FinalizeJob of an input that match accepts: the node tests differ
+// only in what the node finalizes (which Job, which end), so each says just that.
+func finalizedOnce(env *testsuite.TestWorkflowEnvironment, a *activities.Activities, match func(activities.FinalizeInput) bool) {
+	env.OnActivity(a.FinalizeJob, mock.Anything, mock.MatchedBy(match)).Return(activities.FinalizeResult{}, nil).Once()
+}
