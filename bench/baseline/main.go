@@ -36,21 +36,15 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
-	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/tools/pager"
 
 	"github.com/noderollout/noderollout/bench/nodejob"
 )
 
 type options struct {
-	kubeconfig  string
-	namespace   string
+	nodejob.Flags
 	selector    string
-	template    string
 	parallelism int
-	qps         float64
-	burst       int
-	run         string
 	minimal     bool
 	waitStart   bool
 }
@@ -67,14 +61,9 @@ type Result struct {
 func main() {
 	var o options
 	fs := pflag.NewFlagSet("baseline", pflag.ExitOnError)
-	fs.StringVar(&o.kubeconfig, "kubeconfig", os.Getenv("KUBECONFIG"), "kubeconfig")
-	fs.StringVar(&o.namespace, "namespace", "default", "namespace of the Jobs")
+	o.Add(fs, "baseline")
 	fs.StringVar(&o.selector, "selector", "", "label selector of the nodes")
-	fs.StringVar(&o.template, "template", "", "file holding the batch/v1 Job template; {{node}} is replaced by the node name")
 	fs.IntVar(&o.parallelism, "parallelism", 100, "Jobs in flight at most")
-	fs.Float64Var(&o.qps, "kube-qps", 1000, "client queries per second")
-	fs.IntVar(&o.burst, "kube-burst", 2000, "client burst")
-	fs.StringVar(&o.run, "run", "baseline", "label value marking this run's Jobs")
 	fs.BoolVar(&o.minimal, "minimal", false, "only create and delete the Jobs: no Node read, Node annotation, Event or failed-Pod diagnosis")
 	fs.BoolVar(&o.waitStart, "wait-start", false, `print "ready" when the informer has synced, then wait for a line on stdin before starting`)
 	_ = fs.Parse(os.Args[1:])
@@ -89,20 +78,14 @@ func main() {
 }
 
 func run(ctx context.Context, o options) (Result, error) {
-	if o.selector == "" || o.template == "" || o.parallelism < 1 {
+	if o.selector == "" || o.Template == "" || o.parallelism < 1 {
 		return Result{}, errors.New("--selector, --template and a positive --parallelism are required")
 	}
-	text, err := os.ReadFile(o.template)
+	text, err := os.ReadFile(o.Template)
 	if err != nil {
 		return Result{}, err
 	}
-	cfg, err := clientcmd.BuildConfigFromFlags("", o.kubeconfig)
-	if err != nil {
-		return Result{}, err
-	}
-	cfg.QPS, cfg.Burst, cfg.UserAgent = float32(o.qps), o.burst, "noderollout-baseline"
-	nodejob.UseProtobuf(cfg)
-	kube, err := kubernetes.NewForConfig(cfg)
+	kube, err := o.Client("noderollout-baseline")
 	if err != nil {
 		return Result{}, err
 	}
@@ -174,7 +157,7 @@ type dispatcher struct {
 
 func newDispatcher(kube kubernetes.Interface, o options, template string) *dispatcher {
 	return &dispatcher{kube: kube, o: o, slots: make(chan struct{}, o.parallelism), handled: map[string]bool{},
-		calls: &nodejob.Calls{Kube: kube, Namespace: o.namespace, Run: o.run, Template: template, Prefix: "bl-",
+		calls: &nodejob.Calls{Kube: kube, Namespace: o.Namespace, Run: o.Run, Template: template, Prefix: "bl-",
 			Minimal: o.minimal, Log: prefixed{os.Stderr}}}
 }
 
@@ -184,7 +167,7 @@ type prefixed struct{ w *os.File }
 func (p prefixed) Write(b []byte) (int, error) { return fmt.Fprintf(p.w, "baseline: %s", b) }
 
 func (d *dispatcher) startInformer(ctx context.Context) error {
-	inf, err := nodejob.NewJobInformer(d.kube, d.o.namespace, d.o.run, func(job *batchv1.Job) { d.observe(ctx, job) })
+	inf, err := nodejob.NewJobInformer(d.kube, d.o.Namespace, d.o.Run, func(job *batchv1.Job) { d.observe(ctx, job) })
 	if err != nil {
 		return err
 	}

@@ -12,6 +12,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 
+	"github.com/noderollout/noderollout/bench/nodejob"
 	"github.com/noderollout/noderollout/internal/testjob"
 )
 
@@ -21,7 +22,7 @@ var testTemplate = testjob.YAML("", "work")
 func calls(t *testing.T, minimal, succeeded bool) []string {
 	t.Helper()
 	kube := fake.NewClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}})
-	d := newDispatcher(kube, options{namespace: "ns", run: "r1", minimal: minimal, parallelism: 1}, testTemplate)
+	d := newDispatcher(kube, options{Flags: nodejob.Flags{Namespace: "ns", Run: "r1"}, minimal: minimal, parallelism: 1}, testTemplate)
 	ctx := context.Background()
 	d.slots <- struct{}{}
 	d.wg.Add(1)
@@ -60,7 +61,7 @@ func TestMinimalBaselineOnlyDeletes(t *testing.T) {
 func TestFullBaselineReadsTheNodeWithTheCreate(t *testing.T) {
 	for _, minimal := range []bool{false, true} {
 		kube := fake.NewClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}})
-		d := newDispatcher(kube, options{namespace: "ns", run: "r1", minimal: minimal, parallelism: 1}, testTemplate)
+		d := newDispatcher(kube, options{Flags: nodejob.Flags{Namespace: "ns", Run: "r1"}, minimal: minimal, parallelism: 1}, testTemplate)
 		d.create(context.Background(), "n1")
 		var got []string
 		for _, a := range kube.Actions() {

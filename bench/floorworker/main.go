@@ -18,19 +18,15 @@ import (
 	"go.temporal.io/sdk/worker"
 	"go.temporal.io/sdk/workflow"
 	batchv1 "k8s.io/api/batch/v1"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
-	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/noderollout/noderollout/bench/floor"
 	"github.com/noderollout/noderollout/bench/nodejob"
 )
 
 type options struct {
-	address, taskQueue, listen           string
-	kubeconfig, namespace, template, run string
-	qps                                  float64
-	burst                                int
+	nodejob.Flags
+	address, taskQueue, listen string
 }
 
 func main() {
@@ -38,12 +34,7 @@ func main() {
 	pflag.StringVar(&o.address, "temporal-address", "127.0.0.1:7233", "Temporal frontend")
 	pflag.StringVar(&o.taskQueue, "task-queue", "", "task queue to serve")
 	pflag.StringVar(&o.listen, "metrics-listen", "127.0.0.1:0", "address of /readyz")
-	pflag.StringVar(&o.kubeconfig, "kubeconfig", os.Getenv("KUBECONFIG"), "kubeconfig")
-	pflag.StringVar(&o.namespace, "namespace", "default", "namespace of the Jobs")
-	pflag.StringVar(&o.template, "template", "", "file holding the batch/v1 Job template; {{node}} is replaced by the node name")
-	pflag.StringVar(&o.run, "run", "floor", "label value marking this run's Jobs")
-	pflag.Float64Var(&o.qps, "kube-qps", 1000, "client queries per second")
-	pflag.IntVar(&o.burst, "kube-burst", 2000, "client burst")
+	o.Add(pflag.CommandLine, "floor")
 	pflag.Parse()
 	if err := run(o); err != nil {
 		fmt.Fprintln(os.Stderr, "floorworker:", err)
@@ -52,27 +43,21 @@ func main() {
 }
 
 func run(o options) error {
-	if o.taskQueue == "" || o.template == "" {
+	if o.taskQueue == "" || o.Template == "" {
 		return errors.New("--task-queue and --template are required")
 	}
-	text, err := os.ReadFile(o.template)
+	text, err := os.ReadFile(o.Template)
 	if err != nil {
 		return err
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	cfg, err := clientcmd.BuildConfigFromFlags("", o.kubeconfig)
-	if err != nil {
-		return err
-	}
-	cfg.QPS, cfg.Burst, cfg.UserAgent = float32(o.qps), o.burst, "noderollout-floor"
-	nodejob.UseProtobuf(cfg)
-	kube, err := kubernetes.NewForConfig(cfg)
+	kube, err := o.Client("noderollout-floor")
 	if err != nil {
 		return err
 	}
 	ends := nodejob.NewEnds()
-	inf, err := nodejob.NewJobInformer(kube, o.namespace, o.run, func(job *batchv1.Job) { ends.Observe(job) })
+	inf, err := nodejob.NewJobInformer(kube, o.Namespace, o.Run, func(job *batchv1.Job) { ends.Observe(job) })
 	if err != nil {
 		return err
 	}
@@ -80,7 +65,7 @@ func run(o options) error {
 	if !cache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
 		return errors.New("job informer did not sync")
 	}
-	acts := &floor.Activities{Ends: ends, Calls: &nodejob.Calls{Kube: kube, Namespace: o.namespace, Run: o.run,
+	acts := &floor.Activities{Ends: ends, Calls: &nodejob.Calls{Kube: kube, Namespace: o.Namespace, Run: o.Run,
 		Template: string(text), Prefix: "fl-", Log: os.Stderr}}
 
 	tc, err := client.Dial(client.Options{HostPort: o.address})
