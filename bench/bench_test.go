@@ -14,6 +14,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
 	"sigs.k8s.io/yaml"
+
+	"github.com/noderollout/noderollout/bench/fakestats"
 )
 
 func TestClassify(t *testing.T) {
@@ -231,7 +233,7 @@ func TestReleaseJobsDropsFinalizers(t *testing.T) {
 func TestReportOfAFakeFleetRun(t *testing.T) {
 	cfg := config{mode: "quick", parallelism: 200, jobSeconds: 5}
 	fake := &result{System: systemNoderollout, Nodes: 1000, MakespanS: 100, ContinueAsNew: 4,
-		FakeKube: &fakeKubeStats{NodeLists: 6, FirstPageLists: 1, Jobs: 1002, MostAtOnce: 200},
+		FakeKube: &fakestats.Stats{NodeLists: 6, FirstPageLists: 1, Jobs: 1002, MostAtOnce: 200},
 		History:  &historyStats{CANDrainSeconds: 20}}
 	report := markdownReport(cfg, "r1", time.Now(), []*result{fake})
 	assert.Contains(t, report, "`dev/bench.sh scale`")

@@ -6,16 +6,9 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
-)
 
-// fakeKubeStats is what bench/fakeworker's fake cluster counted (its GET /fake).
-type fakeKubeStats struct {
-	NodeLists      int `json:"nodeLists"`
-	FirstPageLists int `json:"firstPageLists"`
-	Jobs           int `json:"jobs"`    // RunJob calls
-	Adopted        int `json:"adopted"` // of them, calls again for a node run whose Job existed
-	MostAtOnce     int `json:"mostAtOnce"`
-}
+	"github.com/noderollout/noderollout/bench/fakestats"
+)
 
 // startFakeKube starts bench/fakeworker serving the task queue: noderollout's workflows over a
 // fake fleet of n Nodes whose Jobs each run jobSeconds.
@@ -28,14 +21,14 @@ func startFakeKube(ctx context.Context, bin, temporalAddress, taskQueue, logPath
 }
 
 // fakeStats reads the fake cluster's counts; nil (logged) when they cannot be read.
-func (w *workerProc) fakeStats() *fakeKubeStats {
+func (w *workerProc) fakeStats() *fakestats.Stats {
 	resp, err := http.Get("http://" + w.metricsAddr + "/fake")
 	if err != nil {
 		logf("fake cluster counts: %v", err)
 		return nil
 	}
 	defer resp.Body.Close()
-	var st fakeKubeStats
+	var st fakestats.Stats
 	if err := json.NewDecoder(resp.Body).Decode(&st); err != nil {
 		logf("fake cluster counts: %v", fmt.Errorf("GET /fake: %w", err))
 		return nil

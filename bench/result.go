@@ -6,6 +6,8 @@ import (
 	"runtime"
 	"sort"
 	"time"
+
+	"github.com/noderollout/noderollout/bench/fakestats"
 )
 
 // result is one system's rollout on one fleet size: what the table, CSV and plot show.
@@ -73,7 +75,7 @@ type result struct {
 	WatchQueriesPerMinute float64            `json:"watchQueriesPerMinute,omitempty"`
 
 	// FakeKube is what the fake cluster of a --fake-kube-bin run counted.
-	FakeKube *fakeKubeStats `json:"fakeKube,omitempty"`
+	FakeKube *fakestats.Stats `json:"fakeKube,omitempty"`
 
 	// Peer is what only the peer's runs (suc, suc-qps) measure.
 	Peer *peerStats `json:"peer,omitempty"`

@@ -31,6 +31,7 @@ import (
 	"github.com/noderollout/noderollout/activities"
 	"github.com/noderollout/noderollout/activities/jobspec"
 	"github.com/noderollout/noderollout/api"
+	"github.com/noderollout/noderollout/bench/fakestats"
 	"github.com/noderollout/noderollout/internal/metrics"
 	"github.com/noderollout/noderollout/internal/nodepager"
 	"github.com/noderollout/noderollout/workflows"
@@ -75,7 +76,7 @@ func run(o options) error {
 	srv := metrics.Serve(o.listen, collector, health, metrics.BuildInfo{Version: "fakeworker"}, true)
 	srv.Handler.(*http.ServeMux).HandleFunc("/fake", func(w http.ResponseWriter, _ *http.Request) {
 		lists, firstPages := pager.Lists()
-		_ = json.NewEncoder(w).Encode(fakeStats{NodeLists: lists, FirstPageLists: firstPages, Jobs: cluster.jobs(), Adopted: cluster.adoptedJobs(), MostAtOnce: cluster.most()})
+		_ = json.NewEncoder(w).Encode(fakestats.Stats{NodeLists: lists, FirstPageLists: firstPages, Jobs: cluster.jobs(), Adopted: cluster.adoptedJobs(), MostAtOnce: cluster.most()})
 	})
 	go func() { _ = srv.ListenAndServe() }()
 	defer srv.Close()
@@ -117,14 +118,6 @@ func cloudNames(n int) []string {
 	}
 	sort.Strings(names)
 	return names
-}
-
-type fakeStats struct {
-	NodeLists      int `json:"nodeLists"`
-	FirstPageLists int `json:"firstPageLists"`
-	Jobs           int `json:"jobs"`    // RunJob calls
-	Adopted        int `json:"adopted"` // of them, calls again for a node run whose Job exists
-	MostAtOnce     int `json:"mostAtOnce"`
 }
 
 // fakeCluster is the activities a plain rollout calls, as a cluster that runs every Job for
