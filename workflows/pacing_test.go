@@ -241,8 +241,7 @@ func (s *RolloutSuite) TestCanariesBySelectorThenApprovalViaUpdate() {
 			OnReject: func(err error) { accepted = err }, OnAccept: func() {}, OnComplete: func(_ any, err error) { accepted = err },
 		}, api.ApproveRequest{Note: "canaries look fine"})
 	}, 2*time.Hour)
-	s.env.ExecuteWorkflow(api.RolloutWorkflow, req)
-	r := s.result()
+	r := s.runToEnd(req)
 	s.Equal(8, r.Counts.Succeeded)
 	s.Equal(8, r.Selected)
 	s.Require().Error(early)
@@ -349,8 +348,7 @@ func (s *RolloutSuite) TestCanarySelectorCountsOnlyTheRolloutsOwnNodes() {
 	req := request("node-00120", "node-00240", "web-1", "web-2")
 	req.Parallelism = 4
 	req.Canary = &api.Canary{Selector: "canary=true"}
-	s.env.ExecuteWorkflow(api.RolloutWorkflow, req)
-	r := s.result()
+	r := s.runToEnd(req)
 	s.Equal(4, r.Counts.Succeeded)
 	s.Equal(4, r.Selected)
 	s.Require().Len(s.runs, 4)

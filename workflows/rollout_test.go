@@ -149,6 +149,13 @@ func request(nodes ...string) api.RolloutRequest {
 	return api.RolloutRequest{Name: "demo", Namespace: "jobs", Nodes: nodes, JobTemplate: sampleTemplate}
 }
 
+// runToEnd runs req to its end and returns its result: most tests check only what the
+// rollout reports, and result requires that it ended without a workflow error.
+func (s *RolloutSuite) runToEnd(req api.RolloutRequest) api.RolloutResult {
+	s.env.ExecuteWorkflow(api.RolloutWorkflow, req)
+	return s.result()
+}
+
 func (s *RolloutSuite) result() api.RolloutResult {
 	s.True(s.env.IsWorkflowCompleted())
 	var r api.RolloutResult
@@ -160,8 +167,7 @@ func (s *RolloutSuite) result() api.RolloutResult {
 func (s *RolloutSuite) TestHappyPathRunsEveryNodeOnceWithinParallelism() {
 	req := request(nodeNames(23)...)
 	req.Parallelism = 5
-	s.env.ExecuteWorkflow(api.RolloutWorkflow, req)
-	r := s.result()
+	r := s.runToEnd(req)
 	s.Equal(23, r.Counts.Succeeded)
 	s.Equal(23, r.Selected)
 	s.Len(s.runs, 23)
@@ -228,8 +234,7 @@ func (s *RolloutSuite) TestPercentBudgetAllowsFailuresWithinShare() {
 	s.jobFn = s.runFor(func(node string) (time.Duration, bool) { return time.Minute, node != "node-00003" })
 	req := request(nodeNames(10)...)
 	req.MaxFailures = "10%"
-	s.env.ExecuteWorkflow(api.RolloutWorkflow, req)
-	r := s.result()
+	r := s.runToEnd(req)
 	s.Equal(9, r.Counts.Succeeded)
 	s.Equal(1, r.Counts.Failed)
 	s.Require().Len(r.Failures, 1)
@@ -246,8 +251,7 @@ func (s *RolloutSuite) TestOneSlowFailingNodeDoesNotDelayOthers() {
 	req := request(nodeNames(10)...)
 	req.Parallelism = 2
 	req.MaxFailures = "1"
-	s.env.ExecuteWorkflow(api.RolloutWorkflow, req)
-	r := s.result()
+	r := s.runToEnd(req)
 	s.Equal(9, r.Counts.Succeeded)
 	var slowEnd, lastFast time.Time
 	for _, run := range s.runs {
@@ -273,8 +277,7 @@ func (s *RolloutSuite) TestPauseStopsLaunchesAndResumeRestarts() {
 	s.env.RegisterDelayedCallback(func() {
 		atResume = s.query()
 	}, time.Hour+time.Second)
-	s.env.ExecuteWorkflow(api.RolloutWorkflow, req)
-	r := s.result()
+	r := s.runToEnd(req)
 	s.Equal(6, r.Counts.Succeeded)
 	s.True(atPause.Paused)
 	s.Equal("paused", atPause.Phase)
@@ -323,8 +326,7 @@ func (s *RolloutSuite) TestRerunSkipsDoneNodesUnlessAsked() {
 	s.fleet = nodeNames(8)
 	s.done["node-00001"], s.done["node-00005"] = true, true
 	req := api.RolloutRequest{Name: "demo", NodeSelector: "pool=a", JobTemplate: sampleTemplate}
-	s.env.ExecuteWorkflow(api.RolloutWorkflow, req)
-	r := s.result()
+	r := s.runToEnd(req)
 	s.Equal(6, r.Counts.Succeeded)
 	s.Equal(2, r.Counts.Skipped)
 	for _, run := range s.runs {
@@ -336,8 +338,7 @@ func (s *RolloutSuite) TestRerunTrueRunsDoneNodesToo() {
 	s.fleet = nodeNames(8)
 	s.done["node-00001"] = true
 	req := api.RolloutRequest{Name: "demo", NodeSelector: "pool=a", JobTemplate: sampleTemplate, Rerun: true}
-	s.env.ExecuteWorkflow(api.RolloutWorkflow, req)
-	r := s.result()
+	r := s.runToEnd(req)
 	s.Equal(8, r.Counts.Succeeded)
 	s.Equal(0, r.Counts.Skipped)
 }
@@ -346,8 +347,7 @@ func (s *RolloutSuite) TestDryRunStartsNoChild() {
 	s.fleet = nodeNames(5)
 	s.done["node-00002"] = true
 	req := api.RolloutRequest{Name: "demo", NodeSelector: "pool=a", JobTemplate: sampleTemplate, DryRun: true}
-	s.env.ExecuteWorkflow(api.RolloutWorkflow, req)
-	r := s.result()
+	r := s.runToEnd(req)
 	s.Empty(s.runs)
 	s.Require().Len(r.Planned, 5)
 	s.Equal("done", r.Planned[2].Skip)
@@ -379,8 +379,7 @@ func (s *RolloutSuite) TestMissingExplicitNodesBecomeNodeGone() {
 	s.listFn = func(context.Context, activities.ListNodesInput) (activities.ListNodesResult, error) {
 		return activities.ListNodesResult{Nodes: []string{"a", "c"}, Missing: []string{"b"}, Next: "c", Total: 3}, nil
 	}
-	s.env.ExecuteWorkflow(api.RolloutWorkflow, request("a", "b", "c"))
-	r := s.result()
+	r := s.runToEnd(request("a", "b", "c"))
 	s.Equal(2, r.Counts.Succeeded)
 	s.Equal(1, r.Counts.NodeGone)
 	s.Len(s.runs, 2)
