@@ -335,6 +335,13 @@ func waitEnd(t *testing.T, result <-chan waitResult) JobEnd {
 	return r.end
 }
 
+// requireEndsAs requires that WaitJob returned an end of outcome, for the tests that ask nothing
+// else of the end.
+func requireEndsAs(t *testing.T, result <-chan waitResult, outcome api.Outcome) {
+	t.Helper()
+	require.Equal(t, outcome, waitEnd(t, result).Outcome)
+}
+
 func receive[T any](t *testing.T, c <-chan T, what string) T {
 	t.Helper()
 	select {
@@ -443,8 +450,7 @@ func TestWaitJobTrustsTheInformerForANewJob(t *testing.T) {
 	done.Status.Conditions = []batchv1.JobCondition{{Type: batchv1.JobComplete, Status: corev1.ConditionTrue}}
 	_, err := cs.BatchV1().Jobs(testNamespace).Create(t.Context(), done, metav1.CreateOptions{})
 	require.NoError(t, err)
-	end := waitEnd(t, result)
-	require.Equal(t, api.OutcomeSucceeded, end.Outcome)
+	requireEndsAs(t, result, api.OutcomeSucceeded)
 	require.Zero(t, countActions(cs, "get", "jobs"), "no polling read")
 }
 
@@ -495,8 +501,7 @@ func TestWaitJobDeadlineReachedWhileWaiting(t *testing.T) {
 	}
 	clk.Advance(2 * time.Minute)
 
-	end := waitEnd(t, result)
-	require.Equal(t, api.OutcomeTimedOut, end.Outcome)
+	requireEndsAs(t, result, api.OutcomeTimedOut)
 	requireDelete(t, cs, job.Name, metav1.DeletePropagationForeground)
 }
 
@@ -619,8 +624,7 @@ func TestWaitJobAwaitsThePodsOfAFinishedJob(t *testing.T) {
 	pod.Status.Phase = corev1.PodSucceeded
 	_, err := cs.CoreV1().Pods(testNamespace).UpdateStatus(t.Context(), pod, metav1.UpdateOptions{})
 	require.NoError(t, err)
-	end := waitEnd(t, result)
-	require.Equal(t, api.OutcomeSucceeded, end.Outcome)
+	requireEndsAs(t, result, api.OutcomeSucceeded)
 	require.Zero(t, countActions(cs, "delete", "jobs"), "a finished Job is left to FinalizeJob")
 }
 
@@ -636,8 +640,7 @@ func TestWaitJobTrustsTheJobControllersPodCount(t *testing.T) {
 	a.TrustJobPodCounts = true // the API server says 1.31 or later
 	cs.ClearActions()
 	result, _ := waitJob(t, newEnv(a), a, WaitJobInput{Job: refOf(job, "node-a")})
-	end := waitEnd(t, result)
-	require.Equal(t, api.OutcomeSucceeded, end.Outcome)
+	requireEndsAs(t, result, api.OutcomeSucceeded)
 	require.Empty(t, actions(cs), "no Pod list, no Job GET")
 }
 
