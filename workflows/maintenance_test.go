@@ -310,21 +310,11 @@ type activityTimeouts struct {
 }
 
 func (a *activityTimeouts) interceptor() interceptor.WorkerInterceptor {
-	return outbound(func(next interceptor.WorkflowOutboundInterceptor) interceptor.WorkflowOutboundInterceptor {
-		return &activityTimeoutsOutbound{WorkflowOutboundInterceptorBase: interceptor.WorkflowOutboundInterceptorBase{Next: next}, a: a}
-	})
-}
-
-type activityTimeoutsOutbound struct {
-	interceptor.WorkflowOutboundInterceptorBase
-	a *activityTimeouts
-}
-
-func (o *activityTimeoutsOutbound) ExecuteActivity(ctx workflow.Context, activityType string, args ...any) workflow.Future {
-	o.a.mu.Lock()
-	o.a.opts[activityType] = append(o.a.opts[activityType], workflow.GetActivityOptions(ctx))
-	o.a.mu.Unlock()
-	return o.Next.ExecuteActivity(ctx, activityType, args...)
+	return outboundSeen{activity: func(ctx workflow.Context, activityType string) {
+		a.mu.Lock()
+		a.opts[activityType] = append(a.opts[activityType], workflow.GetActivityOptions(ctx))
+		a.mu.Unlock()
+	}}.interceptor()
 }
 
 // TestMaintenanceHealthOutlastsAnAPIServerOutage: the health gate and the soak enforce their

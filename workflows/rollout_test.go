@@ -679,22 +679,12 @@ type childMemos struct {
 }
 
 func (c *childMemos) interceptor() interceptor.WorkerInterceptor {
-	return outbound(func(next interceptor.WorkflowOutboundInterceptor) interceptor.WorkflowOutboundInterceptor {
-		return &childMemosOutbound{WorkflowOutboundInterceptorBase: interceptor.WorkflowOutboundInterceptorBase{Next: next}, c: c}
-	})
-}
-
-type childMemosOutbound struct {
-	interceptor.WorkflowOutboundInterceptorBase
-	c *childMemos
-}
-
-func (o *childMemosOutbound) ExecuteChildWorkflow(ctx workflow.Context, childType string, args ...any) workflow.ChildWorkflowFuture {
-	opts := workflow.GetChildWorkflowOptions(ctx)
-	o.c.mu.Lock()
-	o.c.memos[opts.WorkflowID] = opts.Memo
-	o.c.mu.Unlock()
-	return o.Next.ExecuteChildWorkflow(ctx, childType, args...)
+	return outboundSeen{child: func(ctx workflow.Context) {
+		opts := workflow.GetChildWorkflowOptions(ctx)
+		c.mu.Lock()
+		c.memos[opts.WorkflowID] = opts.Memo
+		c.mu.Unlock()
+	}}.interceptor()
 }
 
 // TestFleetPassesItsRequesterToTheClusterRollouts: each cluster's Rollout carries the fleet's

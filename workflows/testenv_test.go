@@ -137,6 +137,38 @@ func (i *outboundInit) Init(next interceptor.WorkflowOutboundInterceptor) error 
 	return i.Next.Init(i.wrap(next))
 }
 
+// outboundSeen shows each activity and each child workflow a workflow starts to its hooks
+// (either may be nil) before passing it on: the recorders of these tests look only, and this
+// is their outbound interceptor, written once.
+type outboundSeen struct {
+	interceptor.WorkflowOutboundInterceptorBase
+	activity func(ctx workflow.Context, activityType string)
+	child    func(ctx workflow.Context)
+}
+
+// interceptor sees the outbound calls of every workflow, each through its own copy of o.
+func (o outboundSeen) interceptor() interceptor.WorkerInterceptor {
+	return outbound(func(next interceptor.WorkflowOutboundInterceptor) interceptor.WorkflowOutboundInterceptor {
+		seen := o
+		seen.Next = next
+		return &seen
+	})
+}
+
+func (o *outboundSeen) ExecuteActivity(ctx workflow.Context, activityType string, args ...any) workflow.Future {
+	if o.activity != nil {
+		o.activity(ctx, activityType)
+	}
+	return o.Next.ExecuteActivity(ctx, activityType, args...)
+}
+
+func (o *outboundSeen) ExecuteChildWorkflow(ctx workflow.Context, childType string, args ...any) workflow.ChildWorkflowFuture {
+	if o.child != nil {
+		o.child(ctx)
+	}
+	return o.Next.ExecuteChildWorkflow(ctx, childType, args...)
+}
+
 // requireNodeFailed requires that the node workflow failed as a node that did not succeed.
 func requireNodeFailed(t *testing.T, env *testsuite.TestWorkflowEnvironment) {
 	t.Helper()
