@@ -36,9 +36,7 @@ does. With --wait, follow it to the end; exit 1 if it fails.`,
 		RunE:    run(a.startFleet),
 	}
 	fileFlag(start)
-	start.Flags().Bool("wait", false, "follow the fleet until it ends")
-	start.Flags().String("reason", "", "why, recorded with the requester (user@host) in the fleet's memo")
-	outputFlag(start)
+	startFlags(start, "follow the fleet until it ends", "the fleet's")
 	validate := &cobra.Command{
 		Use:   "validate -f FILE",
 		Short: "Check a fleet rollout request offline; exit 2 if it is bad",

@@ -216,6 +216,20 @@ func fileFlag(cmd *cobra.Command) {
 	_ = cmd.MarkFlagFilename("file", "yaml", "yml", "json")
 }
 
+// reasonFlag is --reason, which requesterMemo records beside the requester; whose names that
+// memo in the help, worded alike on every command that has it.
+func reasonFlag(cmd *cobra.Command, whose string) {
+	cmd.Flags().String("reason", "", "why, recorded with the requester (user@host) in "+whose+" memo")
+}
+
+// startFlags are the flags every command that starts a workflow of its own has (start, undo,
+// fleet start): --wait, with what it follows, --reason and -o for what it prints once started.
+func startFlags(cmd *cobra.Command, wait, whose string) {
+	cmd.Flags().Bool("wait", false, wait)
+	reasonFlag(cmd, whose)
+	outputFlag(cmd)
+}
+
 // filePath is -f, which every command that has it requires; what says what the file is.
 func (a *app) filePath(what string) (string, error) {
 	path := a.flagString("file")

@@ -34,11 +34,9 @@ With --wait, follow it to the end; exit 1 if it fails or selected no node.`,
 		RunE:    run(a.startRollout),
 	}
 	fileFlag(cmd)
-	cmd.Flags().Bool("wait", false, "follow progress until the rollout ends")
 	cmd.Flags().Bool("allow-rerun", false, "start even if a rollout of this name already completed (nodes done for this template are still skipped unless the request sets rerun)")
 	cmd.Flags().Bool("allow-empty", false, "with --wait, succeed even if the rollout selected no node")
-	cmd.Flags().String("reason", "", "why, recorded with the requester (user@host) in the rollout's memo")
-	outputFlag(cmd)
+	startFlags(cmd, "follow progress until the rollout ends", "the rollout's")
 	return cmd
 }
 

@@ -40,7 +40,7 @@ still runs, unless --allow-overlap.`,
 	create.Flags().Duration("every", 0, "interval, 1s or more, e.g. 24h")
 	create.Flags().Bool("paused", false, "create the schedule paused")
 	create.Flags().Bool("allow-overlap", false, "start a run even while the previous one runs (default: skip it)")
-	create.Flags().String("reason", "", "why, recorded with the requester (user@host) in each run's memo")
+	reasonFlag(create, "each run's")
 	create.MarkFlagsMutuallyExclusive("cron", "every")
 	list := &cobra.Command{
 		Use:   "list",

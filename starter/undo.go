@@ -37,10 +37,8 @@ template before the named rollout's was HASH (at least 8 characters).
 	cmd.Flags().String("to", "", "only the nodes whose previous template has this hash (or hash prefix)")
 	cmd.Flags().Bool("dry-run", false, "list the nodes and what each goes back to; start nothing")
 	cmd.Flags().Duration("timeout", defaultDryRunTimeout, "with --dry-run, give up when it has not finished by then")
-	cmd.Flags().Bool("wait", false, "follow the undo until it ends")
 	cmd.Flags().Bool("allow-rerun", false, "start even if an undo of this rollout already completed")
-	cmd.Flags().String("reason", "", "why, recorded with the requester (user@host) in the undo's memo")
-	outputFlag(cmd)
+	startFlags(cmd, "follow the undo until it ends", "the undo's")
 	return cmd
 }
 
