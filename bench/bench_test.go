@@ -246,3 +246,14 @@ func TestReportOfAFakeFleetRun(t *testing.T) {
 	assert.Contains(t, report, "Where a window slot's time goes")
 	assert.NotContains(t, report, "The fake fleet")
 }
+
+func TestReportSaysWhereEachSystemsHistoryBytesGo(t *testing.T) {
+	cfg := config{mode: "quick", parallelism: 100, jobSeconds: 5}
+	node := &result{System: systemNoderollout, Nodes: 100, History: &historyStats{TotalBytes: 375_600,
+		ParentBytesByType: map[string]int{"EVENT_TYPE_START_CHILD_WORKFLOW_EXECUTION_INITIATED": 57_700, "EVENT_TYPE_WORKFLOW_TASK_STARTED": 5_700},
+		ChildBytesByType:  map[string]int{"EVENT_TYPE_MARKER_RECORDED": 82_200}}}
+	old := &result{System: systemNoderollout, Nodes: 100, History: &historyStats{TotalBytes: 1}} // read before bytes by type
+	report := markdownReport(cfg, "r1", time.Now(), []*result{node, old})
+	assert.Contains(t, report, "- noderollout N=100 repetition 1, 3756 B/node: parent: start_child_workflow_execution_initiated 577, workflow_task_started 57; children: marker_recorded 822\n")
+	assert.Equal(t, 1, strings.Count(report, "B/node: parent:"), "a result without bytes by type has no line")
+}

@@ -34,7 +34,10 @@ type historyStats struct {
 	LocalAttempts    int            `json:"localAttempts"`    // sum of the markers' attempts
 	ParentByType     map[string]int `json:"parentByType"`
 	ChildByType      map[string]int `json:"childByType"`
-	ReadSeconds      float64        `json:"readSeconds"`
+	// The bytes of each event type (proto size, as TotalBytes): where a node's history goes.
+	ParentBytesByType map[string]int `json:"parentBytesByType"`
+	ChildBytesByType  map[string]int `json:"childBytesByType"`
+	ReadSeconds       float64        `json:"readSeconds"`
 	// Around each continue-as-new: the drain (last child launched -> run closed, while the
 	// window empties) and the gap (run closed -> next run's first child launched).
 	CANDrainSeconds float64 `json:"canDrainSeconds"`
@@ -71,7 +74,10 @@ type execution struct{ id, runID string }
 // workers at a time.
 func readHistories(ctx context.Context, tc client.Client, workflowID, firstRunID string, workers int) (historyStats, error) {
 	started := time.Now()
-	hs := historyStats{ParentByType: map[string]int{}, ChildByType: map[string]int{}}
+	hs := historyStats{
+		ParentByType: map[string]int{}, ChildByType: map[string]int{},
+		ParentBytesByType: map[string]int{}, ChildBytesByType: map[string]int{},
+	}
 	var children []execution
 	var pWFTq, pWFTx, pHandoff, pStart []float64
 	var lastClosed time.Time // of the previous run, when it continued as new
@@ -86,7 +92,7 @@ func readHistories(ctx context.Context, tc client.Client, workflowID, firstRunID
 		size := historyBytes(events)
 		hs.TotalBytes += size
 		hs.MaxRunBytes = max(hs.MaxRunBytes, size)
-		countTypes(hs.ParentByType, events)
+		countTypes(hs.ParentByType, hs.ParentBytesByType, events)
 		hs.countActivities(events)
 		q, x := wftLatencies(events)
 		pWFTq, pWFTx = append(pWFTq, q...), append(pWFTx, x...)
@@ -149,7 +155,7 @@ func readHistories(ctx context.Context, tc client.Client, workflowID, firstRunID
 		hs.ChildEvents += len(events)
 		size := historyBytes(events)
 		hs.TotalBytes += size
-		countTypes(hs.ChildByType, events)
+		countTypes(hs.ChildByType, hs.ChildBytesByType, events)
 		hs.countActivities(events)
 		cp.add(events)
 		return nil
@@ -181,9 +187,10 @@ func historyBytes(events []*historypb.HistoryEvent) int {
 	return n
 }
 
-func countTypes(m map[string]int, events []*historypb.HistoryEvent) {
+func countTypes(count, bytes map[string]int, events []*historypb.HistoryEvent) {
 	for _, e := range events {
-		m[e.GetEventType().String()]++
+		count[e.GetEventType().String()]++
+		bytes[e.GetEventType().String()] += proto.Size(e)
 	}
 }
 

@@ -152,6 +152,8 @@ func markdownReport(cfg config, run string, date time.Time, results []*result) s
 		b.WriteString(slotSection(results))
 	}
 
+	b.WriteString(historyBytesSection(results))
+
 	var nr []*result
 	for _, r := range results {
 		if isNoderollout(r.System) && r.History != nil {
@@ -375,7 +377,10 @@ func targets(results []*result) []string {
 	return out
 }
 
-func perNodeTypes(m map[string]int, n int) string {
+func perNodeTypes(m map[string]int, n int) string { return perNodeByType(m, n, 2) }
+
+// perNodeByType lists m's values per node, largest first, with digits decimals.
+func perNodeByType(m map[string]int, n, digits int) string {
 	type kv struct {
 		k string
 		v int
@@ -387,7 +392,7 @@ func perNodeTypes(m map[string]int, n int) string {
 	sort.Slice(list, func(i, j int) bool { return list[i].v > list[j].v || (list[i].v == list[j].v && list[i].k < list[j].k) })
 	parts := make([]string, len(list))
 	for i, e := range list {
-		parts[i] = fmt.Sprintf("%s %.2f", strings.ToLower(e.k), float64(e.v)/float64(n))
+		parts[i] = strings.ToLower(e.k) + " " + strconv.FormatFloat(float64(e.v)/float64(n), 'f', digits, 64)
 	}
 	return strings.Join(parts, ", ")
 }
@@ -613,6 +618,24 @@ func fakeFleetSection(results []*result) string {
 		fmt.Fprintf(&b, "| %s | %d | %.4f | %d | %d (%d) | %d | %d | %.1f | %.2f | %.1f%% | %.1f |\n", thousands(r.Nodes), f.NodeLists,
 			float64(f.NodeLists)/float64(r.Nodes), f.FirstPageLists, f.Jobs, f.Adopted, f.MostAtOnce, r.ContinueAsNew,
 			h.CANDrainSeconds, perCAN, 100*h.CANDrainSeconds/r.MakespanS, r.Process.PeakMB)
+	}
+	return b.String()
+}
+
+// historyBytesSection says where each system's history bytes per node go, by event type, so a
+// ratio of history sizes (noderollout ÷ temporal-floor) can be traced to the events behind it.
+func historyBytesSection(results []*result) string {
+	var b strings.Builder
+	for _, r := range results {
+		h := r.History
+		if h == nil || h.ParentBytesByType == nil || r.Nodes == 0 {
+			continue
+		}
+		if b.Len() == 0 {
+			b.WriteString("\n## History bytes per node, by event type\n\n")
+		}
+		fmt.Fprintf(&b, "- %s N=%s repetition %d, %.0f B/node: parent: %s; children: %s\n", r.System, thousands(r.Nodes), r.Rep+1,
+			float64(h.TotalBytes)/float64(r.Nodes), perNodeByType(h.ParentBytesByType, r.Nodes, 0), perNodeByType(h.ChildBytesByType, r.Nodes, 0))
 	}
 	return b.String()
 }
