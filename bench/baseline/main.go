@@ -149,14 +149,13 @@ type dispatcher struct {
 	slots chan struct{}
 	wg    sync.WaitGroup
 
-	mu      sync.Mutex
-	handled map[string]bool // Jobs seen finished
+	handled sync.Map // names of the Jobs seen finished
 
 	succeeded, failed, createFails atomic.Int64
 }
 
 func newDispatcher(kube kubernetes.Interface, o options, template string) *dispatcher {
-	return &dispatcher{kube: kube, o: o, slots: make(chan struct{}, o.parallelism), handled: map[string]bool{},
+	return &dispatcher{kube: kube, o: o, slots: make(chan struct{}, o.parallelism),
 		calls: &nodejob.Calls{Kube: kube, Namespace: o.Namespace, Run: o.Run, Template: template, Prefix: "bl-",
 			Minimal: o.minimal, Log: prefixed{os.Stderr}}}
 }
@@ -184,11 +183,7 @@ func (d *dispatcher) observe(ctx context.Context, job *batchv1.Job) {
 	if !finished {
 		return
 	}
-	d.mu.Lock()
-	seen := d.handled[job.Name]
-	d.handled[job.Name] = true
-	d.mu.Unlock()
-	if seen {
+	if _, seen := d.handled.LoadOrStore(job.Name, true); seen {
 		return
 	}
 	go d.finish(ctx, job.Name, job.Spec.Template.Spec.NodeName, succeeded)

@@ -58,7 +58,7 @@ func main() {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	r := &rebooter{kube: kube, handled: map[types.UID]bool{}}
+	r := &rebooter{kube: kube}
 	if err := r.run(ctx); err != nil {
 		log.Fatalf("fakereboot: %v", err)
 	}
@@ -66,8 +66,7 @@ func main() {
 
 type rebooter struct {
 	kube    kubernetes.Interface
-	mu      sync.Mutex
-	handled map[types.UID]bool
+	handled sync.Map // UIDs of the reboot Pods already acted on
 }
 
 func (r *rebooter) run(ctx context.Context) error {
@@ -109,11 +108,7 @@ func (r *rebooter) consider(ctx context.Context, pod *corev1.Pod) {
 	if !ok || pod.Status.Phase != corev1.PodRunning || pod.Spec.NodeName == "" || pod.DeletionTimestamp != nil {
 		return
 	}
-	r.mu.Lock()
-	seen := r.handled[pod.UID]
-	r.handled[pod.UID] = true
-	r.mu.Unlock()
-	if seen {
+	if _, seen := r.handled.LoadOrStore(pod.UID, true); seen {
 		return
 	}
 	until := "never"
