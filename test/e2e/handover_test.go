@@ -8,7 +8,23 @@ import (
 
 	"github.com/stretchr/testify/require"
 	"go.temporal.io/api/enums/v1"
+	"go.temporal.io/sdk/client"
+
+	"github.com/noderollout/noderollout/api"
 )
+
+// succeededAcrossRuns starts req over f, parallelism nodes at a time and continuing as new every
+// perRun nodes, and requires it to succeed on every node of f: the common start of the tests and
+// fixtures of a rollout spread over several runs.
+func succeededAcrossRuns(t *testing.T, f *Fleet, req api.RolloutRequest, parallelism, perRun int) (client.WorkflowRun, api.RolloutResult) {
+	t.Helper()
+	req.Parallelism = parallelism
+	req.ContinueAsNewAfter = perRun
+	run := Start(t, req)
+	res := Succeeded(t, run)
+	require.Equal(t, len(f.Nodes), res.Counts.Succeeded, "%+v", res.Counts)
+	return run, res
+}
 
 // A run that continues as new hands its nodes in flight to the next run instead of waiting for
 // them (versionHandOverInFlight), on the real server: the window does not empty at a
@@ -20,12 +36,8 @@ import (
 func TestContinueAsNewHandsNodesInFlightToTheNextRun(t *testing.T) {
 	f := NewFleet(t, 8)
 	req := f.Request("handover", 35*time.Second)
-	req.Parallelism = 4
-	req.ContinueAsNewAfter = 4
-	run := Start(t, req)
-	res := Succeeded(t, run)
+	run, res := succeededAcrossRuns(t, f, req, 4, 4)
 	requireEveryNodeOnce(t, f, res)
-	require.Equal(t, 8, res.Counts.Succeeded)
 	requireOneJobPerNode(t, f, req.Name)
 
 	rec := &recorder{}

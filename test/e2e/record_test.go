@@ -85,12 +85,7 @@ func TestRecordReplayFixtures(t *testing.T) {
 // recordContinueAsNew: 7 nodes, 3 per run, so three runs; every run and a succeeded child.
 func recordContinueAsNew(t *testing.T, rec *recorder) {
 	f := NewFleet(t, 7)
-	req := f.Request("fixture-can", time.Second)
-	req.Parallelism = 2
-	req.ContinueAsNewAfter = 3
-	run := Start(t, req)
-	res := Succeeded(t, run)
-	require.Equal(t, 7, res.Counts.Succeeded)
+	run, _ := succeededAcrossRuns(t, f, f.Request("fixture-can", time.Second), 2, 3)
 	runs := rec.chain(t, run.GetID(), run.GetRunID())
 	require.GreaterOrEqual(t, len(runs), 3, "7 nodes at 3 per run continue as new at least twice")
 	for i, h := range runs {
@@ -239,12 +234,7 @@ func recordHandOver(t *testing.T, rec *recorder) {
 // word, then runs the last two.
 func recordHandOverInFlight(t *testing.T, rec *recorder) {
 	f := NewFleet(t, 4)
-	req := f.Request("fixture-in-flight", 30*time.Second)
-	req.Parallelism = 2
-	req.ContinueAsNewAfter = 2
-	run := Start(t, req)
-	res := Succeeded(t, run)
-	require.Equal(t, 4, res.Counts.Succeeded)
+	run, _ := succeededAcrossRuns(t, f, f.Request("fixture-in-flight", 30*time.Second), 2, 2)
 	runs := rec.chain(t, run.GetID(), run.GetRunID())
 	require.Len(t, runs, 2, "the second run lists the last two nodes and ends")
 	var carried api.Progress
