@@ -240,11 +240,8 @@ func watchJobs(t *testing.T, namespace string) *jobWatch {
 		w.mu.Unlock()
 	}
 	runInformer(t, namespace, func(f informers.SharedInformerFactory) cache.SharedIndexInformer {
-		inf := f.Batch().V1().Jobs().Informer()
-		_, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: see, UpdateFunc: func(_, o any) { see(o) }})
-		require.NoError(t, err)
-		return inf
-	})
+		return f.Batch().V1().Jobs().Informer()
+	}, cache.ResourceEventHandlerFuncs{AddFunc: see, UpdateFunc: func(_, o any) { see(o) }})
 	return w
 }
 
@@ -311,14 +308,11 @@ func watchPods(t *testing.T, namespace string) *podWatch {
 		}
 	}
 	runInformer(t, namespace, func(f informers.SharedInformerFactory) cache.SharedIndexInformer {
-		inf := f.Core().V1().Pods().Informer()
-		_, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
-			AddFunc:    func(o any) { see(o, false) },
-			UpdateFunc: func(_, o any) { see(o, false) },
-			DeleteFunc: func(o any) { see(o, true) },
-		})
-		require.NoError(t, err)
-		return inf
+		return f.Core().V1().Pods().Informer()
+	}, cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(o any) { see(o, false) },
+		UpdateFunc: func(_, o any) { see(o, false) },
+		DeleteFunc: func(o any) { see(o, true) },
 	})
 	return w
 }
@@ -347,10 +341,14 @@ func (w *podWatch) intervals() []podInterval {
 	return out
 }
 
-func runInformer(t *testing.T, namespace string, pick func(informers.SharedInformerFactory) cache.SharedIndexInformer) {
+// runInformer runs the informer that pick takes from a factory of the namespace, with handler
+// on it, until the test ends; it returns once the informer has synced.
+func runInformer(t *testing.T, namespace string, pick func(informers.SharedInformerFactory) cache.SharedIndexInformer, handler cache.ResourceEventHandler) {
 	t.Helper()
 	factory := informers.NewSharedInformerFactoryWithOptions(stack.Kube, 0, informers.WithNamespace(namespace))
 	inf := pick(factory)
+	_, err := inf.AddEventHandler(handler)
+	require.NoError(t, err)
 	stop := make(chan struct{})
 	t.Cleanup(func() { close(stop) })
 	factory.Start(stop)
