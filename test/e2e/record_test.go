@@ -176,16 +176,24 @@ func recordAbortLongJob(t *testing.T, rec *recorder) {
 		enums.WORKFLOW_EXECUTION_STATUS_CANCELED, enums.WORKFLOW_EXECUTION_STATUS_COMPLETED))
 }
 
+// startHolding starts a rollout of name on node alone, with Jobs of runFor, and waits until its
+// Job is on the node: the node is then busy for another rollout of f that reaches it.
+func startHolding(t *testing.T, f *Fleet, node, name string, runFor time.Duration) client.WorkflowRun {
+	t.Helper()
+	req := f.Request(name, runFor)
+	req.NodeSelector, req.Nodes = "", []string{node}
+	run := Start(t, req)
+	waitFor(t, 60*time.Second, "the first rollout's Job on the shared node", func() bool { return len(f.Jobs(t, req.Name)[node]) == 1 })
+	return run
+}
+
 // recordBusyNode: two rollouts share a node; the second waits until the first's child is done.
 func recordBusyNode(t *testing.T, rec *recorder) {
 	f := NewFleet(t, 3)
 	shared := f.Nodes[1]
-	first := f.Request("fixture-busy-first", 8*time.Second)
-	first.NodeSelector, first.Nodes = "", []string{shared}
+	runFirst := startHolding(t, f, shared, "fixture-busy-first", 8*time.Second)
 	second := f.Request("fixture-busy-waits", time.Second)
 	second.NodeSelector, second.Nodes = "", f.Nodes
-	runFirst := Start(t, first)
-	waitFor(t, 60*time.Second, "the first rollout's Job on the shared node", func() bool { return len(f.Jobs(t, first.Name)[shared]) == 1 })
 	runSecond := Start(t, second)
 	waitFor(t, 60*time.Second, "the second rollout waiting for the shared node", func() bool {
 		st, err := status(runSecond.GetID())
@@ -203,13 +211,10 @@ func recordBusyNode(t *testing.T, rec *recorder) {
 func recordHandOver(t *testing.T, rec *recorder) {
 	f := NewFleet(t, 3)
 	shared := f.Nodes[0]
-	first := f.Request("fixture-hold", 20*time.Second)
-	first.NodeSelector, first.Nodes = "", []string{shared}
+	runFirst := startHolding(t, f, shared, "fixture-hold", 20*time.Second)
 	second := f.Request("fixture-hand-over", time.Second)
 	second.Parallelism = 2
 	second.ContinueAsNewAfter = 2
-	runFirst := Start(t, first)
-	waitFor(t, 60*time.Second, "the first rollout's Job on the shared node", func() bool { return len(f.Jobs(t, first.Name)[shared]) == 1 })
 	runSecond := Start(t, second)
 	Succeeded(t, runFirst)
 	res := Succeeded(t, runSecond)
