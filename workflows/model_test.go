@@ -94,13 +94,17 @@ type modelNode struct {
 	// is wiped at driftAt (0: never), which the rollout must run again.
 	joinAt, driftAt time.Duration
 	joined          bool
-	drifts          int    // drifts that came after a run of it ended
-	wiped           bool   // its marker was wiped since its last run ended
-	failedRuns      int    // runs that ended failed (retryFailedAfter runs them again)
-	markerBefore    string // the marker when its last run began (an aborted run may leave it)
-	jobTakes        time.Duration
-	jobFails        bool
-	unhealthy       bool // fails its health gate
+	drifts          int  // drifts that came after a run of it ended
+	wiped           bool // its marker was wiped since its last run ended
+	// markedThisRun: the running run has recorded its outcome on the Node; driftedAfterMark:
+	// a drift wiped that record later, and the run has not recorded one since. Such a drift
+	// counts as one after the run once the run ends: nothing of the run restores the marker.
+	markedThisRun, driftedAfterMark bool
+	failedRuns                      int    // runs that ended failed (retryFailedAfter runs them again)
+	markerBefore                    string // the marker when its last run began (an aborted run may leave it)
+	jobTakes                        time.Duration
+	jobFails                        bool
+	unhealthy                       bool // fails its health gate
 
 	// The fake cluster's state of the node.
 	cordoned, ourCordon bool
@@ -689,9 +693,13 @@ func (m *model) happen(env *testsuite.TestWorkflowEnvironment, i int, e modelEve
 		if e.kind == "join" {
 			n.joined = true
 		} else {
-			// A drift while the node runs is repaired by that run's own marker: no run more.
+			// A drift while the node runs is repaired by that run's own marker, unless the run
+			// has recorded it already and records no other.
 			n.marker = ""
-			if n.runs > 0 && !n.running {
+			switch {
+			case n.running && n.markedThisRun:
+				n.driftedAfterMark = true
+			case n.runs > 0 && !n.running:
 				n.drifts++
 				n.wiped = true
 			}
@@ -875,6 +883,9 @@ func (m *model) mockActivities(env *testsuite.TestWorkflowEnvironment) {
 		defer m.mu.Unlock()
 		n := m.nodes[in.Node]
 		n.marker = string(in.End.Outcome)
+		if n.running {
+			n.markedThisRun, n.driftedAfterMark = true, false
+		}
 		m.note("%s: finalize %s (job %v)", in.Node, in.End.Outcome, in.Job != nil)
 		if in.Job != nil {
 			n.liveJobs = 0
@@ -1030,6 +1041,7 @@ func (m *model) nodeBegins(node string, at time.Time) {
 		}
 	}
 	n.running, n.runs, n.started, n.wiped, n.markerBefore = true, n.runs+1, at, false, n.marker
+	n.markedThisRun, n.driftedAfterMark = false, false
 	m.note("%s: node workflow begins at %s", node, at.Format(time.TimeOnly))
 }
 
@@ -1049,6 +1061,10 @@ func (m *model) nodeEnds(node string, at time.Time, outcome string) {
 	defer m.mu.Unlock()
 	n := m.nodes[node]
 	n.running, n.ended, n.outcome = false, at, outcome
+	if n.driftedAfterMark {
+		n.drifts++
+		n.wiped = true
+	}
 	if failedOutcome(outcome) {
 		n.failedRuns++
 	}
