@@ -92,14 +92,23 @@ func (a *Activities) ListNodes(ctx context.Context, in ListNodesInput) (ListNode
 	for _, e := range entries {
 		classify(&res, in, e)
 	}
-	if res.More && len(entries) > 0 {
-		res.Next = entries[len(entries)-1].name
-		res.Continue = walk.resume
-		for _, m := range walk.marks {
-			if walk.ordered && m.First <= res.Next { // the pages of this slice, not those a count read past it
-				res.Marks = append(res.Marks, m)
-			}
+	if len(entries) == 0 {
+		return res, nil
+	}
+	last := entries[len(entries)-1].name
+	if res.More {
+		res.Next, res.Continue = last, walk.resume
+	}
+	for _, m := range walk.marks {
+		if walk.ordered && m.First <= last { // the pages of this slice, not those a count read past it
+			res.Marks = append(res.Marks, m)
 		}
+	}
+	// The last slice keeps its marks too: a run that continues as new in the middle of it must
+	// resume at its cursor's page, not read the fleet again from the first. A slice that is
+	// the first page alone needs none ("" is where a listing without marks starts).
+	if !res.More && len(res.Marks) == 1 && res.Marks[0].Continue == "" {
+		res.Marks = nil
 	}
 	return res, nil
 }

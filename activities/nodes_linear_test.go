@@ -89,6 +89,34 @@ func TestListNodesResumesMidSliceFromTheSlicesToken(t *testing.T) {
 	require.Zero(t, resumed.Total, "not counted: the walk did not start at the first page")
 }
 
+// The last slice carries its marks too: a run that continues as new in the middle of it
+// resumes at its cursor's page. Without them it read the fleet again from the first page.
+func TestListNodesLastSliceHasItsMarks(t *testing.T) {
+	cs, a := newCluster()
+	pages := &pagedNodes{nodes: inNameOrder(2500)}
+	cs.PrependReactor("list", "nodes", pages.react)
+	in := ListNodesInput{Rollout: "kata", TemplateHash: testHash, Selector: "kata=true", Limit: 1000}
+	first, err := listNodes(t, a, in)
+	require.NoError(t, err)
+	in.After = first.Next
+	second, err := listNodes(t, a, in)
+	require.NoError(t, err)
+	in.After, in.Continue = second.Next, second.Continue
+	last, err := listNodes(t, a, in)
+	require.NoError(t, err)
+	require.False(t, last.More)
+	require.Equal(t, []api.ListingMark{{Continue: second.Continue, First: "node-002000"}}, last.Marks)
+
+	pages.requests = nil
+	position := api.ListingPosition{Marks: last.Marks, Next: last.Continue, End: last.Next}
+	in.After = "node-002199"
+	in.Continue = position.ResumeToken(in.After)
+	resumed, err := listNodes(t, a, in)
+	require.NoError(t, err)
+	require.Equal(t, []string{second.Continue}, pages.continues(), "the slice's own page, not the first")
+	require.Len(t, resumed.Nodes, 300)
+}
+
 // A continue token outlives etcd's compaction when a slice of long Jobs takes more than a few
 // minutes: the API server answers 410 with a token for the same place on current data, and
 // the listing goes on from there; without one it starts again at the first page. Either way

@@ -86,9 +86,9 @@ type ListNodesResult struct {
 	Next       string   `json:"next,omitempty"` // pass as After for the next slice
 	More       bool     `json:"more"`           // another slice follows
 	Total      int      `json:"total"`          // nodes selected in all (unique explicit names, or all matches)
-	// Marks are the continue tokens of the pages that held the slice, each with the first
-	// name it held, in order ("" for the first page): a listing may resume within the slice
-	// from the page of its cursor.
+	// Marks are the continue tokens of the pages that held the slice (the last one too), each
+	// with the first name it held, in order ("" for the first page): a listing may resume
+	// within the slice from the page of its cursor.
 	Marks []api.ListingMark `json:"marks,omitempty"`
 	// Continue resumes the listing right after Next (pass it as the next slice's Continue);
 	// empty when the listing ended or its position is not known (the first slice, which reads

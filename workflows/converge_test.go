@@ -2,7 +2,6 @@ package workflows
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -212,12 +211,11 @@ func (c *convergeCluster) runConverge(t *testing.T, req api.RolloutRequest, star
 		env.ExecuteWorkflow(convergeRoot, req, carried)
 		require.True(t, env.IsWorkflowCompleted(), "run %d completed", runs)
 		err := env.GetWorkflowError()
-		var can *workflow.ContinueAsNewError
-		if !errors.As(err, &can) {
+		next, handed, ok := continuation(t, err)
+		if !ok {
 			return runs, req, err
 		}
-		carried = nil
-		require.NoError(t, converterFromEnv().FromPayloads(can.Input, &req, &carried))
+		req, carried = next, handed
 		now = env.Now()
 	}
 	t.Fatal("more than 30 runs")

@@ -271,11 +271,7 @@ func TestHistoryCostDoesNotGrowWithTemplateOrFailures(t *testing.T) {
 	req.ContinueAsNewAfter = fleet - 1
 	env.ExecuteWorkflow(api.RolloutWorkflow, req)
 	require.Less(t, largest, 1024, "a child's input must not carry the template")
-	var can *workflow.ContinueAsNewError
-	require.True(t, errors.As(env.GetWorkflowError(), &can), "%v", env.GetWorkflowError())
-	var next api.RolloutRequest
-	var carried *api.Progress
-	require.NoError(t, converterFromEnv().FromPayloads(can.Input, &next, &carried))
+	_, carried := continuedAsNew(t, env.GetWorkflowError())
 	require.Len(t, carried.Failures, api.MaxReportedFailures)
 	b, _ := json.Marshal(carried)
 	require.Less(t, len(b), 96*1024, "carried state is bounded: failures travel without log tails")
@@ -296,11 +292,7 @@ func TestPauseAtTheMomentOfContinueAsNewIsKept(t *testing.T) {
 	req.ContinueAsNewAfter = 2
 	env.RegisterDelayedCallback(func() { env.SignalWorkflow(api.SignalPause, nil) }, time.Minute)
 	env.ExecuteWorkflow(api.RolloutWorkflow, req)
-	var can *workflow.ContinueAsNewError
-	require.True(t, errors.As(env.GetWorkflowError(), &can), "%v", env.GetWorkflowError())
-	var next api.RolloutRequest
-	var carried *api.Progress
-	require.NoError(t, converterFromEnv().FromPayloads(can.Input, &next, &carried))
+	_, carried := continuedAsNew(t, env.GetWorkflowError())
 	require.True(t, carried.Paused, "the pause sent as the last nodes finished is carried over")
 }
 

@@ -323,11 +323,7 @@ func handOverEnv(t *testing.T) (env *testsuite.TestWorkflowEnvironment, ranOn fu
 func handedOver(t *testing.T, env *testsuite.TestWorkflowEnvironment) *api.Progress {
 	t.Helper()
 	require.True(t, env.IsWorkflowCompleted())
-	var can *workflow.ContinueAsNewError
-	require.True(t, errors.As(env.GetWorkflowError(), &can), "the run continues as new: %v", env.GetWorkflowError())
-	var next api.RolloutRequest
-	var carried *api.Progress
-	require.NoError(t, converterFromEnv().FromPayloads(can.Input, &next, &carried))
+	_, carried := continuedAsNew(t, env.GetWorkflowError())
 	return carried
 }
 
@@ -472,12 +468,8 @@ func TestAWeekOfWaitingForHeldNodesContinuesAsNew(t *testing.T) {
 		Parallelism: 50, Topology: &api.Topology{Key: zoneKey, MaxPerDomain: 1}}
 	env.ExecuteWorkflow("held-then-rollout", held, 8*24*time.Hour, req, (*api.Progress)(nil))
 	require.True(t, env.IsWorkflowCompleted())
-	var can *workflow.ContinueAsNewError
-	require.True(t, errors.As(env.GetWorkflowError(), &can), "the run continues as new: %v", env.GetWorkflowError())
+	_, carried := continuedAsNew(t, env.GetWorkflowError())
 	require.Less(t, meter.peak, serverHistoryWarning, "one run's history stays below the server's warning")
-	var next api.RolloutRequest
-	var carried *api.Progress
-	require.NoError(t, converterFromEnv().FromPayloads(can.Input, &next, &carried))
 	require.Len(t, carried.WaitingNodes, 40, "the held nodes are handed to the next run")
 	require.Equal(t, 1, carried.Counts.Succeeded, "a-1 finished")
 	require.Equal(t, []api.PacedNode{{Name: "a-2", Domain: "zone-a"}}, carried.Pacing.Queue)
@@ -502,12 +494,8 @@ func TestCanaryStageHeldForAWeekContinuesAsNewAndResumes(t *testing.T) {
 		Parallelism: 50, Canary: &api.Canary{Nodes: canaries}}
 	env.ExecuteWorkflow("held-then-rollout", held, 8*24*time.Hour, req, (*api.Progress)(nil))
 	require.True(t, env.IsWorkflowCompleted())
-	var can *workflow.ContinueAsNewError
-	require.True(t, errors.As(env.GetWorkflowError(), &can), "the run continues as new: %v", env.GetWorkflowError())
+	next, carried := continuedAsNew(t, env.GetWorkflowError())
 	require.Less(t, meter.peak, serverHistoryWarning)
-	var next api.RolloutRequest
-	var carried *api.Progress
-	require.NoError(t, converterFromEnv().FromPayloads(can.Input, &next, &carried))
 	require.Len(t, carried.WaitingNodes, 40)
 	require.Equal(t, canaryStageRunning, carried.Pacing.CanaryStage)
 	require.Equal(t, 1, carried.Counts.Succeeded, "c-1 finished")

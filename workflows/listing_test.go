@@ -1,7 +1,6 @@
 package workflows
 
 import (
-	"errors"
 	"fmt"
 	"testing"
 	"time"
@@ -77,10 +76,8 @@ func TestRolloutListingResumesAcrossContinueAsNew(t *testing.T) {
 		}
 		env.ExecuteWorkflow(Rollout, req, carried)
 		require.True(t, env.IsWorkflowCompleted())
-		var can *workflow.ContinueAsNewError
-		if err := env.GetWorkflowError(); errors.As(err, &can) {
-			var next api.RolloutRequest
-			require.NoError(t, converterFromEnv().FromPayloads(can.Input, &next, &carried))
+		if next, handed, ok := continuation(t, env.GetWorkflowError()); ok {
+			carried = handed
 			require.NotNil(t, carried.Listing, "the listing's position is carried")
 			req = next
 			continue

@@ -2,7 +2,6 @@ package workflows
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sync"
 	"testing"
@@ -140,10 +139,8 @@ func (s *gateScenario) run() {
 		env.ExecuteWorkflow(Rollout, req, carried)
 		require.True(s.t, env.IsWorkflowCompleted())
 		err := env.GetWorkflowError()
-		var can *workflow.ContinueAsNewError
-		if errors.As(err, &can) {
-			carried = nil // decoded afresh: the previous run's progress stays as it was
-			require.NoError(s.t, converterFromEnv().FromPayloads(can.Input, &req, &carried))
+		if next, handed, ok := continuation(s.t, err); ok {
+			req, carried = next, handed // decoded afresh: the previous run's progress stays as it was
 			s.carried = append(s.carried, *carried)
 			now = env.Now()
 			continue

@@ -432,7 +432,7 @@ func (m *model) run(t *testing.T) []string {
 		err := env.GetWorkflowError()
 		var can *workflow.ContinueAsNewError
 		if errors.As(err, &can) {
-			carried = nil
+			req, carried = api.RolloutRequest{}, nil // decoded afresh, as the server hands them over
 			if err := converterFromEnv().FromPayloads(can.Input, &req, &carried); err != nil {
 				m.fail("decoding the continue-as-new input: %v", err)
 				return m.problems

@@ -2,7 +2,6 @@ package workflows
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sort"
 	"strings"
@@ -13,7 +12,6 @@ import (
 	"github.com/stretchr/testify/mock"
 	"github.com/stretchr/testify/require"
 	"go.temporal.io/sdk/testsuite"
-	"go.temporal.io/sdk/workflow"
 
 	"github.com/noderollout/noderollout/activities"
 	"github.com/noderollout/noderollout/api"
@@ -300,9 +298,8 @@ func TestMaxPerDomainAndOrderAcrossContinueAsNew(t *testing.T) {
 		for d, p := range peakPerDomain(fleet.runs, domainOf) {
 			require.LessOrEqual(t, p, 2, "domain %q in run %d", d, run)
 		}
-		var can *workflow.ContinueAsNewError
-		if err := env.GetWorkflowError(); errors.As(err, &can) {
-			require.NoError(t, converterFromEnv().FromPayloads(can.Input, &req, &carried))
+		if next, handed, ok := continuation(t, env.GetWorkflowError()); ok {
+			req, carried = next, handed
 			require.NotNil(t, carried.Pacing)
 			require.Equal(t, canaryStageDone, carried.Pacing.CanaryStage)
 			continue

@@ -428,7 +428,7 @@ func TestContinueAsNewCarriesCursorCountersAndFailures(t *testing.T) {
 		if errors.As(err, &can) {
 			require.Equal(t, api.RolloutWorkflow, can.WorkflowType.Name)
 			var next api.RolloutRequest
-			require.NoError(t, converterFromEnv().FromPayloads(can.Input, &next, &carried))
+			next, carried, _ = continuation(t, err)
 			require.NotNil(t, carried)
 			require.Equal(t, runs, carried.ContinuedAsNew)
 			require.Equal(t, runs*1000, carried.Counts.Finished(), "each run launches its share before continuing")

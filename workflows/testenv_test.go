@@ -243,3 +243,23 @@ func zFailsOthersRun(env *testsuite.TestWorkflowEnvironment, others time.Duratio
 func finalizedOnce(env *testsuite.TestWorkflowEnvironment, a *activities.Activities, match func(activities.FinalizeInput) bool) {
 	env.OnActivity(a.FinalizeJob, mock.Anything, mock.MatchedBy(match)).Return(activities.FinalizeResult{}, nil).Once()
 }
+
+// continuation is what a run that continued as new hands its next run: the request and the
+// progress, decoded as the server would give them to the next run; ok is false when err is not
+// a continue-as-new.
+func continuation(t require.TestingT, err error) (next api.RolloutRequest, carried *api.Progress, ok bool) {
+	var can *workflow.ContinueAsNewError
+	if !errors.As(err, &can) {
+		return next, nil, false
+	}
+	require.NoError(t, converterFromEnv().FromPayloads(can.Input, &next, &carried))
+	return next, carried, true
+}
+
+// continuedAsNew requires that the run continued as new and returns what it handed over.
+func continuedAsNew(t *testing.T, err error) (api.RolloutRequest, *api.Progress) {
+	t.Helper()
+	next, carried, ok := continuation(t, err)
+	require.True(t, ok, "the run continues as new: %v", err)
+	return next, carried
+}

@@ -307,11 +307,7 @@ func TestUndoRolloutKeepsItsOrderAcrossContinueAsNew(t *testing.T) {
 	req := api.RolloutRequest{Name: api.UndoName("demo"), Namespace: "jobs", JobTemplate: sampleTemplate, Parallelism: 1, Rerun: true,
 		ContinueAsNewAfter: 2, UndoOf: &api.UndoOf{Rollout: "demo"}}
 	env.ExecuteWorkflow(api.RolloutWorkflow, req)
-	var can *workflow.ContinueAsNewError
-	require.True(t, errors.As(env.GetWorkflowError(), &can), "%v", env.GetWorkflowError())
-	var next api.RolloutRequest
-	var carried *api.Progress
-	require.NoError(t, converterFromEnv().FromPayloads(can.Input, &next, &carried))
+	next, carried := continuedAsNew(t, env.GetWorkflowError())
 	require.Equal(t, []string{"n4", "n2"}, first)
 	require.Equal(t, []string{"n4", "n2", "n5", "n1", "n3"}, next.Nodes, "the plan travels in the request")
 
@@ -321,13 +317,12 @@ func TestUndoRolloutKeepsItsOrderAcrossContinueAsNew(t *testing.T) {
 		env, _ = undoEnv(&second)
 		env.SetContinuedExecutionRunID(fmt.Sprintf("run-%d", run-1))
 		env.ExecuteWorkflow(api.RolloutWorkflow, next, carried)
-		err := env.GetWorkflowError()
-		if !errors.As(err, &can) {
-			require.NoError(t, err)
+		handedNext, handed, ok := continuation(t, env.GetWorkflowError())
+		if !ok {
+			require.NoError(t, env.GetWorkflowError())
 			break
 		}
-		next, carried = api.RolloutRequest{}, nil
-		require.NoError(t, converterFromEnv().FromPayloads(can.Input, &next, &carried))
+		next, carried = handedNext, handed
 	}
 	require.Equal(t, []string{"n5", "n1", "n3"}, second)
 }
