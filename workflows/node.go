@@ -37,6 +37,22 @@ type NodeRolloutInput struct {
 	UndoOf           string `json:"undoOf,omitempty"`
 }
 
+// jobRequest is the node's Job as CreateJob makes it: the part every node workflow type sends
+// alike (the legacy one sends no more).
+func (in NodeRolloutInput) jobRequest(runID string) activities.JobRequest {
+	return activities.JobRequest{
+		Rollout:                 in.Rollout,
+		Namespace:               in.Namespace,
+		Node:                    in.Node,
+		RunID:                   runID,
+		Template:                in.Template,
+		TemplateHash:            in.TemplateHash,
+		Owner:                   in.Owner,
+		JobTimeoutSeconds:       in.JobTimeoutSeconds,
+		TTLSecondsAfterFinished: in.JobTTLSeconds,
+	}
+}
+
 // NodeRollout creates the node's Job, waits for it to end and finalizes it. Its workflow ID is
 // per node, so two rollouts never run Jobs on one node at once: the workflow is the node's
 // lock, and it ends only when no Pod of a Job it created can still run. A node that does not
@@ -196,19 +212,9 @@ func (n *nodeSteps) runJob(ctx workflow.Context) (api.NodeResult, error) {
 	planned := activities.JobRef{Namespace: in.Namespace, Name: jobspec.JobName(in.Rollout, in.Node, runID), Node: in.Node, RunID: runID}
 	result := api.NodeResult{Node: in.Node, Job: planned.Name, StartedAt: workflow.Now(ctx)}
 	writes := n.writeDeadline()
-	req := activities.JobRequest{
-		Rollout:                 in.Rollout,
-		Namespace:               in.Namespace,
-		Node:                    in.Node,
-		RunID:                   runID,
-		Template:                in.Template,
-		TemplateHash:            in.TemplateHash,
-		Owner:                   in.Owner,
-		JobTimeoutSeconds:       in.JobTimeoutSeconds,
-		TTLSecondsAfterFinished: in.JobTTLSeconds,
-		Requester:               in.Requester,
-		FirstTask:               workflow.GetInfo(ctx).GetCurrentHistoryLength() <= firstTaskHistoryLength,
-	}
+	req := in.jobRequest(runID)
+	req.Requester = in.Requester
+	req.FirstTask = workflow.GetInfo(ctx).GetCurrentHistoryLength() <= firstTaskHistoryLength
 
 	var job activities.JobRef
 	var run activities.RunJobResult

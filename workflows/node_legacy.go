@@ -27,17 +27,7 @@ func nodeRolloutBeforeGuarantees(ctx workflow.Context, in NodeRolloutInput) (api
 	planned := activities.JobRef{Namespace: in.Namespace, Name: jobName, Node: in.Node}
 
 	var job activities.JobRef
-	err := workflow.ExecuteLocalActivity(withLegacyLocalAPIActivity(ctx, "create Job "+jobName), a.CreateJob, activities.JobRequest{
-		Rollout:                 in.Rollout,
-		Namespace:               in.Namespace,
-		Node:                    in.Node,
-		RunID:                   runID,
-		Template:                in.Template,
-		TemplateHash:            in.TemplateHash,
-		Owner:                   in.Owner,
-		JobTimeoutSeconds:       in.JobTimeoutSeconds,
-		TTLSecondsAfterFinished: in.JobTTLSeconds,
-	}).Get(ctx, &job)
+	err := workflow.ExecuteLocalActivity(withLegacyLocalAPIActivity(ctx, "create Job "+jobName), a.CreateJob, in.jobRequest(runID)).Get(ctx, &job)
 	if err != nil {
 		if isCancel(ctx, err) {
 			return legacyAbort(ctx, planned, result)
