@@ -26,12 +26,31 @@ func inNameOrder(n int) []*corev1.Node {
 func listAll(t *testing.T, a *Activities, in ListNodesInput) []string {
 	t.Helper()
 	var got []string
+	for _, res := range listSlices(t, a, in) {
+		got = append(got, res.Nodes...)
+	}
+	return got
+}
+
+// pagedCluster is a cluster of n selected Nodes served in pages in name order, as the API
+// server serves them, and the input that lists them in slices of 1,000.
+func pagedCluster(n int) (*Activities, *pagedNodes, ListNodesInput) {
+	cs, a := newCluster()
+	pages := &pagedNodes{nodes: inNameOrder(n)}
+	cs.PrependReactor("list", "nodes", pages.react)
+	return a, pages, ListNodesInput{Rollout: "kata", TemplateHash: testHash, Selector: "kata=true", Limit: 1000}
+}
+
+// listSlices lists the selection slice by slice, as a rollout does, and returns every slice.
+func listSlices(t *testing.T, a *Activities, in ListNodesInput) []ListNodesResult {
+	t.Helper()
+	var listed []ListNodesResult
 	for {
 		res, err := listNodes(t, a, in)
 		require.NoError(t, err)
-		got = append(got, res.Nodes...)
+		listed = append(listed, res)
 		if !res.More {
-			return got
+			return listed
 		}
 		in.After, in.Continue = res.Next, res.Continue
 	}
@@ -41,11 +60,8 @@ func listAll(t *testing.T, a *Activities, in ListNodesInput) []string {
 // from the first page to the cursor for every slice took 10,300 LISTs here.
 func TestListNodesIsLinearAt100kNodes(t *testing.T) {
 	const n = 100_000
-	cs, a := newCluster()
-	pages := &pagedNodes{nodes: inNameOrder(n)}
-	cs.PrependReactor("list", "nodes", pages.react)
-
-	got := listAll(t, a, ListNodesInput{Rollout: "kata", TemplateHash: testHash, Selector: "kata=true", Limit: 1000})
+	a, pages, in := pagedCluster(n)
+	got := listAll(t, a, in)
 	require.Len(t, got, n, "every node handed out once")
 	require.IsIncreasing(t, got)
 	lists := len(pages.requests)
@@ -56,21 +72,12 @@ func TestListNodesIsLinearAt100kNodes(t *testing.T) {
 // A run that continued as new in the middle of a slice resumes from the token that slice was
 // read from, skipping the names up to its cursor: a page or two, not every page before it.
 func TestListNodesResumesMidSliceFromTheSlicesToken(t *testing.T) {
-	cs, a := newCluster()
-	pages := &pagedNodes{nodes: inNameOrder(5000)}
-	cs.PrependReactor("list", "nodes", pages.react)
-	in := ListNodesInput{Rollout: "kata", TemplateHash: testHash, Selector: "kata=true", Limit: 1000}
-	first, err := listNodes(t, a, in)
-	require.NoError(t, err)
+	a, pages, in := pagedCluster(5000)
+	listed := listSlices(t, a, in)
+	first, second, third := listed[0], listed[1], listed[2]
 	require.Empty(t, first.Continue, "the first slice reads every page to count: no token")
-	in.After = first.Next
-	second, err := listNodes(t, a, in)
-	require.NoError(t, err)
 	require.Equal(t, "node-001999", second.Next)
 	require.NotEmpty(t, second.Continue)
-	in.After, in.Continue = second.Next, second.Continue
-	third, err := listNodes(t, a, in)
-	require.NoError(t, err)
 	require.Equal(t, "node-002999", third.Next)
 	require.Equal(t, []api.ListingMark{{Continue: "1000", First: "node-001000"}, {Continue: "1500", First: "node-001500"}}, second.Marks,
 		"the requests that returned the second slice's names")
@@ -92,19 +99,10 @@ func TestListNodesResumesMidSliceFromTheSlicesToken(t *testing.T) {
 // The last slice carries its marks too: a run that continues as new in the middle of it
 // resumes at its cursor's page. Without them it read the fleet again from the first page.
 func TestListNodesLastSliceHasItsMarks(t *testing.T) {
-	cs, a := newCluster()
-	pages := &pagedNodes{nodes: inNameOrder(2500)}
-	cs.PrependReactor("list", "nodes", pages.react)
-	in := ListNodesInput{Rollout: "kata", TemplateHash: testHash, Selector: "kata=true", Limit: 1000}
-	first, err := listNodes(t, a, in)
-	require.NoError(t, err)
-	in.After = first.Next
-	second, err := listNodes(t, a, in)
-	require.NoError(t, err)
-	in.After, in.Continue = second.Next, second.Continue
-	last, err := listNodes(t, a, in)
-	require.NoError(t, err)
-	require.False(t, last.More)
+	a, pages, in := pagedCluster(2500)
+	listed := listSlices(t, a, in)
+	require.Len(t, listed, 3)
+	second, last := listed[1], listed[2]
 	require.Equal(t, []api.ListingMark{{Continue: second.Continue, First: "node-002000"}}, last.Marks)
 
 	pages.requests = nil

@@ -53,6 +53,19 @@ func (in NodeRolloutInput) jobRequest(runID string) activities.JobRequest {
 	}
 }
 
+// finalizeInput is what FinalizeJob needs to record the node's outcome and tidy its Job: the
+// part every node workflow type sends alike (the legacy one sends no more).
+func (in NodeRolloutInput) finalizeInput(job *activities.JobRef, end activities.JobEnd) activities.FinalizeInput {
+	return activities.FinalizeInput{
+		Rollout:      in.Rollout,
+		Node:         in.Node,
+		TemplateHash: in.TemplateHash,
+		Job:          job,
+		End:          end,
+		KeepJobs:     in.KeepJobs,
+	}
+}
+
 // NodeRollout creates the node's Job, waits for it to end and finalizes it. Its workflow ID is
 // per node, so two rollouts never run Jobs on one node at once: the workflow is the node's
 // lock, and it ends only when no Pod of a Job it created can still run. A node that does not
@@ -360,17 +373,9 @@ func (n *nodeSteps) finalize(ctx workflow.Context, job *activities.JobRef, end a
 	in := n.in
 	var fin activities.FinalizeResult
 	setStep(ctx, api.NodeStepFinalize, 0, "")
-	err := workflow.ExecuteLocalActivity(withLocalAPIActivity(ctx, n.writeDeadline(), "finalize "+string(end.Outcome)), a.FinalizeJob, activities.FinalizeInput{
-		Rollout:      in.Rollout,
-		Node:         in.Node,
-		TemplateHash: in.TemplateHash,
-		Job:          job,
-		End:          end,
-		KeepJobs:     in.KeepJobs,
-		Requester:    in.Requester,
-		RunID:        workflow.GetInfo(ctx).WorkflowExecution.RunID,
-		UndoOf:       in.UndoOf,
-	}).Get(ctx, &fin)
+	finalize := in.finalizeInput(job, end)
+	finalize.Requester, finalize.RunID, finalize.UndoOf = in.Requester, workflow.GetInfo(ctx).WorkflowExecution.RunID, in.UndoOf
+	err := workflow.ExecuteLocalActivity(withLocalAPIActivity(ctx, n.writeDeadline(), "finalize "+string(end.Outcome)), a.FinalizeJob, finalize).Get(ctx, &fin)
 	if err != nil && isCancel(ctx, err) && job != nil {
 		n.abortedInFinalize = end.Outcome == api.OutcomeSucceeded
 		return abort(ctx, *job, result)

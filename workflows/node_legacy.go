@@ -56,14 +56,7 @@ func nodeRolloutBeforeGuarantees(ctx workflow.Context, in NodeRolloutInput) (api
 func legacyFinalize(ctx workflow.Context, in NodeRolloutInput, job *activities.JobRef, end activities.JobEnd, result api.NodeResult) (api.NodeResult, error) {
 	var a *activities.Activities
 	var fin activities.FinalizeResult
-	err := workflow.ExecuteLocalActivity(withLegacyLocalAPIActivity(ctx, "finalize "+string(end.Outcome)), a.FinalizeJob, activities.FinalizeInput{
-		Rollout:      in.Rollout,
-		Node:         in.Node,
-		TemplateHash: in.TemplateHash,
-		Job:          job,
-		End:          end,
-		KeepJobs:     in.KeepJobs,
-	}).Get(ctx, &fin)
+	err := workflow.ExecuteLocalActivity(withLegacyLocalAPIActivity(ctx, "finalize "+string(end.Outcome)), a.FinalizeJob, in.finalizeInput(job, end)).Get(ctx, &fin)
 	if err != nil && isCancel(ctx, err) && job != nil {
 		return legacyAbort(ctx, *job, result)
 	}
