@@ -162,10 +162,13 @@ func TestPrometheusGatePausesTheRolloutAndClearingResumesIt(t *testing.T) {
 	res := Succeeded(t, run)
 	require.Equal(t, 3, res.Counts.Succeeded)
 	var startedAfter []string
+	// Creation times have whole seconds: compare at that resolution (a Job made at 17:54:01.5
+	// reads 17:54:01, which is before a bound of 17:54:01.2).
+	quietUntil := cleared.Add(3 * time.Second).Truncate(time.Second)
 	for node, jobs := range f.Jobs(t, req.Name) {
 		if created := jobs[0].CreationTimestamp.Time; created.After(seen) {
 			startedAfter = append(startedAfter, node)
-			require.False(t, created.Before(cleared.Add(3*time.Second)), "%s's Job was created at %s, before the alert had been quiet for 3s (cleared at %s)", node, created, cleared)
+			require.False(t, created.Before(quietUntil), "%s's Job was created at %s, before the alert had been quiet for 3s (cleared at %s)", node, created, cleared)
 		}
 	}
 	require.Len(t, startedAfter, 1, "only the third node starts after the alert, once it is cleared")
