@@ -228,7 +228,7 @@ func (r *rollout) nextAdmitted(ctx workflow.Context, historyFull func() bool) (b
 	r.launchedThisRun++
 	if r.children != nil && r.startRefusal(ctx, next.name, next.domain, true).admits() {
 		outlives := r.childOutlivesRun(ctx)
-		r.children.add(next.name, r.startChild(ctx, next.name, outlives), workflow.Now(ctx), outlives)
+		r.children.add(next.name, r.startChild(ctx, next.name, outlives), workflow.Now(ctx), outlives, outlives && r.features.tellAtStart)
 	} else {
 		workflow.Go(ctx, func(ctx workflow.Context) {
 			r.settle(ctx, next.name, r.runAdmitted(ctx, next.name, false))

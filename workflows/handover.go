@@ -19,6 +19,10 @@ import (
 // cancels them by their run ID. A word that never comes (a child terminated by hand) is
 // covered by asking again on the busy-node recheck: a child found ended without its word is
 // run again, and the new child reads its outcome from its Job.
+//
+// From version 2 on, a child that may outlive its run is told the rollout at its start
+// (NodeRolloutInput.TellWhenFree), so the run hands it over without asking it and without
+// waiting for it to age: a run of short Jobs no longer drains its window at continue-as-new.
 
 // childOutlivesRun says whether the child this run starts now is to outlive it, so that the run
 // may hand it over: only where it could (no cluster-wide budget, not converging), and only once
@@ -33,7 +37,9 @@ func (r *rollout) childOutlivesRun(ctx workflow.Context) bool {
 	}
 	if !r.features.handOverAsked && r.launchedThisRun+r.launchWindow.ceiling > r.settings.ContinueAsNewAfter {
 		r.features.handOverAsked = true
-		r.features.handOverInFlight = workflow.GetVersion(ctx, versionHandOverInFlight, workflow.DefaultVersion, 1) == 1
+		v := workflow.GetVersion(ctx, versionHandOverInFlight, workflow.DefaultVersion, 2)
+		r.features.handOverInFlight = v >= 1
+		r.features.tellAtStart = v >= 2
 	}
 	return r.features.handOverInFlight
 }
@@ -63,12 +69,12 @@ func (r *rollout) handOverAge() time.Duration {
 
 const handOverMargin = 5 * time.Second
 
-// untilChildrenPastWatch is how long until the youngest child in flight is handOverAge old
-// (zero or less: every one is).
+// untilChildrenPastWatch is how long until the youngest child in flight that must be asked is
+// handOverAge old (zero or less: every one is). A child told at its start is never asked.
 func (r *rollout) untilChildrenPastWatch(ctx workflow.Context) time.Duration {
 	var youngest time.Time
 	for _, p := range r.children.pending {
-		if p.startedAt.After(youngest) {
+		if !p.told && p.startedAt.After(youngest) {
 			youngest = p.startedAt
 		}
 	}
@@ -108,8 +114,9 @@ func (r *rollout) inFlightAreChildren() bool {
 	return r.inFlight == outliving+len(r.handedIn)
 }
 
-// handOverChildren asks each child in flight to tell the rollout when it ends. A child that has
-// already ended cannot be asked: its end comes to this run, which waits for it.
+// handOverChildren asks each child in flight that was not told at its start to tell the
+// rollout when it ends. A child that has already ended cannot be asked: its end comes to this
+// run, which waits for it, as it does for a child whose word came here before its end.
 func (r *rollout) handOverChildren(ctx workflow.Context) error {
 	self := workflow.GetInfo(ctx).WorkflowExecution.ID
 	r.handingOver = map[string]string{}
@@ -123,6 +130,10 @@ func (r *rollout) handOverChildren(ctx workflow.Context) error {
 		var started workflow.Execution
 		if err := p.child.GetChildWorkflowExecution().Get(ctx, &started); err != nil {
 			continue // never started: the collector settles it
+		}
+		if p.told {
+			r.handingOver[p.node] = started.RunID
+			continue
 		}
 		asks = append(asks, asked{node: p.node, runID: started.RunID, sent: workflow.SignalExternalWorkflow(ctx,
 			started.ID, started.RunID, SignalNotifyWhenFree, NodeWaiter{WorkflowID: self})})
@@ -141,8 +152,26 @@ func (r *rollout) handOverChildren(ctx workflow.Context) error {
 				return false
 			}
 		}
-		return r.inFlightAreChildren()
+		return r.inFlightAreChildren() && len(r.wordsBeforeEnd) == 0
 	})
+}
+
+// ownChildWord notes the word of a child of this run that ended while this run still runs: it
+// was told the rollout at its start (or asked), and its end comes next, to this run. Until that
+// end has come the run may not hand the node over, whose word the next run would never hear.
+func (r *rollout) ownChildWord(f NodeFreed) {
+	if r.children == nil {
+		return
+	}
+	for _, p := range r.children.pending {
+		if p.node == f.Node {
+			if r.wordsBeforeEnd == nil {
+				r.wordsBeforeEnd = map[string]bool{}
+			}
+			r.wordsBeforeEnd[f.Node] = true
+			return
+		}
+	}
 }
 
 // carriedInFlight is what the next run takes over: this run's children still running, then the

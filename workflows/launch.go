@@ -90,6 +90,7 @@ func (r *rollout) childEnded(ctx workflow.Context, node string, child workflow.F
 	var result api.NodeResult
 	err := child.Get(ctx, &result)
 	r.childStopped(node)
+	delete(r.wordsBeforeEnd, node)
 	if temporal.IsWorkflowExecutionAlreadyStartedError(err) {
 		workflow.Go(ctx, func(ctx workflow.Context) {
 			r.settle(ctx, node, r.runNode(ctx, node, true))
@@ -118,6 +119,9 @@ func (r *rollout) startChild(ctx workflow.Context, node string, outlivesRun bool
 	}
 	if r.req.UndoOf != nil {
 		in.UndoOf = r.req.UndoOf.Rollout
+	}
+	if outlivesRun && r.features.tellAtStart {
+		in.TellWhenFree = workflow.GetInfo(ctx).WorkflowExecution.ID
 	}
 	nodeWorkflow := any(NodeRollout)
 	if r.features.nodeVersion >= 1 {
@@ -270,6 +274,7 @@ type pendingChild struct {
 	child     workflow.ChildWorkflowFuture
 	startedAt time.Time // when the run started it (handover.go hands over only children past their watch)
 	outlives  bool      // started to outlive the run, so it may be handed over
+	told      bool      // told the rollout at its start (NodeRolloutInput.TellWhenFree)
 }
 
 // collectChildren starts the collector's coroutine. Each child that ends is settled in the
@@ -292,8 +297,8 @@ func (r *rollout) collectChildren(ctx workflow.Context) *childCollector {
 	return c
 }
 
-func (c *childCollector) add(node string, child workflow.ChildWorkflowFuture, startedAt time.Time, outlives bool) {
-	c.pending = append(c.pending, pendingChild{node: node, child: child, startedAt: startedAt, outlives: outlives})
+func (c *childCollector) add(node string, child workflow.ChildWorkflowFuture, startedAt time.Time, outlives, told bool) {
+	c.pending = append(c.pending, pendingChild{node: node, child: child, startedAt: startedAt, outlives: outlives, told: told})
 }
 
 func (c *childCollector) anyEnded() bool {

@@ -74,7 +74,7 @@ func (r *rollout) launch(ctx workflow.Context, node string) {
 	r.pacer.take(node)
 	r.launchedThisRun++
 	if r.children != nil {
-		r.children.add(node, r.startChild(ctx, node, false), workflow.Now(ctx), false)
+		r.children.add(node, r.startChild(ctx, node, false), workflow.Now(ctx), false, false)
 		return
 	}
 	workflow.Go(ctx, func(ctx workflow.Context) {

@@ -402,7 +402,7 @@ func TestHandedOverNodeRunsOnceItsHolderIsDone(t *testing.T) {
 func holdNode(ctx workflow.Context, d time.Duration) error {
 	waiters := workflow.GetSignalChannel(ctx, SignalNotifyWhenFree)
 	_ = workflow.Sleep(ctx, d)
-	tellWaiters(ctx, waiters, NodeFreed{})
+	tellWaiters(ctx, waiters, "", NodeFreed{})
 	return nil
 }
 
@@ -547,7 +547,7 @@ func TestCollectorTakesEndedChildrenInStartOrder(t *testing.T) {
 		ends := map[string]workflow.Settable{}
 		for _, n := range nodes {
 			f, s := workflow.NewFuture(ctx)
-			c.add(n, unstartedChild{result: f}, workflow.Now(ctx), false)
+			c.add(n, unstartedChild{result: f}, workflow.Now(ctx), false, false)
 			ends[n] = s
 		}
 		var out collectorRounds

@@ -67,6 +67,7 @@ func TestRolloutListingResumesAcrossContinueAsNew(t *testing.T) {
 		env, a := newTestEnv(ts)
 		jobsOutlastTheWatch(env)
 		realListing(env, a, pager)
+		childrenDrainAtContinueAsNew(env)
 		env.OnWorkflow(NodeRolloutV2, mock.Anything, mock.Anything).Return(func(ctx workflow.Context, in NodeRolloutInput) (api.NodeResult, error) {
 			started[in.Node]++
 			return api.NodeResult{Node: in.Node, Outcome: api.OutcomeSucceeded}, workflow.Sleep(ctx, time.Second)

@@ -98,6 +98,7 @@ func (s *gateScenario) run() {
 		require.LessOrEqual(s.t, run, 10)
 		env, a := newTestEnv(nil)
 		jobsOutlastTheWatch(env)
+		childrenDrainAtContinueAsNew(env)
 		env.SetStartTime(now)
 		env.SetOnActivityStartedListener(func(info *activity.Info, _ context.Context, _ converter.EncodedValues) {
 			if info.ActivityType.Name == "WatchMetricGate" {

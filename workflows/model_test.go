@@ -171,6 +171,7 @@ type model struct {
 type startedChild struct {
 	workflowType string
 	in           NodeRolloutInput
+	asked        bool // the rollout asked it to tell the rollout when it ends (SignalNotifyWhenFree)
 }
 
 type timedInt struct {
@@ -531,7 +532,7 @@ func (m *model) carryOnHandedNodes(ctx workflow.Context, carried *api.Progress) 
 			// It ended at the instant its run continued as new, in the same environment task:
 			// on a server, either the run hears the end first (and does not hand it over) or
 			// the next run is told it. The model takes the second.
-			handed = append(handed, workflow.ExecuteChildWorkflow(opts, modelEndedNode, ended))
+			handed = append(handed, workflow.ExecuteChildWorkflow(opts, modelEndedNode, ended, child.in.TellWhenFree))
 			continue
 		}
 		handed = append(handed, workflow.ExecuteChildWorkflow(opts, modelHandedNode, child.workflowType, child.in))
@@ -540,14 +541,18 @@ func (m *model) carryOnHandedNodes(ctx workflow.Context, carried *api.Progress) 
 }
 
 // modelEndedNode stands for a handed-over node workflow that ended as its run continued as new:
-// it tells the rollout of the end once asked.
+// it tells the rollout of the end at once if the child was told the rollout at its start, else
+// once asked.
 const modelEndedNode = "model-ended-node"
 
-func endedNode(ctx workflow.Context, result api.NodeResult) error {
-	var w NodeWaiter
-	workflow.GetSignalChannel(ctx, SignalNotifyWhenFree).Receive(ctx, &w)
+func endedNode(ctx workflow.Context, result api.NodeResult, tellWhenFree string) error {
+	if tellWhenFree == "" {
+		var w NodeWaiter
+		workflow.GetSignalChannel(ctx, SignalNotifyWhenFree).Receive(ctx, &w)
+		tellWhenFree = w.WorkflowID
+	}
 	self := workflow.GetInfo(ctx).WorkflowExecution.RunID
-	return workflow.SignalExternalWorkflow(ctx, w.WorkflowID, "", SignalNodeFree, NodeFreed{Node: result.Node, RunID: self, Result: &result}).Get(ctx, nil)
+	return workflow.SignalExternalWorkflow(ctx, tellWhenFree, "", SignalNodeFree, NodeFreed{Node: result.Node, RunID: self, Result: &result}).Get(ctx, nil)
 }
 
 // askHandedNodes asks each stand-in to tell the rollout when it ends, and gives the run the
@@ -560,6 +565,16 @@ func (m *model) askHandedNodes(ctx workflow.Context, carried *api.Progress, hand
 			return err
 		}
 		carried.InFlightNodes[i].RunID = started.RunID
+		m.mu.Lock()
+		node := carried.InFlightNodes[i].Name
+		child := m.started[node]
+		m.mu.Unlock()
+		if child.in.TellWhenFree != "" {
+			continue // it tells the rollout unasked, as its input says
+		}
+		if !child.asked {
+			m.fail("%s was handed over in flight, but its run neither told it the rollout at its start nor asked it: the next run would not hear it end", node)
+		}
 		if err := workflow.SignalExternalWorkflow(ctx, started.ID, started.RunID, SignalNotifyWhenFree, NodeWaiter{WorkflowID: self}).Get(ctx, nil); err != nil {
 			return err
 		}
@@ -997,6 +1012,22 @@ func (o *rootStarts) ExecuteChildWorkflow(ctx workflow.Context, childType string
 		o.m.mu.Unlock()
 	}
 	return o.Next.ExecuteChildWorkflow(ctx, childType, args...)
+}
+
+// SignalExternalWorkflow notes each node child the run asks to tell it when it ends: only
+// those, and those told at their start, tell the next run when they are handed over.
+func (o *rootStarts) SignalExternalWorkflow(ctx workflow.Context, workflowID, runID, signalName string, arg any) workflow.Future {
+	if signalName == SignalNotifyWhenFree {
+		o.m.mu.Lock()
+		for node, child := range o.m.started {
+			if o.m.cluster.NodeWorkflowID(node) == workflowID {
+				child.asked = true
+				o.m.started[node] = child
+			}
+		}
+		o.m.mu.Unlock()
+	}
+	return o.Next.SignalExternalWorkflow(ctx, workflowID, runID, signalName, arg)
 }
 
 type nodeWatch struct {

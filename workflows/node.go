@@ -35,6 +35,10 @@ type NodeRolloutInput struct {
 	// node of an undo rollout, the rollout it undoes (undo.go).
 	UndoTemplateHash string `json:"undoTemplateHash,omitempty"`
 	UndoOf           string `json:"undoOf,omitempty"`
+	// TellWhenFree, when set, is the rollout's workflow ID, told when this node workflow ends as
+	// if it had asked with SignalNotifyWhenFree: a child that may outlive its run learns it at
+	// its start (versionHandOverInFlight 2), so its run hands it over without asking it.
+	TellWhenFree string `json:"tellWhenFree,omitempty"`
 }
 
 // jobRequest is the node's Job as CreateJob makes it: the part every node workflow type sends
@@ -176,7 +180,7 @@ func runNodeSteps(ctx workflow.Context, n nodeSteps) (api.NodeResult, error) {
 	in := n.in
 	result, err := n.run(ctx)
 	ended := carriedFailure(nodeResult(in.Node, err, result)) // without its log tail: a signal stays small
-	tellWaiters(ctx, waiters, NodeFreed{Node: in.Node, RunID: workflow.GetInfo(ctx).WorkflowExecution.RunID, Result: &ended})
+	tellWaiters(ctx, waiters, in.TellWhenFree, NodeFreed{Node: in.Node, RunID: workflow.GetInfo(ctx).WorkflowExecution.RunID, Result: &ended})
 	return result, err
 }
 
@@ -458,7 +462,8 @@ func release(ctx workflow.Context, job activities.JobRef, why string) {
 	}
 }
 
-// tellWaiters signals every rollout that asked to know when this node frees. It reads the
+// tellWaiters signals every rollout that asked to know when this node frees, and toldAtStart
+// (the input's TellWhenFree) if set. It reads the
 // requests without blocking: one that arrives after the last read makes the server reject the
 // workflow's completion, and the task runs again and reads it. Only the signal's input carries
 // the result, which replay does not compare: histories recorded before replay unchanged.
@@ -467,10 +472,15 @@ func release(ctx workflow.Context, job activities.JobRef, why string) {
 // be delivered, be refused (the node is still held) and ask again: that request came in after
 // the read and before the completion, so it is read again once the words are out
 // (versionTellLateWaiters), or that rollout would wait for its recheck, minutes later.
-func tellWaiters(ctx workflow.Context, waiters workflow.ReceiveChannel, freed NodeFreed) {
+func tellWaiters(ctx workflow.Context, waiters workflow.ReceiveChannel, toldAtStart string, freed NodeFreed) {
 	notify, _ := workflow.NewDisconnectedContext(ctx)
 	told := map[string]bool{}
-	sent := signalFreed(notify, newWaiters(waiters, told), freed)
+	var ids []string
+	if toldAtStart != "" {
+		told[toldAtStart] = true
+		ids = append(ids, toldAtStart)
+	}
+	sent := signalFreed(notify, append(ids, newWaiters(waiters, told)...), freed)
 	for len(sent) > 0 {
 		for _, f := range sent {
 			// A waiter that has ended has nothing to be told.

@@ -283,6 +283,7 @@ func TestMaxPerDomainAndOrderAcrossContinueAsNew(t *testing.T) {
 		require.LessOrEqual(t, run, 12)
 		env, a := newTestEnv(ts)
 		jobsOutlastTheWatch(env)
+		childrenDrainAtContinueAsNew(env) // "a run drains before it continues", below
 		fleet := &RolloutSuite{fleet: names, done: map[string]bool{}}
 		fleet.labelledFleet(labels)
 		env.OnActivity(a.ListNodes, mock.Anything, mock.Anything).Return(fleet.listFn)

@@ -113,6 +113,9 @@ type rollout struct {
 	// previous run handed to this one and not yet ended (handover.go).
 	handingOver map[string]string
 	handedIn    map[string]string
+	// wordsBeforeEnd marks this run's children whose word that they ended came before their
+	// end did (handover.go, ownChildWord).
+	wordsBeforeEnd map[string]bool
 
 	// freed marks busy nodes whose holder said it finished; signals holds the channels whose
 	// pending signals must be read before the run may continue as new.
@@ -385,7 +388,7 @@ func (r *rollout) continueAsNew(ctx workflow.Context) (api.RolloutResult, error)
 				return false
 			}
 		}
-		return workflow.AllHandlersFinished(ctx)
+		return workflow.AllHandlersFinished(ctx) && len(r.wordsBeforeEnd) == 0
 	})
 	if err != nil {
 		return r.cancelled(ctx)

@@ -404,6 +404,7 @@ func TestContinueAsNewCarriesCursorCountersAndFailures(t *testing.T) {
 		require.LessOrEqual(t, runs, 10, "the rollout should end within a few runs")
 		env, a := newTestEnv(ts)
 		jobsOutlastTheWatch(env)
+		childrenDrainAtContinueAsNew(env)
 		fleet := &RolloutSuite{fleet: nodeNames(n), done: map[string]bool{}}
 		env.OnActivity(a.ListNodes, mock.Anything, mock.Anything).Return(fleet.listNodes)
 		env.OnActivity(a.PrepareTemplate, mock.Anything, mock.Anything).Return(activities.PreparedTemplate{Template: sampleTemplate, Hash: "h"}, nil).Maybe()

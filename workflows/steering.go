@@ -64,8 +64,12 @@ func (r *rollout) registerHandlers(ctx workflow.Context) error {
 			sel.AddReceive(freed, func(c workflow.ReceiveChannel, _ bool) {
 				var f NodeFreed
 				c.Receive(ctx, &f)
-				if !r.handedInEnded(ctx, f) && r.waiting[f.Node] {
+				switch {
+				case r.handedInEnded(ctx, f):
+				case r.waiting[f.Node]:
 					r.freed[f.Node] = true
+				default:
+					r.ownChildWord(f)
 				}
 			})
 			sel.Select(ctx)

@@ -263,3 +263,11 @@ func continuedAsNew(t *testing.T, err error) (api.RolloutRequest, *api.Progress)
 	require.True(t, ok, "the run continues as new: %v", err)
 	return next, carried
 }
+
+// childrenDrainAtContinueAsNew makes each run wait for its children before it continues as new
+// (versionHandOverInFlight's default branch), for tests whose environment stubs the children:
+// a stub does not outlive its environment to tell the next run when it ends, as the model's
+// stand-ins do (model_test.go), so none may be handed over.
+func childrenDrainAtContinueAsNew(env *testsuite.TestWorkflowEnvironment) {
+	env.OnGetVersion(versionHandOverInFlight, workflow.DefaultVersion, 2).Return(workflow.DefaultVersion)
+}

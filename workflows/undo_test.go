@@ -293,6 +293,7 @@ func TestUndoRolloutKeepsItsOrderAcrossContinueAsNew(t *testing.T) {
 	undoEnv := func(started *[]string) (*testsuite.TestWorkflowEnvironment, *activities.Activities) {
 		env, a := newTestEnv(nil)
 		env.SetTestTimeout(time.Minute)
+		childrenDrainAtContinueAsNew(env)
 		env.OnActivity(a.PrepareTemplate, mock.Anything, mock.Anything).Return(activities.PreparedTemplate{Hash: "undo-hash"}, nil).Maybe()
 		pagedListing(env, a)
 		env.OnWorkflow(NodeRolloutV4, mock.Anything, mock.Anything).Return(func(ctx workflow.Context, in NodeRolloutInput) (api.NodeResult, error) {

@@ -166,6 +166,7 @@ var ledger = []change{
 		what: []string{
 			"children close with their run (request-cancel); a run that continues as new first waits for every node in flight",
 			"children outlive their run (abandon, without a cluster-wide budget and not converging); a run that continues as new waits for its children until the youngest is past its first task's watch (a run of short Jobs drains as before), then asks each child in flight to tell the rollout when it ends (notifyWhenFree, answered by nodeFree with the result) and hands the nodes to the next run (Progress.InFlightNodes), which counts them in its window, cancels them on an abort and asks again on the busy-node recheck (handover.go)",
+			"as 1, but each child started to outlive its run is told the rollout at its start (NodeRolloutInput.TellWhenFree), so a run that continues as new hands its children over at once, without asking them or waiting for them to age (no drain for short Jobs either); a child's word that reaches the run before its end makes the run wait for that end (since 2026-12-04)",
 		},
 		asked: "once per run, at the first child that may still run when the run continues as new on its count (launched + parallelism > continueAsNewAfter), where children can be handed over (no cluster-wide budget, not converging)",
 		pinned: map[workflow.Version][]string{
@@ -173,8 +174,9 @@ var ledger = []change{
 			// while a child they start still runs) record no marker and drain, as before.
 			workflow.DefaultVersion: {"v9-rollout-abort.json", "v9-rollout-budgeted.json", "v9-rollout-busy-node-holder.json", "v9-rollout-busy-node-waits.json", "v9-rollout-canary-approved.json", "v9-rollout-continue-as-new-run1.json", "v9-rollout-continue-as-new-run2.json", "v9-rollout-continue-as-new-run3.json", "v9-rollout-cut-delay.json", "v9-rollout-hand-over-run1.json", "v9-rollout-hand-over-run2.json", "v9-rollout-pause-resume-set-parallelism.json", "v10-rollout-abort.json", "v10-rollout-budgeted.json", "v10-rollout-busy-node-holder.json", "v10-rollout-busy-node-waits.json", "v10-rollout-canary-approved.json", "v10-rollout-continue-as-new-run3.json", "v10-rollout-cut-delay.json", "v10-rollout-pause-resume-set-parallelism.json"},
 			1:                       {"v10-rollout-continue-as-new-run1.json", "v10-rollout-continue-as-new-run2.json", "v10-rollout-hand-over-run1.json", "v10-rollout-hand-over-run2.json", "v10-rollout-in-flight-run1.json", "v10-rollout-in-flight-run2.json"},
+			2:                       {"v11-rollout-continue-as-new-run1.json", "v11-rollout-continue-as-new-run2.json", "v11-rollout-hand-over-run1.json", "v11-rollout-hand-over-run2.json", "v11-rollout-in-flight-run1.json", "v11-rollout-in-flight-run2.json"},
 		},
-		covered:   "v10-rollout-in-flight-run*.json replay the hand-over; TestModel hands nodes over in flight (a stand-in carries each on in the next run's environment); TestShortJobsDrainAndLongJobsAreHandedOver",
+		covered:   "v10-rollout-in-flight-run*.json replay the asked hand-over, v11-rollout-in-flight-run*.json the told one; TestModel hands nodes over in flight (a stand-in carries each on in the next run's environment, and the model fails a node handed over that was neither told nor asked); TestShortJobsDrainAndLongJobsAreHandedOver; TestAWordBeforeItsChildsEndKeepsTheNodeInItsRun",
 		removable: removableOnceDrained,
 	},
 	{
@@ -369,7 +371,7 @@ var nodeTypes = []nodeType{
 		name: api.NodeRolloutV4Workflow,
 		what: "children of runs with node-v2 version 3 (today's): NodeRolloutV3 whose Job, once it outlasts RunJob's watch, is awaited by AwaitJobEnd (completed by the worker's Job informer) instead of WaitJob",
 		fixtures: []string{"v9-node-awaited-long-job.json", "v9-node-cancelled-while-awaiting.json", "v9-node-cancelled-mid-job.json",
-			"v9-node-maintained.json", "v9-node-succeeded.json"},
+			"v9-node-maintained.json", "v9-node-succeeded.json", "v11-node-handed-over.json", "v11-node-succeeded.json"},
 	},
 }
 
@@ -386,6 +388,9 @@ type features struct {
 	// that may still run when the run continues as new): from then on children outlive their run,
 	// and the run may hand them to the next instead of waiting for them.
 	handOverInFlight, handOverAsked bool
+	// tellAtStart (versionHandOverInFlight 2): those children are told the rollout at their
+	// start, so the run hands them over without asking them or waiting for them to age.
+	tellAtStart bool
 }
 
 // startFeatures asks the versions every run asks at its start, in the order their markers

@@ -235,8 +235,9 @@ func recordHandOver(t *testing.T, rec *recorder) {
 }
 
 // recordHandOverInFlight: 4 nodes of 30 s Jobs, 2 per run: the first run hands its 2 nodes in
-// flight to the second once they are past their watch, and the second counts them from their
-// word, then runs the last two.
+// flight to the second (told the rollout at their start, from hand-over-nodes-in-flight 2 on;
+// asked once past their watch before), and the second counts them from their word, then runs
+// the last two. One handed-over node's history is the node fixture of a child told at its start.
 func recordHandOverInFlight(t *testing.T, rec *recorder) {
 	f := NewFleet(t, 4)
 	run, _ := succeededAcrossRuns(t, f, f.Request("fixture-in-flight", 30*time.Second), 2, 2)
@@ -249,6 +250,8 @@ func recordHandOverInFlight(t *testing.T, rec *recorder) {
 	for i, h := range runs {
 		rec.write(t, fmt.Sprintf("rollout-in-flight-run%d.json", i+1), h)
 	}
+	node := carried.InFlightNodes[0]
+	rec.write(t, "node-handed-over.json", rec.closed(t, api.NodeWorkflowID(node.Name), node.RunID, enums.WORKFLOW_EXECUTION_STATUS_COMPLETED))
 }
 
 // recordCutDelay: the first node's Job fails during the delay before the second node, which
