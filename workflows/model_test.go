@@ -1019,8 +1019,8 @@ func (o *rootStarts) ExecuteChildWorkflow(ctx workflow.Context, childType string
 func (o *rootStarts) SignalExternalWorkflow(ctx workflow.Context, workflowID, runID, signalName string, arg any) workflow.Future {
 	if signalName == SignalNotifyWhenFree {
 		o.m.mu.Lock()
-		for node, child := range o.m.started {
-			if o.m.cluster.NodeWorkflowID(node) == workflowID {
+		for _, node := range o.m.order {
+			if child, ok := o.m.started[node]; ok && o.m.cluster.NodeWorkflowID(node) == workflowID {
 				child.asked = true
 				o.m.started[node] = child
 			}
