@@ -152,8 +152,15 @@ func (r *rollout) handOverChildren(ctx workflow.Context) error {
 				return false
 			}
 		}
-		return r.inFlightAreChildren() && len(r.wordsBeforeEnd) == 0
+		return r.inFlightAreChildren() && !r.awaitsEndAfterWord()
 	})
+}
+
+// awaitsEndAfterWord says whether a child's word has come to this run before its end did
+// (ownChildWord). Only runs that tell their children at the start wait for such an end:
+// before, a run continued as new without it, and its histories replay that way.
+func (r *rollout) awaitsEndAfterWord() bool {
+	return r.features.tellAtStart && len(r.wordsBeforeEnd) > 0
 }
 
 // ownChildWord notes the word of a child of this run that ended while this run still runs: it

@@ -388,7 +388,7 @@ func (r *rollout) continueAsNew(ctx workflow.Context) (api.RolloutResult, error)
 				return false
 			}
 		}
-		return workflow.AllHandlersFinished(ctx) && len(r.wordsBeforeEnd) == 0
+		return workflow.AllHandlersFinished(ctx) && !r.awaitsEndAfterWord()
 	})
 	if err != nil {
 		return r.cancelled(ctx)
