@@ -146,24 +146,35 @@ func (a *Activities) markNode(ctx context.Context, in FinalizeInput) (*corev1.No
 		}
 		return node, kubeError(err, "get", fmt.Sprintf("node %q", in.Node))
 	}
-	var node *corev1.Node
-	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		current, err := nodes.Get(ctx, in.Node, metav1.GetOptions{})
-		if err != nil {
-			return err
-		}
-		// The resource version makes the patch conditional: the previous template recorded
-		// is the one the marker it replaces named.
+	// The resource version makes the patch conditional: the previous template recorded is the
+	// one the marker it replaces named.
+	patchMarker := func(current *corev1.Node) (*corev1.Node, error) {
 		patch, err := json.Marshal(map[string]any{"metadata": map[string]any{
 			"resourceVersion": current.ResourceVersion,
 			"annotations":     a.markerAnnotations(current, in),
 		}})
 		if err != nil {
-			return err
+			return nil, err
 		}
-		node, err = nodes.Patch(ctx, in.Node, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: FieldManager})
-		return err
-	})
+		return nodes.Patch(ctx, in.Node, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: FieldManager})
+	}
+	var node *corev1.Node
+	var err error
+	if in.nodeAtCreate != nil {
+		// Moments after the create the Node has most often not changed: no read on the way to
+		// the next Job. If it has, the patch is refused and the Node is read below.
+		node, err = patchMarker(in.nodeAtCreate)
+	}
+	if in.nodeAtCreate == nil || apierrors.IsConflict(err) {
+		err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			current, err := nodes.Get(ctx, in.Node, metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			node, err = patchMarker(current)
+			return err
+		})
+	}
 	if apierrors.IsNotFound(err) {
 		return nil, nil
 	}

@@ -25,30 +25,37 @@ import (
 // the Node's outcome marker record, so a node is never marked done for a template that did not
 // run there.
 func (a *Activities) CreateJob(ctx context.Context, in JobRequest) (JobRef, error) {
+	ref, _, err := a.createJobOnNode(ctx, in)
+	return ref, err
+}
+
+// createJobOnNode is CreateJob, returning as well the Node it read to check the node (nil when
+// it read none), for RunJob's finalize to patch without reading it again.
+func (a *Activities) createJobOnNode(ctx context.Context, in JobRequest) (JobRef, *corev1.Node, error) {
 	if err := a.Lineage.check(ctx, in.TemplateHash); err != nil {
-		return JobRef{}, err
+		return JobRef{}, nil, err
 	}
 	switch {
 	case in.TemplateHash == "":
-		return JobRef{}, invalidRequest("templateHash", "required: the hash of the template the rollout prepared")
+		return JobRef{}, nil, invalidRequest("templateHash", "required: the hash of the template the rollout prepared")
 	case in.Template != "" && !jobspec.TemplateHashMatches(in.Template, in.TemplateHash):
-		return JobRef{}, invalidRequest("templateHash", "%q is not the hash of the template given (%s): a node runs only the template its rollout prepared, under that template's hash",
+		return JobRef{}, nil, invalidRequest("templateHash", "%q is not the hash of the template given (%s): a node runs only the template its rollout prepared, under that template's hash",
 			in.TemplateHash, jobspec.TemplateHash(in.Template))
 	case in.Template == "":
 		text, err := a.storedTemplate(ctx, in.Namespace, in.TemplateHash)
 		if err != nil {
-			return JobRef{}, err
+			return JobRef{}, nil, err
 		}
 		in.Template = text
 	}
 	params := jobParams(in)
 	job, err := jobspec.Build(in.Template, params)
 	if err != nil {
-		return JobRef{}, templateError(err)
+		return JobRef{}, nil, templateError(err)
 	}
 	policyNode, err := a.checkJobPolicy(ctx, in, job)
 	if err != nil {
-		return JobRef{}, err
+		return JobRef{}, nil, err
 	}
 	stampRequester(job, in.Requester)
 	if !in.FirstTask || activity.GetInfo(ctx).Attempt > 1 {
@@ -59,23 +66,23 @@ func (a *Activities) CreateJob(ctx context.Context, in JobRequest) (JobRef, erro
 		// The policy has just read the Node: that is the node check.
 		ref, err := a.createJob(ctx, in, job)
 		if err != nil {
-			return JobRef{}, err
+			return JobRef{}, nil, err
 		}
 		ref.NodeUID = string(policyNode.UID)
-		return ref, nil
+		return ref, policyNode, nil
 	}
 
 	// The node check and the create go out together: ListNodes saw the node moments ago, so the
 	// check nearly always passes, and waiting for it first would put a round trip between every
 	// finished Job and the next one. In the rare race the Job just made is deleted again.
 	type nodeCheck struct {
-		uid string
-		err error
+		node *corev1.Node
+		err  error
 	}
 	checked := make(chan nodeCheck, 1)
 	go func() {
-		uid, err := a.nodeUID(ctx, in.Node)
-		checked <- nodeCheck{uid, err}
+		node, err := a.readNode(ctx, in.Node)
+		checked <- nodeCheck{node, err}
 	}()
 	ref, createErr := a.createJob(ctx, in, job)
 	node := <-checked
@@ -87,24 +94,24 @@ func (a *Activities) CreateJob(ctx context.Context, in JobRequest) (JobRef, erro
 			_, err := a.removeJob(ctx, &ref, sub, metav1.DeletePropagationBackground)
 			sub.Close()
 			if err != nil {
-				return JobRef{}, err // the retry adopts the Job and deletes it again
+				return JobRef{}, nil, err // the retry adopts the Job and deletes it again
 			}
 		}
-		return JobRef{}, nodeGone(in.Node)
+		return JobRef{}, nil, nodeGone(in.Node)
 	case node.err != nil:
-		return JobRef{}, kubeError(node.err, "get", fmt.Sprintf("node %q", in.Node))
+		return JobRef{}, nil, kubeError(node.err, "get", fmt.Sprintf("node %q", in.Node))
 	case createErr != nil:
-		return JobRef{}, createErr
+		return JobRef{}, nil, createErr
 	}
-	ref.NodeUID = node.uid
-	return ref, nil
+	ref.NodeUID = string(node.node.UID)
+	return ref, node.node, nil
 }
 
 // createUnlessFinalized is CreateJob when an earlier run of the same create may have gone on to
 // finish the node, its record lost: the Node, read first, says whether this run recorded an
 // outcome there, and then nothing is created. The read goes to etcd, as the API server's watch
 // cache may not have caught up with a finalize moments before.
-func (a *Activities) createUnlessFinalized(ctx context.Context, in JobRequest, job *batchv1.Job) (JobRef, error) {
+func (a *Activities) createUnlessFinalized(ctx context.Context, in JobRequest, job *batchv1.Job) (JobRef, *corev1.Node, error) {
 	node, err := a.Kube.CoreV1().Nodes().Get(ctx, in.Node, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
 		// An earlier attempt may have made the Job before its reply was lost. NodeGone tells
@@ -115,26 +122,26 @@ func (a *Activities) createUnlessFinalized(ctx context.Context, in JobRequest, j
 		_, err := a.removeJob(ctx, &ref, sub, metav1.DeletePropagationBackground)
 		sub.Close()
 		if err != nil {
-			return JobRef{}, err // the retry looks again
+			return JobRef{}, nil, err // the retry looks again
 		}
-		return JobRef{}, nodeGone(in.Node)
+		return JobRef{}, nil, nodeGone(in.Node)
 	}
 	if err != nil {
-		return JobRef{}, kubeError(err, "get", fmt.Sprintf("node %q", in.Node))
+		return JobRef{}, nil, kubeError(err, "get", fmt.Sprintf("node %q", in.Node))
 	}
 	if in.RunID != "" && node.Annotations[jobspec.NodeRunKey(in.Rollout)] == in.RunID {
 		outcome := api.OutcomeFailed // the marker was edited since: what the run found is unknown
 		if _, o, ok := jobspec.ParseNodeMarker(node.Annotations[jobspec.NodeMarkerKey(in.Rollout)]); ok {
 			outcome = api.Outcome(o)
 		}
-		return JobRef{Namespace: in.Namespace, Name: job.Name, RunID: in.RunID, Node: in.Node, NodeUID: string(node.UID), Finalized: outcome}, nil
+		return JobRef{Namespace: in.Namespace, Name: job.Name, RunID: in.RunID, Node: in.Node, NodeUID: string(node.UID), Finalized: outcome}, nil, nil
 	}
 	ref, err := a.createJob(ctx, in, job)
 	if err != nil {
-		return JobRef{}, err
+		return JobRef{}, nil, err
 	}
 	ref.NodeUID = string(node.UID)
-	return ref, nil
+	return ref, node, nil
 }
 
 func nodeGone(node string) error {
@@ -154,18 +161,15 @@ func activeDeadline(jobTimeoutSeconds int64) int64 {
 	return jobTimeoutSeconds + activeDeadlineMargin
 }
 
-// nodeUID returns the UID of the named Node. It reads the API server's watch cache, which costs
-// no etcd read, and confirms a NotFound there with a quorum read, as the cache may lag.
-func (a *Activities) nodeUID(ctx context.Context, name string) (string, error) {
+// readNode reads the named Node from the API server's watch cache, which costs no etcd read,
+// and confirms a NotFound there with a quorum read, as the cache may lag.
+func (a *Activities) readNode(ctx context.Context, name string) (*corev1.Node, error) {
 	nodes := a.Kube.CoreV1().Nodes()
 	node, err := nodes.Get(ctx, name, metav1.GetOptions{ResourceVersion: "0"})
 	if apierrors.IsNotFound(err) {
 		node, err = nodes.Get(ctx, name, metav1.GetOptions{})
 	}
-	if err != nil {
-		return "", err
-	}
-	return string(node.UID), nil
+	return node, err
 }
 
 func (a *Activities) createJob(ctx context.Context, in JobRequest, job *batchv1.Job) (JobRef, error) {
@@ -585,7 +589,7 @@ func (a *Activities) nodeGone(ctx context.Context, ref JobRef) (bool, error) {
 	if ref.Node == "" {
 		return false, nil
 	}
-	_, err := a.nodeUID(ctx, ref.Node)
+	_, err := a.readNode(ctx, ref.Node)
 	switch {
 	case err == nil:
 		return false, nil

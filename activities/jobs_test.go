@@ -2,7 +2,9 @@ package activities
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -1028,6 +1030,84 @@ func TestRunJobRunsAShortJobToItsEndOnce(t *testing.T) {
 	require.Equal(t, api.OutcomeSucceeded, again.Job.Finalized)
 	require.False(t, again.Done)
 	require.Equal(t, 1, countActions(cs, "create", "jobs"), "the repeat created no second Job")
+}
+
+// enforceNodeResourceVersion makes the fake refuse a Node patch whose resourceVersion is not
+// the Node's, as the API server does (the fake applies any patch).
+func enforceNodeResourceVersion(cs *fake.Clientset) {
+	cs.PrependReactor("patch", "nodes", func(action k8stesting.Action) (bool, runtime.Object, error) {
+		patch := action.(k8stesting.PatchAction)
+		var body struct {
+			Metadata struct {
+				ResourceVersion string `json:"resourceVersion"`
+			} `json:"metadata"`
+		}
+		if err := json.Unmarshal(patch.GetPatch(), &body); err != nil || body.Metadata.ResourceVersion == "" {
+			return false, nil, nil
+		}
+		current, err := cs.Tracker().Get(corev1.SchemeGroupVersion.WithResource("nodes"), "", patch.GetName())
+		if err != nil {
+			return false, nil, nil
+		}
+		if rv := current.(*corev1.Node).ResourceVersion; rv != body.Metadata.ResourceVersion {
+			return true, nil, apierrors.NewConflict(corev1.Resource("nodes"), patch.GetName(),
+				fmt.Errorf("the object has been modified: resourceVersion %s, not %s", rv, body.Metadata.ResourceVersion))
+		}
+		return false, nil, nil
+	})
+}
+
+// A short Job's marker is patched onto the Node as the create read it: one Node read per node,
+// not two.
+func TestRunJobReadsTheNodeOnce(t *testing.T) {
+	node := testNode("node-a", nil)
+	node.ResourceVersion = "7"
+	cs := fake.NewClientset(node)
+	stampCreatedJobs(cs)
+	completeOnCreate(cs)
+	enforceNodeResourceVersion(cs)
+	a := startedActivities(t, cs)
+	r := runJob(t, a, RunJobInput{Job: testRequest("node-a"), WatchSeconds: 60, TimeoutSeconds: 3600})
+	require.True(t, r.Done, "%+v", r)
+	require.Equal(t, 1, countActions(cs, "get", "nodes"), "%v", actions(cs))
+	require.Equal(t, 1, countActions(cs, "patch", "nodes"))
+	require.Equal(t, jobspec.NodeMarker(jobspec.TemplateHash(testTemplate), "succeeded"), nodeAnnotations(t, a, "node-a")[jobspec.NodeMarkerKey("kata")])
+}
+
+// A Node that changed between the create and the finalize refuses the marker's patch; the
+// finalize reads it again and records the previous template from what it now holds.
+func TestRunJobRereadsANodeThatChangedSinceTheCreate(t *testing.T) {
+	node := testNode("node-a", nil)
+	node.ResourceVersion = "7"
+	cs := fake.NewClientset(node)
+	stampCreatedJobs(cs)
+	completeOnCreate(cs)
+	enforceNodeResourceVersion(cs)
+	nodes := corev1.SchemeGroupVersion.WithResource("nodes")
+	var reads atomic.Int32
+	cs.PrependReactor("get", "nodes", func(k8stesting.Action) (bool, runtime.Object, error) {
+		if reads.Add(1) != 1 {
+			return false, nil, nil
+		}
+		// The create reads the Node as it was; then another rollout's template lands on it.
+		obj, err := cs.Tracker().Get(nodes, "", "node-a")
+		require.NoError(t, err)
+		before := obj.(*corev1.Node).DeepCopy()
+		after := before.DeepCopy()
+		after.ResourceVersion = "8"
+		after.Annotations = map[string]string{jobspec.NodeMarkerKey("kata"): jobspec.NodeMarker(hashV1, "succeeded")}
+		require.NoError(t, cs.Tracker().Update(nodes, after, ""))
+		return true, before, nil
+	})
+	a := startedActivities(t, cs)
+	req := testRequest("node-a")
+	r := runJob(t, a, RunJobInput{Job: req, WatchSeconds: 60, TimeoutSeconds: 3600})
+	require.True(t, r.Done, "%+v", r)
+	require.Equal(t, 2, countActions(cs, "get", "nodes"), "%v", actions(cs))
+	require.Equal(t, 2, countActions(cs, "patch", "nodes"), "the first patch is refused")
+	got := nodeAnnotations(t, a, "node-a")
+	require.Equal(t, jobspec.NodeMarker(req.TemplateHash, "succeeded"), got[jobspec.NodeMarkerKey("kata")])
+	require.Equal(t, hashV1, got[jobspec.NodePreviousKey("kata")], "the previous template is the one the Node held at the finalize")
 }
 
 // A Job still running when the watch ends is left to WaitJob: nothing is finalized.

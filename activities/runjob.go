@@ -35,7 +35,7 @@ type RunJobResult struct {
 // create, which adopts the Job or finds the run's outcome on the Node; a later step that fails
 // returns how far it got, and the workflow goes on from there with the step on its own.
 func (a *Activities) RunJob(ctx context.Context, in RunJobInput) (RunJobResult, error) {
-	job, err := a.CreateJob(ctx, in.Job)
+	job, node, err := a.createJobOnNode(ctx, in.Job)
 	if err != nil || job.Finalized != "" {
 		return RunJobResult{Job: job}, err
 	}
@@ -59,6 +59,7 @@ func (a *Activities) RunJob(ctx context.Context, in RunJobInput) (RunJobResult, 
 		Requester:    in.Job.Requester,
 		RunID:        in.Job.RunID,
 		UndoOf:       in.UndoOf,
+		nodeAtCreate: node,
 	})
 	if ctx.Err() != nil {
 		return RunJobResult{}, ctx.Err()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -68,7 +69,10 @@ func (a *Activities) CreateStepJob(ctx context.Context, in StepJobRequest) (JobR
 	if policyNode != nil {
 		uid = string(policyNode.UID) // the policy has just read the Node: that is the node check
 	} else {
-		uid, err = a.nodeUID(ctx, in.Node)
+		var node *corev1.Node
+		if node, err = a.readNode(ctx, in.Node); err == nil {
+			uid = string(node.UID)
+		}
 	}
 	if apierrors.IsNotFound(err) {
 		return JobRef{}, nodeGone(in.Node)

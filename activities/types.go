@@ -195,6 +195,10 @@ type FinalizeInput struct {
 	// UndoOf, on an undo rollout's node, is the undone rollout: a succeeded undo marks that
 	// rollout's marker undone (undo.go).
 	UndoOf string `json:"undoOf,omitempty"`
+	// nodeAtCreate is the Node as RunJob's create read it, in the same call: the marker's patch
+	// is first sent conditional on its resourceVersion, without reading the Node again. Never
+	// in a history: a finalize of its own reads the Node.
+	nodeAtCreate *corev1.Node
 }
 
 // FinalizeResult carries what was learned from a failed or timed-out Job's Pod.
