@@ -1057,15 +1057,22 @@ func enforceNodeResourceVersion(cs *fake.Clientset) {
 	})
 }
 
-// A short Job's marker is patched onto the Node as the create read it: one Node read per node,
-// not two.
-func TestRunJobReadsTheNodeOnce(t *testing.T) {
+// shortJobCluster holds node-a at resourceVersion 7, refuses a Node patch made from an older
+// read, and completes each Job as it is created.
+func shortJobCluster() *fake.Clientset {
 	node := testNode("node-a", nil)
 	node.ResourceVersion = "7"
 	cs := fake.NewClientset(node)
 	stampCreatedJobs(cs)
 	completeOnCreate(cs)
 	enforceNodeResourceVersion(cs)
+	return cs
+}
+
+// A short Job's marker is patched onto the Node as the create read it: one Node read per node,
+// not two.
+func TestRunJobReadsTheNodeOnce(t *testing.T) {
+	cs := shortJobCluster()
 	a := startedActivities(t, cs)
 	r := runJob(t, a, RunJobInput{Job: testRequest("node-a"), WatchSeconds: 60, TimeoutSeconds: 3600})
 	require.True(t, r.Done, "%+v", r)
@@ -1077,12 +1084,7 @@ func TestRunJobReadsTheNodeOnce(t *testing.T) {
 // A Node that changed between the create and the finalize refuses the marker's patch; the
 // finalize reads it again and records the previous template from what it now holds.
 func TestRunJobRereadsANodeThatChangedSinceTheCreate(t *testing.T) {
-	node := testNode("node-a", nil)
-	node.ResourceVersion = "7"
-	cs := fake.NewClientset(node)
-	stampCreatedJobs(cs)
-	completeOnCreate(cs)
-	enforceNodeResourceVersion(cs)
+	cs := shortJobCluster()
 	nodes := corev1.SchemeGroupVersion.WithResource("nodes")
 	var reads atomic.Int32
 	cs.PrependReactor("get", "nodes", func(k8stesting.Action) (bool, runtime.Object, error) {
