@@ -255,7 +255,10 @@ func TestFaultPodNeverStartsTimesOut(t *testing.T) {
 	stuck := f.AddNodes(t, 1, map[string]string{"noderollout.dev/stuck": "true"})
 	req := f.Request("stuck", time.Second)
 	req.Parallelism = 1
-	req.JobTimeout = "8s"
+	// Long enough for a healthy node's Pod that kwok missed finishing to be kicked by the
+	// watchdog (kickAfter past its run time) and still succeed; short, so the stuck node's
+	// timeout comes soon.
+	req.JobTimeout = (kickAfter + 15*time.Second).String()
 	req.MaxFailures = "1"
 	res := Succeeded(t, Start(t, req))
 	requireEveryNodeOnce(t, f, res)
