@@ -356,8 +356,8 @@ func (a *Activities) waitJob(ctx context.Context, in WaitJobInput, stop <-chan t
 			if since := st.since; !since.IsZero() && !a.Now().Before(since.Add(interimGrace)) {
 				end := st.end
 				end.Reason = api.ReasonTerminationStuck
-				end.Message = fmt.Sprintf("Job %s/%s reached %s (%s: %s) but its Pods did not stop within %s; deleted it",
-					ref.Namespace, ref.Name, st.condition, st.end.Reason, st.end.Message, interimGrace)
+				end.Message = fmt.Sprintf("Job %s/%s reached %s%s but its Pods did not stop within %s; deleted it",
+					ref.Namespace, ref.Name, st.condition, conditionWords(st.end), interimGrace)
 				return w.teardown(ctx, end, 0, false)
 			}
 		}
@@ -560,7 +560,25 @@ func (a *Activities) jobEnd(job *batchv1.Job) (end JobEnd, decided bool) {
 		return JobEnd{}, false
 	}
 	end.Reason, end.Message, end.FinishedAt = reason, message, finishedAt(job, a.Now)
+	if end.Outcome == api.OutcomeSucceeded && reason == batchv1.JobReasonCompletionsReached {
+		// The Job controller's words for a plain success say no more than the outcome, and a
+		// node's history would carry them three times (its marker, its result, the parent's
+		// copy of it): about 260 bytes of every node's history.
+		end.Reason, end.Message = "", ""
+	}
 	return end, true
+}
+
+// conditionWords is " (reason: message)" of a Job's deciding condition, or less when the
+// condition's words were dropped (jobEnd).
+func conditionWords(end JobEnd) string {
+	switch {
+	case end.Reason != "" && end.Message != "":
+		return " (" + end.Reason + ": " + end.Message + ")"
+	case end.Reason != "" || end.Message != "":
+		return " (" + end.Reason + end.Message + ")"
+	}
+	return ""
 }
 
 // finishedAt is when the Job finished by its own account, else now.

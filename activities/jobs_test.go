@@ -377,8 +377,8 @@ func TestWaitJobCompletesWhileWaiting(t *testing.T) {
 	require.NoError(t, err)
 
 	end := waitEnd(t, result)
-	require.Equal(t, JobEnd{Outcome: api.OutcomeSucceeded, Reason: "CompletionsReached",
-		Message: "Reached expected number of succeeded pods", FinishedAt: t0.Add(time.Minute)}, end)
+	// The controller's words for a plain success are dropped: they say only "succeeded".
+	require.Equal(t, JobEnd{Outcome: api.OutcomeSucceeded, FinishedAt: t0.Add(time.Minute)}, end)
 	require.Zero(t, countActions(cs, "get", "jobs"), "the informer, not GETs, reports the Job")
 }
 
@@ -732,6 +732,16 @@ func TestWaitJobDeletesAJobStuckInFailureTarget(t *testing.T) {
 	}
 }
 
+// TestConditionWordsLeaveOutWhatWasDropped: a stuck Job's message quotes its condition's words
+// and shows no empty brackets or colons for words a plain success dropped.
+func TestConditionWordsLeaveOutWhatWasDropped(t *testing.T) {
+	require.Equal(t, " (BackoffLimitExceeded: Job has reached the specified backoff limit)",
+		conditionWords(JobEnd{Reason: "BackoffLimitExceeded", Message: "Job has reached the specified backoff limit"}))
+	require.Equal(t, " (PodFailurePolicy)", conditionWords(JobEnd{Reason: "PodFailurePolicy"}))
+	require.Equal(t, " (container exited 3)", conditionWords(JobEnd{Message: "container exited 3"}))
+	require.Empty(t, conditionWords(JobEnd{Outcome: api.OutcomeSucceeded}))
+}
+
 // TestWaitJobTimeoutAwaitsThePodsAndSaysWhyThePodNeverRan: at the deadline WaitJob reads what
 // the Pod was waiting for, deletes the Job (Foreground) and returns only when its Pods are gone.
 func TestWaitJobTimeoutAwaitsThePodsAndSaysWhyThePodNeverRan(t *testing.T) {
@@ -781,14 +791,16 @@ func TestWaitJobFinishedJobHeldByOurFinalizer(t *testing.T) {
 		name       string
 		typ        batchv1.JobConditionType
 		deletedAt  time.Time
+		reason     string // the condition's
 		wantReason string
 	}{
-		{"completed, then deleted by its TTL", batchv1.JobComplete, t0.Add(2 * time.Minute), "CompletionsReached"},
-		{"failed, then deleted by its TTL", batchv1.JobFailed, t0.Add(2 * time.Minute), "BackoffLimitExceeded"},
-		{"deleted while running, failed meanwhile", batchv1.JobFailed, t0.Add(30 * time.Second), api.ReasonJobDeleted},
+		{"completed, then deleted by its TTL", batchv1.JobComplete, t0.Add(2 * time.Minute), "CompletionsReached", ""},
+		{"completed by its success policy, then deleted by its TTL", batchv1.JobComplete, t0.Add(2 * time.Minute), "SuccessPolicy", "SuccessPolicy"},
+		{"failed, then deleted by its TTL", batchv1.JobFailed, t0.Add(2 * time.Minute), "BackoffLimitExceeded", "BackoffLimitExceeded"},
+		{"deleted while running, failed meanwhile", batchv1.JobFailed, t0.Add(30 * time.Second), "BackoffLimitExceeded", api.ReasonJobDeleted},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			job := withCondition(ourJob(t, testRequest("node-a")), tc.typ, tc.wantReason, "") // at t0+1m
+			job := withCondition(ourJob(t, testRequest("node-a")), tc.typ, tc.reason, "") // at t0+1m
 			job.Status.Terminating = new(int32(0))
 			job.DeletionTimestamp = &metav1.Time{Time: tc.deletedAt}
 			cs := fake.NewClientset(testNode("node-a", nil), job)
@@ -982,7 +994,7 @@ func TestWatchJobEndsOrSaysRunning(t *testing.T) {
 	require.NoError(t, val.Get(&w))
 	require.False(t, w.Running)
 	require.Equal(t, api.OutcomeSucceeded, w.End.Outcome)
-	require.Equal(t, "CompletionsReached", w.End.Reason)
+	require.Empty(t, w.End.Reason, "a plain success's reason is dropped")
 }
 
 func runJob(t *testing.T, a *Activities, in RunJobInput) RunJobResult {
