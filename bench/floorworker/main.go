@@ -1,6 +1,7 @@
 // floorworker serves the floor workflows (package floor) on one task queue, for the bench's
 // "temporal-floor" system: its local activity makes the baseline's Kubernetes calls, with one
-// informer on the run's Jobs. It is ready (GET /readyz) once that informer synced and it polls.
+// informer on the run's Jobs. It is ready (GET /readyz) once that informer synced and it polls;
+// GET /debug/pprof/profile is its CPU profile.
 package main
 
 import (
@@ -8,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/http/pprof"
 	"os"
 	"os/signal"
 	"syscall"
@@ -83,6 +85,8 @@ func run(o options) error {
 	defer w.Stop()
 	mux := http.NewServeMux()
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
+	// The bench's --profile-seconds reads the floor's CPU profile as it reads the worker's.
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
 	srv := &http.Server{Addr: o.listen, Handler: mux}
 	go func() { _ = srv.ListenAndServe() }()
 	<-ctx.Done()
