@@ -32,7 +32,7 @@ func (a *Activities) CreateJob(ctx context.Context, in JobRequest) (JobRef, erro
 // createJobOnNode is CreateJob, returning as well the Node it read to check the node (nil when
 // it read none), for RunJob's finalize to patch without reading it again.
 func (a *Activities) createJobOnNode(ctx context.Context, in JobRequest) (JobRef, *corev1.Node, error) {
-	if err := a.Lineage.check(ctx, in.TemplateHash); err != nil {
+	if err := a.Lineage.checkJob(ctx, in.TemplateHash, in.Parent); err != nil {
 		return JobRef{}, nil, err
 	}
 	switch {

@@ -6,10 +6,10 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/noderollout/noderollout/api"
 	enumspb "go.temporal.io/api/enums/v1"
-	workflowpb "go.temporal.io/api/workflow/v1"
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
@@ -21,14 +21,28 @@ import (
 // policy's cap on parallelism, the cluster-wide budget, the pacing). The writing activities
 // ask it before their first write; it reads, from Temporal itself, who called: the calling
 // workflow must be a node workflow, its parent a running Rollout that lists it among its
-// pending children and whose prepared template (its memo) is the one the node carries.
+// pending children and whose prepared template (its memo) is the one the node carries. The
+// parent is read from the caller's describe, or, in a local activity, from the caller's own
+// history (JobRequest.Parent); one describe of a rollout serves every node it lists for a few
+// seconds (rolloutViews).
 type Lineage struct {
 	Temporal client.Client
 	// RolloutType and NodeTypes are the workflow type names (package workflows has them).
 	RolloutType string
 	NodeTypes   []string
 
+	// Clock is time.Now unless a test sets it.
+	Clock func() time.Time
+
 	verified sync.Map // node workflow run ID → the templates its parent was found with (prepared)
+	rollouts rolloutViews
+}
+
+func (l *Lineage) now() time.Time {
+	if l.Clock != nil {
+		return l.Clock()
+	}
+	return time.Now()
 }
 
 // prepared are the templates a Rollout prepared, as its memo names them: its own (and its
@@ -43,14 +57,20 @@ type prepared struct {
 // later calls of the same run are answered from memory. Temporal unreachable is a passing
 // error, retried.
 func (l *Lineage) check(ctx context.Context, templateHash string) error {
-	return l.verify(ctx, templateHash, true)
+	return l.verify(ctx, templateHash, true, nil)
+}
+
+// checkJob is check for a node's Job: parent, when the node set it (JobRequest.Parent), spares
+// a local activity the describe of its caller.
+func (l *Lineage) checkJob(ctx context.Context, templateHash string, parent *ParentRun) error {
+	return l.verify(ctx, templateHash, true, parent)
 }
 
 // checkStep is check for a step's Job (reboot, check): its template must be one of the step
 // templates the rollout prepared. A rollout whose memo names none is not held against the node,
 // as sameTemplate does.
 func (l *Lineage) checkStep(ctx context.Context, stepHash string) error {
-	if err := l.verify(ctx, "", true); err != nil || l == nil || l.Temporal == nil {
+	if err := l.verify(ctx, "", true, nil); err != nil || l == nil || l.Temporal == nil {
 		return err
 	}
 	info := activity.GetInfo(ctx)
@@ -68,10 +88,10 @@ func (l *Lineage) checkStep(ctx context.Context, stepHash string) error {
 // node whose rollout was terminated meanwhile must still record it, so the parent need only
 // be a Rollout, not a running one that lists the node.
 func (l *Lineage) checkCleanUp(ctx context.Context, templateHash string) error {
-	return l.verify(ctx, templateHash, false)
+	return l.verify(ctx, templateHash, false, nil)
 }
 
-func (l *Lineage) verify(ctx context.Context, templateHash string, strict bool) error {
+func (l *Lineage) verify(ctx context.Context, templateHash string, strict bool, known *ParentRun) error {
 	if l == nil || l.Temporal == nil {
 		return nil
 	}
@@ -87,55 +107,80 @@ func (l *Lineage) verify(ctx context.Context, templateHash string, strict bool) 
 	if !slices.Contains(l.NodeTypes, info.WorkflowType.Name) {
 		return refuse("it is not a node workflow")
 	}
-	self, err := l.Temporal.DescribeWorkflow(ctx, caller.ID, caller.RunID)
+	parent, err := l.parentOf(ctx, info, known)
 	if err != nil {
-		return fmt.Errorf("describing workflow %s to check it was started by a rollout: %w", caller.ID, err)
+		return err
 	}
-	parent := self.RawResponse.GetWorkflowExecutionInfo().GetParentExecution()
 	if parent == nil {
 		return refuse("it has no parent")
 	}
-	d, err := l.Temporal.DescribeWorkflow(ctx, parent.GetWorkflowId(), parent.GetRunId())
+	p, err := l.rollouts.view(ctx, l, *parent, runOf(caller.ID, caller.RunID))
 	if err != nil {
-		return fmt.Errorf("describing rollout %s to check it started workflow %s: %w", parent.GetWorkflowId(), caller.ID, err)
+		return fmt.Errorf("describing rollout %s to check it started workflow %s: %w", parent.ID, caller.ID, err)
 	}
-	p := d.RawResponse.GetWorkflowExecutionInfo()
 	switch {
-	case p.GetType().GetName() != l.RolloutType:
-		return refuse("its parent %s is a %s, not a %s", parent.GetWorkflowId(), p.GetType().GetName(), l.RolloutType)
+	case p.typ != l.RolloutType:
+		return refuse("its parent %s is a %s, not a %s", parent.ID, p.typ, l.RolloutType)
 	case !strict:
 		return nil
-	case p.GetStatus() == enumspb.WORKFLOW_EXECUTION_STATUS_CONTINUED_AS_NEW:
+	case p.status == enumspb.WORKFLOW_EXECUTION_STATUS_CONTINUED_AS_NEW:
 		// A run that continues as new hands its children in flight to the next run, whose
 		// children they are not: the rollout itself must still run.
-		if err := l.stillRuns(ctx, parent.GetWorkflowId(), refuse); err != nil {
+		if err := l.stillRuns(ctx, parent.ID, refuse); err != nil {
 			return err
 		}
-	case p.GetStatus() != enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING:
-		return refuse("its parent %s is %s", parent.GetWorkflowId(), p.GetStatus())
-	default:
-		listed := slices.ContainsFunc(d.RawResponse.GetPendingChildren(), func(c *workflowpb.PendingChildExecutionInfo) bool {
-			return c.GetWorkflowId() == caller.ID && c.GetRunId() == caller.RunID
-		})
-		if !listed {
-			return refuse("its parent %s does not list it among its running children", parent.GetWorkflowId())
-		}
+	case p.status != enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING:
+		return refuse("its parent %s is %s", parent.ID, p.status)
+	case !p.children[runOf(caller.ID, caller.RunID)]:
+		return refuse("its parent %s does not list it among its running children", parent.ID)
+	}
+	l.verified.Store(caller.RunID, p.prepared)
+	return l.sameTemplate(caller.ID, p.prepared.hashes, templateHash)
+}
+
+// parentOf is the caller's parent: as its node handed it to a local activity (known), else as
+// Temporal describes the caller; nil when it has none.
+func (l *Lineage) parentOf(ctx context.Context, info activity.Info, known *ParentRun) (*ParentRun, error) {
+	if known != nil && info.IsLocalActivity {
+		return known, nil
+	}
+	caller := info.WorkflowExecution
+	self, err := l.Temporal.DescribeWorkflow(ctx, caller.ID, caller.RunID)
+	if err != nil {
+		return nil, fmt.Errorf("describing workflow %s to check it was started by a rollout: %w", caller.ID, err)
+	}
+	parent := self.RawResponse.GetWorkflowExecutionInfo().GetParentExecution()
+	if parent == nil {
+		return nil, nil
+	}
+	return &ParentRun{ID: parent.GetWorkflowId(), RunID: parent.GetRunId()}, nil
+}
+
+// describeRollout reads what Lineage checks of a rollout run: its type, status, pending
+// children and the templates its memo says it prepared.
+func (l *Lineage) describeRollout(ctx context.Context, rollout ParentRun) (*rolloutView, error) {
+	d, err := l.Temporal.DescribeWorkflow(ctx, rollout.ID, rollout.RunID)
+	if err != nil {
+		return nil, err
+	}
+	info := d.RawResponse.GetWorkflowExecutionInfo()
+	v := &rolloutView{typ: info.GetType().GetName(), status: info.GetStatus(), children: map[ParentRun]bool{}}
+	for _, c := range d.RawResponse.GetPendingChildren() {
+		v.children[runOf(c.GetWorkflowId(), c.GetRunId())] = true
 	}
 	// A converging rollout also prepared its onDeselect Job (deselectHash), and a node with
 	// maintenance.onFailure undo runs its rollout's undo template (undoTemplateHash).
-	var rollout prepared
 	for _, key := range []string{"templateHash", "deselectHash", "undoTemplateHash"} {
 		var h string
-		if f := p.GetMemo().GetFields()[key]; f != nil {
+		if f := info.GetMemo().GetFields()[key]; f != nil {
 			_ = json.Unmarshal(f.GetData(), &h)
 		}
-		rollout.hashes = append(rollout.hashes, h)
+		v.prepared.hashes = append(v.prepared.hashes, h)
 	}
-	if f := p.GetMemo().GetFields()["stepTemplateHashes"]; f != nil {
-		_ = json.Unmarshal(f.GetData(), &rollout.steps)
+	if f := info.GetMemo().GetFields()["stepTemplateHashes"]; f != nil {
+		_ = json.Unmarshal(f.GetData(), &v.prepared.steps)
 	}
-	l.verified.Store(caller.RunID, rollout)
-	return l.sameTemplate(caller.ID, rollout.hashes, templateHash)
+	return v, nil
 }
 
 // stillRuns checks that the rollout whose run started the caller and continued as new runs on:

@@ -1,18 +1,25 @@
 package activities
 
 import (
+	"context"
 	"encoding/json"
+	"fmt"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/noderollout/noderollout/api"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/mock"
 	"github.com/stretchr/testify/require"
 	commonpb "go.temporal.io/api/common/v1"
 	enumspb "go.temporal.io/api/enums/v1"
 	workflowpb "go.temporal.io/api/workflow/v1"
 	"go.temporal.io/api/workflowservice/v1"
+	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/mocks"
+	"go.temporal.io/sdk/testsuite"
 )
 
 // The test activity environment calls every activity from this workflow.
@@ -104,4 +111,180 @@ func TestCreateJobOnlyForANodeOfARunningRollout(t *testing.T) {
 			require.Zero(t, countActions(cs, "create", "jobs"), "nothing written")
 		})
 	}
+}
+
+// A node hands its local activities its parent as its own history records it: the check then
+// describes only the rollout, never the node. The rollout still decides: a parent the node
+// names that is no Rollout, or that does not list the node, is refused as before. Over the
+// wire the parent is never sent, so a scheduled activity describes its caller.
+func TestCreateJobInALocalActivityTakesTheParentFromItsNode(t *testing.T) {
+	rollout := &commonpb.WorkflowExecution{WorkflowId: "rollout-kata", RunId: "r1"}
+	running := enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING
+	req := testRequest("node-a")
+	req.Parent = &ParentRun{ID: rollout.WorkflowId, RunID: rollout.RunId}
+	for name, tc := range map[string]struct {
+		client  *mocks.Client
+		local   bool
+		refusal string
+		lookups int
+	}{
+		"local: the rollout alone is described": {client: lineageOf(rollout, "Rollout", running, []string{testCallerRun}, req.TemplateHash), local: true, lookups: 1},
+		"local: a parent that is no Rollout":    {client: lineageOf(rollout, "Rogue", running, []string{testCallerRun}, req.TemplateHash), local: true, refusal: "is a Rogue, not a Rollout"},
+		"local: a parent that does not list it": {client: lineageOf(rollout, "Rollout", running, []string{"another-run"}, req.TemplateHash), local: true, refusal: "does not list it"},
+		"scheduled: the caller is described":    {client: lineageOf(rollout, "Rollout", running, []string{testCallerRun}, req.TemplateHash), lookups: 2},
+	} {
+		t.Run(name, func(t *testing.T) {
+			cs, a := newCluster(testNode("node-a", nil), testNS("jobs"))
+			// The environment names a local activity's caller type so.
+			a.Lineage = &Lineage{Temporal: tc.client, RolloutType: "Rollout", NodeTypes: []string{testCallerType, "workflow-type-not-specified"}}
+			env := newEnv(a)
+			var err error
+			if tc.local {
+				_, err = env.ExecuteLocalActivity(a.CreateJob, req)
+			} else {
+				_, err = env.ExecuteActivity(a.CreateJob, req)
+			}
+			if tc.refusal != "" {
+				appErr := requireAppError(t, err, api.ErrNotStartedByARollout, true)
+				require.Contains(t, appErr.Error(), tc.refusal)
+				require.Zero(t, countActions(cs, "create", "jobs"), "nothing written")
+				return
+			}
+			require.NoError(t, err)
+			tc.client.AssertNumberOfCalls(t, "DescribeWorkflow", tc.lookups)
+			if tc.local {
+				tc.client.AssertNotCalled(t, "DescribeWorkflow", mock.Anything, testCallerID, testCallerRun)
+			}
+		})
+	}
+}
+
+// A parent in hand counts only in a local activity, whose input no other process writes: an
+// activity scheduled over the wire describes its caller whatever it was given, and a caller
+// with no parent is refused though the parent it names would list it.
+func TestLineageIgnoresAParentHandedToAScheduledActivity(t *testing.T) {
+	rollout := &commonpb.WorkflowExecution{WorkflowId: "rollout-kata", RunId: "r1"}
+	tc := lineageOf(nil, "", enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING, nil, "")
+	tc.On("DescribeWorkflow", mock.Anything, rollout.WorkflowId, rollout.RunId).Return(&client.WorkflowExecutionDescription{
+		RawResponse: &workflowservice.DescribeWorkflowExecutionResponse{
+			WorkflowExecutionInfo: &workflowpb.WorkflowExecutionInfo{Type: &commonpb.WorkflowType{Name: "Rollout"}, Status: enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING},
+			PendingChildren:       []*workflowpb.PendingChildExecutionInfo{{WorkflowId: testCallerID, RunId: testCallerRun}}}}, nil).Maybe()
+	l := &Lineage{Temporal: tc, RolloutType: "Rollout", NodeTypes: []string{testCallerType}}
+	var suite testsuite.WorkflowTestSuite
+	env := suite.NewTestActivityEnvironment()
+	env.RegisterActivityWithOptions(func(ctx context.Context) error {
+		return l.checkJob(ctx, "", &ParentRun{ID: rollout.WorkflowId, RunID: rollout.RunId})
+	}, activity.RegisterOptions{Name: "ForgedParent"})
+	_, err := env.ExecuteActivity("ForgedParent")
+	appErr := requireAppError(t, err, api.ErrNotStartedByARollout, true)
+	require.Contains(t, appErr.Error(), "it has no parent")
+}
+
+// rolloutDescribes answers the describes of rollout run r1 of "kata" in turn: the n-th lists
+// the nodes of lists[n] among its pending children.
+func rolloutDescribes(status enumspb.WorkflowExecutionStatus, lists ...[]string) *mocks.Client {
+	tc := &mocks.Client{}
+	for _, nodes := range lists {
+		var pending []*workflowpb.PendingChildExecutionInfo
+		for _, n := range nodes {
+			pending = append(pending, &workflowpb.PendingChildExecutionInfo{WorkflowId: "node-" + n, RunId: "run-" + n})
+		}
+		tc.On("DescribeWorkflow", mock.Anything, "rollout-kata", "r1").Return(&client.WorkflowExecutionDescription{
+			RawResponse: &workflowservice.DescribeWorkflowExecutionResponse{
+				WorkflowExecutionInfo: &workflowpb.WorkflowExecutionInfo{Type: &commonpb.WorkflowType{Name: "Rollout"}, Status: status},
+				PendingChildren:       pending}}, nil).Once()
+	}
+	return tc
+}
+
+// One describe of a rollout answers for every node it lists while it is fresh; a node it does
+// not list (started after it), or a view past rolloutViewAge, gets a describe of its own.
+func TestRolloutViewsShareADescribeAmongTheNodesItLists(t *testing.T) {
+	running := enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING
+	tc := rolloutDescribes(running, []string{"a", "b"}, []string{"a", "b", "c"}, []string{"b", "c"})
+	clk := &clock{now: t0}
+	l := &Lineage{Temporal: tc, RolloutType: "Rollout", Clock: clk.Now}
+	kata := ParentRun{ID: "rollout-kata", RunID: "r1"}
+	look := func(node string) *rolloutView {
+		t.Helper()
+		v, err := l.rollouts.view(t.Context(), l, kata, runOf("node-"+node, "run-"+node))
+		require.NoError(t, err)
+		return v
+	}
+
+	require.True(t, look("a").children[runOf("node-a", "run-a")])
+	require.True(t, look("b").children[runOf("node-b", "run-b")])
+	tc.AssertNumberOfCalls(t, "DescribeWorkflow", 1) // b was listed by a's describe
+
+	require.True(t, look("c").children[runOf("node-c", "run-c")])
+	tc.AssertNumberOfCalls(t, "DescribeWorkflow", 2) // c started after it: read again
+
+	clk.Advance(rolloutViewAge + time.Second)
+	v := look("b")
+	tc.AssertNumberOfCalls(t, "DescribeWorkflow", 3) // too old to answer, though it lists b
+	require.False(t, v.children[runOf("node-a", "run-a")], "the newest read is the one kept")
+}
+
+// A view of a rollout run that has ended answers for any node (nothing can list it again),
+// and one read that does not list a node is its answer: the check refuses on it.
+func TestRolloutViewsOfAnEndedRolloutAnswerEveryNode(t *testing.T) {
+	tc := rolloutDescribes(enumspb.WORKFLOW_EXECUTION_STATUS_TERMINATED, nil)
+	l := &Lineage{Temporal: tc, RolloutType: "Rollout"}
+	kata := ParentRun{ID: "rollout-kata", RunID: "r1"}
+	for _, n := range []string{"a", "b", "c"} {
+		v, err := l.rollouts.view(t.Context(), l, kata, runOf("node-"+n, "run-"+n))
+		require.NoError(t, err)
+		require.Equal(t, enumspb.WORKFLOW_EXECUTION_STATUS_TERMINATED, v.status)
+	}
+	tc.AssertNumberOfCalls(t, "DescribeWorkflow", 1)
+}
+
+// Nodes that check while a describe of their rollout is in flight wait for it, and one that
+// lists them all answers every one: one describe for fifty nodes.
+func TestRolloutViewsJoinTheDescribeInFlight(t *testing.T) {
+	const nodes = 50
+	var pending []*workflowpb.PendingChildExecutionInfo
+	for i := range nodes {
+		pending = append(pending, &workflowpb.PendingChildExecutionInfo{WorkflowId: fmt.Sprint("node-", i), RunId: fmt.Sprint("run-", i)})
+	}
+	// The first describe returns once every other node waits for it; a second describe (a node
+	// that did not wait) lets it return too, so a failing check fails rather than hangs.
+	entered, released, waiting := make(chan struct{}), make(chan struct{}), 0
+	first := sync.OnceFunc(func() { close(entered) })
+	release := sync.OnceFunc(func() { close(released) })
+	tc := &mocks.Client{}
+	tc.On("DescribeWorkflow", mock.Anything, "rollout-kata", "r1").Run(func(mock.Arguments) {
+		select {
+		case <-entered: // not the first
+			release()
+		default:
+			first()
+			<-released
+		}
+	}).Return(&client.WorkflowExecutionDescription{RawResponse: &workflowservice.DescribeWorkflowExecutionResponse{
+		WorkflowExecutionInfo: &workflowpb.WorkflowExecutionInfo{Type: &commonpb.WorkflowType{Name: "Rollout"}, Status: enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING},
+		PendingChildren:       pending}}, nil)
+	l := &Lineage{Temporal: tc, RolloutType: "Rollout"}
+	var mu sync.Mutex
+	l.rollouts.onWait = func() {
+		mu.Lock()
+		defer mu.Unlock()
+		if waiting++; waiting == nodes-1 {
+			release()
+		}
+	}
+	kata := ParentRun{ID: "rollout-kata", RunID: "r1"}
+	check := func(i int) {
+		v, err := l.rollouts.view(t.Context(), l, kata, runOf(fmt.Sprint("node-", i), fmt.Sprint("run-", i)))
+		assert.NoError(t, err)
+		assert.True(t, v.children[runOf(fmt.Sprint("node-", i), fmt.Sprint("run-", i))])
+	}
+	var wg sync.WaitGroup
+	wg.Go(func() { check(0) })
+	<-entered
+	for i := 1; i < nodes; i++ {
+		wg.Go(func() { check(i) })
+	}
+	wg.Wait()
+	tc.AssertNumberOfCalls(t, "DescribeWorkflow", 1)
 }

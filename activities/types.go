@@ -124,6 +124,16 @@ type JobRequest struct {
 	// that created, watched and finalized a Job but could not report it (the Temporal server
 	// was down) runs again from the start, and must not create the Job its first run deleted.
 	FirstTask bool `json:"firstTask,omitempty"`
+	// Parent is the calling node run's parent as its history records it (the Temporal server
+	// writes it; no starter can): the node sets it for its local activities, so Lineage need not
+	// ask Temporal who the parent is. It is never sent: an activity scheduled over the wire,
+	// which anyone could fill, arrives without it, and Lineage trusts it only in a local one.
+	Parent *ParentRun `json:"-"`
+}
+
+// ParentRun is the run of a workflow's parent.
+type ParentRun struct {
+	ID, RunID string
 }
 
 // JobRef identifies a Job the rollout created (or adopted). UID is empty when the Job's name is

@@ -231,6 +231,9 @@ func (n *nodeSteps) runJob(ctx workflow.Context) (api.NodeResult, error) {
 	writes := n.writeDeadline()
 	req := in.jobRequest(runID)
 	req.Requester = in.Requester
+	if parent := workflow.GetInfo(ctx).ParentWorkflowExecution; parent != nil {
+		req.Parent = &activities.ParentRun{ID: parent.ID, RunID: parent.RunID}
+	}
 	req.FirstTask = workflow.GetInfo(ctx).GetCurrentHistoryLength() <= firstTaskHistoryLength
 
 	var job activities.JobRef
