@@ -214,8 +214,7 @@ func (r *rollout) nextAdmitted(ctx workflow.Context, historyFull func() bool) (b
 		}
 		break
 	}
-	next := r.queue[at]
-	r.queue = append(r.queue[:at:at], r.queue[at+1:]...)
+	next := r.takeQueued(at)
 	if !r.settings.Pacing.Active() {
 		r.progress.Cursor = next.name
 	}

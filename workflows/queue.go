@@ -25,6 +25,19 @@ type queuedNode struct {
 	rank   string // value of order.label (pacing only)
 }
 
+// takeQueued removes and returns the queue's node at index at. The first node, which an
+// unpaced rollout always takes, costs only a move of the slice's start: copying the rest of a
+// page for each start made every page's admissions quadratic in its length.
+func (r *rollout) takeQueued(at int) queuedNode {
+	next := r.queue[at]
+	if at == 0 {
+		r.queue = r.queue[1:]
+	} else {
+		r.queue = slices.Delete(r.queue, at, at+1)
+	}
+	return next
+}
+
 // recordSkip records a listed node that is not run: done for this template, or missing.
 func (r *rollout) recordSkip(ctx workflow.Context, n queuedNode) {
 	if n.skip == "missing" {
