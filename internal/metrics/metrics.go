@@ -38,6 +38,9 @@ var renamedTags = map[string]string{
 type Collector struct {
 	mu       sync.Mutex
 	families map[string]*family
+	// derived caches WithTags: the handler derived from a handler (its key) and the tags given
+	// (their tagKey). The SDK derives one for nearly every request and task, from a few tag sets.
+	derived sync.Map
 }
 
 type kind int
@@ -90,15 +93,28 @@ func (c *Collector) series(name string, k kind, key string, tags map[string]stri
 	return s
 }
 
+// tagKey names a tag set: its pairs in key order. The SDK's sets are mostly of one tag, which
+// needs no sorting.
 func tagKey(tags map[string]string) string {
+	if len(tags) == 1 {
+		for k, v := range tags {
+			return k + "=" + v + "\x00"
+		}
+	}
 	keys := make([]string, 0, len(tags))
-	for k := range tags {
+	size := 0
+	for k, v := range tags {
 		keys = append(keys, k)
+		size += len(k) + len(v) + 2
 	}
 	sort.Strings(keys)
 	var b strings.Builder
+	b.Grow(size)
 	for _, k := range keys {
-		b.WriteString(k + "=" + tags[k] + "\x00")
+		b.WriteString(k)
+		b.WriteByte('=')
+		b.WriteString(tags[k])
+		b.WriteByte(0)
 	}
 	return b.String()
 }
@@ -170,7 +186,20 @@ type handler struct {
 	key  string // tagKey(tags)
 }
 
+// WithTags is the handler with tags added (renamed and sanitized). A tag set seen before from
+// the same handler returns the handler derived then: merging, renaming and keying the tags
+// afresh for every request was most of what the worker spent on metrics.
 func (h handler) WithTags(tags map[string]string) sdkmetrics.MetricsHandler {
+	id := h.key + "\x01" + tagKey(tags)
+	if d, ok := h.c.derived.Load(id); ok {
+		return d.(handler)
+	}
+	d := h.derive(tags)
+	h.c.derived.Store(id, d)
+	return d
+}
+
+func (h handler) derive(tags map[string]string) handler {
 	merged := make(map[string]string, len(h.tags)+len(tags))
 	for k, v := range h.tags {
 		merged[k] = v

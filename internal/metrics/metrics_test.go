@@ -36,6 +36,25 @@ func TestSeriesWithDifferentTagSetsShareOneFamily(t *testing.T) {
 	require.Contains(t, body, `noderollout_build_info{commit="abc",go_version="go1.26",temporal_sdk_version="v1.51.0",version="v1.2.3"} 1`)
 }
 
+// WithTags remembers what it derived: the same tags from the same handler give the same series,
+// renamed as the first time, and the same tags from another handler give that handler's own.
+func TestDerivedHandlersKeepTheirParentsTags(t *testing.T) {
+	c := NewCollector()
+	polls := c.Handler().WithTags(map[string]string{"worker_type": "WorkflowWorker"})
+	activities := c.Handler().WithTags(map[string]string{"worker_type": "ActivityWorker"})
+	for range 3 {
+		polls.WithTags(map[string]string{"namespace": "default"}).Counter("temporal_request").Inc(1)
+	}
+	activities.WithTags(map[string]string{"namespace": "default"}).Counter("temporal_request").Inc(1)
+	c.Handler().WithTags(map[string]string{"namespace": "default"}).Counter("temporal_request").Inc(1)
+
+	srv := Serve("", c, ready(), BuildInfo{}, false)
+	_, body := probe(t, srv, "/metrics")
+	require.Contains(t, body, `temporal_request_total{temporal_namespace="default",worker_type="WorkflowWorker"} 3`)
+	require.Contains(t, body, `temporal_request_total{temporal_namespace="default",worker_type="ActivityWorker"} 1`)
+	require.Contains(t, body, `temporal_request_total{temporal_namespace="default",worker_type=""} 1`)
+}
+
 func TestTimersResolveMilliseconds(t *testing.T) {
 	c := NewCollector()
 	c.Handler().Timer("temporal_request_latency").Record(3 * time.Millisecond)
@@ -102,5 +121,13 @@ func BenchmarkTaggedUpdates(b *testing.B) {
 	for b.Loop() {
 		h.Counter("temporal_request").Inc(1)
 		h.Timer("temporal_request_latency").Record(3 * time.Millisecond)
+	}
+}
+
+// BenchmarkWithTags is the SDK deriving a handler for a request: the same few tags each time.
+func BenchmarkWithTags(b *testing.B) {
+	h := NewCollector().Handler().WithTags(map[string]string{"namespace": "default", "client_name": "temporal-go"})
+	for b.Loop() {
+		h.WithTags(map[string]string{"operation": "RespondWorkflowTaskCompleted"}).Counter("temporal_request").Inc(1)
 	}
 }
