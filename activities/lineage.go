@@ -62,7 +62,7 @@ func (l *Lineage) check(ctx context.Context, templateHash string) error {
 
 // checkJob is check for a node's Job: parent, when the node set it (JobRequest.Parent), spares
 // a local activity the describe of its caller.
-func (l *Lineage) checkJob(ctx context.Context, templateHash string, parent *ParentRun) error {
+func (l *Lineage) checkJob(ctx context.Context, templateHash string, parent *WorkflowRun) error {
 	return l.verify(ctx, templateHash, true, parent)
 }
 
@@ -91,7 +91,7 @@ func (l *Lineage) checkCleanUp(ctx context.Context, templateHash string) error {
 	return l.verify(ctx, templateHash, false, nil)
 }
 
-func (l *Lineage) verify(ctx context.Context, templateHash string, strict bool, known *ParentRun) error {
+func (l *Lineage) verify(ctx context.Context, templateHash string, strict bool, known *WorkflowRun) error {
 	if l == nil || l.Temporal == nil {
 		return nil
 	}
@@ -140,7 +140,7 @@ func (l *Lineage) verify(ctx context.Context, templateHash string, strict bool, 
 
 // parentOf is the caller's parent: as its node handed it to a local activity (known), else as
 // Temporal describes the caller; nil when it has none.
-func (l *Lineage) parentOf(ctx context.Context, info activity.Info, known *ParentRun) (*ParentRun, error) {
+func (l *Lineage) parentOf(ctx context.Context, info activity.Info, known *WorkflowRun) (*WorkflowRun, error) {
 	if known != nil && info.IsLocalActivity {
 		return known, nil
 	}
@@ -153,18 +153,18 @@ func (l *Lineage) parentOf(ctx context.Context, info activity.Info, known *Paren
 	if parent == nil {
 		return nil, nil
 	}
-	return &ParentRun{ID: parent.GetWorkflowId(), RunID: parent.GetRunId()}, nil
+	return &WorkflowRun{ID: parent.GetWorkflowId(), RunID: parent.GetRunId()}, nil
 }
 
 // describeRollout reads what Lineage checks of a rollout run: its type, status, pending
 // children and the templates its memo says it prepared.
-func (l *Lineage) describeRollout(ctx context.Context, rollout ParentRun) (*rolloutView, error) {
+func (l *Lineage) describeRollout(ctx context.Context, rollout WorkflowRun) (*rolloutView, error) {
 	d, err := l.Temporal.DescribeWorkflow(ctx, rollout.ID, rollout.RunID)
 	if err != nil {
 		return nil, err
 	}
 	info := d.RawResponse.GetWorkflowExecutionInfo()
-	v := &rolloutView{typ: info.GetType().GetName(), status: info.GetStatus(), children: map[ParentRun]bool{}}
+	v := &rolloutView{typ: info.GetType().GetName(), status: info.GetStatus(), children: map[WorkflowRun]bool{}}
 	for _, c := range d.RawResponse.GetPendingChildren() {
 		v.children[runOf(c.GetWorkflowId(), c.GetRunId())] = true
 	}

@@ -121,7 +121,7 @@ func TestCreateJobInALocalActivityTakesTheParentFromItsNode(t *testing.T) {
 	rollout := &commonpb.WorkflowExecution{WorkflowId: "rollout-kata", RunId: "r1"}
 	running := enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING
 	req := testRequest("node-a")
-	req.Parent = &ParentRun{ID: rollout.WorkflowId, RunID: rollout.RunId}
+	req.Parent = &WorkflowRun{ID: rollout.WorkflowId, RunID: rollout.RunId}
 	for name, tc := range map[string]struct {
 		client  *mocks.Client
 		local   bool
@@ -173,7 +173,7 @@ func TestLineageIgnoresAParentHandedToAScheduledActivity(t *testing.T) {
 	var suite testsuite.WorkflowTestSuite
 	env := suite.NewTestActivityEnvironment()
 	env.RegisterActivityWithOptions(func(ctx context.Context) error {
-		return l.checkJob(ctx, "", &ParentRun{ID: rollout.WorkflowId, RunID: rollout.RunId})
+		return l.checkJob(ctx, "", &WorkflowRun{ID: rollout.WorkflowId, RunID: rollout.RunId})
 	}, activity.RegisterOptions{Name: "ForgedParent"})
 	_, err := env.ExecuteActivity("ForgedParent")
 	appErr := requireAppError(t, err, api.ErrNotStartedByARollout, true)
@@ -204,7 +204,7 @@ func TestRolloutViewsShareADescribeAmongTheNodesItLists(t *testing.T) {
 	tc := rolloutDescribes(running, []string{"a", "b"}, []string{"a", "b", "c"}, []string{"b", "c"})
 	clk := &clock{now: t0}
 	l := &Lineage{Temporal: tc, RolloutType: "Rollout", Clock: clk.Now}
-	kata := ParentRun{ID: "rollout-kata", RunID: "r1"}
+	kata := WorkflowRun{ID: "rollout-kata", RunID: "r1"}
 	look := func(node string) *rolloutView {
 		t.Helper()
 		v, err := l.rollouts.view(t.Context(), l, kata, runOf("node-"+node, "run-"+node))
@@ -230,7 +230,7 @@ func TestRolloutViewsShareADescribeAmongTheNodesItLists(t *testing.T) {
 func TestRolloutViewsOfAnEndedRolloutAnswerEveryNode(t *testing.T) {
 	tc := rolloutDescribes(enumspb.WORKFLOW_EXECUTION_STATUS_TERMINATED, nil)
 	l := &Lineage{Temporal: tc, RolloutType: "Rollout"}
-	kata := ParentRun{ID: "rollout-kata", RunID: "r1"}
+	kata := WorkflowRun{ID: "rollout-kata", RunID: "r1"}
 	for _, n := range []string{"a", "b", "c"} {
 		v, err := l.rollouts.view(t.Context(), l, kata, runOf("node-"+n, "run-"+n))
 		require.NoError(t, err)
@@ -273,7 +273,7 @@ func TestRolloutViewsJoinTheDescribeInFlight(t *testing.T) {
 			release()
 		}
 	}
-	kata := ParentRun{ID: "rollout-kata", RunID: "r1"}
+	kata := WorkflowRun{ID: "rollout-kata", RunID: "r1"}
 	check := func(i int) {
 		v, err := l.rollouts.view(t.Context(), l, kata, runOf(fmt.Sprint("node-", i), fmt.Sprint("run-", i)))
 		assert.NoError(t, err)

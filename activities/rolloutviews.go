@@ -16,17 +16,17 @@ type rolloutView struct {
 	at       time.Time
 	typ      string
 	status   enumspb.WorkflowExecutionStatus
-	children map[ParentRun]bool // its pending children
+	children map[WorkflowRun]bool // its pending children
 	prepared prepared
 }
 
 // runOf names a workflow run.
-func runOf(id, runID string) ParentRun { return ParentRun{ID: id, RunID: runID} }
+func runOf(id, runID string) WorkflowRun { return WorkflowRun{ID: id, RunID: runID} }
 
 // answers says whether the view settles a node run's check: it lists the node among the
 // rollout's pending children (so it was read after the node started), or the rollout run has
 // ended, which no later read can undo.
-func (v *rolloutView) answers(node ParentRun) bool {
+func (v *rolloutView) answers(node WorkflowRun) bool {
 	return v.children[node] || v.status != enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING
 }
 
@@ -51,7 +51,7 @@ type rolloutLook struct {
 
 // view returns a view of the rollout run that answers for node: a fresh one already read, the
 // one a describe in flight returns, or one read now.
-func (v *rolloutViews) view(ctx context.Context, l *Lineage, rollout ParentRun, node ParentRun) (*rolloutView, error) {
+func (v *rolloutViews) view(ctx context.Context, l *Lineage, rollout WorkflowRun, node WorkflowRun) (*rolloutView, error) {
 	for {
 		v.mu.Lock()
 		look := v.lookOf(rollout.RunID, l.now())

@@ -128,11 +128,11 @@ type JobRequest struct {
 	// writes it; no starter can): the node sets it for its local activities, so Lineage need not
 	// ask Temporal who the parent is. It is never sent: an activity scheduled over the wire,
 	// which anyone could fill, arrives without it, and Lineage trusts it only in a local one.
-	Parent *ParentRun `json:"-"`
+	Parent *WorkflowRun `json:"-"`
 }
 
-// ParentRun is the run of a workflow's parent.
-type ParentRun struct {
+// WorkflowRun is one run of a workflow: a node's parent rollout, or a node the rollout lists.
+type WorkflowRun struct {
 	ID, RunID string
 }
 

@@ -232,7 +232,7 @@ func (n *nodeSteps) runJob(ctx workflow.Context) (api.NodeResult, error) {
 	req := in.jobRequest(runID)
 	req.Requester = in.Requester
 	if parent := workflow.GetInfo(ctx).ParentWorkflowExecution; parent != nil {
-		req.Parent = &activities.ParentRun{ID: parent.ID, RunID: parent.RunID}
+		req.Parent = &activities.WorkflowRun{ID: parent.ID, RunID: parent.RunID}
 	}
 	req.FirstTask = workflow.GetInfo(ctx).GetCurrentHistoryLength() <= firstTaskHistoryLength
 
