@@ -31,17 +31,34 @@ import (
 // continue as new on its count (most rollouts) records no marker, whose search-attribute upsert
 // is an action of its own. A run that continues as new near its history limits before that
 // drains its children, as before; so does a rollout terminated by force.
+//
+// From version 3 on, a child started once the run can no longer reach its count before its
+// queue runs out (the last window of the last run) does not outlive it: the run ends rather
+// than continuing as new, and such a child, told at its start, would signal a run that waits
+// for its end anyway (an extra workflow task and signal for each of the last P nodes).
 func (r *rollout) childOutlivesRun(ctx workflow.Context) bool {
 	if r.children == nil || r.conv != nil {
 		return false
 	}
 	if !r.features.handOverAsked && r.launchedThisRun+r.launchWindow.ceiling > r.settings.ContinueAsNewAfter {
 		r.features.handOverAsked = true
-		v := workflow.GetVersion(ctx, versionHandOverInFlight, workflow.DefaultVersion, 2)
+		v := workflow.GetVersion(ctx, versionHandOverInFlight, workflow.DefaultVersion, 3)
 		r.features.handOverInFlight = v >= 1
 		r.features.tellAtStart = v >= 2
+		r.features.outliveOnlyBeforeCount = v >= 3
+	}
+	if r.features.outliveOnlyBeforeCount && !r.mayContinueOnCount() {
+		return false
 	}
 	return r.features.handOverInFlight
+}
+
+// mayContinueOnCount says whether this run may still continue as new on its count: it does so
+// at a start with launches at continueAsNewAfter and nodes left to start, and it ends instead
+// once its queue is empty and listed to the end. The node just started is in launchedThisRun
+// and no longer queued; a queued node to skip counts as a start, which errs toward outliving.
+func (r *rollout) mayContinueOnCount() bool {
+	return !r.progress.ListingDone || r.launchedThisRun+len(r.queue) > r.settings.ContinueAsNewAfter
 }
 
 // mayHandOverInFlight says whether this run may leave its children running when it

@@ -28,6 +28,7 @@ func TestShortJobsDrainAndLongJobsAreHandedOver(t *testing.T) {
 	}{
 		"told: 10 s Jobs go on":    {version: 2, job: 10 * time.Second, handedOver: []string{"node-00000", "node-00001"}},
 		"told: 10 min Jobs go on":  {version: 2, job: 10 * time.Minute, handedOver: []string{"node-00000", "node-00001"}},
+		"told, count reachable":    {version: 3, job: 10 * time.Second, handedOver: []string{"node-00000", "node-00001"}},
 		"asked: 10 s Jobs drain":   {version: 1, job: 10 * time.Second, succeeded: 2, continuedAfter: 15 * time.Second},
 		"asked: 10 min Jobs go on": {version: 1, job: 10 * time.Minute, handedOver: []string{"node-00000", "node-00001"}, continuedAfter: time.Minute},
 		"asked: a Job past the margin": {version: 1, job: nodeWatchSeconds*time.Second + handOverMargin + time.Second,
@@ -36,7 +37,7 @@ func TestShortJobsDrainAndLongJobsAreHandedOver(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			env, a := rolloutEnv(t)         // real node workflows, whose Jobs outlast the watch
 			env.SetDetachedChildWait(false) // the run's end is the continue-as-new, as on a server
-			env.OnGetVersion(versionHandOverInFlight, workflow.DefaultVersion, 2).Return(tc.version)
+			env.OnGetVersion(versionHandOverInFlight, workflow.DefaultVersion, 3).Return(tc.version)
 			// Children started in one task start in any order in the test environment.
 			var told []string
 			env.SetOnChildWorkflowStartedListener(func(_ *workflow.Info, _ workflow.Context, args converter.EncodedValues) {
@@ -61,11 +62,61 @@ func TestShortJobsDrainAndLongJobsAreHandedOver(t *testing.T) {
 			require.Equal(t, tc.succeeded, carried.Counts.Succeeded)
 			require.Zero(t, carried.Counts.Running, "the next run counts the handed-over nodes itself")
 			require.LessOrEqual(t, env.Now().Sub(start), tc.continuedAfter)
-			if tc.version == 2 {
+			if tc.version >= 2 {
 				require.ElementsMatch(t, tc.handedOver, told, "every child handed over was told the rollout at its start")
 			} else {
 				require.Empty(t, told, "a run of version 1 asks its children")
 			}
+		})
+	}
+}
+
+// A run whose queue runs out before its count ends instead of continuing as new: from version 3
+// on, the children of its last window neither outlive it nor are told the rollout, so none of
+// them signals a run that waits for its end anyway. A run that can still reach its count tells
+// them as before, and hands them over.
+func TestTheLastWindowIsToldOnlyWhileTheRunMayContinue(t *testing.T) {
+	for name, tc := range map[string]struct {
+		version    workflow.Version
+		nodes      int
+		told       []string
+		handedOver []string
+	}{
+		"version 2: the last window is told":               {version: 2, nodes: 4, told: []string{"node-00002", "node-00003"}},
+		"version 3: the last window is not told":           {version: 3, nodes: 4},
+		"version 3: a run that continues tells, as before": {version: 3, nodes: 5, told: []string{"node-00002", "node-00003"}, handedOver: []string{"node-00002", "node-00003"}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			env, a := rolloutEnv(t)
+			env.SetDetachedChildWait(false)
+			env.OnGetVersion(versionHandOverInFlight, workflow.DefaultVersion, 3).Return(tc.version)
+			var told []string
+			env.SetOnChildWorkflowStartedListener(func(_ *workflow.Info, _ workflow.Context, args converter.EncodedValues) {
+				var in NodeRolloutInput
+				require.NoError(t, args.Get(&in))
+				if in.TellWhenFree != "" {
+					told = append(told, in.Node)
+				}
+			})
+			env.OnActivity(a.CreateJob, mock.Anything, mock.Anything).Return(func(_ context.Context, in activities.JobRequest) (activities.JobRef, error) {
+				return activities.JobRef{Namespace: "jobs", Name: "demo-" + in.Node, UID: "u-" + in.Node, Node: in.Node}, nil
+			})
+			env.OnActivity(a.WaitJob, mock.Anything, mock.Anything).After(time.Minute).Return(activities.JobEnd{Outcome: api.OutcomeSucceeded, Reason: "Completed"}, nil)
+			env.OnActivity(a.FinalizeJob, mock.Anything, mock.Anything).Return(activities.FinalizeResult{}, nil)
+			req := request(nodeNames(tc.nodes)...)
+			req.Parallelism = 2
+			req.ContinueAsNewAfter = 4
+			env.ExecuteWorkflow(api.RolloutWorkflow, req)
+			require.ElementsMatch(t, tc.told, told)
+			if tc.handedOver != nil {
+				require.Equal(t, tc.handedOver, inFlightNames(handedOver(t, env)))
+				return
+			}
+			require.True(t, env.IsWorkflowCompleted())
+			require.NoError(t, env.GetWorkflowError())
+			var res api.RolloutResult
+			require.NoError(t, env.GetWorkflowResult(&res))
+			require.Equal(t, tc.nodes, res.Counts.Succeeded)
 		})
 	}
 }

@@ -269,5 +269,5 @@ func continuedAsNew(t *testing.T, err error) (api.RolloutRequest, *api.Progress)
 // a stub does not outlive its environment to tell the next run when it ends, as the model's
 // stand-ins do (model_test.go), so none may be handed over.
 func childrenDrainAtContinueAsNew(env *testsuite.TestWorkflowEnvironment) {
-	env.OnGetVersion(versionHandOverInFlight, workflow.DefaultVersion, 2).Return(workflow.DefaultVersion)
+	env.OnGetVersion(versionHandOverInFlight, workflow.DefaultVersion, 3).Return(workflow.DefaultVersion)
 }

@@ -167,6 +167,7 @@ var ledger = []change{
 			"children close with their run (request-cancel); a run that continues as new first waits for every node in flight",
 			"children outlive their run (abandon, without a cluster-wide budget and not converging); a run that continues as new waits for its children until the youngest is past its first task's watch (a run of short Jobs drains as before), then asks each child in flight to tell the rollout when it ends (notifyWhenFree, answered by nodeFree with the result) and hands the nodes to the next run (Progress.InFlightNodes), which counts them in its window, cancels them on an abort and asks again on the busy-node recheck (handover.go)",
 			"as 1, but each child started to outlive its run is told the rollout at its start (NodeRolloutInput.TellWhenFree), so a run that continues as new hands its children over at once, without asking them or waiting for them to age (no drain for short Jobs either); a child's word that reaches the run before its end makes the run wait for that end (since 2026-12-04)",
+			"as 2, but a child started once the run can no longer continue as new on its count (its launches plus its queue reach continueAsNewAfter with the listing done: the last window of the last run) neither outlives the run nor is told, so it does not signal a run that ends by waiting for it (since 2026-12-05)",
 		},
 		asked: "once per run, at the first child that may still run when the run continues as new on its count (launched + parallelism > continueAsNewAfter), where children can be handed over (no cluster-wide budget, not converging)",
 		pinned: map[workflow.Version][]string{
@@ -176,7 +177,7 @@ var ledger = []change{
 			1:                       {"v10-rollout-continue-as-new-run1.json", "v10-rollout-continue-as-new-run2.json", "v10-rollout-hand-over-run1.json", "v10-rollout-hand-over-run2.json", "v10-rollout-in-flight-run1.json", "v10-rollout-in-flight-run2.json"},
 			2:                       {"v11-rollout-continue-as-new-run1.json", "v11-rollout-continue-as-new-run2.json", "v11-rollout-hand-over-run1.json", "v11-rollout-hand-over-run2.json", "v11-rollout-in-flight-run1.json", "v11-rollout-in-flight-run2.json"},
 		},
-		covered:   "v10-rollout-in-flight-run*.json replay the asked hand-over, v11-rollout-in-flight-run*.json the told one; TestModel hands nodes over in flight (a stand-in carries each on in the next run's environment, and the model fails a node handed over that was neither told nor asked); TestShortJobsDrainAndLongJobsAreHandedOver; TestAWordBeforeItsChildsEndKeepsTheNodeInItsRun",
+		covered:   "v10-rollout-in-flight-run*.json replay the asked hand-over, v11-rollout-in-flight-run*.json the told one; TestModel hands nodes over in flight (a stand-in carries each on in the next run's environment, and the model fails a node handed over that was neither told nor asked); TestShortJobsDrainAndLongJobsAreHandedOver; TestAWordBeforeItsChildsEndKeepsTheNodeInItsRun; TestTheLastWindowIsToldOnlyWhileTheRunMayContinue runs versions 2 and 3 side by side",
 		removable: removableOnceDrained,
 	},
 	{
@@ -391,6 +392,9 @@ type features struct {
 	// tellAtStart (versionHandOverInFlight 2): those children are told the rollout at their
 	// start, so the run hands them over without asking them or waiting for them to age.
 	tellAtStart bool
+	// outliveOnlyBeforeCount (versionHandOverInFlight 3): a child started once the run can no
+	// longer continue as new on its count neither outlives it nor is told.
+	outliveOnlyBeforeCount bool
 }
 
 // startFeatures asks the versions every run asks at its start, in the order their markers
