@@ -237,7 +237,8 @@ func recordHandOver(t *testing.T, rec *recorder) {
 // recordHandOverInFlight: 4 nodes of 30 s Jobs, 2 per run: the first run hands its 2 nodes in
 // flight to the second (told the rollout at their start, from hand-over-nodes-in-flight 2 on;
 // asked once past their watch before), and the second counts them from their word, then runs
-// the last two. One handed-over node's history is the node fixture of a child told at its start.
+// the last two (untold from version 3 on: that run ends rather than continuing as new). One
+// handed-over node's history is the node fixture of a child told at its start.
 func recordHandOverInFlight(t *testing.T, rec *recorder) {
 	f := NewFleet(t, 4)
 	run, _ := succeededAcrossRuns(t, f, f.Request("fixture-in-flight", 30*time.Second), 2, 2)
