@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/mock"
 	"github.com/stretchr/testify/require"
 	"go.temporal.io/sdk/converter"
+	"go.temporal.io/sdk/testsuite"
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/noderollout/noderollout/activities"
@@ -35,23 +36,7 @@ func TestShortJobsDrainAndLongJobsAreHandedOver(t *testing.T) {
 			handedOver: []string{"node-00000", "node-00001"}, continuedAfter: time.Minute},
 	} {
 		t.Run(name, func(t *testing.T) {
-			env, a := rolloutEnv(t)         // real node workflows, whose Jobs outlast the watch
-			env.SetDetachedChildWait(false) // the run's end is the continue-as-new, as on a server
-			env.OnGetVersion(versionHandOverInFlight, workflow.DefaultVersion, 3).Return(tc.version)
-			// Children started in one task start in any order in the test environment.
-			var told []string
-			env.SetOnChildWorkflowStartedListener(func(_ *workflow.Info, _ workflow.Context, args converter.EncodedValues) {
-				var in NodeRolloutInput
-				require.NoError(t, args.Get(&in))
-				if in.TellWhenFree != "" {
-					told = append(told, in.Node)
-				}
-			})
-			env.OnActivity(a.CreateJob, mock.Anything, mock.Anything).Return(func(_ context.Context, in activities.JobRequest) (activities.JobRef, error) {
-				return activities.JobRef{Namespace: "jobs", Name: "demo-" + in.Node, UID: "u-" + in.Node, Node: in.Node}, nil
-			})
-			env.OnActivity(a.WaitJob, mock.Anything, mock.Anything).After(tc.job).Return(activities.JobEnd{Outcome: api.OutcomeSucceeded, Reason: "Completed"}, nil)
-			env.OnActivity(a.FinalizeJob, mock.Anything, mock.Anything).Return(activities.FinalizeResult{}, nil)
+			env, told := inFlightHandOverEnv(t, tc.version, tc.job)
 			req := request(nodeNames(4)...)
 			req.Parallelism = 2
 			req.ContinueAsNewAfter = 2
@@ -63,12 +48,37 @@ func TestShortJobsDrainAndLongJobsAreHandedOver(t *testing.T) {
 			require.Zero(t, carried.Counts.Running, "the next run counts the handed-over nodes itself")
 			require.LessOrEqual(t, env.Now().Sub(start), tc.continuedAfter)
 			if tc.version >= 2 {
-				require.ElementsMatch(t, tc.handedOver, told, "every child handed over was told the rollout at its start")
+				require.ElementsMatch(t, tc.handedOver, *told, "every child handed over was told the rollout at its start")
 			} else {
-				require.Empty(t, told, "a run of version 1 asks its children")
+				require.Empty(t, *told, "a run of version 1 asks its children")
 			}
 		})
 	}
+}
+
+// inFlightHandOverEnv is a rollout of real node workflows (their Jobs outlast the watch and take job to
+// succeed) at the given version of versionHandOverInFlight, whose end is its continue-as-new as
+// on a server. told collects the children started with the rollout to tell (TellWhenFree), in
+// the order they started, which the test environment does not fix within one task.
+func inFlightHandOverEnv(t *testing.T, version workflow.Version, job time.Duration) (env *testsuite.TestWorkflowEnvironment, told *[]string) {
+	t.Helper()
+	env, a := rolloutEnv(t)
+	env.SetDetachedChildWait(false)
+	env.OnGetVersion(versionHandOverInFlight, workflow.DefaultVersion, 3).Return(version)
+	told = &[]string{}
+	env.SetOnChildWorkflowStartedListener(func(_ *workflow.Info, _ workflow.Context, args converter.EncodedValues) {
+		var in NodeRolloutInput
+		require.NoError(t, args.Get(&in))
+		if in.TellWhenFree != "" {
+			*told = append(*told, in.Node)
+		}
+	})
+	env.OnActivity(a.CreateJob, mock.Anything, mock.Anything).Return(func(_ context.Context, in activities.JobRequest) (activities.JobRef, error) {
+		return activities.JobRef{Namespace: "jobs", Name: "demo-" + in.Node, UID: "u-" + in.Node, Node: in.Node}, nil
+	})
+	env.OnActivity(a.WaitJob, mock.Anything, mock.Anything).After(job).Return(activities.JobEnd{Outcome: api.OutcomeSucceeded, Reason: "Completed"}, nil)
+	env.OnActivity(a.FinalizeJob, mock.Anything, mock.Anything).Return(activities.FinalizeResult{}, nil)
+	return env, told
 }
 
 // A run whose queue runs out before its count ends instead of continuing as new: from version 3
@@ -87,27 +97,12 @@ func TestTheLastWindowIsToldOnlyWhileTheRunMayContinue(t *testing.T) {
 		"version 3: a run that continues tells, as before": {version: 3, nodes: 5, told: []string{"node-00002", "node-00003"}, handedOver: []string{"node-00002", "node-00003"}},
 	} {
 		t.Run(name, func(t *testing.T) {
-			env, a := rolloutEnv(t)
-			env.SetDetachedChildWait(false)
-			env.OnGetVersion(versionHandOverInFlight, workflow.DefaultVersion, 3).Return(tc.version)
-			var told []string
-			env.SetOnChildWorkflowStartedListener(func(_ *workflow.Info, _ workflow.Context, args converter.EncodedValues) {
-				var in NodeRolloutInput
-				require.NoError(t, args.Get(&in))
-				if in.TellWhenFree != "" {
-					told = append(told, in.Node)
-				}
-			})
-			env.OnActivity(a.CreateJob, mock.Anything, mock.Anything).Return(func(_ context.Context, in activities.JobRequest) (activities.JobRef, error) {
-				return activities.JobRef{Namespace: "jobs", Name: "demo-" + in.Node, UID: "u-" + in.Node, Node: in.Node}, nil
-			})
-			env.OnActivity(a.WaitJob, mock.Anything, mock.Anything).After(time.Minute).Return(activities.JobEnd{Outcome: api.OutcomeSucceeded, Reason: "Completed"}, nil)
-			env.OnActivity(a.FinalizeJob, mock.Anything, mock.Anything).Return(activities.FinalizeResult{}, nil)
+			env, told := inFlightHandOverEnv(t, tc.version, time.Minute)
 			req := request(nodeNames(tc.nodes)...)
 			req.Parallelism = 2
 			req.ContinueAsNewAfter = 4
 			env.ExecuteWorkflow(api.RolloutWorkflow, req)
-			require.ElementsMatch(t, tc.told, told)
+			require.ElementsMatch(t, tc.told, *told)
 			if tc.handedOver != nil {
 				require.Equal(t, tc.handedOver, inFlightNames(handedOver(t, env)))
 				return
