@@ -1044,6 +1044,40 @@ func TestRunJobRunsAShortJobToItsEndOnce(t *testing.T) {
 	require.Equal(t, 1, countActions(cs, "create", "jobs"), "the repeat created no second Job")
 }
 
+// A RunJob asked to trim (NodeRolloutV5) leaves out of its result what its request says and
+// an empty finalize result, and the workflow's restore gives back the whole reference.
+func TestRunJobTrimmedLeavesOutWhatTheRequestSays(t *testing.T) {
+	cs := fake.NewClientset(testNode("node-a", nil))
+	stampCreatedJobs(cs)
+	completeOnCreate(cs)
+	a := startedActivities(t, cs)
+	in := RunJobInput{Job: testRequest("node-a"), WatchSeconds: 60, TimeoutSeconds: 3600, KeepJobs: api.KeepFailed, Trim: true}
+
+	r := runJob(t, a, in)
+	require.True(t, r.Done, "%+v", r)
+	require.NotEmpty(t, r.Job.UID)
+	require.Empty(t, r.Job.Namespace+r.Job.Name+r.Job.Node+r.Job.RunID, "%+v", r.Job)
+	recorded, err := json.Marshal(r)
+	require.NoError(t, err)
+	for _, key := range []string{`"namespace"`, `"name"`, `"node"`, `"runID"`, `"fin"`} {
+		require.NotContains(t, string(recorded), key)
+	}
+	whole := r.Job.RestoredFrom(PlannedJob(in.Job))
+	require.Equal(t, JobRef{Namespace: testNamespace, Name: jobspec.JobName("kata", "node-a", "run-1"), UID: r.Job.UID, RunID: "run-1",
+		Node: "node-a", CreatedAt: r.Job.CreatedAt, NodeUID: r.Job.NodeUID}, whole)
+}
+
+// A reference whose parts differ from the plan keeps them through a trim and a restore.
+func TestTrimKeepsWhatThePlanDoesNotSay(t *testing.T) {
+	planned := PlannedJob(testRequest("node-a"))
+	adopted := planned
+	adopted.Name, adopted.UID = "someone-elses-name", "u1"
+	trimmed := adopted.TrimmedOf(planned)
+	require.Equal(t, "someone-elses-name", trimmed.Name)
+	require.Empty(t, trimmed.Namespace)
+	require.Equal(t, adopted, trimmed.RestoredFrom(planned))
+}
+
 // enforceNodeResourceVersion makes the fake refuse a Node patch whose resourceVersion is not
 // the Node's, as the API server does (the fake applies any patch).
 func enforceNodeResourceVersion(cs *fake.Clientset) {

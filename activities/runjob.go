@@ -15,6 +15,9 @@ type RunJobInput struct {
 	KeepJobs       api.KeepJobs `json:"keepJobs"`
 	// UndoOf is FinalizeInput.UndoOf: the rollout an undo rollout's node undoes.
 	UndoOf string `json:"undoOf,omitempty"`
+	// Trim: the result's Job reference leaves out what the request says (JobRef.TrimmedOf), as
+	// the node's history records the result (NodeRolloutV5).
+	Trim bool `json:"trim,omitempty"`
 }
 
 // RunJobResult is how far RunJob got. Done: the Job ended and was finalized, End and Fin are
@@ -26,7 +29,7 @@ type RunJobResult struct {
 	Running bool           `json:"running,omitempty"`
 	End     JobEnd         `json:"end"`
 	Done    bool           `json:"done,omitempty"`
-	Fin     FinalizeResult `json:"fin"`
+	Fin     FinalizeResult `json:"fin,omitzero"`
 }
 
 // RunJob is CreateJob, WatchJob for at most WatchSeconds, and FinalizeJob, in one local
@@ -35,6 +38,14 @@ type RunJobResult struct {
 // create, which adopts the Job or finds the run's outcome on the Node; a later step that fails
 // returns how far it got, and the workflow goes on from there with the step on its own.
 func (a *Activities) RunJob(ctx context.Context, in RunJobInput) (RunJobResult, error) {
+	res, err := a.runJob(ctx, in)
+	if in.Trim {
+		res.Job = res.Job.TrimmedOf(PlannedJob(in.Job))
+	}
+	return res, err
+}
+
+func (a *Activities) runJob(ctx context.Context, in RunJobInput) (RunJobResult, error) {
 	job, node, err := a.createJobOnNode(ctx, in.Job)
 	if err != nil || job.Finalized != "" {
 		return RunJobResult{Job: job}, err

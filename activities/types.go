@@ -4,10 +4,12 @@
 package activities
 
 import (
+	"cmp"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/noderollout/noderollout/activities/jobspec"
 	"github.com/noderollout/noderollout/api"
 )
 
@@ -140,11 +142,12 @@ type WorkflowRun struct {
 // known but CreateJob never answered (its reply was lost): then RunID, the NodeRollout run that
 // names it, tells our Job from a stranger's before anything is deleted.
 type JobRef struct {
-	Namespace string    `json:"namespace"`
-	Name      string    `json:"name"`
+	// Namespace, Name, RunID and Node are empty only in a trimmed reference (TrimmedOf).
+	Namespace string    `json:"namespace,omitempty"`
+	Name      string    `json:"name,omitempty"`
 	UID       string    `json:"uid"`
 	RunID     string    `json:"runID,omitempty"`
-	Node      string    `json:"node"`
+	Node      string    `json:"node,omitempty"`
 	CreatedAt time.Time `json:"createdAt"`
 	// NodeUID is the Node's UID when the Job was created (empty in histories from before it
 	// was recorded); the outcome Event names it.
@@ -152,6 +155,39 @@ type JobRef struct {
 	// Finalized is set instead of a created Job when this run had finalized the node already
 	// (the Node records the run next to its outcome marker): the outcome the marker holds.
 	Finalized api.Outcome `json:"finalized,omitempty"`
+}
+
+// PlannedJob is the Job a request makes, as its node workflow knows it before any answer:
+// enough to find the Job and delete it.
+func PlannedJob(in JobRequest) JobRef {
+	return JobRef{Namespace: in.Namespace, Name: jobspec.JobName(in.Rollout, in.Node, in.RunID), Node: in.Node, RunID: in.RunID}
+}
+
+// TrimmedOf leaves out of r what planned already says (the namespace, name, node and run), so
+// a history that records r need not repeat the node's input; RestoredFrom puts it back.
+func (r JobRef) TrimmedOf(planned JobRef) JobRef {
+	if r.Namespace == planned.Namespace {
+		r.Namespace = ""
+	}
+	if r.Name == planned.Name {
+		r.Name = ""
+	}
+	if r.Node == planned.Node {
+		r.Node = ""
+	}
+	if r.RunID == planned.RunID {
+		r.RunID = ""
+	}
+	return r
+}
+
+// RestoredFrom is r with what TrimmedOf left out taken from planned.
+func (r JobRef) RestoredFrom(planned JobRef) JobRef {
+	r.Namespace = cmp.Or(r.Namespace, planned.Namespace)
+	r.Name = cmp.Or(r.Name, planned.Name)
+	r.Node = cmp.Or(r.Node, planned.Node)
+	r.RunID = cmp.Or(r.RunID, planned.RunID)
+	return r
 }
 
 // WaitJobInput asks to wait until the Job finishes, disappears, or runs past its deadline.

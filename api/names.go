@@ -1,5 +1,7 @@
 package api
 
+import "strings"
+
 // Cluster is who a worker rolls out for when one Temporal namespace serves many clusters, and
 // the cluster-wide disruption budget it applies. It comes from the worker's config (`cluster`,
 // `cluster-budget`): both describe the cluster, not one rollout, so every rollout on it agrees.
@@ -36,6 +38,13 @@ func clusterScoped(prefix, cluster, name string) string {
 // NodeWorkflowID is the NodeRollout workflow ID of node in this cluster.
 func (c Cluster) NodeWorkflowID(node string) string { return clusterScoped(NodeIDPrefix, c.Name, node) }
 
+// NodeOfWorkflowID is the node whose workflow ID in this cluster id is (NodeWorkflowID's
+// inverse); false when id is no node workflow ID of this cluster.
+func (c Cluster) NodeOfWorkflowID(id string) (string, bool) {
+	node, ok := strings.CutPrefix(id, c.NodeWorkflowID(""))
+	return node, ok && node != ""
+}
+
 // RolloutID is the workflow ID of the rollout with this name in this cluster.
 func (c Cluster) RolloutID(name string) string { return clusterScoped(RolloutIDPrefix, c.Name, name) }
 
@@ -64,6 +73,7 @@ const (
 	NodeRolloutV2Workflow = "NodeRolloutV2"
 	NodeRolloutV3Workflow = "NodeRolloutV3"
 	NodeRolloutV4Workflow = "NodeRolloutV4"
+	NodeRolloutV5Workflow = "NodeRolloutV5"
 	// ClusterBudgetWorkflow is the coordinator of a cluster-wide budget: one per cluster.
 	ClusterBudgetWorkflow = "ClusterBudget"
 
@@ -94,6 +104,10 @@ const (
 	// SearchAttributeRolloutName (Keyword) is set by the starter when the namespace has it.
 	SearchAttributeRolloutName = "RolloutName"
 )
+
+// NodeWorkflowTypes are every node workflow type, oldest first: a worker registers them all,
+// since a rollout's history decides which type its children are.
+var NodeWorkflowTypes = []string{NodeRolloutWorkflow, NodeRolloutV2Workflow, NodeRolloutV3Workflow, NodeRolloutV4Workflow, NodeRolloutV5Workflow}
 
 // Error types of the workflows' own ApplicationErrors (outcomes.go has the activities').
 const (

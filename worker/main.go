@@ -178,7 +178,7 @@ func run(ctx context.Context, cfg config.Config, pol *policy.Policy) error {
 	workflows.OnCluster{Cluster: cluster}.Register(w)
 	// Only node workflows a running Rollout started write to the cluster.
 	acts.Lineage = &activities.Lineage{Temporal: tc, RolloutType: api.RolloutWorkflow,
-		NodeTypes: []string{api.NodeRolloutWorkflow, api.NodeRolloutV2Workflow, api.NodeRolloutV3Workflow, api.NodeRolloutV4Workflow}}
+		NodeTypes: api.NodeWorkflowTypes}
 	w.RegisterActivity(acts)
 	w.RegisterActivity(&activities.Coordination{Temporal: tc})
 	if err := w.Start(); err != nil {

@@ -23,5 +23,6 @@ func (c OnCluster) Register(w worker.WorkflowRegistry) {
 	w.RegisterWorkflowWithOptions(c.NodeRolloutV2, workflow.RegisterOptions{Name: api.NodeRolloutV2Workflow})
 	w.RegisterWorkflowWithOptions(c.NodeRolloutV3, workflow.RegisterOptions{Name: api.NodeRolloutV3Workflow})
 	w.RegisterWorkflowWithOptions(c.NodeRolloutV4, workflow.RegisterOptions{Name: api.NodeRolloutV4Workflow})
+	w.RegisterWorkflowWithOptions(c.NodeRolloutV5, workflow.RegisterOptions{Name: api.NodeRolloutV5Workflow})
 	w.RegisterWorkflowWithOptions(ClusterBudget, workflow.RegisterOptions{Name: api.ClusterBudgetWorkflow})
 }

@@ -207,7 +207,7 @@ func (c *budgetCoordinator) rebuild(ctx workflow.Context) error {
 	})
 	err := workflow.ExecuteActivity(actx, co.NodeHolders, activities.NodeHoldersInput{
 		TaskQueue:     workflow.GetInfo(ctx).TaskQueueName,
-		WorkflowTypes: []string{api.NodeRolloutWorkflow, api.NodeRolloutV2Workflow, api.NodeRolloutV3Workflow, api.NodeRolloutV4Workflow},
+		WorkflowTypes: api.NodeWorkflowTypes,
 	}).Get(ctx, &running)
 	if err != nil {
 		return err

@@ -104,6 +104,7 @@ type nodeTracker struct {
 }
 
 func (n *nodeTracker) run(ctx workflow.Context, in NodeRolloutInput) (api.NodeResult, error) {
+	in.Node = childNode(ctx, in)
 	n.mu.Lock()
 	n.live++
 	n.peak = max(n.peak, n.live)
@@ -132,7 +133,7 @@ func budgetEnv(t *testing.T, budget int, took func(string) time.Duration) (*test
 	env.RegisterWorkflowWithOptions(budgetHarness, workflow.RegisterOptions{Name: "budgetHarness"})
 	listsNamedNodes(env, a)
 	tracker := &nodeTracker{started: map[string]time.Time{}, took: took}
-	env.OnWorkflow(NodeRolloutV4, mock.Anything, mock.Anything).Return(tracker.run)
+	env.OnWorkflow(NodeRolloutV5, mock.Anything, mock.Anything).Return(tracker.run)
 	env.OnActivity(co.NodeHolders, mock.Anything, mock.Anything).Return(nil, nil).Maybe()
 	env.OnActivity(co.GoneHolders, mock.Anything, mock.Anything).Return(func(_ context.Context, held []api.SlotHolder) ([]api.SlotHolder, error) {
 		tracker.looked = append(tracker.looked, held)
@@ -308,7 +309,7 @@ func TestAbortedRolloutReturnsEverySlotItAskedFor(t *testing.T) {
 	env, a := newTestEnv(ts, api.Cluster{Name: budgetCluster.Name, Budget: 2})
 	listsNamedNodes(env, a)
 	tracker := &nodeTracker{started: map[string]time.Time{}, took: func(string) time.Duration { return 10 * time.Hour }}
-	env.OnWorkflow(NodeRolloutV4, mock.Anything, mock.Anything).Return(tracker.run)
+	env.OnWorkflow(NodeRolloutV5, mock.Anything, mock.Anything).Return(tracker.run)
 	// The coordinator is played here: it records requests and returns, and grants the first two.
 	var mu sync.Mutex
 	var asked, returned []string

@@ -1,6 +1,7 @@
 package workflows
 
 import (
+	"cmp"
 	"errors"
 	"time"
 
@@ -136,9 +137,16 @@ func (r *rollout) startChild(ctx workflow.Context, node string, outlivesRun bool
 			in.WatchSeconds = nodeWatchSeconds
 		}
 	}
+	summary := "rollout " + r.req.Name + " on node " + node
+	if r.features.nodeVersion >= 4 {
+		// The child's workflow ID names the node: its input and summary need not.
+		nodeWorkflow = NodeRolloutV5
+		in.Node = ""
+		summary = "rollout " + r.req.Name
+	}
 	r.started++
 	r.pacer.startedByDomain[r.pacer.domainOf[node]]++
-	return workflow.ExecuteChildWorkflow(nodeChildOptions(ctx, r.req.Name, node, r.cluster.NodeWorkflowID(node), outlivesRun), nodeWorkflow, in)
+	return workflow.ExecuteChildWorkflow(nodeChildOptions(ctx, r.cluster.NodeWorkflowID(node), summary, outlivesRun), nodeWorkflow, in)
 }
 
 // runNode runs the child, waiting while another rollout holds the node; busy says the node
@@ -215,12 +223,14 @@ func (r *rollout) waitUntilFreed(ctx workflow.Context, node string, recheck time
 // a failure made from any other error.
 func nodeResult(node string, err error, result api.NodeResult) api.NodeResult {
 	if err == nil {
+		result.Node = cmp.Or(result.Node, node) // a NodeRolloutV5 leaves it out
 		return result
 	}
 	var appErr *temporal.ApplicationError
 	if errors.As(err, &appErr) && appErr.Type() == api.ErrNodeFailed && appErr.HasDetails() {
 		var carried api.NodeResult
 		if appErr.Details(&carried) == nil {
+			carried.Node = cmp.Or(carried.Node, node)
 			return carried
 		}
 	}

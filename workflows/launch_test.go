@@ -41,8 +41,9 @@ func newSlotEnv(t *testing.T) *slotEnv {
 	s := &slotEnv{env: env, started: map[string]time.Time{}, took: 10 * time.Minute}
 	listsNamedNodes(env, a)
 	s.env.OnSignalExternalWorkflow(mock.Anything, slotCluster.BudgetWorkflowID(), "", mock.Anything, mock.Anything).Return(nil).Maybe()
-	s.env.OnWorkflow(NodeRolloutV4, mock.Anything, mock.Anything).Return(
+	s.env.OnWorkflow(NodeRolloutV5, mock.Anything, mock.Anything).Return(
 		func(ctx workflow.Context, in NodeRolloutInput) (api.NodeResult, error) {
+			in.Node = childNode(ctx, in)
 			s.mu.Lock()
 			s.started[in.Node] = workflow.Now(ctx)
 			s.mu.Unlock()
@@ -437,7 +438,8 @@ func longWaitEnv(t *testing.T, took func(node string) time.Duration) (*testsuite
 		}
 		return res, nil
 	}).Maybe()
-	env.OnWorkflow(NodeRolloutV4, mock.Anything, mock.Anything).Return(func(ctx workflow.Context, in NodeRolloutInput) (api.NodeResult, error) {
+	env.OnWorkflow(NodeRolloutV5, mock.Anything, mock.Anything).Return(func(ctx workflow.Context, in NodeRolloutInput) (api.NodeResult, error) {
+		in.Node = childNode(ctx, in)
 		if err := workflow.Sleep(ctx, took(in.Node)); err != nil {
 			return api.NodeResult{}, err
 		}

@@ -587,6 +587,7 @@ func handedNode(ctx workflow.Context, workflowType string, in NodeRolloutInput) 
 	nodeWorkflows := map[string]func(workflow.Context, NodeRolloutInput) (api.NodeResult, error){
 		api.NodeRolloutWorkflow: NodeRollout, api.NodeRolloutV2Workflow: NodeRolloutV2,
 		api.NodeRolloutV3Workflow: NodeRolloutV3, api.NodeRolloutV4Workflow: NodeRolloutV4,
+		api.NodeRolloutV5Workflow: NodeRolloutV5,
 	}
 	return nodeWorkflows[workflowType](ctx, in)
 }
@@ -868,7 +869,11 @@ func (m *model) mockActivities(env *testsuite.TestWorkflowEnvironment) {
 		if err := create(in.Job.Node); err != nil {
 			return activities.RunJobResult{}, err
 		}
-		return activities.RunJobResult{Job: job(in.Job.Node), Running: true}, nil
+		ref := job(in.Job.Node)
+		if in.Trim {
+			ref = ref.TrimmedOf(activities.PlannedJob(in.Job)) // as the activity does: the node restores it
+		}
+		return activities.RunJobResult{Job: ref, Running: true}, nil
 	}).Maybe()
 	env.OnActivity(a.CreateJob, mock.Anything, mock.Anything).Return(func(_ context.Context, in activities.JobRequest) (activities.JobRef, error) {
 		if err := create(in.Node); err != nil {
@@ -988,7 +993,7 @@ func (w *modelWatch) InterceptWorkflow(ctx workflow.Context, next interceptor.Wo
 		return outbound(func(next interceptor.WorkflowOutboundInterceptor) interceptor.WorkflowOutboundInterceptor {
 			return &rootStarts{WorkflowOutboundInterceptorBase: interceptor.WorkflowOutboundInterceptorBase{Next: next}, m: w.m}
 		}).InterceptWorkflow(ctx, next)
-	case api.NodeRolloutWorkflow, api.NodeRolloutV2Workflow, api.NodeRolloutV3Workflow, api.NodeRolloutV4Workflow:
+	case api.NodeRolloutWorkflow, api.NodeRolloutV2Workflow, api.NodeRolloutV3Workflow, api.NodeRolloutV4Workflow, api.NodeRolloutV5Workflow:
 		return &nodeWatch{WorkflowInboundInterceptorBase: interceptor.WorkflowInboundInterceptorBase{Next: next}, m: w.m}
 	case modelHandedNode:
 		return &nodeWatch{WorkflowInboundInterceptorBase: interceptor.WorkflowInboundInterceptorBase{Next: next}, m: w.m, goesOn: true}
@@ -1003,12 +1008,16 @@ type rootStarts struct {
 
 func (o *rootStarts) ExecuteChildWorkflow(ctx workflow.Context, childType string, args ...any) workflow.ChildWorkflowFuture {
 	if in, ok := args[0].(NodeRolloutInput); ok {
+		node := in.Node
+		if node == "" { // a NodeRolloutV5's input leaves it to the workflow ID
+			node, _ = o.m.cluster.NodeOfWorkflowID(workflow.GetChildWorkflowOptions(ctx).WorkflowID)
+		}
 		// The model's check is test machinery outside the workflow's state: its map order
 		// decides nothing the workflow does.
 		//workflowcheck:ignore
-		o.m.checkStart(in.Node, workflow.Now(ctx))
+		o.m.checkStart(node, workflow.Now(ctx))
 		o.m.mu.Lock()
-		o.m.started[in.Node] = startedChild{workflowType: childType, in: in}
+		o.m.started[node] = startedChild{workflowType: childType, in: in}
 		o.m.mu.Unlock()
 	}
 	return o.Next.ExecuteChildWorkflow(ctx, childType, args...)
@@ -1040,6 +1049,9 @@ type nodeWatch struct {
 
 func (w *nodeWatch) ExecuteWorkflow(ctx workflow.Context, in *interceptor.ExecuteWorkflowInput) (any, error) {
 	node := in.Args[len(in.Args)-1].(NodeRolloutInput).Node
+	if node == "" { // a NodeRolloutV5's input leaves it to the workflow ID
+		node, _ = w.m.cluster.NodeOfWorkflowID(workflow.GetInfo(ctx).WorkflowExecution.ID)
+	}
 	if w.goesOn {
 		w.m.nodeGoesOn(node, workflow.Now(ctx))
 	} else {

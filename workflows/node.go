@@ -9,7 +9,6 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/noderollout/noderollout/activities"
-	"github.com/noderollout/noderollout/activities/jobspec"
 	"github.com/noderollout/noderollout/api"
 )
 
@@ -132,6 +131,26 @@ func (c OnCluster) NodeRolloutV4(ctx workflow.Context, in NodeRolloutInput) (api
 	return runNodeSteps(ctx, nodeSteps{in: in, oneStep: true, awaitEnd: true})
 }
 
+// NodeRolloutV5 is NodeRolloutV4 with a smaller history, the same steps: it takes its node from
+// its workflow ID rather than its input, its RunJob result leaves out the Job reference's parts
+// that its input says (activities.JobRef.TrimmedOf), and its result leaves out the node, which
+// its parent knows, and times finer than a millisecond. Parents from the fourth version of
+// versionNodeV2 on start it.
+func NodeRolloutV5(ctx workflow.Context, in NodeRolloutInput) (api.NodeResult, error) {
+	return OnCluster{}.NodeRolloutV5(ctx, in)
+}
+
+// NodeRolloutV5 is NodeRolloutV5 as the cluster's worker runs it.
+func (c OnCluster) NodeRolloutV5(ctx workflow.Context, in NodeRolloutInput) (api.NodeResult, error) {
+	if in.Node == "" {
+		in.Node, _ = c.NodeOfWorkflowID(workflow.GetInfo(ctx).WorkflowExecution.ID)
+	}
+	if err := c.checkLineage(ctx, in); err != nil {
+		return api.NodeResult{}, err
+	}
+	return runNodeSteps(ctx, nodeSteps{in: in, oneStep: true, awaitEnd: true, compact: true})
+}
+
 // runChecked runs the node (runNode) once checkLineage let it.
 func (c OnCluster) runChecked(ctx workflow.Context, in NodeRolloutInput, oneStep bool) (api.NodeResult, error) {
 	if err := c.checkLineage(ctx, in); err != nil {
@@ -181,7 +200,33 @@ func runNodeSteps(ctx workflow.Context, n nodeSteps) (api.NodeResult, error) {
 	result, err := n.run(ctx)
 	ended := carriedFailure(nodeResult(in.Node, err, result)) // without its log tail: a signal stays small
 	tellWaiters(ctx, waiters, in.TellWhenFree, NodeFreed{Node: in.Node, RunID: workflow.GetInfo(ctx).WorkflowExecution.RunID, Result: &ended})
+	if n.compact {
+		return compactResult(result, err)
+	}
 	return result, err
+}
+
+// compactResult is a NodeRolloutV5's result, or the failure that carries it, as its history
+// records it twice (its completion and its parent's copy): without the node, which the parent
+// fills in (nodeResult), and with its times to the millisecond.
+func compactResult(result api.NodeResult, err error) (api.NodeResult, error) {
+	compact := func(r api.NodeResult) api.NodeResult {
+		r.Node = ""
+		r.StartedAt = r.StartedAt.Truncate(time.Millisecond)
+		r.FinishedAt = r.FinishedAt.Truncate(time.Millisecond)
+		return r
+	}
+	var appErr *temporal.ApplicationError
+	if errors.As(err, &appErr) && appErr.Type() == api.ErrNodeFailed && appErr.HasDetails() {
+		var carried api.NodeResult
+		if appErr.Details(&carried) == nil {
+			err = temporal.NewNonRetryableApplicationError(appErr.Message(), api.ErrNodeFailed, nil, compact(carried))
+		}
+	}
+	if err != nil {
+		return result, err
+	}
+	return compact(result), nil
 }
 
 // nodeSteps is one NodeRollout from versionFieldGuarantees on.
@@ -194,6 +239,9 @@ type nodeSteps struct {
 	// awaitEnd: a Job that outlasts RunJob's watch is awaited with AwaitJobEnd, not WaitJob
 	// (NodeRolloutV4).
 	awaitEnd bool
+	// compact: the RunJob result and the node's result leave out what the history holds
+	// already (NodeRolloutV5).
+	compact bool
 	// abortedInFinalize: an abort cut short the finalize of a Job that succeeded, which may
 	// have recorded the success on the Node already.
 	abortedInFinalize bool
@@ -226,10 +274,10 @@ func (n *nodeSteps) runJob(ctx workflow.Context) (api.NodeResult, error) {
 	runID := workflow.GetInfo(ctx).WorkflowExecution.RunID
 	// planned is the Job as the workflow knows it before CreateJob answers: enough to find and
 	// delete it, should the create have gone through and its reply been lost.
-	planned := activities.JobRef{Namespace: in.Namespace, Name: jobspec.JobName(in.Rollout, in.Node, runID), Node: in.Node, RunID: runID}
+	req := in.jobRequest(runID)
+	planned := activities.PlannedJob(req)
 	result := api.NodeResult{Node: in.Node, Job: planned.Name, StartedAt: workflow.Now(ctx)}
 	writes := n.writeDeadline()
-	req := in.jobRequest(runID)
 	req.Requester = in.Requester
 	if parent := workflow.GetInfo(ctx).ParentWorkflowExecution; parent != nil {
 		req.Parent = &activities.WorkflowRun{ID: parent.ID, RunID: parent.RunID}
@@ -244,10 +292,17 @@ func (n *nodeSteps) runJob(ctx workflow.Context) (api.NodeResult, error) {
 	if inOneStep {
 		workflow.SetCurrentDetails(ctx, fmt.Sprintf("Job `%s/%s` created and watched on node `%s`", planned.Namespace, planned.Name, in.Node))
 		watch := time.Duration(in.WatchSeconds) * time.Second
-		err = workflow.ExecuteLocalActivity(withLocalWatchActivity(ctx, watch, writes, "run Job "+planned.Name), a.RunJob, activities.RunJobInput{
-			Job: req, WatchSeconds: in.WatchSeconds, TimeoutSeconds: in.JobTimeoutSeconds, KeepJobs: in.KeepJobs, UndoOf: in.UndoOf,
+		summary := "run Job " + planned.Name
+		if n.compact {
+			summary = "run the node's Job" // its name is in the result
+		}
+		err = workflow.ExecuteLocalActivity(withLocalWatchActivity(ctx, watch, writes, summary), a.RunJob, activities.RunJobInput{
+			Job: req, WatchSeconds: in.WatchSeconds, TimeoutSeconds: in.JobTimeoutSeconds, KeepJobs: in.KeepJobs, UndoOf: in.UndoOf, Trim: n.compact,
 		}).Get(ctx, &run)
 		job = run.Job
+		if n.compact {
+			job = job.RestoredFrom(planned)
+		}
 	} else {
 		err = workflow.ExecuteLocalActivity(withLocalAPIActivity(ctx, writes, "create Job "+planned.Name), a.CreateJob, req).Get(ctx, &job)
 	}

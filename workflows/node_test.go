@@ -228,7 +228,7 @@ func TestNodeWorkflowStartedOutsideARolloutIsRefused(t *testing.T) {
 		t.Run(name+"/under another ID", func(t *testing.T) {
 			env, _ := newTestEnv(nil)
 			env.RegisterWorkflowWithOptions(func(ctx workflow.Context, in NodeRolloutInput) error {
-				return workflow.ExecuteChildWorkflow(nodeChildOptions(ctx, in.Rollout, in.Node, "any-id-i-like", false), name, in).Get(ctx, nil)
+				return workflow.ExecuteChildWorkflow(nodeChildOptions(ctx, "any-id-i-like", "rollout "+in.Rollout, false), name, in).Get(ctx, nil)
 			}, workflow.RegisterOptions{Name: "rogue-parent"})
 			env.ExecuteWorkflow("rogue-parent", nodeInput())
 			var appErr *temporal.ApplicationError
@@ -242,20 +242,38 @@ func TestNodeWorkflowStartedOutsideARolloutIsRefused(t *testing.T) {
 // Tests of NodeRolloutV3: a watched Job runs as one RunJob local activity, and the node goes on
 // with the separate steps from wherever RunJob stopped.
 
-func TestParentStartsNodeRolloutV4WithTheWatch(t *testing.T) {
+// A parent starts NodeRolloutV5 children under their nodes' workflow IDs, with the watch, and
+// with inputs and summaries that leave the node to the ID; the node's result names no node,
+// and the parent's status does.
+func TestParentStartsNodeRolloutV5WithTheWatchAndTheNodeInItsID(t *testing.T) {
 	env, a := newTestEnv(nil)
 	listsNamedNodes(env, a)
-	var got []NodeRolloutInput
-	env.OnWorkflow(NodeRolloutV4, mock.Anything, mock.Anything).Return(func(_ workflow.Context, in NodeRolloutInput) (api.NodeResult, error) {
-		got = append(got, in)
-		return api.NodeResult{Node: in.Node, Outcome: api.OutcomeSucceeded}, nil
+	got := map[string]NodeRolloutInput{}
+	env.OnWorkflow(NodeRolloutV5, mock.Anything, mock.Anything).Return(func(ctx workflow.Context, in NodeRolloutInput) (api.NodeResult, error) {
+		id := workflow.GetInfo(ctx).WorkflowExecution.ID
+		got[id] = in
+		if id == api.NodeWorkflowID("n2") { // fails as a NodeRolloutV5 does: its result names no node
+			res := api.NodeResult{Outcome: api.OutcomeFailed, Reason: "BackoffLimitExceeded"}
+			return res, temporal.NewNonRetryableApplicationError("node n2 failed", api.ErrNodeFailed, nil, res)
+		}
+		return api.NodeResult{Outcome: api.OutcomeSucceeded}, nil
 	})
-	env.ExecuteWorkflow(api.RolloutWorkflow, request("n1", "n2"))
+	req := request("n1", "n2")
+	req.MaxFailures = "1"
+	env.ExecuteWorkflow(api.RolloutWorkflow, req)
 	require.NoError(t, env.GetWorkflowError())
 	require.Len(t, got, 2)
-	for _, in := range got {
+	for _, node := range []string{"n1", "n2"} {
+		in, ok := got[api.NodeWorkflowID(node)]
+		require.True(t, ok, "node %s runs under its workflow ID", node)
+		require.Empty(t, in.Node, "the ID names the node")
 		require.Equal(t, int64(nodeWatchSeconds), in.WatchSeconds)
 	}
+	var result api.RolloutResult
+	require.NoError(t, env.GetWorkflowResult(&result))
+	require.Equal(t, 1, result.Counts.Succeeded)
+	require.Len(t, result.Failures, 1)
+	require.Equal(t, "n2", result.Failures[0].Node, "the parent fills in the node")
 }
 
 var oneStepJob = activities.JobRef{Namespace: "jobs", Name: "demo-node-a-w", UID: "u1", Node: "node-a"}

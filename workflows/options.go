@@ -144,7 +144,7 @@ const nodeTaskTimeout = 15 * time.Second
 // child go on when its run continues as new and hands it to the next run; an abort still
 // cancels it (through its context here, or by the run it was handed to), and only a rollout
 // terminated outright leaves it to finish its node alone.
-func nodeChildOptions(ctx workflow.Context, rollout, node, workflowID string, outlivesRun bool) workflow.Context {
+func nodeChildOptions(ctx workflow.Context, workflowID, summary string, outlivesRun bool) workflow.Context {
 	closePolicy := enumspb.PARENT_CLOSE_POLICY_REQUEST_CANCEL
 	if outlivesRun {
 		closePolicy = enumspb.PARENT_CLOSE_POLICY_ABANDON
@@ -156,6 +156,6 @@ func nodeChildOptions(ctx workflow.Context, rollout, node, workflowID string, ou
 		ParentClosePolicy:     closePolicy,
 		// An aborted rollout waits until each child has deleted its running Job.
 		WaitForCancellation: true,
-		StaticSummary:       "rollout " + rollout + " on node " + node,
+		StaticSummary:       summary,
 	})
 }

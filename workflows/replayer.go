@@ -3,6 +3,7 @@ package workflows
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/noderollout/noderollout/api"
@@ -35,7 +36,7 @@ func fixtureCluster(file string) api.Cluster {
 
 // ReplayFixture replays a recorded history file as the worker that recorded it ran it. A node
 // workflow's history is replayed under the node's workflow ID, which the file does not hold
-// (the ID is not part of the history) and the node workflow checks (checkLineage).
+// (older servers did not record it in the history) and the node workflow checks (checkLineage).
 func ReplayFixture(file string) error {
 	f, err := os.Open(file)
 	if err != nil {
@@ -48,13 +49,17 @@ func ReplayFixture(file string) error {
 	}
 	var options worker.ReplayWorkflowHistoryOptions
 	if started := history.GetEvents()[0].GetWorkflowExecutionStartedEventAttributes(); started != nil {
-		switch started.GetWorkflowType().GetName() {
-		case api.NodeRolloutWorkflow, api.NodeRolloutV2Workflow, api.NodeRolloutV3Workflow, api.NodeRolloutV4Workflow:
-			var in NodeRolloutInput
-			if err := converter.GetDefaultDataConverter().FromPayloads(started.GetInput(), &in); err != nil {
-				return err
+		if slices.Contains(api.NodeWorkflowTypes, started.GetWorkflowType().GetName()) {
+			// Servers of today record the ID in the history; the node's input named the node
+			// until NodeRolloutV5, which takes it from the ID.
+			options.OriginalExecution.ID = started.GetWorkflowId()
+			if options.OriginalExecution.ID == "" {
+				var in NodeRolloutInput
+				if err := converter.GetDefaultDataConverter().FromPayloads(started.GetInput(), &in); err != nil {
+					return err
+				}
+				options.OriginalExecution.ID = fixtureCluster(file).NodeWorkflowID(in.Node)
 			}
-			options.OriginalExecution.ID = fixtureCluster(file).NodeWorkflowID(in.Node)
 		}
 	}
 	return ReplayerFor(file).ReplayWorkflowHistoryWithOptions(nil, history, options)

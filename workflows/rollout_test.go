@@ -607,7 +607,7 @@ func TestSetParallelismBeforeTheTemplateIsPreparedStaysWithinThePolicy(t *testin
 	env.OnActivity(a.PrepareTemplate, mock.Anything, mock.Anything).After(10*time.Minute).Return(
 		activities.PreparedTemplate{Template: sampleTemplate, Hash: "h1", MaxParallelism: 5}, nil)
 	env.OnActivity(a.ListNodes, mock.Anything, mock.Anything).Return(activities.ListNodesResult{Nodes: []string{"n1"}, Total: 1}, nil)
-	env.OnWorkflow(NodeRolloutV4, mock.Anything, mock.Anything).After(time.Hour).Return(api.NodeResult{Outcome: api.OutcomeSucceeded}, nil)
+	env.OnWorkflow(NodeRolloutV5, mock.Anything, mock.Anything).After(time.Hour).Return(api.NodeResult{Outcome: api.OutcomeSucceeded}, nil)
 	var updateErr error
 	completed := false
 	env.RegisterDelayedCallback(func() {

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"os"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -80,8 +81,21 @@ const childOfARollout = "child-of-a-rollout"
 
 func asChildOfARollout(ctx workflow.Context, nodeWorkflow string, in NodeRolloutInput) (api.NodeResult, error) {
 	var res api.NodeResult
-	err := workflow.ExecuteChildWorkflow(nodeChildOptions(ctx, in.Rollout, in.Node, api.NodeWorkflowID(in.Node), false), nodeWorkflow, in).Get(ctx, &res)
+	err := workflow.ExecuteChildWorkflow(nodeChildOptions(ctx, api.NodeWorkflowID(in.Node), "rollout "+in.Rollout, false), nodeWorkflow, in).Get(ctx, &res)
 	return res, err
+}
+
+// childNode is the node a node workflow (or a test's stand-in for one) runs for: its input
+// names it, or, for a NodeRolloutV5, its workflow ID in whichever cluster.
+func childNode(ctx workflow.Context, in NodeRolloutInput) string {
+	if in.Node != "" {
+		return in.Node
+	}
+	id := strings.TrimPrefix(workflow.GetInfo(ctx).WorkflowExecution.ID, api.NodeIDPrefix)
+	if _, node, ok := strings.Cut(id, ":"); ok {
+		return node
+	}
+	return id
 }
 
 // jobsOutlastTheWatch makes every node's local watch see its Job still running, so that the
@@ -92,7 +106,7 @@ func asChildOfARollout(ctx workflow.Context, nodeWorkflow string, in NodeRollout
 func jobsOutlastTheWatch(env *testsuite.TestWorkflowEnvironment) {
 	var a *activities.Activities
 	env.OnActivity(a.WatchJob, mock.Anything, mock.Anything).Return(activities.JobWatch{Running: true}, nil).Maybe()
-	env.OnGetVersion(versionNodeV2, workflow.DefaultVersion, 3).Return(workflow.Version(1)).Maybe()
+	env.OnGetVersion(versionNodeV2, workflow.DefaultVersion, 4).Return(workflow.Version(1)).Maybe()
 }
 
 // executeNodeAsChild runs the node workflow fn (registered as name) as a Rollout's child.

@@ -230,7 +230,8 @@ func TestUndoRolloutRunsItsNodesInThePlannedOrder(t *testing.T) {
 	pagedListing(env, a)
 	var mu sync.Mutex
 	var started []string
-	env.OnWorkflow(NodeRolloutV4, mock.Anything, mock.Anything).Return(func(ctx workflow.Context, in NodeRolloutInput) (api.NodeResult, error) {
+	env.OnWorkflow(NodeRolloutV5, mock.Anything, mock.Anything).Return(func(ctx workflow.Context, in NodeRolloutInput) (api.NodeResult, error) {
+		in.Node = childNode(ctx, in)
 		mu.Lock()
 		started = append(started, in.Node)
 		mu.Unlock()
@@ -296,7 +297,8 @@ func TestUndoRolloutKeepsItsOrderAcrossContinueAsNew(t *testing.T) {
 		childrenDrainAtContinueAsNew(env)
 		env.OnActivity(a.PrepareTemplate, mock.Anything, mock.Anything).Return(activities.PreparedTemplate{Hash: "undo-hash"}, nil).Maybe()
 		pagedListing(env, a)
-		env.OnWorkflow(NodeRolloutV4, mock.Anything, mock.Anything).Return(func(ctx workflow.Context, in NodeRolloutInput) (api.NodeResult, error) {
+		env.OnWorkflow(NodeRolloutV5, mock.Anything, mock.Anything).Return(func(ctx workflow.Context, in NodeRolloutInput) (api.NodeResult, error) {
+			in.Node = childNode(ctx, in)
 			*started = append(*started, in.Node)
 			return api.NodeResult{Node: in.Node, Outcome: api.OutcomeSucceeded}, workflow.Sleep(ctx, time.Minute)
 		})

@@ -98,6 +98,7 @@ var ledger = []change{
 			"children are NodeRolloutV2: no marker of their own; a short Job is watched within the child's first workflow task (WatchSeconds)",
 			"children are NodeRolloutV3: that Job is created, watched and finalized by one local activity (RunJob)",
 			"children are NodeRolloutV4: a Job that outlasts RunJob's watch is awaited by AwaitJobEnd, which the worker's Job informer completes when the Job ends, instead of the heartbeating WaitJob",
+			"children are NodeRolloutV5: NodeRolloutV4 with a smaller history; the child's input and summary leave out the node, which its workflow ID names (since 2026-12-05)",
 		},
 		asked: "every Rollout run with field-guarantees, at its start",
 		pinned: map[workflow.Version][]string{
@@ -371,16 +372,21 @@ var nodeTypes = []nodeType{
 	},
 	{
 		name: api.NodeRolloutV4Workflow,
-		what: "children of runs with node-v2 version 3 (today's): NodeRolloutV3 whose Job, once it outlasts RunJob's watch, is awaited by AwaitJobEnd (completed by the worker's Job informer) instead of WaitJob",
+		what: "children of runs with node-v2 version 3: NodeRolloutV3 whose Job, once it outlasts RunJob's watch, is awaited by AwaitJobEnd (completed by the worker's Job informer) instead of WaitJob",
 		fixtures: []string{"v9-node-awaited-long-job.json", "v9-node-cancelled-while-awaiting.json", "v9-node-cancelled-mid-job.json",
 			"v9-node-maintained.json", "v9-node-succeeded.json", "v11-node-handed-over.json", "v11-node-succeeded.json"},
+	},
+	{
+		name:     api.NodeRolloutV5Workflow,
+		what:     "children of runs with node-v2 version 4 (today's): NodeRolloutV4 with a smaller history; its node comes from its workflow ID, its RunJob result leaves out what its input says, its result leaves out the node",
+		fixtures: []string{},
 	},
 }
 
 // features are what a Rollout run does, by the versions its history recorded.
 type features struct {
 	guarantees  bool             // versionFieldGuarantees
-	nodeVersion workflow.Version // versionNodeV2: 0 starts NodeRollout, 1 NodeRolloutV2, 2 NodeRolloutV3, 3 NodeRolloutV4
+	nodeVersion workflow.Version // versionNodeV2: 0 starts NodeRollout, 1 NodeRolloutV2, 2 NodeRolloutV3, 3 NodeRolloutV4, 4 NodeRolloutV5
 	collect     bool             // versionChildCollector
 	// Asked once the template is prepared (readAtRun); a dry run never asks them.
 	atHistoryLimits bool // versionHistoryLimits: continue as new near the limits, not when suggested
@@ -404,7 +410,7 @@ func startFeatures(ctx workflow.Context) features {
 	var f features
 	f.guarantees = workflow.GetVersion(ctx, versionFieldGuarantees, workflow.DefaultVersion, 1) == 1
 	if f.guarantees {
-		f.nodeVersion = workflow.GetVersion(ctx, versionNodeV2, workflow.DefaultVersion, 3)
+		f.nodeVersion = workflow.GetVersion(ctx, versionNodeV2, workflow.DefaultVersion, 4)
 		f.collect = workflow.GetVersion(ctx, versionChildCollector, workflow.DefaultVersion, 1) == 1
 	}
 	return f

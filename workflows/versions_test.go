@@ -188,7 +188,7 @@ func TestTheLedgerTellsTheTruthAboutItsFixtures(t *testing.T) {
 			require.Equal(t, n.name, readFixture(t, name).workflowType, name)
 		}
 	}
-	require.ElementsMatch(t, []string{api.NodeRolloutWorkflow, api.NodeRolloutV2Workflow, api.NodeRolloutV3Workflow, api.NodeRolloutV4Workflow}, types)
+	require.ElementsMatch(t, api.NodeWorkflowTypes, types)
 	all, err := filepath.Glob(filepath.Join("testdata", "*.json"))
 	require.NoError(t, err)
 	for _, path := range all {

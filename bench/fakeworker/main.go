@@ -29,7 +29,6 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 
 	"github.com/noderollout/noderollout/activities"
-	"github.com/noderollout/noderollout/activities/jobspec"
 	"github.com/noderollout/noderollout/api"
 	"github.com/noderollout/noderollout/bench/fakestats"
 	"github.com/noderollout/noderollout/internal/metrics"
@@ -194,8 +193,11 @@ func (c *fakeCluster) RunJob(ctx context.Context, in activities.RunJobInput) (ac
 		c.running--
 		c.mu.Unlock()
 	}()
-	job := activities.JobRef{Namespace: in.Job.Namespace, Name: jobspec.JobName(in.Job.Rollout, in.Job.Node, in.Job.RunID),
-		Node: in.Job.Node, RunID: in.Job.RunID, CreatedAt: time.Now()}
+	job := activities.PlannedJob(in.Job)
+	job.CreatedAt = time.Now()
+	if in.Trim {
+		job = job.TrimmedOf(activities.PlannedJob(in.Job)) // as the real RunJob: the history's size is measured
+	}
 	select {
 	case <-ctx.Done():
 		return activities.RunJobResult{}, ctx.Err()
