@@ -1044,8 +1044,9 @@ func TestRunJobRunsAShortJobToItsEndOnce(t *testing.T) {
 	require.Equal(t, 1, countActions(cs, "create", "jobs"), "the repeat created no second Job")
 }
 
-// A RunJob asked to trim (NodeRolloutV5) leaves out of its result what its request says and
-// an empty finalize result, and the workflow's restore gives back the whole reference.
+// A RunJob asked to trim (NodeRolloutV5) leaves out of its result what its request says and an
+// empty finalize result; the workflow's restore gives back the whole reference. A Job it
+// finalized leaves no reference at all: the workflow needs only its planned name.
 func TestRunJobTrimmedLeavesOutWhatTheRequestSays(t *testing.T) {
 	cs := fake.NewClientset(testNode("node-a", nil))
 	stampCreatedJobs(cs)
@@ -1053,18 +1054,30 @@ func TestRunJobTrimmedLeavesOutWhatTheRequestSays(t *testing.T) {
 	a := startedActivities(t, cs)
 	in := RunJobInput{Job: testRequest("node-a"), WatchSeconds: 60, TimeoutSeconds: 3600, KeepJobs: api.KeepFailed, Trim: true}
 
-	r := runJob(t, a, in)
-	require.True(t, r.Done, "%+v", r)
-	require.NotEmpty(t, r.Job.UID)
-	require.Empty(t, r.Job.Namespace+r.Job.Name+r.Job.Node+r.Job.RunID, "%+v", r.Job)
-	recorded, err := json.Marshal(r)
+	done := runJob(t, a, in)
+	require.True(t, done.Done, "%+v", done)
+	recorded, err := json.Marshal(done)
 	require.NoError(t, err)
-	for _, key := range []string{`"namespace"`, `"name"`, `"node"`, `"runID"`, `"fin"`} {
-		require.NotContains(t, string(recorded), key)
-	}
-	whole := r.Job.RestoredFrom(PlannedJob(in.Job))
-	require.Equal(t, JobRef{Namespace: testNamespace, Name: jobspec.JobName("kata", "node-a", "run-1"), UID: r.Job.UID, RunID: "run-1",
-		Node: "node-a", CreatedAt: r.Job.CreatedAt, NodeUID: r.Job.NodeUID}, whole)
+	require.JSONEq(t, `{"end":{"outcome":"succeeded","finishedAt":`+jsonOf(t, done.End.FinishedAt)+`},"done":true}`, string(recorded))
+	require.Equal(t, PlannedJob(in.Job), done.Job.RestoredFrom(PlannedJob(in.Job)))
+
+	// A Job that outlasts the watch goes on to the workflow's next steps, which need its UID.
+	cs = fake.NewClientset(testNode("node-b", nil))
+	stampCreatedJobs(cs)
+	in = RunJobInput{Job: testRequest("node-b"), WatchSeconds: 1, TimeoutSeconds: 3600, KeepJobs: api.KeepFailed, Trim: true}
+	running := runJob(t, startedActivities(t, cs), in)
+	require.True(t, running.Running, "%+v", running)
+	require.NotEmpty(t, running.Job.UID)
+	require.Empty(t, running.Job.Namespace+running.Job.Name+running.Job.Node+running.Job.RunID, "%+v", running.Job)
+	require.Equal(t, JobRef{Namespace: testNamespace, Name: jobspec.JobName("kata", "node-b", "run-1"), UID: running.Job.UID, RunID: "run-1",
+		Node: "node-b", CreatedAt: running.Job.CreatedAt, NodeUID: running.Job.NodeUID}, running.Job.RestoredFrom(PlannedJob(in.Job)))
+}
+
+func jsonOf(t *testing.T, v any) string {
+	t.Helper()
+	b, err := json.Marshal(v)
+	require.NoError(t, err)
+	return string(b)
 }
 
 // A reference whose parts differ from the plan keeps them through a trim and a restore.

@@ -15,8 +15,9 @@ type RunJobInput struct {
 	KeepJobs       api.KeepJobs `json:"keepJobs"`
 	// UndoOf is FinalizeInput.UndoOf: the rollout an undo rollout's node undoes.
 	UndoOf string `json:"undoOf,omitempty"`
-	// Trim: the result's Job reference leaves out what the request says (JobRef.TrimmedOf), as
-	// the node's history records the result (NodeRolloutV5).
+	// Trim: the result's Job reference leaves out what the request says (JobRef.TrimmedOf), and
+	// a finalized Job's reference is left out whole, as the node's history records the result
+	// (NodeRolloutV5).
 	Trim bool `json:"trim,omitempty"`
 }
 
@@ -25,7 +26,7 @@ type RunJobInput struct {
 // takes over. Neither with an End: the Job ended but finalize failed, and runs again on its own.
 // Job.Finalized: this run had finished the node before, and nothing was created.
 type RunJobResult struct {
-	Job     JobRef         `json:"job"`
+	Job     JobRef         `json:"job,omitzero"`
 	Running bool           `json:"running,omitempty"`
 	End     JobEnd         `json:"end"`
 	Done    bool           `json:"done,omitempty"`
@@ -39,7 +40,10 @@ type RunJobResult struct {
 // returns how far it got, and the workflow goes on from there with the step on its own.
 func (a *Activities) RunJob(ctx context.Context, in RunJobInput) (RunJobResult, error) {
 	res, err := a.runJob(ctx, in)
-	if in.Trim {
+	switch {
+	case in.Trim && res.Done:
+		res.Job = JobRef{} // finalized: the workflow needs no more of it than its name, which it planned
+	case in.Trim:
 		res.Job = res.Job.TrimmedOf(PlannedJob(in.Job))
 	}
 	return res, err

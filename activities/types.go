@@ -145,7 +145,7 @@ type JobRef struct {
 	// Namespace, Name, RunID and Node are empty only in a trimmed reference (TrimmedOf).
 	Namespace string    `json:"namespace,omitempty"`
 	Name      string    `json:"name,omitempty"`
-	UID       string    `json:"uid"`
+	UID       string    `json:"uid,omitempty"`
 	RunID     string    `json:"runID,omitempty"`
 	Node      string    `json:"node,omitempty"`
 	CreatedAt time.Time `json:"createdAt"`

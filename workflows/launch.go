@@ -139,9 +139,10 @@ func (r *rollout) startChild(ctx workflow.Context, node string, outlivesRun bool
 	}
 	summary := "rollout " + r.req.Name + " on node " + node
 	if r.features.nodeVersion >= 4 {
-		// The child's workflow ID names the node: its input and summary need not.
+		// The child's workflow ID names the node, and it watches unless maintained: its input
+		// and summary need not say so.
 		nodeWorkflow = NodeRolloutV5
-		in.Node = ""
+		in.Node, in.WatchSeconds = "", 0
 		summary = "rollout " + r.req.Name
 	}
 	r.started++

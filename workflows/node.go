@@ -132,9 +132,11 @@ func (c OnCluster) NodeRolloutV4(ctx workflow.Context, in NodeRolloutInput) (api
 }
 
 // NodeRolloutV5 is NodeRolloutV4 with a smaller history, the same steps: it takes its node from
-// its workflow ID rather than its input, its RunJob result leaves out the Job reference's parts
-// that its input says (activities.JobRef.TrimmedOf), and its result leaves out the node, which
-// its parent knows, and times finer than a millisecond. Parents from the fourth version of
+// its workflow ID rather than its input, and its watch from the absence of a maintenance
+// section; its RunJob result leaves out the Job reference's parts that its input says
+// (activities.JobRef.TrimmedOf), or all of it once the Job is finalized; its RunJob marker has
+// no summary; and its result leaves out the node, which its parent knows, and times finer than
+// a millisecond. Parents from the fourth version of
 // versionNodeV2 on start it.
 func NodeRolloutV5(ctx workflow.Context, in NodeRolloutInput) (api.NodeResult, error) {
 	return OnCluster{}.NodeRolloutV5(ctx, in)
@@ -144,6 +146,9 @@ func NodeRolloutV5(ctx workflow.Context, in NodeRolloutInput) (api.NodeResult, e
 func (c OnCluster) NodeRolloutV5(ctx workflow.Context, in NodeRolloutInput) (api.NodeResult, error) {
 	if in.Node == "" {
 		in.Node, _ = c.NodeOfWorkflowID(workflow.GetInfo(ctx).WorkflowExecution.ID)
+	}
+	if in.WatchSeconds == 0 && in.Maintenance == nil {
+		in.WatchSeconds = nodeWatchSeconds // what every parent of a V2 to V4 node sent
 	}
 	if err := c.checkLineage(ctx, in); err != nil {
 		return api.NodeResult{}, err
@@ -294,7 +299,7 @@ func (n *nodeSteps) runJob(ctx workflow.Context) (api.NodeResult, error) {
 		watch := time.Duration(in.WatchSeconds) * time.Second
 		summary := "run Job " + planned.Name
 		if n.compact {
-			summary = "run the node's Job" // its name is in the result
+			summary = "" // the activity's type says as much, and the node's result names the Job
 		}
 		err = workflow.ExecuteLocalActivity(withLocalWatchActivity(ctx, watch, writes, summary), a.RunJob, activities.RunJobInput{
 			Job: req, WatchSeconds: in.WatchSeconds, TimeoutSeconds: in.JobTimeoutSeconds, KeepJobs: in.KeepJobs, UndoOf: in.UndoOf, Trim: n.compact,

@@ -20,7 +20,7 @@ import (
 // executeV5 runs a NodeRolloutV5 as a Rollout's child under node-a's workflow ID, with an
 // input that does not name the node, as a parent of node-v2 version 4 starts it.
 func executeV5(env *testsuite.TestWorkflowEnvironment) {
-	in := watchedInput()
+	in := nodeInput()
 	in.Node = ""
 	env.RegisterWorkflowWithOptions(func(ctx workflow.Context, in NodeRolloutInput) (api.NodeResult, error) {
 		var res api.NodeResult
@@ -62,6 +62,7 @@ func TestNodeRolloutV5TakesItsNodeFromItsIDAndRestoresTheTrimmedJob(t *testing.T
 	require.NoError(t, env.GetWorkflowError())
 	require.True(t, asked.Trim, "RunJob is asked to trim its result")
 	require.Equal(t, "node-a", asked.Job.Node, "the node comes from the workflow ID")
+	require.Equal(t, int64(nodeWatchSeconds), asked.WatchSeconds, "an unmaintained node watches")
 	want := activities.PlannedJob(asked.Job)
 	want.UID, want.CreatedAt, want.NodeUID = "u1", trimmedJob(env).CreatedAt, "n1"
 	require.Equal(t, want, awaited, "the await gets the whole reference")
@@ -95,7 +96,7 @@ func TestNodeRolloutV5FailureCarriesTheTrimmedResult(t *testing.T) {
 // A NodeRolloutV5 under an ID that names no node refuses to run.
 func TestNodeRolloutV5UnderAForeignIDRefuses(t *testing.T) {
 	env, _ := newTestEnv(nil)
-	in := watchedInput()
+	in := nodeInput()
 	in.Node = ""
 	env.RegisterWorkflowWithOptions(func(ctx workflow.Context, in NodeRolloutInput) error {
 		return workflow.ExecuteChildWorkflow(nodeChildOptions(ctx, "any-id-i-like", "rollout demo", false), api.NodeRolloutV5Workflow, in).Get(ctx, nil)
