@@ -381,8 +381,17 @@ func (r *rollout) cancelled(ctx workflow.Context) (api.RolloutResult, error) {
 func (r *rollout) continueAsNew(ctx workflow.Context) (api.RolloutResult, error) {
 	// A signal or update that arrived in the same workflow task as the decision is handled
 	// first: the root coroutine runs before the one that reads the signals, and the state is
-	// copied below.
+	// copied below. A signal is in its channel only if no coroutine waited on it: one handed
+	// straight to the waiting reader is not counted by Len, so the run also lets every
+	// coroutine ready in this task run first (versionReadWordsBeforeCAN).
+	readyRan := func() bool { return true }
+	if workflow.GetVersion(ctx, versionReadWordsBeforeCAN, workflow.DefaultVersion, 1) == 1 {
+		readyRan = afterReadyCoroutines(ctx)
+	}
 	err := workflow.Await(ctx, func() bool {
+		if !readyRan() {
+			return false
+		}
 		for _, c := range r.signals {
 			if c.Len() > 0 {
 				return false

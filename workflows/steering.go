@@ -83,6 +83,15 @@ func (r *rollout) registerHandlers(ctx workflow.Context) error {
 	return nil
 }
 
+// afterReadyCoroutines returns a condition that holds once every coroutine ready now has run
+// until it blocked: a coroutine started now runs after them, in the same pass of the
+// workflow's dispatcher, which runs its coroutines in the order they were started.
+func afterReadyCoroutines(ctx workflow.Context) func() bool {
+	ran := false
+	workflow.Go(ctx, func(workflow.Context) { ran = true })
+	return func() bool { return ran }
+}
+
 // status answers the status query.
 func (r *rollout) status() api.RolloutStatus {
 	c := r.progress.Counts

@@ -35,6 +35,8 @@ const (
 	versionStopWaits        = "stop-waits-when-no-node-may-start"
 	versionAdmission        = "one-admission-point"
 	versionHandOverInFlight = "hand-over-nodes-in-flight"
+	// Rollout, as it continues as new.
+	versionReadWordsBeforeCAN = "read-words-before-continue-as-new"
 	// Rollout, each on its own path.
 	versionClusterBudget    = "cluster-budget"
 	versionCanaryOwnNodes   = "canary-selector-own-nodes"
@@ -98,7 +100,7 @@ var ledger = []change{
 			"children are NodeRolloutV2: no marker of their own; a short Job is watched within the child's first workflow task (WatchSeconds)",
 			"children are NodeRolloutV3: that Job is created, watched and finalized by one local activity (RunJob)",
 			"children are NodeRolloutV4: a Job that outlasts RunJob's watch is awaited by AwaitJobEnd, which the worker's Job informer completes when the Job ends, instead of the heartbeating WaitJob",
-			"children are NodeRolloutV5: NodeRolloutV4 with a smaller history; the child's input and summary leave out the node, which its workflow ID names (since 2026-12-05)",
+			"children are NodeRolloutV5: NodeRolloutV4 with a smaller history; the child's input and summary leave out the node, which its workflow ID names, and its watch, which it keeps unless maintained (since 2026-12-05)",
 		},
 		asked: "every Rollout run with field-guarantees, at its start",
 		pinned: map[workflow.Version][]string{
@@ -106,6 +108,7 @@ var ledger = []change{
 			1:                       {"v2-rollout-abort.json", "v2-rollout-busy-node-holder.json", "v2-rollout-busy-node-waits.json", "v2-rollout-canary-approved.json", "v2-rollout-continue-as-new-run1.json", "v2-rollout-continue-as-new-run2.json", "v2-rollout-continue-as-new-run3.json", "v2-rollout-pause-resume-set-parallelism.json"},
 			2:                       {"v3-rollout-abort.json", "v3-rollout-budgeted.json", "v3-rollout-busy-node-holder.json", "v3-rollout-busy-node-waits.json", "v3-rollout-canary-approved.json", "v3-rollout-continue-as-new-run1.json", "v3-rollout-continue-as-new-run2.json", "v3-rollout-continue-as-new-run3.json", "v3-rollout-pause-resume-set-parallelism.json"},
 			3:                       {"v9-rollout-abort.json", "v9-rollout-budgeted.json", "v9-rollout-busy-node-holder.json", "v9-rollout-busy-node-waits.json", "v9-rollout-canary-approved.json", "v9-rollout-continue-as-new-run1.json", "v9-rollout-continue-as-new-run2.json", "v9-rollout-continue-as-new-run3.json", "v9-rollout-cut-delay.json", "v9-rollout-hand-over-run1.json", "v9-rollout-hand-over-run2.json", "v9-rollout-pause-resume-set-parallelism.json"},
+			4:                       {"v13-rollout-abort.json", "v13-rollout-budgeted.json", "v13-rollout-busy-node-holder.json", "v13-rollout-busy-node-waits.json", "v13-rollout-canary-approved.json", "v13-rollout-continue-as-new-run1.json", "v13-rollout-continue-as-new-run2.json", "v13-rollout-continue-as-new-run3.json", "v13-rollout-cut-delay.json", "v13-rollout-hand-over-run1.json", "v13-rollout-hand-over-run2.json", "v13-rollout-in-flight-run1.json", "v13-rollout-in-flight-run2.json", "v13-rollout-pause-resume-set-parallelism.json", "v13-rollout-word-in-the-decision-task.json"},
 		},
 		removable: removableOnceDrained + "; the node types NodeRollout, NodeRolloutV2 and NodeRolloutV3 stay registered until their own histories are gone too",
 	},
@@ -183,6 +186,20 @@ var ledger = []change{
 		removable: removableOnceDrained,
 	},
 	{
+		id: versionReadWordsBeforeCAN, workflow: "Rollout", since: "this change (2026-12-05)",
+		what: []string{
+			"a run continues as new once its signal channels are empty and its handlers done: a child's word handed straight to the waiting signal reader in the task of the decision is read only after the run has handed that node over, so the next run hears of it at its busy-node recheck, ten minutes on",
+			"the run first lets every coroutine ready in that task run (afterReadyCoroutines), so the reader reads such a word and the run waits for that child's end, as for any word before its end",
+		},
+		asked: "every Rollout run that continues as new, as it does",
+		pinned: map[workflow.Version][]string{
+			workflow.DefaultVersion: {"v13-rollout-word-in-the-decision-task.json"},
+			1:                       {"v13-rollout-continue-as-new-run1.json", "v13-rollout-continue-as-new-run2.json", "v13-rollout-hand-over-run1.json", "v13-rollout-in-flight-run1.json"},
+		},
+		covered:   "TestAWordHandedToTheWaitingReaderIsReadBeforeTheRunGoesOn shows the hand-off and the wait; v13-rollout-word-in-the-decision-task.json is a run of the e2e suite that lost such a word",
+		removable: removableOnceDrained,
+	},
+	{
 		id: versionClusterBudget, workflow: "Rollout", since: "28234f8 (2026-11-30)",
 		what: []string{
 			"no node takes a slot of the cluster-wide budget",
@@ -252,7 +269,7 @@ var ledger = []change{
 		removable: "never: it is the baseline of converge mode, for its later changes",
 	},
 	{
-		id: versionRecordAbortInFinalize, workflow: "NodeRollout, NodeRolloutV2, NodeRolloutV3", since: "7557946 (2026-12-02)",
+		id: versionRecordAbortInFinalize, workflow: "NodeRollout, NodeRolloutV2, NodeRolloutV3, NodeRolloutV4, NodeRolloutV5", since: "7557946 (2026-12-02)",
 		what: []string{
 			"an abort during the finalize of a succeeded Job may leave the success on the Node",
 			"the abort is recorded over it, so a rerun covers the node",
@@ -262,7 +279,7 @@ var ledger = []change{
 		removable: removableOnceDrained,
 	},
 	{
-		id: versionAbortDuringUncordon, workflow: "NodeRollout, NodeRolloutV2, NodeRolloutV3", since: "7557946 (2026-12-02)",
+		id: versionAbortDuringUncordon, workflow: "NodeRollout, NodeRolloutV2, NodeRolloutV3, NodeRolloutV4, NodeRolloutV5", since: "7557946 (2026-12-02)",
 		what: []string{
 			"an abort during the final uncordon fails the node with the cancelled uncordon as an API error",
 			"the node ends aborted, its cordon left as onFailure says and the abort recorded",
@@ -272,7 +289,7 @@ var ledger = []change{
 		removable: removableOnceDrained,
 	},
 	{
-		id: versionRecordAbortAfterJob, workflow: "NodeRollout, NodeRolloutV2, NodeRolloutV3", since: "2f470d9 (2026-12-02)",
+		id: versionRecordAbortAfterJob, workflow: "NodeRollout, NodeRolloutV2, NodeRolloutV3, NodeRolloutV4, NodeRolloutV5", since: "2f470d9 (2026-12-02)",
 		what: []string{
 			"an abort in the health gate or soak leaves the Job's success on the Node",
 			"the abort is recorded over it",
@@ -282,7 +299,7 @@ var ledger = []change{
 		removable: removableOnceDrained,
 	},
 	{
-		id: versionTellLateWaiters, workflow: "NodeRollout, NodeRolloutV2, NodeRolloutV3, NodeRolloutV4", since: "this change (2026-12-03)",
+		id: versionTellLateWaiters, workflow: "NodeRollout, NodeRolloutV2, NodeRolloutV3, NodeRolloutV4, NodeRolloutV5", since: "this change (2026-12-03)",
 		what: []string{
 			"a rollout that asks to be told while the node's words to its waiters are on their way is never told: it waits for its busy-node recheck (10 minutes)",
 			"the requests are read again once the words are out, and each new waiter is told",
@@ -377,9 +394,10 @@ var nodeTypes = []nodeType{
 			"v9-node-maintained.json", "v9-node-succeeded.json", "v11-node-handed-over.json", "v11-node-succeeded.json"},
 	},
 	{
-		name:     api.NodeRolloutV5Workflow,
-		what:     "children of runs with node-v2 version 4 (today's): NodeRolloutV4 with a smaller history; its node comes from its workflow ID, its RunJob result leaves out what its input says, its result leaves out the node",
-		fixtures: []string{},
+		name: api.NodeRolloutV5Workflow,
+		what: "children of runs with node-v2 version 4 (today's): NodeRolloutV4 with a smaller history; its node comes from its workflow ID, its RunJob result leaves out what its input says (all of the Job's reference once it is finalized), its RunJob marker has no summary, its result leaves out the node and sub-millisecond time",
+		fixtures: []string{"v13-node-awaited-long-job.json", "v13-node-cancelled-mid-job.json", "v13-node-cancelled-while-awaiting.json",
+			"v13-node-handed-over.json", "v13-node-maintained.json", "v13-node-succeeded.json"},
 	},
 }
 
