@@ -36,7 +36,8 @@ type NodeStep struct {
 // NodeResult is how one node's rollout ended; NodeRollout returns it (as the details of its
 // error when the node did not succeed).
 type NodeResult struct {
-	Node               string  `json:"node"`
+	// Node is empty only in a NodeRolloutV5's own result: its parent fills it in.
+	Node               string  `json:"node,omitempty"`
 	Outcome            Outcome `json:"outcome"`
 	Job                string  `json:"job,omitempty"`
 	Reason             string  `json:"reason,omitempty"`

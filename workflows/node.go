@@ -16,7 +16,8 @@ import (
 type NodeRolloutInput struct {
 	Rollout   string `json:"rollout"`
 	Namespace string `json:"namespace"`
-	Node      string `json:"node"`
+	// Node is empty in a NodeRolloutV5's input: its workflow ID names the node.
+	Node string `json:"node,omitempty"`
 	// Template is set only by parents from before templates were stored by hash.
 	Template          string        `json:"template,omitempty"`
 	TemplateHash      string        `json:"templateHash"`
@@ -136,8 +137,7 @@ func (c OnCluster) NodeRolloutV4(ctx workflow.Context, in NodeRolloutInput) (api
 // section; its RunJob result leaves out the Job reference's parts that its input says
 // (activities.JobRef.TrimmedOf), or all of it once the Job is finalized; its RunJob marker has
 // no summary; and its result leaves out the node, which its parent knows, and times finer than
-// a millisecond. Parents from the fourth version of
-// versionNodeV2 on start it.
+// a millisecond. Parents from the fourth version of versionNodeV2 on start it.
 func NodeRolloutV5(ctx workflow.Context, in NodeRolloutInput) (api.NodeResult, error) {
 	return OnCluster{}.NodeRolloutV5(ctx, in)
 }

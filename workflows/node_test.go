@@ -2,6 +2,7 @@ package workflows
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"sync"
 	"testing"
@@ -268,6 +269,9 @@ func TestParentStartsNodeRolloutV5WithTheNodeInItsID(t *testing.T) {
 		require.True(t, ok, "node %s runs under its workflow ID", node)
 		require.Empty(t, in.Node, "the ID names the node")
 		require.Zero(t, in.WatchSeconds, "an unmaintained V5 node watches without being told")
+		recorded, err := json.Marshal(in)
+		require.NoError(t, err)
+		require.NotContains(t, string(recorded), `"node"`, "the history records no node in the input")
 	}
 	var result api.RolloutResult
 	require.NoError(t, env.GetWorkflowResult(&result))
@@ -670,6 +674,9 @@ func TestNodeRolloutV5TakesItsNodeFromItsIDAndRestoresTheTrimmedJob(t *testing.T
 	var r api.NodeResult
 	require.NoError(t, env.GetWorkflowResult(&r))
 	require.Empty(t, r.Node, "the parent knows the node")
+	recorded, err := json.Marshal(r)
+	require.NoError(t, err)
+	require.NotContains(t, string(recorded), `"node"`, "the history records no node in the result")
 	require.Equal(t, want.Name, r.Job)
 	require.Zero(t, r.StartedAt.Nanosecond()%int(time.Millisecond), "times to the millisecond: %v", r.StartedAt)
 	require.Zero(t, r.FinishedAt.Nanosecond()%int(time.Millisecond), "times to the millisecond: %v", r.FinishedAt)
