@@ -20,11 +20,12 @@ import (
 // activities from a workflow of their own, and so skip what only the Rollout enforces (the
 // policy's cap on parallelism, the cluster-wide budget, the pacing). The writing activities
 // ask it before their first write; it reads, from Temporal itself, who called: the calling
-// workflow must be a node workflow, its parent a running Rollout that lists it among its
-// pending children and whose prepared template (its memo) is the one the node carries. The
-// parent is read from the caller's describe, or, in a local activity, from the caller's own
-// history (JobRequest.Parent); one describe of a rollout serves every node it lists for a few
-// seconds (rolloutViews).
+// workflow must be a node workflow, its parent a running Rollout whose prepared template (its
+// memo) is the one the node carries. The parent is what the server recorded when the node
+// started: read from the caller's describe, or, in a local activity, from the caller's own
+// history (JobRequest.Parent). A running Rollout has not heard the end of any node it started
+// that can still call, so the parent's own list of pending children adds nothing to the check;
+// one describe of a rollout run serves all its nodes for a few seconds (rolloutViews).
 type Lineage struct {
 	Temporal client.Client
 	// RolloutType and NodeTypes are the workflow type names (package workflows has them).
@@ -114,7 +115,7 @@ func (l *Lineage) verify(ctx context.Context, templateHash string, strict bool, 
 	if parent == nil {
 		return refuse("it has no parent")
 	}
-	p, err := l.rollouts.view(ctx, l, *parent, runOf(caller.ID, caller.RunID))
+	p, err := l.rollouts.view(ctx, l, *parent)
 	if err != nil {
 		return fmt.Errorf("describing rollout %s to check it started workflow %s: %w", parent.ID, caller.ID, err)
 	}
@@ -131,8 +132,6 @@ func (l *Lineage) verify(ctx context.Context, templateHash string, strict bool, 
 		}
 	case p.status != enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING:
 		return refuse("its parent %s is %s", parent.ID, p.status)
-	case !p.children[runOf(caller.ID, caller.RunID)]:
-		return refuse("its parent %s does not list it among its running children", parent.ID)
 	}
 	l.verified.Store(caller.RunID, p.prepared)
 	return l.sameTemplate(caller.ID, p.prepared.hashes, templateHash)
@@ -156,18 +155,15 @@ func (l *Lineage) parentOf(ctx context.Context, info activity.Info, known *Workf
 	return &WorkflowRun{ID: parent.GetWorkflowId(), RunID: parent.GetRunId()}, nil
 }
 
-// describeRollout reads what Lineage checks of a rollout run: its type, status, pending
-// children and the templates its memo says it prepared.
+// describeRollout reads what Lineage checks of a rollout run: its type, status and the
+// templates its memo says it prepared.
 func (l *Lineage) describeRollout(ctx context.Context, rollout WorkflowRun) (*rolloutView, error) {
 	d, err := l.Temporal.DescribeWorkflow(ctx, rollout.ID, rollout.RunID)
 	if err != nil {
 		return nil, err
 	}
 	info := d.RawResponse.GetWorkflowExecutionInfo()
-	v := &rolloutView{typ: info.GetType().GetName(), status: info.GetStatus(), children: map[WorkflowRun]bool{}}
-	for _, c := range d.RawResponse.GetPendingChildren() {
-		v.children[runOf(c.GetWorkflowId(), c.GetRunId())] = true
-	}
+	v := &rolloutView{typ: info.GetType().GetName(), status: info.GetStatus()}
 	// A converging rollout also prepared its onDeselect Job (deselectHash), and a node with
 	// maintenance.onFailure undo runs its rollout's undo template (undoTemplateHash).
 	for _, key := range []string{"templateHash", "deselectHash", "undoTemplateHash"} {

@@ -29,9 +29,9 @@ const (
 	testCallerRun  = "default-test-run-id"
 )
 
-// lineageOf describes the caller (its parent) and the parent (its type, status, children and
-// template) as Temporal would.
-func lineageOf(parent *commonpb.WorkflowExecution, parentType string, status enumspb.WorkflowExecutionStatus, children []string, hash string, stepHashes ...string) *mocks.Client {
+// lineageOf describes the caller (its parent) and the parent (its type, status, template, and
+// the caller among its pending children) as Temporal would.
+func lineageOf(parent *commonpb.WorkflowExecution, parentType string, status enumspb.WorkflowExecutionStatus, hash string, stepHashes ...string) *mocks.Client {
 	tc := &mocks.Client{}
 	tc.On("DescribeWorkflow", mock.Anything, testCallerID, testCallerRun).Return(&client.WorkflowExecutionDescription{
 		RawResponse: &workflowservice.DescribeWorkflowExecutionResponse{WorkflowExecutionInfo: &workflowpb.WorkflowExecutionInfo{ParentExecution: parent}}}, nil).Maybe()
@@ -42,10 +42,7 @@ func lineageOf(parent *commonpb.WorkflowExecution, parentType string, status enu
 			steps, _ := json.Marshal(stepHashes)
 			info.Memo.Fields["stepTemplateHashes"] = &commonpb.Payload{Data: steps}
 		}
-		var pending []*workflowpb.PendingChildExecutionInfo
-		for _, c := range children {
-			pending = append(pending, &workflowpb.PendingChildExecutionInfo{WorkflowId: testCallerID, RunId: c})
-		}
+		pending := []*workflowpb.PendingChildExecutionInfo{{WorkflowId: testCallerID, RunId: testCallerRun}}
 		tc.On("DescribeWorkflow", mock.Anything, parent.GetWorkflowId(), parent.GetRunId()).Return(&client.WorkflowExecutionDescription{
 			RawResponse: &workflowservice.DescribeWorkflowExecutionResponse{WorkflowExecutionInfo: info, PendingChildren: pending}}, nil).Maybe()
 	}
@@ -61,10 +58,9 @@ func continuedInto(tc *mocks.Client, rollout *commonpb.WorkflowExecution, curren
 	return tc
 }
 
-// Only a node workflow that a running Rollout started, and lists among its children (or handed
-// over when it continued as new, its rollout still running), with the template that Rollout
-// prepared, gets to create a Job; anything else is refused before any
-// write, and a verified node run is not looked up again.
+// Only a node workflow that a running Rollout started (or handed over when it continued as new,
+// its rollout still running), with the template that Rollout prepared, gets to create a Job;
+// anything else is refused before any write, and a verified node run is not looked up again.
 func TestCreateJobOnlyForANodeOfARunningRollout(t *testing.T) {
 	rollout := &commonpb.WorkflowExecution{WorkflowId: "rollout-kata", RunId: "r1"}
 	running := enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING
@@ -77,17 +73,16 @@ func TestCreateJobOnlyForANodeOfARunningRollout(t *testing.T) {
 		template string
 		lookups  int // DescribeWorkflow calls of a node let through: 2 unless said
 	}{
-		"no parent":              {client: lineageOf(nil, "", running, nil, ""), refusal: "it has no parent"},
-		"not a node workflow":    {client: lineageOf(rollout, "Rollout", running, []string{testCallerRun}, req.TemplateHash), types: []string{"NodeRolloutV3"}, refusal: "not a node workflow"},
-		"parent not a Rollout":   {client: lineageOf(rollout, "Rogue", running, []string{testCallerRun}, req.TemplateHash), refusal: "is a Rogue, not a Rollout"},
-		"parent closed":          {client: lineageOf(rollout, "Rollout", enumspb.WORKFLOW_EXECUTION_STATUS_TERMINATED, []string{testCallerRun}, req.TemplateHash), refusal: "is Terminated"},
-		"not among its children": {client: lineageOf(rollout, "Rollout", running, []string{"another-run"}, req.TemplateHash), refusal: "does not list it"},
-		"another template":       {client: lineageOf(rollout, "Rollout", running, []string{testCallerRun}, "0000"), refusal: "its rollout prepared 0000"},
-		"a rollout's node":       {client: lineageOf(rollout, "Rollout", running, []string{testCallerRun}, req.TemplateHash)},
-		"handed over, rollout ended": {client: continuedInto(lineageOf(rollout, "Rollout", continued, nil, req.TemplateHash), rollout, "Rollout", enumspb.WORKFLOW_EXECUTION_STATUS_CANCELED),
+		"no parent":            {client: lineageOf(nil, "", running, ""), refusal: "it has no parent"},
+		"not a node workflow":  {client: lineageOf(rollout, "Rollout", running, req.TemplateHash), types: []string{"NodeRolloutV3"}, refusal: "not a node workflow"},
+		"parent not a Rollout": {client: lineageOf(rollout, "Rogue", running, req.TemplateHash), refusal: "is a Rogue, not a Rollout"},
+		"parent closed":        {client: lineageOf(rollout, "Rollout", enumspb.WORKFLOW_EXECUTION_STATUS_TERMINATED, req.TemplateHash), refusal: "is Terminated"},
+		"another template":     {client: lineageOf(rollout, "Rollout", running, "0000"), refusal: "its rollout prepared 0000"},
+		"a rollout's node":     {client: lineageOf(rollout, "Rollout", running, req.TemplateHash)},
+		"handed over, rollout ended": {client: continuedInto(lineageOf(rollout, "Rollout", continued, req.TemplateHash), rollout, "Rollout", enumspb.WORKFLOW_EXECUTION_STATUS_CANCELED),
 			refusal: "continued as new and its rollout is Canceled"},
-		"handed over, rollout runs": {client: continuedInto(lineageOf(rollout, "Rollout", continued, nil, req.TemplateHash), rollout, "Rollout", running), lookups: 3},
-		"handed over, another template": {client: continuedInto(lineageOf(rollout, "Rollout", continued, nil, "0000"), rollout, "Rollout", running),
+		"handed over, rollout runs": {client: continuedInto(lineageOf(rollout, "Rollout", continued, req.TemplateHash), rollout, "Rollout", running), lookups: 3},
+		"handed over, another template": {client: continuedInto(lineageOf(rollout, "Rollout", continued, "0000"), rollout, "Rollout", running),
 			refusal: "its rollout prepared 0000"},
 	} {
 		t.Run(name, func(t *testing.T) {
@@ -115,7 +110,7 @@ func TestCreateJobOnlyForANodeOfARunningRollout(t *testing.T) {
 
 // A node hands its local activities its parent as its own history records it: the check then
 // describes only the rollout, never the node. The rollout still decides: a parent the node
-// names that is no Rollout, or that does not list the node, is refused as before. Over the
+// names that is no Rollout is refused as before. Over the
 // wire the parent is never sent, so a scheduled activity describes its caller.
 func TestCreateJobInALocalActivityTakesTheParentFromItsNode(t *testing.T) {
 	rollout := &commonpb.WorkflowExecution{WorkflowId: "rollout-kata", RunId: "r1"}
@@ -128,10 +123,9 @@ func TestCreateJobInALocalActivityTakesTheParentFromItsNode(t *testing.T) {
 		refusal string
 		lookups int
 	}{
-		"local: the rollout alone is described": {client: lineageOf(rollout, "Rollout", running, []string{testCallerRun}, req.TemplateHash), local: true, lookups: 1},
-		"local: a parent that is no Rollout":    {client: lineageOf(rollout, "Rogue", running, []string{testCallerRun}, req.TemplateHash), local: true, refusal: "is a Rogue, not a Rollout"},
-		"local: a parent that does not list it": {client: lineageOf(rollout, "Rollout", running, []string{"another-run"}, req.TemplateHash), local: true, refusal: "does not list it"},
-		"scheduled: the caller is described":    {client: lineageOf(rollout, "Rollout", running, []string{testCallerRun}, req.TemplateHash), lookups: 2},
+		"local: the rollout alone is described": {client: lineageOf(rollout, "Rollout", running, req.TemplateHash), local: true, lookups: 1},
+		"local: a parent that is no Rollout":    {client: lineageOf(rollout, "Rogue", running, req.TemplateHash), local: true, refusal: "is a Rogue, not a Rollout"},
+		"scheduled: the caller is described":    {client: lineageOf(rollout, "Rollout", running, req.TemplateHash), lookups: 2},
 	} {
 		t.Run(name, func(t *testing.T) {
 			cs, a := newCluster(testNode("node-a", nil), testNS("jobs"))
@@ -164,7 +158,7 @@ func TestCreateJobInALocalActivityTakesTheParentFromItsNode(t *testing.T) {
 // with no parent is refused though the parent it names would list it.
 func TestLineageIgnoresAParentHandedToAScheduledActivity(t *testing.T) {
 	rollout := &commonpb.WorkflowExecution{WorkflowId: "rollout-kata", RunId: "r1"}
-	tc := lineageOf(nil, "", enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING, nil, "")
+	tc := lineageOf(nil, "", enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING, "")
 	tc.On("DescribeWorkflow", mock.Anything, rollout.WorkflowId, rollout.RunId).Return(&client.WorkflowExecutionDescription{
 		RawResponse: &workflowservice.DescribeWorkflowExecutionResponse{
 			WorkflowExecutionInfo: &workflowpb.WorkflowExecutionInfo{Type: &commonpb.WorkflowType{Name: "Rollout"}, Status: enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING},
@@ -180,15 +174,13 @@ func TestLineageIgnoresAParentHandedToAScheduledActivity(t *testing.T) {
 	require.Contains(t, appErr.Error(), "it has no parent")
 }
 
-// rolloutDescribes answers the describes of rollout run r1 of "kata" in turn: the n-th lists
-// the nodes of lists[n] among its pending children.
-func rolloutDescribes(status enumspb.WorkflowExecutionStatus, lists ...[]string) *mocks.Client {
+// rolloutDescribes answers the describes of rollout run r1 of "kata", n of them, with the given
+// status; each lists a node of its own among the rollout's pending children, which no check
+// needs.
+func rolloutDescribes(status enumspb.WorkflowExecutionStatus, n int) *mocks.Client {
 	tc := &mocks.Client{}
-	for _, nodes := range lists {
-		var pending []*workflowpb.PendingChildExecutionInfo
-		for _, n := range nodes {
-			pending = append(pending, &workflowpb.PendingChildExecutionInfo{WorkflowId: "node-" + n, RunId: "run-" + n})
-		}
+	for i := range n {
+		pending := []*workflowpb.PendingChildExecutionInfo{{WorkflowId: fmt.Sprint("node-", i), RunId: fmt.Sprint("run-", i)}}
 		tc.On("DescribeWorkflow", mock.Anything, "rollout-kata", "r1").Return(&client.WorkflowExecutionDescription{
 			RawResponse: &workflowservice.DescribeWorkflowExecutionResponse{
 				WorkflowExecutionInfo: &workflowpb.WorkflowExecutionInfo{Type: &commonpb.WorkflowType{Name: "Rollout"}, Status: status},
@@ -197,56 +189,52 @@ func rolloutDescribes(status enumspb.WorkflowExecutionStatus, lists ...[]string)
 	return tc
 }
 
-// One describe of a rollout answers for every node it lists while it is fresh; a node it does
-// not list (started after it), or a view past rolloutViewAge, gets a describe of its own.
-func TestRolloutViewsShareADescribeAmongTheNodesItLists(t *testing.T) {
-	running := enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING
-	tc := rolloutDescribes(running, []string{"a", "b"}, []string{"a", "b", "c"}, []string{"b", "c"})
+// One describe of a rollout run answers the checks of all its nodes while it is fresh, those
+// started after it too (the run was running when it started them, later than the read): no
+// describe here lists the checking node. Past rolloutViewAge the next check reads again.
+func TestRolloutViewsShareADescribeAmongTheRunsNodes(t *testing.T) {
+	tc := rolloutDescribes(enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING, 2)
 	clk := &clock{now: t0}
-	l := &Lineage{Temporal: tc, RolloutType: "Rollout", Clock: clk.Now}
-	kata := WorkflowRun{ID: "rollout-kata", RunID: "r1"}
-	look := func(node string) *rolloutView {
+	_, a := newCluster(testNode("node-a", nil), testNS("jobs"))
+	a.Lineage = &Lineage{Temporal: tc, RolloutType: "Rollout", NodeTypes: []string{testCallerType, "workflow-type-not-specified"}, Clock: clk.Now}
+	req := testRequest("node-a")
+	req.Parent = &WorkflowRun{ID: "rollout-kata", RunID: "r1"}
+	check := func() {
 		t.Helper()
-		v, err := l.rollouts.view(t.Context(), l, kata, runOf("node-"+node, "run-"+node))
+		a.Lineage.verified.Clear() // as if another node run asked: the test environment has one
+		_, err := newEnv(a).ExecuteLocalActivity(a.CreateJob, req)
 		require.NoError(t, err)
-		return v
 	}
 
-	require.True(t, look("a").children[runOf("node-a", "run-a")])
-	require.True(t, look("b").children[runOf("node-b", "run-b")])
-	tc.AssertNumberOfCalls(t, "DescribeWorkflow", 1) // b was listed by a's describe
-
-	require.True(t, look("c").children[runOf("node-c", "run-c")])
-	tc.AssertNumberOfCalls(t, "DescribeWorkflow", 2) // c started after it: read again
-
-	clk.Advance(rolloutViewAge + time.Second)
-	v := look("b")
-	tc.AssertNumberOfCalls(t, "DescribeWorkflow", 3) // too old to answer, though it lists b
-	require.False(t, v.children[runOf("node-a", "run-a")], "the newest read is the one kept")
+	check()
+	clk.Advance(time.Second)
+	check()
+	clk.Advance(rolloutViewAge - time.Second)
+	check()
+	tc.AssertNumberOfCalls(t, "DescribeWorkflow", 1)
+	clk.Advance(time.Second)
+	check()
+	tc.AssertNumberOfCalls(t, "DescribeWorkflow", 2)
 }
 
-// A view of a rollout run that has ended answers for any node (nothing can list it again),
-// and one read that does not list a node is its answer: the check refuses on it.
+// A view of a rollout run that has ended answers for any node while it is fresh: the check
+// refuses on it.
 func TestRolloutViewsOfAnEndedRolloutAnswerEveryNode(t *testing.T) {
-	tc := rolloutDescribes(enumspb.WORKFLOW_EXECUTION_STATUS_TERMINATED, nil)
+	tc := rolloutDescribes(enumspb.WORKFLOW_EXECUTION_STATUS_TERMINATED, 1)
 	l := &Lineage{Temporal: tc, RolloutType: "Rollout"}
 	kata := WorkflowRun{ID: "rollout-kata", RunID: "r1"}
-	for _, n := range []string{"a", "b", "c"} {
-		v, err := l.rollouts.view(t.Context(), l, kata, runOf("node-"+n, "run-"+n))
+	for range 3 {
+		v, err := l.rollouts.view(t.Context(), l, kata)
 		require.NoError(t, err)
 		require.Equal(t, enumspb.WORKFLOW_EXECUTION_STATUS_TERMINATED, v.status)
 	}
 	tc.AssertNumberOfCalls(t, "DescribeWorkflow", 1)
 }
 
-// Nodes that check while a describe of their rollout is in flight wait for it, and one that
-// lists them all answers every one: one describe for fifty nodes.
+// Nodes that check while a describe of their rollout is in flight wait for it, and it answers
+// every one: one describe for fifty nodes.
 func TestRolloutViewsJoinTheDescribeInFlight(t *testing.T) {
 	const nodes = 50
-	var pending []*workflowpb.PendingChildExecutionInfo
-	for i := range nodes {
-		pending = append(pending, &workflowpb.PendingChildExecutionInfo{WorkflowId: fmt.Sprint("node-", i), RunId: fmt.Sprint("run-", i)})
-	}
 	// The first describe returns once every other node waits for it; a second describe (a node
 	// that did not wait) lets it return too, so a failing check fails rather than hangs.
 	entered, released, waiting := make(chan struct{}), make(chan struct{}), 0
@@ -262,8 +250,7 @@ func TestRolloutViewsJoinTheDescribeInFlight(t *testing.T) {
 			<-released
 		}
 	}).Return(&client.WorkflowExecutionDescription{RawResponse: &workflowservice.DescribeWorkflowExecutionResponse{
-		WorkflowExecutionInfo: &workflowpb.WorkflowExecutionInfo{Type: &commonpb.WorkflowType{Name: "Rollout"}, Status: enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING},
-		PendingChildren:       pending}}, nil)
+		WorkflowExecutionInfo: &workflowpb.WorkflowExecutionInfo{Type: &commonpb.WorkflowType{Name: "Rollout"}, Status: enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING}}}, nil)
 	l := &Lineage{Temporal: tc, RolloutType: "Rollout"}
 	var mu sync.Mutex
 	l.rollouts.onWait = func() {
@@ -274,16 +261,16 @@ func TestRolloutViewsJoinTheDescribeInFlight(t *testing.T) {
 		}
 	}
 	kata := WorkflowRun{ID: "rollout-kata", RunID: "r1"}
-	check := func(i int) {
-		v, err := l.rollouts.view(t.Context(), l, kata, runOf(fmt.Sprint("node-", i), fmt.Sprint("run-", i)))
+	check := func() {
+		v, err := l.rollouts.view(t.Context(), l, kata)
 		assert.NoError(t, err)
-		assert.True(t, v.children[runOf(fmt.Sprint("node-", i), fmt.Sprint("run-", i))])
+		assert.Equal(t, enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING, v.status)
 	}
 	var wg sync.WaitGroup
-	wg.Go(func() { check(0) })
+	wg.Go(check)
 	<-entered
 	for i := 1; i < nodes; i++ {
-		wg.Go(func() { check(i) })
+		wg.Go(check)
 	}
 	wg.Wait()
 	tc.AssertNumberOfCalls(t, "DescribeWorkflow", 1)

@@ -164,7 +164,7 @@ func TestCreateStepJobRunsOnlyATemplateItsRolloutPrepared(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			cs, a := newCluster(testNode("node-a", nil), testNS(testNamespace))
 			require.NoError(t, a.storeTemplate(context.Background(), testNamespace, testTemplate, req.TemplateHash))
-			a.Lineage = &Lineage{Temporal: lineageOf(rollout, "Rollout", running, []string{testCallerRun}, "main-hash", c.listed...),
+			a.Lineage = &Lineage{Temporal: lineageOf(rollout, "Rollout", running, "main-hash", c.listed...),
 				RolloutType: "Rollout", NodeTypes: []string{testCallerType}}
 			_, err := newEnv(a).ExecuteActivity(a.CreateStepJob, StepJobRequest{JobRequest: req, Step: StepReboot})
 			if !c.refused {

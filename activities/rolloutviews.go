@@ -16,26 +16,15 @@ type rolloutView struct {
 	at       time.Time
 	typ      string
 	status   enumspb.WorkflowExecutionStatus
-	children map[WorkflowRun]bool // its pending children
 	prepared prepared
 }
 
-// runOf names a workflow run.
-func runOf(id, runID string) WorkflowRun { return WorkflowRun{ID: id, RunID: runID} }
-
-// answers says whether the view settles a node run's check: it lists the node among the
-// rollout's pending children (so it was read after the node started), or the rollout run has
-// ended, which no later read can undo.
-func (v *rolloutView) answers(node WorkflowRun) bool {
-	return v.children[node] || v.status != enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING
-}
-
 // rolloutViews shares the describes of a rollout run among the lineage checks of its nodes.
-// Each node's first write needs a describe of its rollout that lists it; one describe lists
-// every node started before it, so the nodes that begin together (a hundred at a rollout's
-// start, several in one workflow task as slots free) need one between them, not one each.
-// A view answers for rolloutViewAge, so a check rests on a read at most that old, made after
-// its node started.
+// What a check needs of the run (its type, its prepared templates, whether it still runs) is
+// the same for every node it started, so one describe answers them all for rolloutViewAge: a
+// check rests on a read at most that old. A node started after the read is no less certain
+// than one started before it: the run was running when it started the node, later than the
+// read. Checks that begin while a describe is in flight wait for it.
 type rolloutViews struct {
 	mu   sync.Mutex
 	runs map[string]*rolloutLook // by rollout run ID
@@ -49,13 +38,13 @@ type rolloutLook struct {
 	inFlight chan struct{} // closed when the describe in flight returns
 }
 
-// view returns a view of the rollout run that answers for node: a fresh one already read, the
-// one a describe in flight returns, or one read now.
-func (v *rolloutViews) view(ctx context.Context, l *Lineage, rollout WorkflowRun, node WorkflowRun) (*rolloutView, error) {
+// view returns a view of the rollout run: a fresh one already read, the one a describe in
+// flight returns, or one read now.
+func (v *rolloutViews) view(ctx context.Context, l *Lineage, rollout WorkflowRun) (*rolloutView, error) {
 	for {
 		v.mu.Lock()
 		look := v.lookOf(rollout.RunID, l.now())
-		if w := look.view; w != nil && l.now().Sub(w.at) <= rolloutViewAge && w.answers(node) {
+		if w := look.view; w != nil && l.now().Sub(w.at) <= rolloutViewAge {
 			v.mu.Unlock()
 			return w, nil
 		}
@@ -65,7 +54,7 @@ func (v *rolloutViews) view(ctx context.Context, l *Lineage, rollout WorkflowRun
 				v.onWait()
 			}
 			select {
-			case <-wait: // it may list this node; else the next round reads again
+			case <-wait: // a failed describe leaves no view: the next round reads again
 				continue
 			case <-ctx.Done():
 				return nil, ctx.Err()
@@ -85,7 +74,7 @@ func (v *rolloutViews) view(ctx context.Context, l *Lineage, rollout WorkflowRun
 		look.inFlight = nil
 		close(done)
 		v.mu.Unlock()
-		return w, err // read after this node started: it decides, listed or not
+		return w, err
 	}
 }
 
