@@ -3,6 +3,7 @@ package activities
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
@@ -105,6 +106,17 @@ func TestNodeWatchSignalsOnlyForChangesThatMatter(t *testing.T) {
 	require.True(t, r.owes(nodeChange{old: done, new: left}), "left the selector: onDeselect")
 	require.True(t, r.owes(nodeChange{old: done, new: convergeNode("n", true, true, "other:succeeded")}), "marker of another template")
 	require.False(t, r.owes(nodeChange{old: left, new: convergeNode("n", false, true, "d:succeeded")}), "uninstalled")
+}
+
+// A batch of Node events gathers for Gather, and on until ListEvery has passed since the last
+// list of converging rollouts: one list a second however many markers are written.
+func TestNodeWatchListsConvergingRolloutsAtMostOnceEveryListEvery(t *testing.T) {
+	w := &NodeWatch{Gather: 200 * time.Millisecond, ListEvery: time.Second}
+	require.Equal(t, 200*time.Millisecond, w.gatherFor(t0), "no list yet")
+	w.lastList = t0
+	require.Equal(t, 900*time.Millisecond, w.gatherFor(t0.Add(100*time.Millisecond)))
+	require.Equal(t, 200*time.Millisecond, w.gatherFor(t0.Add(900*time.Millisecond)), "at least Gather")
+	require.Equal(t, 200*time.Millisecond, w.gatherFor(t0.Add(time.Minute)))
 }
 
 // A node the converging rollout owes a run is skipped, not run, while it carries a taint the

@@ -37,8 +37,14 @@ type NodeWatch struct {
 	Logger    *slog.Logger
 	// Gather is how long events are gathered into one signal per rollout (default 200 ms).
 	Gather time.Duration
+	// ListEvery spaces the lists of converging rollouts (default 1 s): a batch that would list
+	// sooner after the last one gathers on. While nodes finish Jobs by the dozen a second, each
+	// writing its marker, this bounds the visibility queries to one a second, and the signal to a
+	// converging rollout comes at most that much later.
+	ListEvery time.Duration
 
-	events chan nodeChange
+	events   chan nodeChange
+	lastList time.Time
 }
 
 // nodeChange is one Node event: old is nil for an added Node.
@@ -57,6 +63,9 @@ type convergingRollout struct {
 func (w *NodeWatch) Run(ctx context.Context) error {
 	if w.Gather <= 0 {
 		w.Gather = 200 * time.Millisecond
+	}
+	if w.ListEvery <= 0 {
+		w.ListEvery = time.Second
 	}
 	w.events = make(chan nodeChange, 1024)
 	informer := coreinformers.NewNodeInformer(w.Kube, 0, cache.Indexers{})
@@ -117,7 +126,7 @@ func (w *NodeWatch) loop(ctx context.Context) {
 		case ev := <-w.events:
 			batch = append(batch, ev)
 		}
-		timer := time.NewTimer(w.Gather)
+		timer := time.NewTimer(w.gatherFor(time.Now()))
 	gather:
 		for {
 			select {
@@ -132,6 +141,13 @@ func (w *NodeWatch) loop(ctx context.Context) {
 		}
 		w.dispatch(ctx, batch)
 	}
+}
+
+// gatherFor is how long a batch whose first event came at now gathers: Gather, and at least
+// until ListEvery has passed since the last list. Every event of a batch comes before the list
+// it is judged by, so a rollout that started before the event is on that list.
+func (w *NodeWatch) gatherFor(now time.Time) time.Duration {
+	return max(w.Gather, w.lastList.Add(w.ListEvery).Sub(now))
 }
 
 // dispatch signals, per converging rollout, the nodes of the batch it must look at.
@@ -156,6 +172,7 @@ func (w *NodeWatch) listFor(ctx context.Context, batch []nodeChange) []convergin
 	if !relevant {
 		return nil
 	}
+	w.lastList = time.Now()
 	rs, err := w.converging(ctx)
 	if err != nil {
 		w.Logger.Warn("node watch: could not list converging rollouts; the nodes of this change are looked at on the next resync (worker restart)", "error", err)
