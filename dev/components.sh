@@ -202,7 +202,7 @@ start_component() {
   [ -x "$(component_bin "$name")" ] || die "$name: $(component_bin "$name") missing; run dev/build.sh"
   for port in $(component_ports "$name"); do
     if port_in_use "$port"; then
-      die "$name: port $port on this machine is taken by another process; stop it or set the port variable (see dev/lib.sh)"
+      die "$name: port $port on this machine is taken by another process ($(ss -Hltnp "sport = :$port" 2>/dev/null | grep -o 'users:.*' || echo unknown)); stop it or set the port variable (see dev/lib.sh)"
     fi
   done
   component_command "$name"
@@ -238,6 +238,10 @@ stop_component() {
   while proc_alive "$pid"; do
     ((SECONDS < deadline)) || die "$name (pid $pid) survived SIGKILL"
     sleep 0.1
+  done
+  # Its ports free too, before a start that follows at once (a fault test's restart) checks them.
+  for port in $(component_ports "$name"); do
+    while port_in_use "$port" && ((SECONDS < deadline)); do sleep 0.1; done
   done
   rm -f "$PID_DIR/$name.pid" "$PID_DIR/$name.child.pid"
   log "stopped $name (pid $pid)"

@@ -139,12 +139,16 @@ stop_stack_if_started_here() {
   if $started_here; then "$DEV_DIR/down.sh"; fi
 }
 
-# proc_alive PID: the process exists and is not a zombie waiting to be reaped.
+# proc_alive PID: the process exists and is not a zombie waiting to be reaped. Its main thread
+# can be a zombie while its other threads still exit (ps shows "Zl"): those still hold its
+# files and listening ports, so the process counts as alive until they are gone.
 proc_alive() {
-  local stat
+  local stat tasks
   stat=$(cat "/proc/$1/stat" 2>/dev/null) || return 1
   stat=${stat##*) }
-  [ "${stat%% *}" != Z ]
+  [ "${stat%% *}" != Z ] && return 0
+  tasks=("/proc/$1/task/"*)
+  ((${#tasks[@]} > 1))
 }
 
 component_bin() {

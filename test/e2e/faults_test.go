@@ -166,7 +166,14 @@ func devScript(t *testing.T, script string, args ...string) {
 	t.Helper()
 	cmd := exec.Command(filepath.Join(stack.RepoDir, "dev", script), args...)
 	out, err := cmd.CombinedOutput()
-	require.NoError(t, err, "%s %v:\n%s", script, args, out)
+	if err != nil {
+		// One log call per line: dev/e2e.sh shows CI only the lines that carry a test's file
+		// and line, and a multi-line message would reach it as its first line alone.
+		for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+			t.Logf("%s %v: %s", script, args, line)
+		}
+		t.Fatalf("%s %v: %v", script, args, err)
+	}
 }
 
 func TestFaultTemporalServerRestarted(t *testing.T) {
