@@ -95,6 +95,9 @@ const faultJobTimeout = 3 * time.Minute
 // stopFor stops a component of the stack for d (0: a restart), then starts it again.
 func stopFor(t *testing.T, component string, d time.Duration) {
 	t.Helper()
+	// Whatever fails in this test, the tests after it find the component up (its restart has
+	// failed once: every later test then failed on the missing Temporal).
+	t.Cleanup(func() { devScript(t, "start-component.sh", component) })
 	devScript(t, "stop-component.sh", component)
 	time.Sleep(d) // the outage itself, not a synchronisation
 	devScript(t, "start-component.sh", component)
