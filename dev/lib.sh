@@ -141,7 +141,7 @@ stop_stack_if_started_here() {
 
 # proc_alive PID: the process exists and is not a zombie waiting to be reaped. Its main thread
 # can be a zombie while its other threads still exit (ps shows "Zl"): those still hold its
-# files and listening ports, so the process counts as alive until they are gone.
+# open files (a database among them), so the process counts as alive until they are gone.
 proc_alive() {
   local stat tasks
   stat=$(cat "/proc/$1/stat" 2>/dev/null) || return 1
