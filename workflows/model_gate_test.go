@@ -54,12 +54,14 @@ func (m *model) scriptGate() {
 }
 
 // mockGate plays the watch over the scenario's spans; a manual gate's closing is a pause.
-func (m *model) mockGate(env *testsuite.TestWorkflowEnvironment) {
+func (m *model) mockGate(env *testsuite.TestWorkflowEnvironment, run int) {
 	if m.gate == nil {
 		return
 	}
 	mockWatch(env, m.gate.firing, m.gate.gateFor, nil, func(in activities.MetricGateInput, res activities.MetricGateResult) {
-		m.mu.Lock()
+		if !m.lockRun(run) {
+			return
+		}
 		defer m.mu.Unlock()
 		m.note("metric gate: open=%v at %s (%s)", res.Open, env.Now().Format(time.TimeOnly), res.Reason)
 		if !res.Open && m.gate.rules.Resume == api.GateResumeManual {

@@ -406,6 +406,25 @@ func (m *model) crash(node, step string) bool {
 
 var errWorkerDied = errors.New("the worker running this attempt went away")
 
+// errRunEnded answers an activity of a run whose environment has ended. The test environment
+// runs an activity in a goroutine of its own and does not wait for it when its workflow
+// continues as new, so a create the run started can land in the fake cluster after the next
+// run's stand-in has taken the node on, and even after that node's end. On a server that
+// create is the handed-over child's own and the next run never repeats it; here it is an
+// echo of the environment, and the model drops it.
+var errRunEnded = errors.New("this run's test environment has ended")
+
+// lockRun takes m.mu for a mock of run's environment. Once that run has ended it reports
+// false, without the lock.
+func (m *model) lockRun(run int) bool {
+	m.mu.Lock()
+	if m.runs != run {
+		m.mu.Unlock()
+		return false
+	}
+	return true
+}
+
 // run plays the scenario, one test environment per workflow run, and returns the problems.
 func (m *model) run(t *testing.T) []string {
 	m.parallelism = []timedInt{{at: m.start, n: m.req.Parallelism}}
@@ -419,7 +438,9 @@ func (m *model) run(t *testing.T) []string {
 			m.fail("more than 40 runs: the rollout does not end")
 			break
 		}
-		m.runs = run
+		m.mu.Lock()
+		m.runs = run // the runs before it have ended: what their activities still do is dropped
+		m.mu.Unlock()
 		env, meter := m.newEnv(t, now, run)
 		env.ExecuteWorkflow(modelRoot, req, carried)
 		m.peak = max(m.peak, meter.peak)
@@ -625,8 +646,8 @@ func (m *model) newEnv(t *testing.T, now time.Time, run int) (*testsuite.TestWor
 			env.OnGetVersion(id, workflow.DefaultVersion, 1).Return(workflow.DefaultVersion).Maybe()
 		}
 	}
-	m.mockActivities(env)
-	m.mockGate(env)
+	m.mockActivities(env, run)
+	m.mockGate(env, run)
 	m.mockBudget(env)
 	m.schedule(env, now)
 	return env, meter
@@ -791,11 +812,13 @@ func (m *model) grant(env *testsuite.TestWorkflowEnvironment) {
 }
 
 // mockActivities is the fake cluster.
-func (m *model) mockActivities(env *testsuite.TestWorkflowEnvironment) {
+func (m *model) mockActivities(env *testsuite.TestWorkflowEnvironment, run int) {
 	a := &activities.Activities{}
 	env.OnActivity(a.PrepareTemplate, mock.Anything, mock.Anything).Return(activities.PreparedTemplate{Hash: modelHash}, nil).Maybe()
 	env.OnActivity(a.ListNodes, mock.Anything, mock.Anything).Return(func(_ context.Context, in activities.ListNodesInput) (activities.ListNodesResult, error) {
-		m.mu.Lock()
+		if !m.lockRun(run) {
+			return activities.ListNodesResult{}, errRunEnded
+		}
 		defer m.mu.Unlock()
 		names := slices.Clone(in.Names)
 		if len(names) == 0 { // a converging rollout's selector: the nodes that have joined
@@ -828,7 +851,9 @@ func (m *model) mockActivities(env *testsuite.TestWorkflowEnvironment) {
 		return res, nil
 	}).Maybe()
 	env.OnActivity(a.CheckNodes, mock.Anything, mock.Anything).Return(func(_ context.Context, in activities.CheckNodesInput) (activities.CheckNodesResult, error) {
-		m.mu.Lock()
+		if !m.lockRun(run) {
+			return activities.CheckNodesResult{}, errRunEnded
+		}
 		defer m.mu.Unlock()
 		joined := m.joinedNodes()
 		names := in.Names
@@ -855,7 +880,9 @@ func (m *model) mockActivities(env *testsuite.TestWorkflowEnvironment) {
 		return activities.JobRef{Namespace: "jobs", Name: modelRollout + "-" + node, UID: "uid-" + node, Node: node}
 	}
 	create := func(node string) error {
-		m.mu.Lock()
+		if !m.lockRun(run) {
+			return errRunEnded
+		}
 		defer m.mu.Unlock()
 		n := m.nodes[node]
 		m.note("%s: create (%d live)", node, n.liveJobs)
@@ -885,7 +912,9 @@ func (m *model) mockActivities(env *testsuite.TestWorkflowEnvironment) {
 		n := m.nodes[name]
 		env.OnActivity(a.WaitJob, mock.Anything, mock.MatchedBy(func(in activities.WaitJobInput) bool { return in.Job.Node == name })).
 			After(n.jobTakes).Return(func(_ context.Context, in activities.WaitJobInput) (activities.JobEnd, error) {
-			m.mu.Lock()
+			if !m.lockRun(run) {
+				return activities.JobEnd{}, errRunEnded
+			}
 			defer m.mu.Unlock()
 			if m.crash(name, "wait") {
 				m.note("%s: wait: the worker died", name)
@@ -899,7 +928,9 @@ func (m *model) mockActivities(env *testsuite.TestWorkflowEnvironment) {
 		}).Maybe()
 	}
 	env.OnActivity(a.FinalizeJob, mock.Anything, mock.Anything).Return(func(_ context.Context, in activities.FinalizeInput) (activities.FinalizeResult, error) {
-		m.mu.Lock()
+		if !m.lockRun(run) {
+			return activities.FinalizeResult{}, errRunEnded
+		}
 		defer m.mu.Unlock()
 		n := m.nodes[in.Node]
 		n.marker = string(in.End.Outcome)
@@ -913,7 +944,9 @@ func (m *model) mockActivities(env *testsuite.TestWorkflowEnvironment) {
 		return activities.FinalizeResult{}, nil
 	}).Maybe()
 	env.OnActivity(a.DeleteJob, mock.Anything, mock.Anything).Return(func(_ context.Context, j activities.JobRef) error {
-		m.mu.Lock()
+		if !m.lockRun(run) {
+			return errRunEnded
+		}
 		defer m.mu.Unlock()
 		m.note("%s: delete Job", j.Node)
 		m.nodes[j.Node].liveJobs = 0
@@ -921,7 +954,9 @@ func (m *model) mockActivities(env *testsuite.TestWorkflowEnvironment) {
 	}).Maybe()
 	// Cordon and uncordon take a while (an API server under load), so an abort can land in them.
 	env.OnActivity(a.CordonNode, mock.Anything, mock.Anything).After(modelNodeWrite).Return(func(_ context.Context, in activities.NodeInput) (activities.CordonResult, error) {
-		m.mu.Lock()
+		if !m.lockRun(run) {
+			return activities.CordonResult{}, errRunEnded
+		}
 		defer m.mu.Unlock()
 		n := m.nodes[in.Node]
 		if n.cordoned && !n.ourCordon {
@@ -932,7 +967,9 @@ func (m *model) mockActivities(env *testsuite.TestWorkflowEnvironment) {
 	}).Maybe()
 	env.OnActivity(a.UncordonNode, mock.Anything, mock.Anything).AfterFn(func() time.Duration {
 		// An uncordon begins: the operator of an abortInUncordon scenario aborts halfway.
-		m.mu.Lock()
+		if !m.lockRun(run) {
+			return modelNodeWrite
+		}
 		abort := m.abortInUncordon && !m.abortScheduled
 		m.abortScheduled = m.abortScheduled || abort
 		m.mu.Unlock()
@@ -942,7 +979,9 @@ func (m *model) mockActivities(env *testsuite.TestWorkflowEnvironment) {
 		}
 		return modelNodeWrite
 	}).Return(func(_ context.Context, in activities.NodeInput) (activities.UncordonResult, error) {
-		m.mu.Lock()
+		if !m.lockRun(run) {
+			return activities.UncordonResult{}, errRunEnded
+		}
 		defer m.mu.Unlock()
 		n := m.nodes[in.Node]
 		if !n.ourCordon {
@@ -958,7 +997,9 @@ func (m *model) mockActivities(env *testsuite.TestWorkflowEnvironment) {
 		return activities.UncordonResult{Uncordoned: true}, nil
 	}).Maybe()
 	env.OnActivity(a.DrainNode, mock.Anything, mock.Anything).After(3 * time.Minute).Return(func(_ context.Context, in activities.DrainInput) (activities.DrainResult, error) {
-		m.mu.Lock()
+		if !m.lockRun(run) {
+			return activities.DrainResult{}, errRunEnded
+		}
 		defer m.mu.Unlock()
 		if m.crash(in.Node, "drain") {
 			m.note("%s: drain: the worker died", in.Node)
@@ -967,7 +1008,9 @@ func (m *model) mockActivities(env *testsuite.TestWorkflowEnvironment) {
 		return activities.DrainResult{}, nil
 	}).Maybe()
 	env.OnActivity(a.CheckNodeHealth, mock.Anything, mock.Anything).After(2 * time.Minute).Return(func(_ context.Context, in activities.HealthInput) error {
-		m.mu.Lock()
+		if !m.lockRun(run) {
+			return errRunEnded
+		}
 		defer m.mu.Unlock()
 		if m.crash(in.Node, fmt.Sprintf("health/%d", in.HoldSeconds)) {
 			m.note("%s: health: the worker died", in.Node)
