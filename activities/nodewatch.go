@@ -12,7 +12,7 @@ import (
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 	coreinformers "k8s.io/client-go/informers/core/v1"
@@ -70,8 +70,8 @@ func (w *NodeWatch) Run(ctx context.Context) error {
 	w.events = make(chan nodeChange, 1024)
 	informer := coreinformers.NewNodeInformer(w.Kube, 0, cache.Indexers{})
 	_ = informer.SetTransform(func(obj any) (any, error) {
-		if m, err := meta.Accessor(obj); err == nil {
-			m.SetManagedFields(nil)
+		if n, ok := obj.(*corev1.Node); ok {
+			return keptOfNode(n), nil
 		}
 		return obj, nil
 	})
@@ -85,7 +85,8 @@ func (w *NodeWatch) Run(ctx context.Context) error {
 		UpdateFunc: func(old, obj any) {
 			o, ok1 := old.(*corev1.Node)
 			n, ok2 := obj.(*corev1.Node)
-			if ok1 && ok2 {
+			// Most updates are status heartbeats: they stop here, not in a batch.
+			if ok1 && ok2 && mayMatter(o, n) {
 				w.events <- nodeChange{old: o, new: n}
 			}
 		},
@@ -182,12 +183,31 @@ func (w *NodeWatch) listFor(ctx context.Context, batch []nodeChange) []convergin
 }
 
 // mayMatter says an update changed what a converging rollout judges a node by: its UID, its
-// labels, its Ready condition, an annotation (the markers) or its taints (a lifted taint may
-// let the Job's Pod on).
+// labels, its Ready condition, an annotation (the markers), whether it is cordoned (a field
+// selector may name spec.unschedulable) or its taints (a lifted taint may let the Job's Pod on).
+// keptOfNode keeps exactly these.
 func mayMatter(old, n *corev1.Node) bool {
 	return old.UID != n.UID || nodeReady(old) != nodeReady(n) ||
 		!labels.Equals(old.Labels, n.Labels) || !labels.Equals(old.Annotations, n.Annotations) ||
-		!sameTaints(old, n)
+		old.Spec.Unschedulable != n.Spec.Unschedulable || !sameTaints(old, n)
+}
+
+// keptOfNode is what the watch's cache keeps of a Node: what mayMatter and owes read, and the
+// name and version the informer files it by. A real node's status (images, conditions,
+// capacity, addresses) is most of its size, and the cache holds every Node of the cluster.
+func keptOfNode(n *corev1.Node) *corev1.Node {
+	kept := &corev1.Node{ObjectMeta: metav1.ObjectMeta{
+		Name: n.Name, UID: n.UID, ResourceVersion: n.ResourceVersion,
+		Labels: n.Labels, Annotations: n.Annotations,
+	}}
+	kept.Spec.Unschedulable = n.Spec.Unschedulable
+	kept.Spec.Taints = n.Spec.Taints
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			kept.Status.Conditions = []corev1.NodeCondition{{Type: c.Type, Status: c.Status}}
+		}
+	}
+	return kept
 }
 
 // sameTaints says two versions of a Node carry the same taints, whenever added.
