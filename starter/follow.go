@@ -198,19 +198,26 @@ func endedView(id string, status enumspb.WorkflowExecutionStatus, res api.Rollou
 }
 
 // result waits for the rollout (following continue-as-new) and reads its result, which a
-// failed rollout carries in its error's details.
+// failed rollout carries in its error's details, and an aborted one in its cancellation's.
 func (a *app) result(id string) (api.RolloutResult, error) {
 	var res api.RolloutResult
 	err := a.tc.GetWorkflow(a.ctx, id, "").Get(a.ctx, &res)
-	if err == nil {
-		return res, nil
-	}
+	return resultOf(err, &res)
+}
+
+// resultOf fills res from the details of a rollout's error and says what the error was.
+func resultOf(err error, res *api.RolloutResult) (api.RolloutResult, error) {
 	var appErr *temporal.ApplicationError
-	if errors.As(err, &appErr) && appErr.HasDetails() {
-		_ = appErr.Details(&res)
-		return res, errors.New(appErr.Message())
+	var cancelled *temporal.CanceledError
+	switch {
+	case err == nil:
+	case errors.As(err, &appErr) && appErr.HasDetails():
+		_ = appErr.Details(res)
+		err = errors.New(appErr.Message())
+	case errors.As(err, &cancelled) && cancelled.HasDetails():
+		_ = cancelled.Details(res)
 	}
-	return res, err
+	return *res, err
 }
 
 // progressLine is one line of at most width columns (0: no limit): the bar and the counts

@@ -13,6 +13,7 @@ import (
 	"github.com/noderollout/noderollout/internal/freeport"
 	"github.com/stretchr/testify/require"
 	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/sdk/temporal"
 	"sigs.k8s.io/yaml"
 )
 
@@ -148,6 +149,26 @@ func TestRunningAndEndedRolloutsShareOneJSONShape(t *testing.T) {
 		require.Contains(t, keys(running), k)
 		require.Contains(t, keys(ended), k)
 	}
+}
+
+// A rollout's result comes back from a failure's details, and from an abort's: status of an
+// aborted rollout shows what ran, not an empty result.
+func TestResultOfAFailedAndAnAbortedRollout(t *testing.T) {
+	want := api.RolloutResult{Name: "a", Selected: 5, Counts: api.Counts{Succeeded: 2, Aborted: 3}}
+	var res api.RolloutResult
+	got, err := resultOf(temporal.NewApplicationError("over budget", "FailureBudgetExceeded", want), &res)
+	require.Equal(t, want, got)
+	require.EqualError(t, err, "over budget")
+
+	res = api.RolloutResult{}
+	got, err = resultOf(temporal.NewCanceledError(want), &res)
+	require.Equal(t, want, got)
+	require.True(t, temporal.IsCanceledError(err))
+
+	res = want
+	got, err = resultOf(nil, &res)
+	require.NoError(t, err)
+	require.Equal(t, want, got)
 }
 
 func TestWaitOnARolloutThatSelectedNoNode(t *testing.T) {

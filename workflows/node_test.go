@@ -156,6 +156,7 @@ func TestCancelDeletesRunningJobsAndStartsNoMore(t *testing.T) {
 	var result api.RolloutResult
 	require.NoError(t, canceled.Details(&result))
 	require.Equal(t, 3, result.Counts.Aborted, "aborted nodes have their own outcome")
+	require.Equal(t, 7, result.Counts.Pending, "the nodes never started are counted, as in a status")
 	require.Zero(t, result.Counts.Failures(), "an abort is not charged to the failure budget")
 	require.Len(t, before, 3, "three Jobs were running at the abort")
 	require.Equal(t, before, created, "no Job is created after the abort")

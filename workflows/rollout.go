@@ -450,7 +450,7 @@ func (r *rollout) result(ctx workflow.Context) api.RolloutResult {
 		Name:           r.req.Name,
 		TemplateHash:   r.progress.TemplateHash,
 		Selected:       r.progress.Selected,
-		Counts:         r.progress.Counts,
+		Counts:         r.counts(),
 		Failures:       r.progress.Failures,
 		ContinuedAsNew: r.progress.ContinuedAsNew,
 		StartedAt:      r.progress.StartedAt,

@@ -92,10 +92,17 @@ func afterReadyCoroutines(ctx workflow.Context) func() bool {
 	return func() bool { return ran }
 }
 
-// status answers the status query.
-func (r *rollout) status() api.RolloutStatus {
+// counts are the rollout's counts with the nodes not started yet as pending: in a status, and
+// in the result of a rollout that stopped early (aborted, over its failure budget).
+func (r *rollout) counts() api.Counts {
 	c := r.progress.Counts
 	c.Pending = max(0, r.progress.Selected-c.Finished()-c.Running-c.Waiting)
+	return c
+}
+
+// status answers the status query.
+func (r *rollout) status() api.RolloutStatus {
+	c := r.counts()
 	phase := "running"
 	switch {
 	case r.done:

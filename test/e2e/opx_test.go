@@ -4,6 +4,7 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"regexp"
@@ -19,6 +20,7 @@ import (
 
 	"github.com/noderollout/noderollout/activities"
 	"github.com/noderollout/noderollout/activities/jobspec"
+	"github.com/noderollout/noderollout/api"
 )
 
 // transcript appends a command and its output to $E2E_TRANSCRIPT, when set: real output of
@@ -146,6 +148,23 @@ func TestStarterListStatusWatchAndAbortWait(t *testing.T) {
 	// Returned: nothing of the rollout is left on the cluster to run.
 	require.Empty(t, runningPods(t, f.Namespace, aborted.Name), "abort --wait returned with Pods still there")
 	require.Empty(t, f.Jobs(t, aborted.Name), "abort --wait returned with Jobs still there (keepJobs: never)")
+
+	// The status of the aborted rollout is its result: what ran and what the abort stopped.
+	out, code = runStarter(t, "status", aborted.Name, "-o", "json")
+	transcript(t, "starter status "+aborted.Name+" -o json", out)
+	require.Equal(t, 0, code, out)
+	var ended struct {
+		Status, Name string
+		Selected     int
+		Counts       api.Counts
+		StartedAt    time.Time
+	}
+	require.NoError(t, json.Unmarshal([]byte(out), &ended), out)
+	require.Equal(t, "Canceled", ended.Status)
+	require.Equal(t, aborted.Name, ended.Name)
+	require.Equal(t, 5, ended.Selected)
+	require.Equal(t, 3, ended.Counts.Aborted, "the three nodes in flight")
+	require.False(t, ended.StartedAt.IsZero())
 
 	out, code = runStarter(t, "list", "--state", "canceled,completed", "-o", "wide")
 	transcript(t, "starter list --state canceled,completed -o wide", out)
