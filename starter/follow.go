@@ -107,10 +107,24 @@ func changeLine(st api.RolloutStatus) string {
 	return line + " (" + st.Phase + ")"
 }
 
+// summaryLine is the last line of a rollout that ended well. It names the skipped nodes when
+// there are any: a re-run that skips every node (already done at this template) succeeds on 0
+// nodes, which without the reason reads like a rollout that did nothing.
+func summaryLine(res api.RolloutResult) string {
+	line := fmt.Sprintf("rollout %s: %d/%d nodes succeeded, %d failed", res.Name, res.Counts.Succeeded, res.Selected, res.Counts.Failures())
+	if res.Counts.Skipped > 0 {
+		line += fmt.Sprintf(", %d skipped (already done at this template, a taint, or blocking Pods)", res.Counts.Skipped)
+	}
+	return line
+}
+
 // ended prints the ended rollout and decides the exit code.
 func (a *app) ended(id string, res api.RolloutResult, runErr error, endLine bool) error {
 	status := enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED
-	if runErr != nil {
+	switch {
+	case temporal.IsCanceledError(runErr):
+		status = enumspb.WORKFLOW_EXECUTION_STATUS_CANCELED
+	case runErr != nil:
 		status = enumspb.WORKFLOW_EXECUTION_STATUS_FAILED
 	}
 	// Only start --wait says that an empty rollout failed: there it is what was just asked for.
@@ -121,7 +135,7 @@ func (a *app) ended(id string, res api.RolloutResult, runErr error, endLine bool
 		}
 		printResult(w, res)
 		if runErr == nil && !empty {
-			fmt.Fprintf(w, "rollout %s: %d/%d nodes succeeded, %d failed\n", res.Name, res.Counts.Succeeded, res.Selected, res.Counts.Failures())
+			fmt.Fprintln(w, summaryLine(res))
 		}
 		return nil
 	})

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"strings"
 	"sync"
 	"testing"
@@ -188,6 +189,28 @@ func TestStatusWatchFollowsToTheEnd(t *testing.T) {
 	require.Contains(t, text, "watching rollout-kata until it ends")
 	require.Contains(t, text, "4/10 done, 0 failed, 2 in flight (running)")
 	require.Contains(t, text, "rollout kata: 10/10 nodes succeeded, 0 failed")
+}
+
+// The end line of a rollout that skipped nodes says so: a re-run over done nodes succeeds on
+// none, which alone reads like a rollout that did nothing.
+func TestSummaryLineNamesSkippedNodes(t *testing.T) {
+	res := api.RolloutResult{Name: "demo", Selected: 50, Counts: api.Counts{Succeeded: 50}}
+	require.Equal(t, "rollout demo: 50/50 nodes succeeded, 0 failed", summaryLine(res))
+	res.Counts = api.Counts{Succeeded: 2, Failed: 1, Skipped: 47}
+	require.Equal(t, "rollout demo: 2/50 nodes succeeded, 1 failed, 47 skipped (already done at this template, a taint, or blocking Pods)", summaryLine(res))
+}
+
+// start --wait on a rollout that was aborted meanwhile says Canceled, not Failed, with what ran.
+func TestWaitOnAnAbortedRolloutSaysCanceled(t *testing.T) {
+	a, out := commandApp(t, nil, startCommand, "-o", "json")
+	res := api.RolloutResult{Name: "demo", Selected: 5, Counts: api.Counts{Succeeded: 2, Aborted: 3}}
+	err := a.ended("rollout-demo", res, temporal.NewCanceledError(), false)
+	var re runError
+	require.ErrorAs(t, err, &re, "exit 1: it did not finish")
+	var view rolloutView
+	require.NoError(t, json.Unmarshal(out.Bytes(), &view), out.String())
+	require.Equal(t, "Canceled", view.Status)
+	require.Equal(t, 3, view.Counts.Aborted)
 }
 
 // aborting is a rollout being aborted: cancelled, it ends at once; its node workflows stop
