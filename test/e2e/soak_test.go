@@ -54,8 +54,8 @@ func TestSoakWorkerWritesRefusedTwoMinutes(t *testing.T) {
 	midRollout(t, f, req.Name, 4)
 
 	refuseWrites(t, identity)
-	refusedAt := time.Now()
 	requireRefused(t, identity)
+	refusedAt := time.Now()
 	// The outage itself. No rollout can finish while its writes are refused: one that ends now
 	// has given up on them.
 	for time.Since(refusedAt) < refusedFor {
@@ -194,7 +194,9 @@ func refuseWrites(t *testing.T, username string) {
 	t.Cleanup(func() { allowWrites(t) })
 }
 
-// requireRefused checks, as the user, that a write is refused by the webhook and a read is not.
+// requireRefused waits until a write as the user is refused by the webhook, and checks that a
+// read is not. The API server honours a new webhook configuration only once its own informer
+// has it ("a few seconds", the admission webhook docs say): a write at once can still pass.
 func requireRefused(t *testing.T, username string) {
 	t.Helper()
 	rc, err := clientcmd.BuildConfigFromFlags("", stack.Kubeconfig)
@@ -205,9 +207,20 @@ func requireRefused(t *testing.T, username string) {
 	ctx := context.Background()
 	_, err = as.CoreV1().Nodes().List(ctx, metav1.ListOptions{Limit: 1})
 	require.NoError(t, err, "reads of the worker go through")
-	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{GenerateName: "refused-"}}
-	_, err = as.CoreV1().ConfigMaps("default").Create(ctx, cm, metav1.CreateOptions{})
-	require.ErrorContains(t, err, refuseWebhook, "writes of the worker are refused")
+	var created []string
+	defer func() {
+		for _, name := range created {
+			_ = stack.Kube.CoreV1().ConfigMaps("default").Delete(ctx, name, metav1.DeleteOptions{})
+		}
+	}()
+	waitFor(t, 30*time.Second, "the webhook to refuse writes of the worker", func() bool {
+		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{GenerateName: "refused-"}}
+		got, err := as.CoreV1().ConfigMaps("default").Create(ctx, cm, metav1.CreateOptions{})
+		if err == nil {
+			created = append(created, got.Name)
+		}
+		return err != nil && strings.Contains(err.Error(), refuseWebhook)
+	})
 }
 
 func allowWrites(t *testing.T) {
