@@ -55,6 +55,9 @@ type NodeResult struct {
 	Undone     bool   `json:"undone,omitempty"`
 	UndoFailed string `json:"undoFailed,omitempty"`
 	UndoJob    string `json:"undoJob,omitempty"`
+	// OnDeselect: this turn of a converging rollout ran onDeselect's Job, on a node that had
+	// left the selector (its outcome is that Job's).
+	OnDeselect bool `json:"onDeselect,omitempty"`
 }
 
 // Counts tallies nodes by state. Pending counts only nodes already listed.

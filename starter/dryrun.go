@@ -184,7 +184,11 @@ func printDryRun(w io.Writer, req api.RolloutRequest, res api.RolloutResult) err
 		}
 		fmt.Fprintf(tw, "%s\t%s\n", p.Node, what)
 		if d := p.Drain; d != nil {
-			fmt.Fprintf(tw, "\t  drain would evict %d Pod(s): %s\n", len(d.Evict), strings.Join(d.Evict, ", "))
+			if len(d.Evict) == 0 {
+				fmt.Fprintln(tw, "\t  drain would evict no Pod")
+			} else {
+				fmt.Fprintf(tw, "\t  drain would evict %d Pod(s): %s\n", len(d.Evict), strings.Join(d.Evict, ", "))
+			}
 			if len(d.Blocking) > 0 {
 				fmt.Fprintf(tw, "\t  blocked now by PodDisruptionBudget(s): %s\n", strings.Join(d.Blocking, ", "))
 			}

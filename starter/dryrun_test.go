@@ -107,3 +107,16 @@ func TestDryRunNeverSharesAnIDOrTerminates(t *testing.T) {
 	}
 	require.NotEqual(t, c.started[0].ID, c.started[1].ID, "two dry runs of one name do not meet either")
 }
+
+// A drain that finds nothing to evict says so, rather than ending its line on a colon.
+func TestDryRunSaysADrainEvictsNothing(t *testing.T) {
+	res := api.RolloutResult{Selected: 2, Planned: []api.PlannedNode{
+		{Node: "gpu-0", JobPrefix: "gpu-gpu-0-", Drain: &api.DrainPlan{}},
+		{Node: "gpu-1", JobPrefix: "gpu-gpu-1-", Drain: &api.DrainPlan{Evict: []string{"default/web-1", "default/web-2"}}},
+	}}
+	var out bytes.Buffer
+	require.NoError(t, printDryRun(&out, api.RolloutRequest{Name: "gpu"}, res))
+	require.Contains(t, out.String(), "drain would evict no Pod\n")
+	require.Contains(t, out.String(), "drain would evict 2 Pod(s): default/web-1, default/web-2\n")
+	require.NotContains(t, out.String(), "0 Pod(s)")
+}

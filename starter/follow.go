@@ -359,6 +359,8 @@ func printNodes(w io.Writer, title string, nodes []api.NodeResult) {
 			msg = fmt.Sprintf("exit %d; %s", *n.ExitCode, msg)
 		}
 		switch {
+		case n.OnDeselect:
+			msg = "onDeselect Job (the node left the selector); " + msg
 		case n.Undone:
 			msg = "undone (Job " + n.UndoJob + "); " + msg
 		case n.UndoFailed != "":

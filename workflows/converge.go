@@ -282,10 +282,15 @@ func (r *rollout) checkChanged(ctx workflow.Context, retry []string) error {
 	return nil
 }
 
+// deselecting says the node's turn runs onDeselect's Job.
+func (r *rollout) deselecting(node string) bool {
+	return r.conv != nil && r.conv.deselecting[node]
+}
+
 // templateHashOf is the template a node's child runs: onDeselect's for a node that left the
 // selector, else the rollout's.
 func (r *rollout) templateHashOf(node string) string {
-	if r.conv != nil && r.conv.deselecting[node] {
+	if r.deselecting(node) {
 		return r.conv.DeselectHash
 	}
 	return r.progress.TemplateHash

@@ -362,9 +362,11 @@ func TestConvergeDeselectedNodeGetsOnDeselectOnce(t *testing.T) {
 	c.join("a1", "z1")
 	req := convergeRequest()
 	req.OnDeselect = &api.DeselectJob{JobTemplate: deselectTemplate}
+	var st api.RolloutStatus
 	steps := []convergeStep{
 		{at: time.Hour, do: func(env *testsuite.TestWorkflowEnvironment) { c.unlabel("a1"); told(env, "a1") }},
 		{at: 2 * time.Hour, do: func(env *testsuite.TestWorkflowEnvironment) { told(env, "a1", "a0") }},
+		{at: 150 * time.Minute, do: func(env *testsuite.TestWorkflowEnvironment) { queryStatus(t, env, &st) }},
 		abortAt(3 * time.Hour),
 	}
 	_, _, err := c.runConverge(t, req, time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC), steps)
@@ -372,6 +374,12 @@ func TestConvergeDeselectedNodeGetsOnDeselectOnce(t *testing.T) {
 	main := "h-" + fmt.Sprint(len(sampleTemplate))
 	require.Equal(t, []string{main, "d"}, c.runsOf("a1"), "the template, then the uninstall once")
 	require.Equal(t, []string{main}, c.runsOf("a0"))
+	// The status tells the uninstall's turn from the template's.
+	var turns []string
+	for _, r := range st.Recent {
+		turns = append(turns, fmt.Sprintf("%s %s onDeselect=%v", r.Node, r.Outcome, r.OnDeselect))
+	}
+	require.ElementsMatch(t, []string{"a0 succeeded onDeselect=false", "a1 succeeded onDeselect=false", "a1 succeeded onDeselect=true"}, turns)
 }
 
 // A request of the same name replaces a converging rollout: no node starts after the update,

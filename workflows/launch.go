@@ -77,6 +77,8 @@ func (r *rollout) settle(ctx workflow.Context, node string, end nodeEnd) {
 		r.pacer.release(node)
 	}
 	r.pacer.forget(node)
+	// Said in the result only: the counts and the failure budget take the turn like any other.
+	end.result.OnDeselect = end.started && r.deselecting(node)
 	r.convergeSettled(ctx, node, end)
 	if end.started {
 		r.record(ctx, end.result)

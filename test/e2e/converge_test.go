@@ -103,8 +103,14 @@ func TestConvergeRunsJoiningReplacedAndDeselectedNodes(t *testing.T) {
 	require.NoError(t, v.Get(&st))
 	require.Equal(t, "converging", st.Phase)
 	require.NotNil(t, st.Converge)
-	out, code := runStarter(t, "status", strings.TrimPrefix(run.GetID(), api.RolloutIDPrefix))
-	require.Zero(t, code, out)
+	// The status names the uninstall's turn (the parent records it a moment after the marker).
+	var out string
+	waitFor(t, 30*time.Second, "status naming the onDeselect turn of "+left, func() bool {
+		var code int
+		out, code = runStarter(t, "status", strings.TrimPrefix(run.GetID(), api.RolloutIDPrefix))
+		require.Zero(t, code, out)
+		return strings.Contains(out, "onDeselect Job (the node left the selector)")
+	})
 	require.Contains(t, out, "CONVERGING")
 	t.Log(out)
 }
