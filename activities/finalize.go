@@ -42,7 +42,7 @@ const (
 // retried attempt repeats harmlessly.
 func (a *Activities) FinalizeJob(ctx context.Context, in FinalizeInput) (FinalizeResult, error) {
 	// The outcome on the Node decides what a re-run skips: only a node of a Rollout records one.
-	if err := a.Lineage.checkCleanUp(ctx, in.TemplateHash); err != nil {
+	if err := a.Lineage.checkCleanUp(ctx, in.TemplateHash, in.Job); err != nil {
 		return FinalizeResult{}, err
 	}
 	var res FinalizeResult

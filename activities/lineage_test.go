@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/noderollout/noderollout/activities/jobspec"
 	"github.com/noderollout/noderollout/api"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/mock"
@@ -20,6 +21,7 @@ import (
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/mocks"
 	"go.temporal.io/sdk/testsuite"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 // The test activity environment calls every activity from this workflow.
@@ -274,4 +276,51 @@ func TestRolloutViewsJoinTheDescribeInFlight(t *testing.T) {
 	}
 	wg.Wait()
 	tc.AssertNumberOfCalls(t, "DescribeWorkflow", 1)
+}
+
+// A Rollout records the failure of a node whose workflow was terminated itself, in a local
+// activity (which runs in this worker, so its caller is this worker's Rollout code). The same
+// write scheduled over the wire, or one that names a Job, is refused as before.
+func TestRolloutRecordsATerminatedNodeOnlyInALocalActivity(t *testing.T) {
+	in := FinalizeInput{Rollout: "kata", Node: "node-a", TemplateHash: testHash,
+		End: JobEnd{Outcome: api.OutcomeFailed, Reason: api.ReasonNodeWorkflowTerminated}}
+	withJob := in
+	withJob.Job = &JobRef{Namespace: testNamespace, Name: "kata-node-a-x"}
+	// The environment names a local activity's caller workflow-type-not-specified, a scheduled
+	// activity's testCallerType: each case makes its caller the Rollout.
+	for name, tc := range map[string]struct {
+		local   bool
+		in      FinalizeInput
+		refused bool
+	}{
+		"local, no Job":     {local: true, in: in},
+		"scheduled, no Job": {in: in, refused: true},
+		"local, a Job":      {local: true, in: withJob, refused: true},
+	} {
+		t.Run(name, func(t *testing.T) {
+			cs, a := newCluster(testNode("node-a", nil), testNS(testNamespace))
+			rolloutType := testCallerType
+			if tc.local {
+				rolloutType = "workflow-type-not-specified"
+			}
+			a.Lineage = &Lineage{Temporal: &mocks.Client{}, RolloutType: rolloutType, NodeTypes: []string{"NodeRolloutV5"}}
+			env := newEnv(a)
+			var err error
+			if tc.local {
+				_, err = env.ExecuteLocalActivity(a.FinalizeJob, tc.in)
+			} else {
+				_, err = env.ExecuteActivity(a.FinalizeJob, tc.in)
+			}
+			node, getErr := cs.CoreV1().Nodes().Get(t.Context(), "node-a", metav1.GetOptions{})
+			require.NoError(t, getErr)
+			if tc.refused {
+				appErr := requireAppError(t, err, api.ErrNotStartedByARollout, true)
+				require.Contains(t, appErr.Error(), "not a node workflow")
+				require.NotContains(t, node.Annotations, jobspec.NodeMarkerKey("kata"), "nothing written")
+				return
+			}
+			require.NoError(t, err)
+			require.Equal(t, jobspec.NodeMarker(testHash, "failed"), node.Annotations[jobspec.NodeMarkerKey("kata")])
+		})
+	}
 }

@@ -97,6 +97,9 @@ const (
 	// ReasonRecordedOnNode: the node's workflow task that finalized it was lost and ran again;
 	// the outcome is the one its first run recorded on the Node, the Job's details are gone.
 	ReasonRecordedOnNode = "RecordedOnNode"
+	// ReasonNodeWorkflowTerminated: someone terminated the node's workflow (Temporal UI, CLI);
+	// none of its clean-up ran, so its Job may still run and our cordon stays.
+	ReasonNodeWorkflowTerminated = "NodeWorkflowTerminated"
 )
 
 // KeepJobs says which finished Jobs FinalizeJob leaves in place for inspection.

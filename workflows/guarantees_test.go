@@ -11,6 +11,7 @@ import (
 
 	"github.com/stretchr/testify/mock"
 	"github.com/stretchr/testify/require"
+	failurepb "go.temporal.io/api/failure/v1"
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/testsuite"
 	"go.temporal.io/sdk/workflow"
@@ -369,4 +370,48 @@ func TestTimedOutNodeSaysWhyItsPodNeverRan(t *testing.T) {
 	r, appErr := nodeFailure(t, env)
 	require.Contains(t, appErr.Message(), "ImagePullBackOff")
 	require.Equal(t, "ImagePullBackOff: pull access denied", r.PodReason)
+}
+
+// A maintained node whose workflow someone terminated ends failed, and the rollout writes that
+// on the Node before it ends (the Job's success was recorded there before the soak): a re-run
+// then covers the node instead of skipping it as done. A node without maintenance records its
+// outcome only as its workflow ends, so the rollout leaves its marker alone.
+func TestTerminatedMaintainedNodeIsRecordedFailedOnTheNode(t *testing.T) {
+	terminated := temporal.GetDefaultFailureConverter().FailureToError(&failurepb.Failure{
+		Message:     "terminated by an operator",
+		FailureInfo: &failurepb.Failure_TerminatedFailureInfo{TerminatedFailureInfo: &failurepb.TerminatedFailureInfo{}},
+	})
+	require.True(t, temporal.IsTerminatedError(terminated))
+	for _, maintained := range []bool{true, false} {
+		env, a := rolloutEnv(t)
+		for _, nodeType := range []any{NodeRolloutV2, NodeRolloutV3, NodeRolloutV4, NodeRolloutV5} {
+			env.OnWorkflow(nodeType, mock.Anything, mock.Anything).Return(api.NodeResult{}, terminated).Maybe()
+		}
+		var recorded []activities.FinalizeInput
+		env.OnActivity(a.FinalizeJob, mock.Anything, mock.Anything).Return(func(_ context.Context, in activities.FinalizeInput) (activities.FinalizeResult, error) {
+			recorded = append(recorded, in)
+			return activities.FinalizeResult{}, nil
+		}).Maybe()
+		req := request("node-a")
+		req.MaxFailures = "1"
+		if maintained {
+			req.Maintenance = &api.Maintenance{Cordon: true, Soak: "10m"}
+		}
+		env.ExecuteWorkflow(api.RolloutWorkflow, req)
+		require.NoError(t, env.GetWorkflowError())
+		var res api.RolloutResult
+		require.NoError(t, env.GetWorkflowResult(&res))
+		require.Equal(t, 1, res.Counts.Failed, "maintained %v", maintained)
+		require.Equal(t, api.ReasonNodeWorkflowTerminated, res.Failures[0].Reason)
+		if !maintained {
+			require.Empty(t, recorded)
+			continue
+		}
+		require.Len(t, recorded, 1, "recorded once, before the rollout ended")
+		require.Equal(t, "node-a", recorded[0].Node)
+		require.Nil(t, recorded[0].Job)
+		require.Equal(t, api.OutcomeFailed, recorded[0].End.Outcome)
+		require.Equal(t, api.ReasonNodeWorkflowTerminated, recorded[0].End.Reason)
+		require.NotEmpty(t, recorded[0].TemplateHash)
+	}
 }

@@ -44,6 +44,8 @@ const (
 	versionCutDelay         = "cut-delay-when-no-node-may-start"
 	versionCapBeforePrepare = "set-parallelism-waits-for-the-cap"
 	versionConverge         = "converge-mode"
+	// Rollout, when a maintained node's workflow was terminated.
+	versionRecordTerminatedNode = "record-terminated-node"
 	// NodeRollout (versionFieldGuarantees, at its start), and every node type on its path.
 	versionRecordAbortInFinalize = "record-abort-in-finalize"
 	versionAbortDuringUncordon   = "abort-during-uncordon"
@@ -267,6 +269,16 @@ var ledger = []change{
 		asked:     "only by a converging rollout, once its template is prepared",
 		covered:   "no fixture reaches the path; TestConvergeRunsNodesJoiningAtEveryStepAcrossContinueAsNew and TestConvergeReplacementHandsOverWithoutRunningANodeTwiceAtOnce run version 1",
 		removable: "never: it is the baseline of converge mode, for its later changes",
+	},
+	{
+		id: versionRecordTerminatedNode, workflow: "Rollout", since: "record-terminated-node (2026-12-06)",
+		what: []string{
+			"a maintained node whose workflow was terminated keeps on the Node the success its Job recorded, and our cordon; a re-run skips it as done",
+			"the rollout records the node failed (NodeWorkflowTerminated) on the Node with a FinalizeJob local activity, so a re-run covers it",
+		},
+		asked:     "only when a node workflow of a rollout with a maintenance section ends terminated",
+		covered:   "no fixture reaches the path; the e2e TestTerminatedMaintainedNodeIsRecordedFailed runs version 1",
+		removable: removableOnceDrained,
 	},
 	{
 		id: versionRecordAbortInFinalize, workflow: "NodeRollout, NodeRolloutV2, NodeRolloutV3, NodeRolloutV4, NodeRolloutV5", since: "7557946 (2026-12-02)",

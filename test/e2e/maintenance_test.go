@@ -23,6 +23,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/noderollout/noderollout/activities"
+	"github.com/noderollout/noderollout/activities/jobspec"
 	"github.com/noderollout/noderollout/api"
 )
 
@@ -355,4 +356,35 @@ func drainEndAndUncordon(t *testing.T, node string) (drainEnd, uncordon int64) {
 		}
 	}
 	return drainEnd, uncordon
+}
+
+// TestTerminatedMaintainedNodeIsRecordedFailed: a node's Job records its success on the Node
+// before the soak; an operator who then terminates the node's workflow (the UI's Terminate)
+// leaves no clean-up to run. The rollout records the node failed on the Node, so a re-run
+// covers it instead of skipping it as done; the node keeps our cordon (onFailure keepCordoned).
+func TestTerminatedMaintainedNodeIsRecordedFailed(t *testing.T) {
+	f := NewFleet(t, 1)
+	node := f.Nodes[0]
+	req := f.Request("terminated", time.Second)
+	req.NodeSelector, req.Nodes = "", []string{node}
+	req.Maintenance = &api.Maintenance{Cordon: true, Soak: "10m"}
+	run := Start(t, req)
+	ctx := context.Background()
+	waitFor(t, 60*time.Second, node+" soaking", func() bool {
+		v, err := stack.Temporal.QueryWorkflow(ctx, api.NodeWorkflowID(node), "", api.QueryNodeStep)
+		var step api.NodeStep
+		return err == nil && v.Get(&step) == nil && step.Step == api.NodeStepSoak
+	})
+	marker := jobspec.NodeMarkerKey(req.Name)
+	require.True(t, strings.HasSuffix(nodeNow(t, node).Annotations[marker], ":succeeded"), "the Job's success is on the Node while it soaks")
+	require.NoError(t, stack.Temporal.TerminateWorkflow(ctx, api.NodeWorkflowID(node), "", "an operator ends a stuck-looking node"))
+
+	res, err := Result(t, run)
+	require.Error(t, err, "a failed node over a budget of 0")
+	require.Len(t, res.Failures, 1)
+	require.Equal(t, api.ReasonNodeWorkflowTerminated, res.Failures[0].Reason)
+	n := nodeNow(t, node)
+	require.True(t, strings.HasSuffix(n.Annotations[marker], ":"+string(api.OutcomeFailed)), "marker %q", n.Annotations[marker])
+	require.True(t, n.Spec.Unschedulable, "our cordon stays, as onFailure keepCordoned says")
+	require.Equal(t, req.Name, n.Annotations[activities.CordonedByKey])
 }
