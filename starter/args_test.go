@@ -46,6 +46,17 @@ func TestUnknownCronTimeZoneExits2(t *testing.T) {
 	require.Contains(t, errOut, "temporal at", "a known zone passes on to the server")
 }
 
+// A converging rollout runs until aborted: a schedule of one would skip every run after the
+// first, so it is refused, before dialling.
+func TestScheduleOfAConvergingRolloutExits2(t *testing.T) {
+	converging := writeFile(t, "conv.yaml", "name: kata\nnodeSelector: kata=true\nmode: converge\n"+goodTemplate)
+	code, _, errOut := starter(t, "schedule", "create", "nightly", "-f", converging, "--every", "24h")
+	require.Equal(t, 2, code, errOut)
+	require.NotContains(t, errOut, "temporal at")
+	require.Contains(t, errOut, "mode: converge")
+	require.Contains(t, errOut, "starter start -f")
+}
+
 // --every 0s is a too-short interval, not a missing flag.
 func TestEveryZeroSaysTheMinimum(t *testing.T) {
 	good := writeFile(t, "good.yaml", "name: kata\nnodeSelector: kata=true\n"+goodTemplate)

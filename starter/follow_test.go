@@ -222,6 +222,11 @@ type aborting struct {
 	cancelled bool
 }
 
+// ListWorkflow finds no run a schedule started.
+func (c *aborting) ListWorkflow(context.Context, *workflowservice.ListWorkflowExecutionsRequest) (*workflowservice.ListWorkflowExecutionsResponse, error) {
+	return &workflowservice.ListWorkflowExecutionsResponse{}, nil
+}
+
 func (c *aborting) WorkflowService() workflowservice.WorkflowServiceClient {
 	return cancelService{c: c}
 }

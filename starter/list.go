@@ -178,8 +178,10 @@ func (a *app) listWorkflows(query string, limit int) ([]*workflowpb.WorkflowExec
 	}
 }
 
-// rolloutName is the name in a rollout's workflow ID (rollout-<name>, rollout-<cluster>:<name>).
+// rolloutName is the name in a rollout's workflow ID (rollout-<name>, rollout-<cluster>:<name>,
+// and either followed by -<time> in a run a schedule started).
 func rolloutName(id string) string {
+	id, _ = cutScheduledRun(id)
 	name := strings.TrimPrefix(id, api.RolloutIDPrefix)
 	return name[strings.LastIndex(name, ":")+1:]
 }

@@ -130,7 +130,15 @@ func exactArgs(n int, what string) cobra.PositionalArgs {
 // rollout is the Temporal client and the workflow ID of the rollout the command names (of the
 // configured cluster, if any).
 func (a *app) rollout() (client.Client, string, error) {
-	return a.target(api.RolloutIDPrefix, a.rolloutID)
+	tc, id, err := a.target(api.RolloutIDPrefix, a.rolloutID)
+	if err != nil || a.flagBool("id") {
+		return tc, id, err
+	}
+	if _, scheduled := cutScheduledRun(id); scheduled {
+		return tc, id, nil
+	}
+	id, err = newestRun(a.ctx, tc, a.cfg.TemporalNamespace, id)
+	return tc, id, err
 }
 
 // rolloutID is the workflow ID of a rollout: qualified by the configured cluster, so two

@@ -75,6 +75,9 @@ func (a *app) createSchedule() error {
 	if err != nil {
 		return err
 	}
+	if req.Mode == api.ModeConverge {
+		return usageError{"mode: converge: a converging rollout runs until it is aborted and starts each node that joins itself, so a schedule would skip every run after its first; start it once with starter start -f FILE"}
+	}
 	cron := a.flagString("cron")
 	every, _ := a.cmd.Flags().GetDuration("every")
 	if cron == "" && !a.cmd.Flags().Changed("every") {

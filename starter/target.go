@@ -95,6 +95,9 @@ func checkName(what, name string) error {
 // checkIDArg refuses an ID argument that is neither a name nor a workflow ID of ours: a name,
 // or prefix followed by a name or by cluster:name. --id takes any workflow ID as is.
 func checkIDArg(arg, prefix, what string) error {
+	if prefix == api.RolloutIDPrefix {
+		arg, _ = cutScheduledRun(arg) // a run a schedule started
+	}
 	rest, isID := strings.CutPrefix(arg, prefix)
 	if !isID {
 		return checkName(what, arg)

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -124,6 +125,25 @@ func TestScheduleRunsAgainSkippingDoneNodes(t *testing.T) {
 	out, code = runStarter(t, "schedule", "list")
 	require.Equal(t, 0, code, out)
 	require.Contains(t, out, "noderollout-"+name)
+
+	// The rollout's name means the schedule's newest run (its ID is rollout-<name>-<time>),
+	// and list names it by the rollout's name.
+	out, code = runStarter(t, "schedule", "pause", name)
+	require.Equal(t, 0, code, out)
+	d, err := h.Describe(context.Background())
+	require.NoError(t, err)
+	newest := d.Info.RecentActions[len(d.Info.RecentActions)-1].StartWorkflowResult.WorkflowID
+	require.True(t, strings.HasPrefix(newest, api.RolloutIDPrefix+req.Name+"-"), newest)
+	out, code = runStarter(t, "status", req.Name, "-o", "json")
+	require.Equal(t, 0, code, out)
+	var st struct {
+		WorkflowID string `json:"workflowId"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(out), &st), out)
+	require.Equal(t, newest, st.WorkflowID)
+	out, code = runStarter(t, "list", "-o", "json")
+	require.Equal(t, 0, code, out)
+	require.Contains(t, out, `"name": "`+req.Name+`"`)
 }
 
 // scheduledRun waits for the schedule's n-th action (0-based) and returns its workflow.
