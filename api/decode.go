@@ -3,7 +3,9 @@ package api
 import (
 	"encoding/json"
 	"errors"
+	"maps"
 	"reflect"
+	"slices"
 	"strings"
 
 	"github.com/noderollout/noderollout/api/didyoumean"
@@ -99,7 +101,7 @@ func decodeFields(raw map[string]json.RawMessage, fields any, prefix string) ([]
 	var problems []string
 	cleaned, _ := json.Marshal(raw)
 	if err := json.Unmarshal(cleaned, fields); err != nil {
-		problems = append(problems, describeDecodeError(err, prefix))
+		problems = append(problems, everyTypeProblem(raw, reflect.TypeOf(fields).Elem(), prefix, err)...)
 	}
 	unknown := didyoumean.UnknownFields(raw, reflect.TypeOf(fields).Elem(), prefix)
 	for _, f := range unknown {
@@ -131,10 +133,30 @@ func isJSONObject(b json.RawMessage) bool {
 	return strings.HasPrefix(t, "{")
 }
 
+// everyTypeProblem names the type mismatch of each top-level field of raw (encoding/json
+// reports only the first of a request's, so a second would show only once the first was fixed),
+// decoding each alone into a fresh t; err, the whole decode's error, when none does alone.
+func everyTypeProblem(raw map[string]json.RawMessage, t reflect.Type, prefix string, err error) []string {
+	var problems []string
+	for _, key := range slices.Sorted(maps.Keys(raw)) {
+		one, _ := json.Marshal(map[string]json.RawMessage{key: raw[key]})
+		if keyErr := json.Unmarshal(one, reflect.New(t).Interface()); keyErr != nil {
+			problems = append(problems, describeDecodeError(keyErr, prefix))
+		}
+	}
+	if len(problems) == 0 {
+		problems = append(problems, describeDecodeError(err, prefix))
+	}
+	return problems
+}
+
+// typeMismatch begins the problem of a value of the wrong JSON type.
+const typeMismatch = "must be a JSON "
+
 func describeDecodeError(err error, prefix string) string {
 	var typeErr *json.UnmarshalTypeError
 	if errors.As(err, &typeErr) {
-		return prefix + typeErr.Field + ": must be a JSON " + jsonKind(typeErr.Type) + ", got " + typeErr.Value
+		return prefix + typeErr.Field + ": " + typeMismatch + jsonKind(typeErr.Type) + ", got " + typeErr.Value
 	}
 	return objectName(prefix) + " is not valid JSON: " + err.Error()
 }

@@ -20,6 +20,24 @@ func (ps *problems) add(field, what, fix string) {
 	*ps = append(*ps, &FieldError{Field: field, Problem: what, Fix: fix})
 }
 
+// withoutConsequences drops the later problems of a field whose value decoding found of the
+// wrong type: validation saw the zero value, not what was written (`Ready: true` also read as
+// `"" is not a condition status`).
+func (ps problems) withoutConsequences() problems {
+	mistyped := map[string]bool{}
+	var out problems
+	for _, p := range ps {
+		if mistyped[p.Field] {
+			continue
+		}
+		if strings.HasPrefix(p.Problem, typeMismatch) {
+			mistyped[p.Field] = true
+		}
+		out = append(out, p)
+	}
+	return out
+}
+
 // decodeFieldErrors are the problems a request's decoding recorded ("field: what"), each
 // naming its field.
 func decodeFieldErrors(decoded []string) problems {

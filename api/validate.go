@@ -55,7 +55,7 @@ func (r RolloutRequest) Problems() []*FieldError {
 	r.checkPacing(&ps)
 	r.checkConverge(&ps)
 	r.checkUndo(&ps)
-	return ps
+	return ps.withoutConsequences()
 }
 
 func (r RolloutRequest) checkName(ps *problems) {

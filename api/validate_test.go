@@ -321,3 +321,17 @@ func TestCallerCannotSetInternalStateAndUnknownFieldsAreNamed(t *testing.T) {
 		requireInvalid(t, err, tc.field)
 	}
 }
+
+// Every field of the wrong type is named at once (encoding/json stops at the first), and the
+// zero value it leaves behind brings no second, misleading problem.
+func TestEveryMistypedFieldIsNamedOnce(t *testing.T) {
+	req := decodeRequest(t, `{"parallelism": "5", "maintenance": {"health": {"conditions": {"Ready": true}}}}`)
+	var got []string
+	for _, p := range req.Problems() {
+		got = append(got, p.Field+": "+p.Problem)
+	}
+	require.Equal(t, []string{
+		"maintenance.health.conditions.Ready: must be a JSON string, got bool",
+		"parallelism: must be a JSON integer, got string",
+	}, got)
+}

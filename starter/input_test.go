@@ -54,15 +54,23 @@ func TestDashFileReadsStdin(t *testing.T) {
 // The YAML mistakes people make get a hint in words, not the parser's.
 func TestTypeAndIndentMistakesGetAHint(t *testing.T) {
 	for text, want := range map[string]string{
-		"name: a\nnodeSelector: x=y\nbatch:\n\tinitial: 1\n" + goodTemplate:                    "indented with spaces, never tabs: line 4 starts with a tab",
-		"name: a\nnodeSelector: x=y\njobTimeout: 10\n" + goodTemplate:                          "jobTimeout: 10 has no unit; write a duration such as 10m",
-		"name: a\nnodeSelector: x=y\nparallelism: \"ten\"\n" + goodTemplate:                    `parallelism: "ten" is not a number; write a whole number such as 10`,
-		"name: a\nnodeSelector: x=y\nmaintenance:\n  drain:\n    timeout: 90\n" + goodTemplate: "maintenance.drain.timeout: 90 has no unit; write a duration",
+		"name: a\nnodeSelector: x=y\nbatch:\n\tinitial: 1\n" + goodTemplate:                                   "indented with spaces, never tabs: line 4 starts with a tab",
+		"name: a\nnodeSelector: x=y\njobTimeout: 10\n" + goodTemplate:                                         "jobTimeout: 10 has no unit; write a duration such as 10m",
+		"name: a\nnodeSelector: x=y\nparallelism: \"ten\"\n" + goodTemplate:                                   `parallelism: "ten" is not a number; write a whole number such as 10`,
+		"name: a\nnodeSelector: x=y\nmaintenance:\n  drain:\n    timeout: 90\n" + goodTemplate:                "maintenance.drain.timeout: 90 has no unit; write a duration",
+		"name: a\nnodeSelector: x=y\nmaintenance:\n  health:\n    conditions: {Ready: true}\n" + goodTemplate: `maintenance.health.conditions.Ready: true reads as a boolean, not text; put it in quotes, e.g. "True"`,
 	} {
 		code, _, errOut := starter(t, "validate", "-f", writeFile(t, "r.yaml", text))
 		require.Equal(t, 2, code, errOut)
 		require.Contains(t, errOut, want)
 	}
+	// Two mistakes, both named at once; the boolean brings no second problem of its own.
+	text := "name: a\nnodeSelector: x=y\nparallelism: \"5\"\nmaintenance:\n  health:\n    conditions: {Ready: true}\n" + goodTemplate
+	code, _, errOut := starter(t, "validate", "-f", writeFile(t, "r.yaml", text))
+	require.Equal(t, 2, code, errOut)
+	require.Contains(t, errOut, `parallelism: "5" is not a number`)
+	require.Contains(t, errOut, "Ready: true reads as a boolean")
+	require.NotContains(t, errOut, "is not a condition status")
 }
 
 // A request file too large to ever start is refused before it is parsed, naming the limit.

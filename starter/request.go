@@ -328,8 +328,30 @@ func withTypeHint(problem string, fields map[string]json.RawMessage) string {
 		return fmt.Sprintf("%s: %s is not a number; write a whole number such as 10", path, orSomething(value, "the value"))
 	case want == "string" && got == "number" && isDuration(fields, path):
 		return fmt.Sprintf("%s: %s has no unit; write a duration such as 10m (or 90s, 2h)", path, orSomething(value, "the number"))
+	case want == "string" && (got == "bool" || got == "number") && value != "":
+		// YAML reads an unquoted true, yes, on or 10 as a boolean or a number, not as text.
+		return fmt.Sprintf("%s: %s reads as a %s, not text; put it in quotes, e.g. %q", path, value, yamlKind(got), capitalized(value))
 	}
 	return problem
+}
+
+func yamlKind(got string) string {
+	if got == "bool" {
+		return "boolean"
+	}
+	return got
+}
+
+// capitalized is a boolean as Kubernetes writes condition statuses ("True"), other values as
+// they are.
+func capitalized(value string) string {
+	switch value {
+	case "true":
+		return "True"
+	case "false":
+		return "False"
+	}
+	return value
 }
 
 func orSomething(value, something string) string {
