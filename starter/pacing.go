@@ -70,6 +70,9 @@ func printPacing(w io.Writer, p *api.PacingStatus) {
 			}
 			parts = append(parts, fmt.Sprintf("%s=%d", name, p.InFlightByDom[d]))
 		}
+		if len(parts) == 0 {
+			parts = []string{"none in flight"}
+		}
 		fmt.Fprintf(w, "IN FLIGHT BY DOMAIN\t%s: %s (max %d each)\n", p.DomainKey, strings.Join(parts, " "), p.MaxPerDomain)
 	}
 	if p.Order != "" && p.Order != api.OrderByName {

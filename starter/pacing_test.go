@@ -41,3 +41,12 @@ CANARIES             done (web-1)
 IN FLIGHT BY DOMAIN  topology.kubernetes.io/zone: ""=1 a=2 b=1 (max 2 each)
 `, b.String())
 }
+
+// With no node in flight, the domains' line says so rather than ending on a colon.
+func TestStatusSaysNoDomainHasANodeInFlight(t *testing.T) {
+	var b bytes.Buffer
+	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
+	printPacing(tw, &api.PacingStatus{DomainKey: "kubernetes.io/hostname", MaxPerDomain: 1})
+	require.NoError(t, tw.Flush())
+	require.Equal(t, "IN FLIGHT BY DOMAIN  kubernetes.io/hostname: none in flight (max 1 each)\n", b.String())
+}
