@@ -316,7 +316,7 @@ func printStatus(w io.Writer, st api.RolloutStatus) {
 	fmt.Fprintf(tw, "PHASE\t%s\n", phaseText(st))
 	fmt.Fprintf(tw, "TEMPLATE\t%s\n", st.TemplateHash)
 	fmt.Fprintf(tw, "PARALLELISM\t%d (window %d)\n", st.Parallelism, st.Window)
-	fmt.Fprintf(tw, "SELECTED\t%d%s\n", st.Selected, map[bool]string{false: " so far (still listing)", true: ""}[st.ListingDone])
+	fmt.Fprintf(tw, "SELECTED\t%d%s\n", st.Selected, selectedNote(st))
 	fmt.Fprintf(tw, "PENDING\t%d\nRUNNING\t%d\nWAITING\t%d\nSUCCEEDED\t%d\nFAILED\t%d\nTIMED OUT\t%d\nSKIPPED\t%d\nNODE GONE\t%d\n",
 		c.Pending, c.Running, c.Waiting, c.Succeeded, c.Failed, c.TimedOut, c.Skipped, c.NodeGone)
 	fmt.Fprintf(tw, "CONTINUED AS NEW\t%d\n", st.ContinuedAsNew)
@@ -334,6 +334,18 @@ func printStatus(w io.Writer, st api.RolloutStatus) {
 	tw.Flush()
 	printNodes(w, "FAILED NODES", st.Failures)
 	printNodes(w, "RECENT", st.Recent)
+}
+
+// selectedNote says when SELECTED is not yet every node: the listing goes on, or the canaries
+// run first and the other nodes are listed only once they pass.
+func selectedNote(st api.RolloutStatus) string {
+	switch {
+	case st.Pacing != nil && st.Pacing.CanaryStage != "" && st.Pacing.CanaryStage != "done":
+		return " (the canaries; the other nodes are listed once they pass)"
+	case !st.ListingDone:
+		return " so far (still listing)"
+	}
+	return ""
 }
 
 func printResult(w io.Writer, res api.RolloutResult) {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"strings"
 	"testing"
 	"text/tabwriter"
 	"time"
@@ -49,4 +50,25 @@ func TestStatusSaysNoDomainHasANodeInFlight(t *testing.T) {
 	printPacing(tw, &api.PacingStatus{DomainKey: "kubernetes.io/hostname", MaxPerDomain: 1})
 	require.NoError(t, tw.Flush())
 	require.Equal(t, "IN FLIGHT BY DOMAIN  kubernetes.io/hostname: none in flight (max 1 each)\n", b.String())
+}
+
+// While the canaries run, SELECTED counts only them: the status says so.
+func TestStatusSaysTheCanariesAreAllThatIsListedYet(t *testing.T) {
+	selectedLine := func(st api.RolloutStatus) string {
+		var b bytes.Buffer
+		printStatus(&b, st)
+		for _, l := range strings.Split(b.String(), "\n") {
+			if strings.HasPrefix(l, "SELECTED") {
+				return strings.Join(strings.Fields(l), " ")
+			}
+		}
+		return ""
+	}
+	st := api.RolloutStatus{Selected: 1, ListingDone: true, Pacing: &api.PacingStatus{CanaryStage: "awaiting approval", Canaries: []string{"can-0"}}}
+	require.Equal(t, "SELECTED 1 (the canaries; the other nodes are listed once they pass)", selectedLine(st))
+	st.Pacing.CanaryStage = "done"
+	st.Selected = 4
+	require.Equal(t, "SELECTED 4", selectedLine(st))
+	st.ListingDone = false
+	require.Equal(t, "SELECTED 4 so far (still listing)", selectedLine(st))
 }
