@@ -209,19 +209,29 @@ var eventReasons = map[api.Outcome]string{
 	api.OutcomeBlocked:        "RolloutBlocked",
 }
 
+// jobOnly says the finalize records a Job's success whose node's maintenance goes on: not yet
+// the node's outcome.
+func jobOnly(in FinalizeInput) bool {
+	return in.StepsFollow && in.End.Outcome == api.OutcomeSucceeded
+}
+
 // recordEvent puts the outcome where `kubectl describe node` shows it.
 func (a *Activities) recordEvent(ctx context.Context, in FinalizeInput, node *corev1.Node, diag FinalizeResult) error {
 	reason := eventReasons[in.End.Outcome]
 	if reason == "" {
 		reason = "RolloutFinished"
 	}
+	what := string(in.End.Outcome)
+	if jobOnly(in) {
+		reason, what = "RolloutJobSucceeded", "the Job succeeded; the node's maintenance goes on"
+	}
 	eventType := corev1.EventTypeWarning
 	if in.End.Outcome == api.OutcomeSucceeded || in.End.Outcome == api.OutcomeSkipped {
 		eventType = corev1.EventTypeNormal
 	}
-	msg := fmt.Sprintf("rollout %s: %s", in.Rollout, in.End.Outcome)
+	msg := fmt.Sprintf("rollout %s: %s", in.Rollout, what)
 	if in.Requester != "" {
-		msg = fmt.Sprintf("rollout %s (requested by %s): %s", in.Rollout, in.Requester, in.End.Outcome)
+		msg = fmt.Sprintf("rollout %s (requested by %s): %s", in.Rollout, in.Requester, what)
 	}
 	if in.Job != nil {
 		msg += fmt.Sprintf(" (Job %s/%s)", in.Job.Namespace, in.Job.Name)

@@ -684,3 +684,35 @@ func TestDeleteJobHeldByAnotherFinalizer(t *testing.T) {
 
 	require.NoError(t, receive(t, done, "DeleteJob to return once no Pod of the Job is left"))
 }
+
+// A maintained node's Job's success is on the Node at once, but its Event says the Job
+// succeeded and the maintenance goes on; the node's own success, recorded once its
+// maintenance ended (no Job), is the RolloutSucceeded Event, a second one.
+func TestMaintainedNodeTellsTheJobsSuccessFromItsOwn(t *testing.T) {
+	job := ourJob(t, testRequest("node-a"))
+	cs := fake.NewClientset(testNode("node-a", nil), job)
+	a := startedActivities(t, cs)
+	in := finalizeInput(job, api.OutcomeSucceeded, api.KeepFailed)
+	in.StepsFollow = true
+	_, err := finalize(t, a, in)
+	require.NoError(t, err)
+	node, err := cs.CoreV1().Nodes().Get(t.Context(), "node-a", metav1.GetOptions{})
+	require.NoError(t, err)
+	require.Equal(t, jobspec.NodeMarker(testHash, "succeeded"), node.Annotations[jobspec.NodeMarkerKey("kata")], "a repeated run finds the Job done")
+	events := getEvents(t, cs)
+	require.Len(t, events, 1)
+	require.Equal(t, "RolloutJobSucceeded", events[0].Reason)
+	require.Contains(t, events[0].Message, "the Job succeeded; the node's maintenance goes on")
+
+	done := FinalizeInput{Rollout: "kata", Node: "node-a", TemplateHash: testHash, RunID: "run-1",
+		End: JobEnd{Outcome: api.OutcomeSucceeded, Message: "Job x and the node's maintenance succeeded"}}
+	_, err = finalize(t, a, done)
+	require.NoError(t, err)
+	events = getEvents(t, cs)
+	require.Len(t, events, 2)
+	reasons := []string{events[0].Reason, events[1].Reason}
+	require.ElementsMatch(t, []string{"RolloutJobSucceeded", "RolloutSucceeded"}, reasons)
+	node, err = cs.CoreV1().Nodes().Get(t.Context(), "node-a", metav1.GetOptions{})
+	require.NoError(t, err)
+	require.Equal(t, jobspec.NodeMarker(testHash, "succeeded"), node.Annotations[jobspec.NodeMarkerKey("kata")])
+}

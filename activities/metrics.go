@@ -22,7 +22,9 @@ func (a *Activities) countWaiting(ctx context.Context) func() {
 
 func recordOutcome(ctx context.Context, in FinalizeInput) {
 	h := activity.GetMetricsHandler(ctx)
-	h.WithTags(map[string]string{"outcome": string(in.End.Outcome)}).Counter(MetricNodes).Inc(1)
+	if !jobOnly(in) { // a maintained node is counted once, when its maintenance ends
+		h.WithTags(map[string]string{"outcome": string(in.End.Outcome)}).Counter(MetricNodes).Inc(1)
+	}
 	if in.Job != nil && !in.Job.CreatedAt.IsZero() && in.End.FinishedAt.After(in.Job.CreatedAt) {
 		h.Timer(MetricJobDuration).Record(in.End.FinishedAt.Sub(in.Job.CreatedAt))
 	}

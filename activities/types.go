@@ -241,6 +241,11 @@ type FinalizeInput struct {
 	// UndoOf, on an undo rollout's node, is the undone rollout: a succeeded undo marks that
 	// rollout's marker undone (undo.go).
 	UndoOf string `json:"undoOf,omitempty"`
+	// StepsFollow: the node's maintenance goes on after this Job's success (reboot, health,
+	// check, soak, uncordon). The marker records the success, so a run repeated from its start
+	// creates no second Job, but the Event says the Job succeeded, not the node, and the node is
+	// not counted: its own outcome is recorded when its maintenance ends.
+	StepsFollow bool `json:"stepsFollow,omitempty"`
 	// nodeAtCreate is the Node as RunJob's create read it, in the same call: the marker's patch
 	// is first sent conditional on its resourceVersion, without reading the Node again. Never
 	// in a history: a finalize of its own reads the Node.

@@ -109,6 +109,11 @@ func (n *nodeSteps) runMaintained(ctx workflow.Context) (api.NodeResult, error) 
 			return n.finalize(ctx, nil, end, done)
 		}
 	}
+	if workflow.GetVersion(ctx, versionRecordMaintainedSuccess, workflow.DefaultVersion, 1) == 1 {
+		// The marker said succeeded since the Job's end; now the node's maintenance has too.
+		n.recordOnNode(ctx, activities.JobEnd{Outcome: api.OutcomeSucceeded,
+			Message: fmt.Sprintf("Job %s and the node's maintenance succeeded", done.Job)}, "record succeeded")
+	}
 	workflow.SetCurrentDetails(ctx, fmt.Sprintf("node `%s`: **%s**", in.Node, done.Outcome))
 	return done, nil
 }
@@ -162,12 +167,17 @@ func (n *nodeSteps) maintenanceFailed(ctx workflow.Context, err error, result ap
 // covers the node again (it skips only nodes marked succeeded). It runs on a context the abort
 // cannot cancel; should it fail for good, the node's result still says aborted.
 func (n *nodeSteps) recordAbort(ctx workflow.Context) {
+	n.recordOnNode(ctx, activities.JobEnd{Outcome: api.OutcomeAborted, Reason: api.ReasonAborted,
+		Message: "aborted after the Job succeeded, before the node's rollout finished (health, soak or uncordon)"}, "record aborted")
+}
+
+// recordOnNode records the node's outcome (marker and Event) after its Job's, on a context
+// an abort cannot cancel; should it fail for good, the node's result still says how it ended.
+func (n *nodeSteps) recordOnNode(ctx workflow.Context, end activities.JobEnd, summary string) {
 	var a *activities.Activities
 	in := n.in
 	cleanup, _ := workflow.NewDisconnectedContext(ctx)
-	end := activities.JobEnd{Outcome: api.OutcomeAborted, Reason: api.ReasonAborted,
-		Message: "aborted after the Job succeeded, before the node's rollout finished (health, soak or uncordon)"}
-	err := workflow.ExecuteLocalActivity(withLocalAPIActivity(cleanup, n.writeDeadline(), "record aborted"), a.FinalizeJob, activities.FinalizeInput{
+	err := workflow.ExecuteLocalActivity(withLocalAPIActivity(cleanup, n.writeDeadline(), summary), a.FinalizeJob, activities.FinalizeInput{
 		Rollout:      in.Rollout,
 		Node:         in.Node,
 		TemplateHash: in.TemplateHash,
@@ -175,9 +185,10 @@ func (n *nodeSteps) recordAbort(ctx workflow.Context) {
 		KeepJobs:     in.KeepJobs,
 		Requester:    in.Requester,
 		RunID:        workflow.GetInfo(ctx).WorkflowExecution.RunID,
+		UndoOf:       in.UndoOf,
 	}).Get(cleanup, nil)
 	if err != nil {
-		workflow.SetCurrentDetails(ctx, fmt.Sprintf("node `%s`: the abort could not be recorded on the Node: %v", in.Node, err))
+		workflow.SetCurrentDetails(ctx, fmt.Sprintf("node `%s`: its outcome %s could not be recorded on the Node: %v", in.Node, end.Outcome, err))
 	}
 }
 

@@ -39,6 +39,7 @@ type maintenanceRun struct {
 	rebootWaits     []activities.RebootWaitInput
 	cordonIn        activities.NodeInput
 	drainIn         activities.DrainInput
+	finalized       []activities.FinalizeInput
 }
 
 func newMaintenanceRun(t *testing.T) *maintenanceRun {
@@ -67,7 +68,14 @@ func newMaintenanceRun(t *testing.T) *maintenanceRun {
 		return activities.JobEnd{Outcome: api.OutcomeSucceeded, Reason: "Completed", RebootRequested: in.ReadRebootRequest && r.rebootRequested}, r.step(ctx, "wait")
 	})
 	env.OnActivity(a.FinalizeJob, mock.Anything, mock.Anything).Return(func(ctx context.Context, in activities.FinalizeInput) (activities.FinalizeResult, error) {
-		return activities.FinalizeResult{}, r.step(ctx, "finalize:"+string(in.End.Outcome))
+		r.mu.Lock()
+		r.finalized = append(r.finalized, in)
+		r.mu.Unlock()
+		step := "finalize:" + string(in.End.Outcome)
+		if in.Job == nil && in.End.Outcome == api.OutcomeSucceeded {
+			step = "record:succeeded" // the node's own success, once its maintenance ended
+		}
+		return activities.FinalizeResult{}, r.step(ctx, step)
 	})
 	env.OnActivity(a.CheckNodeHealth, mock.Anything, mock.Anything).Return(func(ctx context.Context, in activities.HealthInput) error {
 		if in.HoldSeconds > 0 {
@@ -145,7 +153,7 @@ func (r *maintenanceRun) run(in NodeRolloutInput) (api.NodeResult, error) {
 	return res, err
 }
 
-var allSteps = []string{"cordon", "drain", "create", "wait", "finalize:succeeded", "health", "soak", "uncordon"}
+var allSteps = []string{"cordon", "drain", "create", "wait", "finalize:succeeded", "health", "soak", "uncordon", "record:succeeded"}
 
 func TestMaintenanceStepOrder(t *testing.T) {
 	r := newMaintenanceRun(t)
@@ -276,7 +284,7 @@ func TestCordonOnlyNeedsNoDrainOrHealth(t *testing.T) {
 	in.Maintenance = resolvedMaintenance(&api.Maintenance{Cordon: true})
 	_, err := r.run(in)
 	require.NoError(t, err)
-	require.Equal(t, []string{"cordon", "create", "wait", "finalize:succeeded", "uncordon"}, r.calls)
+	require.Equal(t, []string{"cordon", "create", "wait", "finalize:succeeded", "uncordon", "record:succeeded"}, r.calls)
 }
 
 // TestMaintenanceTellsThePolicyWhoWrites: the cordon and the drain carry the rollout's
@@ -342,4 +350,32 @@ func TestMaintenanceHealthOutlastsAnAPIServerOutage(t *testing.T) {
 // resolvedMaintenance is the section as the Rollout hands it to its nodes.
 func resolvedMaintenance(m *api.Maintenance) *api.NodeMaintenance {
 	return api.RolloutRequest{Maintenance: m}.Settings().Maintenance
+}
+
+// A maintained node's Job's success is recorded at once (a run repeated from its start then
+// creates no second Job) but as the Job's, not the node's: the node's own success is recorded
+// only once its maintenance has ended, after the uncordon, and a node that fails after its
+// Job records its failure instead.
+func TestMaintainedNodeRecordsItsSuccessWhenItsMaintenanceEnds(t *testing.T) {
+	for _, healthy := range []bool{true, false} {
+		r := newMaintenanceRun(t)
+		if !healthy {
+			r.errs["health"] = temporal.NewNonRetryableApplicationError("node node-a was not healthy in time: Ready=False", api.ErrUnhealthy, nil)
+		}
+		_, err := r.run(maintainedInput(""))
+		require.Equal(t, healthy, err == nil, "%v", err)
+		require.Len(t, r.finalized, 2, "the Job's end, then the node's")
+		jobEnd, nodeEnd := r.finalized[0], r.finalized[1]
+		require.NotNil(t, jobEnd.Job)
+		require.Equal(t, api.OutcomeSucceeded, jobEnd.End.Outcome)
+		require.True(t, jobEnd.StepsFollow, "the Job's end is not yet the node's")
+		require.Nil(t, nodeEnd.Job)
+		require.False(t, nodeEnd.StepsFollow)
+		if healthy {
+			require.Equal(t, api.OutcomeSucceeded, nodeEnd.End.Outcome)
+			require.Equal(t, "uncordon", r.calls[len(r.calls)-2], "recorded after the uncordon")
+		} else {
+			require.Equal(t, api.OutcomeUnhealthy, nodeEnd.End.Outcome)
+		}
+	}
 }

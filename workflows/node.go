@@ -442,6 +442,7 @@ func (n *nodeSteps) finalize(ctx workflow.Context, job *activities.JobRef, end a
 	setStep(ctx, api.NodeStepFinalize, 0, "")
 	finalize := in.finalizeInput(job, end)
 	finalize.Requester, finalize.RunID, finalize.UndoOf = in.Requester, workflow.GetInfo(ctx).WorkflowExecution.RunID, in.UndoOf
+	finalize.StepsFollow = in.Maintenance != nil && job != nil // the Job's end, not the node's
 	err := workflow.ExecuteLocalActivity(withLocalAPIActivity(ctx, n.writeDeadline(), "finalize "+string(end.Outcome)), a.FinalizeJob, finalize).Get(ctx, &fin)
 	if err != nil && isCancel(ctx, err) && job != nil {
 		n.abortedInFinalize = end.Outcome == api.OutcomeSucceeded

@@ -65,7 +65,7 @@ func fullInput(when, onFailure string) NodeRolloutInput {
 // after the Job's success is recorded, the check between health and soak, onSuccess before
 // the uncordon. A step Job is deleted right after its step.
 var fullSteps = []string{"blockingPods", "cordon", "drain", "create", "wait", "finalize:succeeded",
-	"bootID", "create:reboot", "waitReboot", "dropReboot", "health", "create:check", "checkWait", "delete", "soak", "onSuccess", "uncordon"}
+	"bootID", "create:reboot", "waitReboot", "dropReboot", "health", "create:check", "checkWait", "delete", "soak", "onSuccess", "uncordon", "record:succeeded"}
 
 func TestFullRequestStepOrder(t *testing.T) {
 	r := newMaintenanceRun(t)
@@ -214,5 +214,5 @@ func TestGatesWithoutMaintenance(t *testing.T) {
 	in.Maintenance = api.RolloutRequest{Gates: &api.Gates{BlockingPods: &api.BlockingPodsGate{Selector: "app=x"}, CheckJob: &api.CheckJobGate{JobTemplate: "t"}}}.Settings().Maintenance
 	_, err := r.run(in)
 	require.NoError(t, err)
-	require.Equal(t, []string{"blockingPods", "create", "wait", "finalize:succeeded", "create:check", "checkWait", "delete"}, r.calls)
+	require.Equal(t, []string{"blockingPods", "create", "wait", "finalize:succeeded", "create:check", "checkWait", "delete", "record:succeeded"}, r.calls)
 }

@@ -670,7 +670,8 @@ func TestRequesterAndPolicyInputsReachTheActivities(t *testing.T) {
 	require.True(t, prepared.Cordon, "the policy judges the maintenance before any node starts")
 	require.False(t, prepared.Drain)
 	require.Equal(t, []string{"alice@laptop", "alice@laptop"}, created)
-	require.Equal(t, []string{"alice@laptop", "alice@laptop"}, finalized)
+	// Each node's Job's success, then its own once the uncordon is done.
+	require.Equal(t, []string{"alice@laptop", "alice@laptop", "alice@laptop", "alice@laptop"}, finalized)
 }
 
 // childMemos records the memo of every child workflow started, as the server would get it.

@@ -185,7 +185,7 @@ func TestOnFailureUndoLeavesASucceededNodeAlone(t *testing.T) {
 	r := newUndoRun(t)
 	res, err := r.run(t)
 	require.NoError(t, err)
-	require.Equal(t, []string{"cordon", "create job", "wait job", "finalize demo succeeded", "health", "uncordon"}, r.calls)
+	require.Equal(t, []string{"cordon", "create job", "wait job", "finalize demo succeeded", "health", "uncordon", "finalize demo succeeded"}, r.calls)
 	require.False(t, res.Undone)
 }
 

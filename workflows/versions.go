@@ -47,10 +47,11 @@ const (
 	// Rollout, when a maintained node's workflow was terminated.
 	versionRecordTerminatedNode = "record-terminated-node"
 	// NodeRollout (versionFieldGuarantees, at its start), and every node type on its path.
-	versionRecordAbortInFinalize = "record-abort-in-finalize"
-	versionAbortDuringUncordon   = "abort-during-uncordon"
-	versionRecordAbortAfterJob   = "record-abort-after-job"
-	versionTellLateWaiters       = "tell-late-waiters"
+	versionRecordAbortInFinalize   = "record-abort-in-finalize"
+	versionAbortDuringUncordon     = "abort-during-uncordon"
+	versionRecordAbortAfterJob     = "record-abort-after-job"
+	versionRecordMaintainedSuccess = "record-maintained-success"
+	versionTellLateWaiters         = "tell-late-waiters"
 	// ClusterBudget.
 	versionBudgetRebuild = "budget-rebuilds-holders"
 	// FleetRollout.
@@ -301,6 +302,20 @@ var ledger = []change{
 		removable: removableOnceDrained,
 	},
 	{
+		id: versionRecordMaintainedSuccess, workflow: "NodeRollout, NodeRolloutV2, NodeRolloutV3, NodeRolloutV4, NodeRolloutV5", since: "record-maintained-success (2026-12-06)",
+		what: []string{
+			"a maintained node's success is on the Node from its Job's end only (the RolloutSucceeded Event and the finished time come before its reboot, health gate, soak and uncordon)",
+			"once its maintenance ends, the node records its success again with a FinalizeJob local activity (the Event RolloutSucceeded, the finished time); its Job's end says RolloutJobSucceeded",
+		},
+		asked: "only by a maintained node that succeeded, after its uncordon",
+		pinned: map[workflow.Version][]string{
+			workflow.DefaultVersion: {"paced-node-maintained.json", "v13-node-maintained.json"},
+			1:                       {"v14-node-maintained.json"},
+		},
+		covered:   "TestMaintainedNodeRecordsItsSuccessWhenItsMaintenanceEnds runs version 1",
+		removable: removableOnceDrained,
+	},
+	{
 		id: versionRecordAbortAfterJob, workflow: "NodeRollout, NodeRolloutV2, NodeRolloutV3, NodeRolloutV4, NodeRolloutV5", since: "2f470d9 (2026-12-02)",
 		what: []string{
 			"an abort in the health gate or soak leaves the Job's success on the Node",
@@ -409,7 +424,7 @@ var nodeTypes = []nodeType{
 		name: api.NodeRolloutV5Workflow,
 		what: "children of runs with node-v2 version 4 (today's): NodeRolloutV4 with a smaller history; its node comes from its workflow ID, its RunJob result leaves out what its input says (all of the Job's reference once it is finalized), its RunJob marker has no summary, its result leaves out the node and sub-millisecond time",
 		fixtures: []string{"v13-node-awaited-long-job.json", "v13-node-cancelled-mid-job.json", "v13-node-cancelled-while-awaiting.json",
-			"v13-node-handed-over.json", "v13-node-maintained.json", "v13-node-succeeded.json"},
+			"v13-node-handed-over.json", "v13-node-maintained.json", "v13-node-succeeded.json", "v14-node-maintained.json"},
 	},
 }
 
