@@ -150,6 +150,7 @@ func (r *rollout) startChild(ctx workflow.Context, node string, outlivesRun bool
 		Maintenance:       r.nodeMaintenance(),
 		UndoTemplateHash:  r.progress.UndoTemplateHash,
 	}
+	in.RecordNodeEnd = in.Maintenance != nil
 	if r.req.UndoOf != nil {
 		in.UndoOf = r.req.UndoOf.Rollout
 	}

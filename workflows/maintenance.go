@@ -109,7 +109,7 @@ func (n *nodeSteps) runMaintained(ctx workflow.Context) (api.NodeResult, error) 
 			return n.finalize(ctx, nil, end, done)
 		}
 	}
-	if workflow.GetVersion(ctx, versionRecordMaintainedSuccess, workflow.DefaultVersion, 1) == 1 {
+	if in.RecordNodeEnd {
 		// The marker said succeeded since the Job's end; now the node's maintenance has too.
 		n.recordOnNode(ctx, activities.JobEnd{Outcome: api.OutcomeSucceeded,
 			Message: fmt.Sprintf("Job %s and the node's maintenance succeeded", done.Job)}, "record succeeded")

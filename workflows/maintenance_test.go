@@ -40,6 +40,8 @@ type maintenanceRun struct {
 	cordonIn        activities.NodeInput
 	drainIn         activities.DrainInput
 	finalized       []activities.FinalizeInput
+	// childOfAnOlderRollout runs the node as a rollout from before RecordNodeEnd started it.
+	childOfAnOlderRollout bool
 }
 
 func newMaintenanceRun(t *testing.T) *maintenanceRun {
@@ -133,6 +135,7 @@ func maintainedInput(onFailure string) NodeRolloutInput {
 }
 
 func (r *maintenanceRun) run(in NodeRolloutInput) (api.NodeResult, error) {
+	in.RecordNodeEnd = in.Maintenance != nil && !r.childOfAnOlderRollout // as startChild sets it
 	executeNodeAsChild(r.env, NodeRollout, api.NodeRolloutWorkflow, in)
 	if !r.env.IsWorkflowCompleted() {
 		return api.NodeResult{}, errors.New("the workflow did not complete")
@@ -378,4 +381,13 @@ func TestMaintainedNodeRecordsItsSuccessWhenItsMaintenanceEnds(t *testing.T) {
 			require.Equal(t, api.OutcomeUnhealthy, nodeEnd.End.Outcome)
 		}
 	}
+
+	// A child of a rollout from before makes the commands its history recorded: no record of
+	// its own after the uncordon.
+	r := newMaintenanceRun(t)
+	r.childOfAnOlderRollout = true
+	_, err := r.run(maintainedInput(""))
+	require.NoError(t, err)
+	require.Len(t, r.finalized, 1, "only the Job's end")
+	require.Equal(t, "uncordon", r.calls[len(r.calls)-1])
 }

@@ -39,6 +39,11 @@ type NodeRolloutInput struct {
 	// if it had asked with SignalNotifyWhenFree: a child that may outlive its run learns it at
 	// its start (versionHandOverInFlight 2), so its run hands it over without asking it.
 	TellWhenFree string `json:"tellWhenFree,omitempty"`
+	// RecordNodeEnd: a maintained node records its own success once its maintenance ends (its
+	// Job's was recorded at the Job's end). Set by every rollout since; a history recorded
+	// before has no such input and makes no such command, so no version marker is needed (it
+	// would cost every maintained node an event and a search-attribute upsert).
+	RecordNodeEnd bool `json:"recordNodeEnd,omitempty"`
 }
 
 // jobRequest is the node's Job as CreateJob makes it: the part every node workflow type sends

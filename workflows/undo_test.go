@@ -94,6 +94,7 @@ func (r *undoRun) run(t *testing.T) (api.NodeResult, error) {
 	in := nodeInput()
 	in.Maintenance = resolvedMaintenance(&api.Maintenance{Cordon: true, Health: &api.HealthGate{Timeout: "1m"}, OnFailure: api.OnFailureUndo})
 	in.UndoTemplateHash = "undo-hash"
+	in.RecordNodeEnd = true // as startChild sets it
 	if r.checkJob {
 		in.Maintenance.CheckJob = &api.NodeCheckJob{TimeoutSeconds: 60, TemplateHash: "check-hash"}
 		var a *activities.Activities

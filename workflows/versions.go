@@ -22,7 +22,10 @@ import (
 // (metricgate.go) makes commands only for a request with gates.prometheus, a field no history
 // recorded before it has; the taint check (taints.go) changes no command, only ListNodes' and
 // CheckNodes' input, and checks only when the recorded PrepareTemplate result says it read the
-// tolerations (a recorded CheckNodes result from before has no untolerated nodes to skip).
+// tolerations (a recorded CheckNodes result from before has no untolerated nodes to skip); a
+// maintained node records its own success after its uncordon (maintenance.go) only when its
+// input says NodeRolloutInput.RecordNodeEnd, which no child recorded before it was given
+// (v13-node-maintained.json replays without that command, v14-node-maintained.json with it).
 
 // Change IDs, by the workflow that asks them.
 const (
@@ -47,11 +50,10 @@ const (
 	// Rollout, when a maintained node's workflow was terminated.
 	versionRecordTerminatedNode = "record-terminated-node"
 	// NodeRollout (versionFieldGuarantees, at its start), and every node type on its path.
-	versionRecordAbortInFinalize   = "record-abort-in-finalize"
-	versionAbortDuringUncordon     = "abort-during-uncordon"
-	versionRecordAbortAfterJob     = "record-abort-after-job"
-	versionRecordMaintainedSuccess = "record-maintained-success"
-	versionTellLateWaiters         = "tell-late-waiters"
+	versionRecordAbortInFinalize = "record-abort-in-finalize"
+	versionAbortDuringUncordon   = "abort-during-uncordon"
+	versionRecordAbortAfterJob   = "record-abort-after-job"
+	versionTellLateWaiters       = "tell-late-waiters"
 	// ClusterBudget.
 	versionBudgetRebuild = "budget-rebuilds-holders"
 	// FleetRollout.
@@ -299,20 +301,6 @@ var ledger = []change{
 		},
 		asked:     "only when an abort cuts short the uncordon after a success",
 		covered:   "no fixture reaches the path; TestMaintenanceAbortAtEachStep runs version 1, TestModel (modelBefore) the default",
-		removable: removableOnceDrained,
-	},
-	{
-		id: versionRecordMaintainedSuccess, workflow: "NodeRollout, NodeRolloutV2, NodeRolloutV3, NodeRolloutV4, NodeRolloutV5", since: "record-maintained-success (2026-12-06)",
-		what: []string{
-			"a maintained node's success is on the Node from its Job's end only (the RolloutSucceeded Event and the finished time come before its reboot, health gate, soak and uncordon)",
-			"once its maintenance ends, the node records its success again with a FinalizeJob local activity (the Event RolloutSucceeded, the finished time); its Job's end says RolloutJobSucceeded",
-		},
-		asked: "only by a maintained node that succeeded, after its uncordon",
-		pinned: map[workflow.Version][]string{
-			workflow.DefaultVersion: {"paced-node-maintained.json", "v13-node-maintained.json"},
-			1:                       {"v14-node-maintained.json"},
-		},
-		covered:   "TestMaintainedNodeRecordsItsSuccessWhenItsMaintenanceEnds runs version 1",
 		removable: removableOnceDrained,
 	},
 	{
