@@ -202,17 +202,20 @@ func TestProgressLineFitsTheTerminal(t *testing.T) {
 	require.Contains(t, progressLine(st, 90*time.Second, 0), "[")
 }
 
-func TestStatusSaysADrainingRolloutStartsNoMoreNodes(t *testing.T) {
-	phaseLine := func(st api.RolloutStatus) string {
-		var b bytes.Buffer
-		printStatus(&b, st)
-		for _, l := range strings.Split(b.String(), "\n") {
-			if strings.HasPrefix(l, "PHASE") {
-				return strings.Join(strings.Fields(l), " ")
-			}
+// statusLine is the line of printStatus's output that starts with key, its spaces folded.
+func statusLine(st api.RolloutStatus, key string) string {
+	var b bytes.Buffer
+	printStatus(&b, st)
+	for _, l := range strings.Split(b.String(), "\n") {
+		if strings.HasPrefix(l, key) {
+			return strings.Join(strings.Fields(l), " ")
 		}
-		return ""
 	}
+	return ""
+}
+
+func TestStatusSaysADrainingRolloutStartsNoMoreNodes(t *testing.T) {
+	phaseLine := func(st api.RolloutStatus) string { return statusLine(st, "PHASE") }
 	draining := api.RolloutStatus{Phase: "draining", Counts: api.Counts{Running: 3, Waiting: 1, Failed: 9}}
 	require.Equal(t, "PHASE draining (starting no more nodes; waiting for 4 in flight)", phaseLine(draining))
 	require.Equal(t, "PHASE paused", phaseLine(api.RolloutStatus{Phase: "paused", Counts: draining.Counts}))

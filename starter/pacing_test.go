@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"strings"
 	"testing"
 	"text/tabwriter"
 	"time"
@@ -54,16 +53,7 @@ func TestStatusSaysNoDomainHasANodeInFlight(t *testing.T) {
 
 // While the canaries run, SELECTED counts only them: the status says so.
 func TestStatusSaysTheCanariesAreAllThatIsListedYet(t *testing.T) {
-	selectedLine := func(st api.RolloutStatus) string {
-		var b bytes.Buffer
-		printStatus(&b, st)
-		for _, l := range strings.Split(b.String(), "\n") {
-			if strings.HasPrefix(l, "SELECTED") {
-				return strings.Join(strings.Fields(l), " ")
-			}
-		}
-		return ""
-	}
+	selectedLine := func(st api.RolloutStatus) string { return statusLine(st, "SELECTED") }
 	st := api.RolloutStatus{Selected: 1, ListingDone: true, Pacing: &api.PacingStatus{CanaryStage: "awaiting approval", Canaries: []string{"can-0"}}}
 	require.Equal(t, "SELECTED 1 (the canaries; the other nodes are listed once they pass)", selectedLine(st))
 	st.Pacing.CanaryStage = "done"

@@ -1,6 +1,8 @@
 package workflows
 
 import (
+	"time"
+
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/noderollout/noderollout/activities"
@@ -80,4 +82,29 @@ func (r *rollout) stepTemplateHashes() []string {
 		}
 	}
 	return hashes
+}
+
+// recordTerminated writes the failure of a node whose workflow was terminated on the Node. A
+// maintained node records its Job's success when the Job ends, before its reboot, health gate,
+// soak and uncordon; terminated in one of those, it would keep that success (and our cordon),
+// and a re-run would skip it as done. Written here, the re-run covers it, as any failed node.
+// Only terminated children take this path, hence the marker's place.
+func (r *rollout) recordTerminated(ctx workflow.Context, node string, result api.NodeResult) {
+	if r.nodeMaintenance() == nil || workflow.GetVersion(ctx, versionRecordTerminatedNode, workflow.DefaultVersion, 1) == workflow.DefaultVersion {
+		return
+	}
+	var a *activities.Activities
+	end := activities.JobEnd{Outcome: result.Outcome, Reason: result.Reason, Message: result.Message}
+	err := workflow.ExecuteLocalActivity(withLocalAPIActivity(ctx, 10*time.Minute, "record terminated node "+node), a.FinalizeJob, activities.FinalizeInput{
+		Rollout:      r.req.Name,
+		Node:         node,
+		TemplateHash: r.templateHashOf(node),
+		End:          end,
+		KeepJobs:     r.settings.KeepJobs,
+		Requester:    r.requester,
+		RunID:        workflow.GetInfo(ctx).WorkflowExecution.RunID,
+	}).Get(ctx, nil)
+	if err != nil {
+		workflow.GetLogger(ctx).Warn("the failure of a terminated node's workflow could not be recorded on the Node", "node", node, "error", err)
+	}
 }
