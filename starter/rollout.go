@@ -134,8 +134,8 @@ func (a *app) rollout() (client.Client, string, error) {
 	if err != nil || a.flagBool("id") {
 		return tc, id, err
 	}
-	if _, scheduled := cutScheduledRun(id); scheduled {
-		return tc, id, nil
+	if _, scheduled := cutScheduledRun(id); scheduled || id == a.args[0] {
+		return tc, id, nil // a workflow ID is taken as given: steering another run costs more
 	}
 	id, err = newestRun(a.ctx, tc, a.cfg.TemporalNamespace, id)
 	return tc, id, err

@@ -112,6 +112,7 @@ func TestSteeringReachesTheNewestRunOfAScheduledRollout(t *testing.T) {
 		{name: "started by hand before the schedule's last run", byHand: new(day(1, 9)), arg: "x", want: "rollout-x-2026-12-06T03:00:00Z"},
 		{name: "started by hand since", byHand: new(day(6, 5)), arg: "x", want: "rollout-x"},
 		{name: "a scheduled run by its ID", arg: "rollout-x-2026-12-05T03:00:00Z", want: "rollout-x-2026-12-05T03:00:00Z"},
+		{name: "the run by hand by its ID", byHand: new(day(1, 9)), arg: "rollout-x", want: "rollout-x"},
 		{name: "the rollout named x-y", arg: "x-y", want: "rollout-x-y-2026-12-06T04:00:00Z"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
