@@ -18,7 +18,7 @@ import (
 // an abandon close policy, so they outlive the run that started them; an abort of a later run
 // cancels them by their run ID. A word that never comes (a child terminated by hand) is
 // covered by asking again on the busy-node recheck: a child found ended without its word is
-// run again, and the new child reads its outcome from its Job.
+// settled as terminated (handedInLost; before versionHandedInLost it ran again).
 //
 // From version 2 on, a child that may outlive its run is told the rollout at its start
 // (NodeRolloutInput.TellWhenFree), so the run hands it over without asking it and without
@@ -251,7 +251,7 @@ func (r *rollout) handedInEnded(ctx workflow.Context, f NodeFreed) bool {
 
 // recheckHandedIn asks the handed-over children again on the busy-node recheck, in case one
 // ended without its word reaching this run (terminated by hand): one that has ended is
-// settled as if its word had come without a result.
+// settled by handedInLost.
 func (r *rollout) recheckHandedIn(ctx workflow.Context) {
 	if len(r.handedIn) == 0 {
 		return
@@ -272,16 +272,36 @@ func (r *rollout) recheckHandedIn(ctx workflow.Context) {
 					return
 				}
 				if err != nil && r.handedIn[node] == runID {
-					r.handedInEnded(ctx, NodeFreed{Node: node, RunID: runID})
+					r.handedInLost(ctx, node, runID, nil)
 				}
 			}
 		}
 	})
 }
 
+// handedInLost settles a handed-over node whose workflow was found ended while its word never
+// came. A node workflow sends its word before it ends, so the word would have come first:
+// only a termination (the UI's Terminate) ends one so. From versionHandedInLost on, the node is
+// settled as this run's own terminated child is (settle records a maintained node's failure
+// on the Node, where its Job's success stands). Before, the recheck ran the node again and an
+// abort counted it aborted (before), either way leaving that success on the Node of a node
+// whose maintenance never ended, when the rollout stopped first: a re-run skipped it as done.
+func (r *rollout) handedInLost(ctx workflow.Context, node, runID string, before *api.NodeResult) {
+	if workflow.GetVersion(ctx, versionHandedInLost, workflow.DefaultVersion, 1) == workflow.DefaultVersion {
+		r.handedInEnded(ctx, NodeFreed{Node: node, RunID: runID, Result: before})
+		return
+	}
+	r.handedInEnded(ctx, NodeFreed{Node: node, RunID: runID, Result: &api.NodeResult{Node: node, Outcome: api.OutcomeFailed,
+		Reason: api.ReasonNodeWorkflowTerminated, Message: "the node's workflow, handed over in flight at a continue-as-new, ended without telling the rollout: it was terminated, so none of its clean-up ran (its Job may still run, a cordon stays)"}})
+}
+
 // cancelHandedIn asks the handed-over children to stop, as an abort does to this run's own.
-// One that has already ended without its word reaching this run is counted as aborted, so the
-// abort never waits for a word that cannot come.
+// One that has already ended without its word reaching this run is settled by handedInLost,
+// so the abort never waits for a word that cannot come. A server accepts the cancel of a run
+// that has ended (seen on the dev server: ExternalWorkflowExecutionCancelRequested for a
+// terminated node), so from versionHandedInLost on each is then asked for its word too, which
+// fails for an ended run; before, such an abort waited for the busy-node recheck (10 minutes
+// and more).
 func (r *rollout) cancelHandedIn(ctx workflow.Context) {
 	nodes := workflow.DeterministicKeys(r.handedIn)
 	sent := make([]workflow.Future, len(nodes))
@@ -291,8 +311,23 @@ func (r *rollout) cancelHandedIn(ctx workflow.Context) {
 	for i, node := range nodes {
 		runID := r.handedIn[node]
 		if sent[i].Get(ctx, nil) != nil && r.handedIn[node] == runID {
-			r.handedInEnded(ctx, NodeFreed{Node: node, RunID: runID, Result: &api.NodeResult{Node: node,
-				Outcome: api.OutcomeAborted, Reason: api.ReasonAborted, Message: "aborted; its node workflow had already ended"}})
+			r.handedInLost(ctx, node, runID, &api.NodeResult{Node: node,
+				Outcome: api.OutcomeAborted, Reason: api.ReasonAborted, Message: "aborted; its node workflow had already ended"})
+		}
+	}
+	if len(r.handedIn) == 0 || workflow.GetVersion(ctx, versionHandedInLost, workflow.DefaultVersion, 1) == workflow.DefaultVersion {
+		return
+	}
+	self := workflow.GetInfo(ctx).WorkflowExecution.ID
+	nodes = workflow.DeterministicKeys(r.handedIn)
+	asked := make([]workflow.Future, len(nodes))
+	for i, node := range nodes {
+		asked[i] = workflow.SignalExternalWorkflow(ctx, r.cluster.NodeWorkflowID(node), r.handedIn[node], SignalNotifyWhenFree, NodeWaiter{WorkflowID: self})
+	}
+	for i, node := range nodes {
+		runID := r.handedIn[node]
+		if asked[i].Get(ctx, nil) != nil && r.handedIn[node] == runID {
+			r.handedInLost(ctx, node, runID, nil)
 		}
 	}
 }

@@ -32,10 +32,11 @@ import (
 // approval, delay between nodes, maintenance, continue-as-new, a cluster-wide budget) and a
 // random script of events (Job outcomes and durations, pause and resume, setParallelism,
 // approve, abort, cluster-budget grants and slots leaked to others, worker crashes as failed
-// activity attempts). It runs the real Rollout and node workflows over a fake cluster, one
-// test environment per run (continue-as-new starts the next), and checks the invariants at
-// every node start (what a Rollout may start), at every Job created (one per node at a time),
-// and at the end (outcomes, cordons, markers, history). A failure names its seed; rerun it
+// activity attempts, a node workflow terminated by hand). It runs the real Rollout and node
+// workflows over a fake cluster, one test environment per run (continue-as-new starts the
+// next), and checks the invariants at every node start (what a Rollout may start), at every
+// Job created (one per node at a time), and at the end (outcomes, cordons, markers,
+// history). A failure names its seed; rerun it
 // with NODEROLLOUT_MODEL_SEED=<seed> (NODEROLLOUT_MODEL_TRACE=1 prints what happened).
 // NODEROLLOUT_MODEL_SEEDS sets how many seeds run and NODEROLLOUT_MODEL_FROM the first (make
 // soak runs 5,000 others).
@@ -142,6 +143,7 @@ type model struct {
 	gate    *modelGate // gates.prometheus; nil in most scenarios (model_gate_test.go)
 	// abortInUncordon: the abort comes while a node's uncordon runs (uncordoning says when).
 	abortInUncordon bool
+	termination     *modelTermination // nil in most scenarios (model_terminate_test.go)
 	abortScheduled  bool
 	// converge: the request has mode: converge; nodes join and drift, and it ends by an abort.
 	converge bool
@@ -259,6 +261,7 @@ func newModel(seed uint64) *model {
 	}
 	m.script()
 	m.scriptGate()
+	m.scriptTermination()
 	return m
 }
 
@@ -370,9 +373,9 @@ func (m *model) describe() string {
 	}
 	req := m.req
 	req.Nodes, req.JobTemplate = nil, ""
-	return fmt.Sprintf("start %s; converge %v; budget %d; crashes %v; abort in an uncordon %v\nnodes %s\nrequest %+v maintenance %+v canary %+v window %+v topology %+v batch %+v\nmetric gate %v\nevents %v",
+	return fmt.Sprintf("start %s; converge %v; budget %d; crashes %v; abort in an uncordon %v\nnodes %s\nrequest %+v maintenance %+v canary %+v window %+v topology %+v batch %+v\nmetric gate %v\nevents %v\ntermination %+v",
 		m.start.Format(time.RFC3339), m.converge, m.cluster.Budget, m.crashes, m.abortInUncordon, strings.Join(parts, " "), req, req.Maintenance, req.Canary,
-		req.MaintenanceWindow, req.Topology, req.Batch, m.gate, m.events)
+		req.MaintenanceWindow, req.Topology, req.Batch, m.gate, m.events, m.termination)
 }
 
 func (m *model) fail(format string, args ...any) {
@@ -920,6 +923,7 @@ func (m *model) mockActivities(env *testsuite.TestWorkflowEnvironment, run int) 
 				m.note("%s: wait: the worker died", name)
 				return activities.JobEnd{}, errWorkerDied
 			}
+			m.fireTermination(name, false)
 			m.note("%s: the Job ended", name)
 			if n.jobFails {
 				return activities.JobEnd{Outcome: api.OutcomeFailed, Reason: "BackoffLimitExceeded"}, nil
@@ -940,6 +944,9 @@ func (m *model) mockActivities(env *testsuite.TestWorkflowEnvironment, run int) 
 		m.note("%s: finalize %s (job %v)", in.Node, in.End.Outcome, in.Job != nil)
 		if in.Job != nil {
 			n.liveJobs = 0
+		}
+		if in.StepsFollow && in.Job != nil {
+			m.fireTermination(in.Node, true)
 		}
 		return activities.FinalizeResult{}, nil
 	}).Maybe()
@@ -1088,6 +1095,12 @@ type nodeWatch struct {
 	// goesOn: a stand-in for a node workflow handed over in flight, which began in an
 	// earlier run's environment.
 	goesOn bool
+	// dead: the model terminated this node workflow; its calls are held (deadCalls).
+	dead bool
+}
+
+func (w *nodeWatch) Init(outbound interceptor.WorkflowOutboundInterceptor) error {
+	return w.Next.Init(&deadCalls{WorkflowOutboundInterceptorBase: interceptor.WorkflowOutboundInterceptorBase{Next: outbound}, dead: &w.dead})
 }
 
 func (w *nodeWatch) ExecuteWorkflow(ctx workflow.Context, in *interceptor.ExecuteWorkflowInput) (any, error) {
@@ -1100,13 +1113,30 @@ func (w *nodeWatch) ExecuteWorkflow(ctx workflow.Context, in *interceptor.Execut
 	} else {
 		w.m.nodeBegins(node, workflow.Now(ctx))
 	}
+	w.m.mu.Lock()
+	terminable := w.m.armTermination(node, w.goesOn)
+	w.m.mu.Unlock()
+	if terminable {
+		res, err, terminated := w.m.runTerminable(ctx, node, &w.dead, func(ctx workflow.Context) (any, error) { return w.Next.ExecuteWorkflow(ctx, in) })
+		if terminated {
+			w.m.nodeEnds(node, workflow.Now(ctx), string(api.OutcomeFailed))
+			return res, err
+		}
+		w.m.nodeEnds(node, workflow.Now(ctx), outcomeOf(res, err))
+		return res, err
+	}
 	res, err := w.Next.ExecuteWorkflow(ctx, in)
+	w.m.nodeEnds(node, workflow.Now(ctx), outcomeOf(res, err))
+	return res, err
+}
+
+// outcomeOf reads a node workflow's outcome from what it returned.
+func outcomeOf(res any, err error) string {
 	result, ok := res.(api.NodeResult)
 	if !ok || err != nil {
 		result = detailsIn[api.NodeResult](err)
 	}
-	w.m.nodeEnds(node, workflow.Now(ctx), string(result.Outcome))
-	return res, err
+	return string(result.Outcome)
 }
 
 func (m *model) nodeBegins(node string, at time.Time) {
@@ -1155,7 +1185,7 @@ func (m *model) nodeEnds(node string, at time.Time, outcome string) {
 		n.failedRuns++
 	}
 	m.note("%s: node workflow ends %s at %s", node, outcome, at.Format(time.TimeOnly))
-	if n.liveJobs > 0 {
+	if n.liveJobs > 0 && !m.lastRunTerminated(node) {
 		m.fail("%s: its node workflow ended (%s) with a Job of ours still there", node, outcome)
 	}
 }
@@ -1332,16 +1362,17 @@ func (m *model) checkEnd(final error, result api.RolloutResult) {
 			counted.NodeGone++
 		case n.done:
 			counted.Skipped++
-		case n.runs == 1:
+		case n.runs >= 1: // more than one only where the case above allows it
 			counted.Add(api.Outcome(n.outcome))
 		case !stoppedEarly:
 			m.fail("%s never ran, yet the rollout ended well", name)
 		}
-		if n.liveJobs > 0 {
+		terminated := m.lastRunTerminated(name) // checkTerminationEnd checks what holds for it
+		if n.liveJobs > 0 && !terminated {
 			m.fail("%s: a Job of ours is left after the rollout ended", name)
 		}
 		// Our cordon: lifted after success; after anything else, kept or lifted as onFailure says.
-		if mt := m.req.Maintenance; mt != nil && n.runs >= 1 {
+		if mt := m.req.Maintenance; mt != nil && n.runs >= 1 && !terminated {
 			keep := n.outcome != string(api.OutcomeSucceeded) && mt.OnFailure != api.OnFailureUncordon
 			switch {
 			case n.ourCordon && !keep:
@@ -1350,7 +1381,7 @@ func (m *model) checkEnd(final error, result api.RolloutResult) {
 				m.fail("%s ended %s and our cordon was lifted (onFailure %q keeps it)", name, n.outcome, mt.OnFailure)
 			}
 		}
-		if n.runs >= 1 && n.outcome != "" && n.marker != n.outcome &&
+		if n.runs >= 1 && n.outcome != "" && n.marker != n.outcome && !terminated &&
 			!(n.outcome == string(api.OutcomeAborted) && (n.marker == "" || n.marker == n.markerBefore)) &&
 			(n.driftAt == 0 || n.ended.After(m.start.Add(n.driftAt))) {
 			m.fail("%s ended %s but its marker says %q", name, n.outcome, n.marker)
@@ -1359,6 +1390,7 @@ func (m *model) checkEnd(final error, result api.RolloutResult) {
 			m.fail("%s was aborted but is marked succeeded: a re-run would skip it", name)
 		}
 	}
+	m.checkTerminationEnd(result)
 	got := result.Counts
 	got.Pending, got.Running, got.Waiting = 0, 0, 0
 	// An abort counts the nodes it found waiting (for another rollout, a slot, their turn) as

@@ -49,6 +49,8 @@ const (
 	versionConverge         = "converge-mode"
 	// Rollout, when a maintained node's workflow was terminated.
 	versionRecordTerminatedNode = "record-terminated-node"
+	// Rollout, when a node handed over in flight is found ended without its word.
+	versionHandedInLost = "handed-node-ended-without-word"
 	// NodeRollout (versionFieldGuarantees, at its start), and every node type on its path.
 	versionRecordAbortInFinalize = "record-abort-in-finalize"
 	versionAbortDuringUncordon   = "abort-during-uncordon"
@@ -281,6 +283,16 @@ var ledger = []change{
 		},
 		asked:     "only when a node workflow of a rollout with a maintenance section ends terminated",
 		covered:   "no fixture reaches the path; the e2e TestTerminatedMaintainedNodeIsRecordedFailed runs version 1",
+		removable: removableOnceDrained,
+	},
+	{
+		id: versionHandedInLost, workflow: "Rollout", since: "handed-node-ended-without-word (2026-12-06)",
+		what: []string{
+			"a node handed over in flight whose workflow was terminated runs again at the busy-node recheck, or counts aborted at an abort; a rollout that stops first leaves a maintained node's Job success on the Node, and a re-run skips the node as done",
+			"it is settled failed (NodeWorkflowTerminated) like the run's own terminated child, and a maintained node's failure is written on the Node (versionRecordTerminatedNode)",
+		},
+		asked:     "only when the busy-node recheck or an abort finds a handed-over node workflow ended without its word",
+		covered:   "no fixture reaches the path; the model test (TestModel) terminates handed-over node workflows at version 1",
 		removable: removableOnceDrained,
 	},
 	{

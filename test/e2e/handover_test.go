@@ -3,6 +3,8 @@
 package e2e
 
 import (
+	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -10,6 +12,7 @@ import (
 	"go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/client"
 
+	"github.com/noderollout/noderollout/activities/jobspec"
 	"github.com/noderollout/noderollout/api"
 )
 
@@ -78,6 +81,59 @@ func TestAbortReachesNodesHandedOverInFlight(t *testing.T) {
 	require.Error(t, err)
 	require.Equal(t, 2, res.Counts.Aborted, "each handed-over node counted aborted once: %+v", res.Counts)
 	require.Zero(t, res.Counts.Succeeded+res.Counts.Failed, "%+v", res.Counts)
+}
+
+// A maintained node handed over in flight and then terminated by hand (the UI's Terminate)
+// never tells the next run it ended, and its Job's success stands on the Node while it
+// soaks. An abort finds its workflow ended and settles it as the run's own terminated child:
+// failed, NodeWorkflowTerminated, written on the Node, our cordon kept. Before
+// (versionHandedInLost), it was counted aborted and the success stayed on the Node: a re-run
+// skipped a node left cordoned halfway through its maintenance.
+func TestTerminatedHandedOverNodeIsRecordedFailed(t *testing.T) {
+	f := NewFleet(t, 4)
+	req := f.Request("handover-terminated", time.Second)
+	req.Parallelism = 2
+	req.ContinueAsNewAfter = 2
+	req.Maintenance = &api.Maintenance{Cordon: true, Soak: "10m"}
+	run := Start(t, req)
+	ctx := context.Background()
+	var soaking []string
+	waitFor(t, 2*time.Minute, "two nodes handed over in flight, soaking", func() bool {
+		st, err := status(run.GetID())
+		if err != nil || st.ContinuedAsNew < 1 || st.Counts.Running != 2 {
+			return false
+		}
+		soaking = nil
+		for _, node := range f.Nodes {
+			v, err := stack.Temporal.QueryWorkflow(ctx, api.NodeWorkflowID(node), "", api.QueryNodeStep)
+			var step api.NodeStep
+			if err == nil && v.Get(&step) == nil && step.Step == api.NodeStepSoak {
+				soaking = append(soaking, node)
+			}
+		}
+		return len(soaking) == 2
+	})
+	terminated, marker := soaking[0], jobspec.NodeMarkerKey(req.Name)
+	require.True(t, strings.HasSuffix(nodeNow(t, terminated).Annotations[marker], ":succeeded"), "the Job's success is on the Node while it soaks")
+	require.NoError(t, stack.Temporal.TerminateWorkflow(ctx, api.NodeWorkflowID(terminated), "", "an operator ends a stuck-looking node"))
+	require.NoError(t, stack.Temporal.CancelWorkflow(ctx, run.GetID(), ""))
+	// Not at the busy-node recheck, minutes later: the server accepts the cancel of an ended
+	// run, so the abort asks each node for its word, which fails for the terminated one.
+	waitFor(t, time.Minute, "the aborted rollout ended", func() bool {
+		d, err := stack.Temporal.DescribeWorkflow(ctx, run.GetID(), "")
+		return err == nil && d.RawResponse != nil && d.RawResponse.WorkflowExecutionInfo.Status != enums.WORKFLOW_EXECUTION_STATUS_RUNNING
+	})
+
+	res, err := Result(t, run)
+	require.Error(t, err, "aborted")
+	require.Equal(t, 1, res.Counts.Failed, "%+v", res.Counts)
+	require.Equal(t, 1, res.Counts.Aborted, "the other handed-over node: %+v", res.Counts)
+	require.Len(t, res.Failures, 1)
+	require.Equal(t, terminated, res.Failures[0].Node)
+	require.Equal(t, api.ReasonNodeWorkflowTerminated, res.Failures[0].Reason)
+	n := nodeNow(t, terminated)
+	require.True(t, strings.HasSuffix(n.Annotations[marker], ":"+string(api.OutcomeFailed)), "marker %q", n.Annotations[marker])
+	require.True(t, n.Spec.Unschedulable, "our cordon stays, as onFailure keepCordoned says")
 }
 
 // A worker killed while a run waits for the nodes it was handed, during their Jobs, loses none:
