@@ -8,6 +8,7 @@ import (
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/workflow"
 
+	"github.com/noderollout/noderollout/activities"
 	"github.com/noderollout/noderollout/api"
 )
 
@@ -15,8 +16,8 @@ import (
 // UI's Terminate) while its Job runs or, with maintenance, once its Job's success is recorded
 // on the Node and its steps go on. None of the node's own clean-up runs and it schedules
 // nothing more. The invariants, at the end: the rollout counts the node failed and reports it
-// so; the Node's marker does not say succeeded, so a re-run covers the node (a maintained
-// node's says failed, written by the rollout; another's stays as it was); our cordon stays,
+// so; the Node's marker says failed, written by the rollout, so a re-run covers the node and
+// a converging rollout retries it only as retryFailedAfter says; our cordon stays,
 // whatever onFailure says, for nothing is left to lift it; a Job left running is the
 // terminated workflow's, not the rollout's.
 
@@ -134,6 +135,37 @@ func (m *model) runTerminable(ctx workflow.Context, node string, dead *bool, run
 	return nil, errTerminatedByOperator, true
 }
 
+// awaitTheRolloutsWord: a handed-over node's termination reaches its rollout only when the
+// rollout finds the workflow ended (its busy-node recheck, an abort): until then the node's
+// failure is not one the rollout's rules can know, and the model's checks count it from when
+// the rollout writes it on the Node (rolloutLearns) (callers hold m.mu).
+func (m *model) awaitTheRolloutsWord(node string) {
+	if t := m.termination; t.handed {
+		m.nodes[node].ended = m.start.Add(2 * modelHorizon)
+	}
+}
+
+// terminatedAsHanded says whether the node's workflow was terminated at the instant its run
+// continued as new and handed it over: the next run learns of it as of one terminated after
+// (callers hold m.mu).
+func (m *model) terminatedAsHanded(node string) bool {
+	if !m.lastRunTerminated(node) {
+		return false
+	}
+	m.termination.handed = true
+	m.awaitTheRolloutsWord(node)
+	return true
+}
+
+// rolloutLearns notes when the rollout writes a handed-over node's termination on the Node
+// (callers hold m.mu).
+func (m *model) rolloutLearns(in activities.FinalizeInput) {
+	if t := m.termination; t != nil && t.node == in.Node && t.handed && t.lastRun && in.Job == nil && in.End.Reason == api.ReasonNodeWorkflowTerminated {
+		m.nodes[in.Node].ended = m.now()
+		m.note("%s: the rollout learns of its termination", in.Node)
+	}
+}
+
 // checkTerminationEnd checks the invariants of a terminated node at the rollout's end
 // (callers hold m.mu).
 func (m *model) checkTerminationEnd(result api.RolloutResult) {
@@ -152,11 +184,8 @@ func (m *model) checkTerminationEnd(result api.RolloutResult) {
 	if !reported && len(result.Failures) < api.MaxReportedFailures {
 		m.fail("%s: the rollout does not report its workflow's termination (failures %+v)", t.node, result.Failures)
 	}
-	switch {
-	case m.req.Maintenance != nil && n.marker != string(api.OutcomeFailed):
-		m.fail("%s: its maintained node's workflow was terminated and its marker says %q, not failed: a re-run would not know", t.node, n.marker)
-	case m.req.Maintenance == nil && n.marker != n.markerBefore:
-		m.fail("%s: its workflow was terminated and its marker changed from %q to %q", t.node, n.markerBefore, n.marker)
+	if n.marker != string(api.OutcomeFailed) {
+		m.fail("%s: its workflow was terminated and its marker says %q, not failed: a re-run (or a converging rollout) would not know", t.node, n.marker)
 	}
 	if n.cordonedOnce && !n.ourCordon {
 		m.fail("%s: its workflow was terminated and our cordon was lifted", t.node)

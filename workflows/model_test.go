@@ -113,6 +113,7 @@ type modelNode struct {
 	liftedDuringAbort   bool   // our cordon was being lifted (after its success) when the abort came
 	marker              string // outcome recorded for modelHash
 	liveJobs            int
+	jobCreated          time.Time // when our live Job was created
 	// What the rollout did with it.
 	runs     int       // node workflow executions
 	running  bool      // one runs now
@@ -538,6 +539,7 @@ func (m *model) carryOnHandedNodes(ctx workflow.Context, carried *api.Progress) 
 		child, ok := m.started[n.Name]
 		node := m.nodes[n.Name]
 		running, ended := node.running, api.NodeResult{Node: n.Name, Outcome: api.Outcome(node.outcome)}
+		terminated := !running && m.terminatedAsHanded(n.Name)
 		m.mu.Unlock()
 		if !ok {
 			m.fail("%s was handed over in flight but never started", n.Name)
@@ -556,7 +558,7 @@ func (m *model) carryOnHandedNodes(ctx workflow.Context, carried *api.Progress) 
 			// It ended at the instant its run continued as new, in the same environment task:
 			// on a server, either the run hears the end first (and does not hand it over) or
 			// the next run is told it. The model takes the second.
-			handed = append(handed, workflow.ExecuteChildWorkflow(opts, modelEndedNode, ended, child.in.TellWhenFree))
+			handed = append(handed, workflow.ExecuteChildWorkflow(opts, modelEndedNode, ended, child.in.TellWhenFree, terminated))
 			continue
 		}
 		handed = append(handed, workflow.ExecuteChildWorkflow(opts, modelHandedNode, child.workflowType, child.in))
@@ -566,10 +568,13 @@ func (m *model) carryOnHandedNodes(ctx workflow.Context, carried *api.Progress) 
 
 // modelEndedNode stands for a handed-over node workflow that ended as its run continued as new:
 // it tells the rollout of the end at once if the child was told the rollout at its start, else
-// once asked.
+// once asked; one that was terminated tells nothing.
 const modelEndedNode = "model-ended-node"
 
-func endedNode(ctx workflow.Context, result api.NodeResult, tellWhenFree string) error {
+func endedNode(ctx workflow.Context, result api.NodeResult, tellWhenFree string, terminated bool) error {
+	if terminated {
+		return nil
+	}
 	if tellWhenFree == "" {
 		var w NodeWaiter
 		workflow.GetSignalChannel(ctx, SignalNotifyWhenFree).Receive(ctx, &w)
@@ -893,6 +898,7 @@ func (m *model) mockActivities(env *testsuite.TestWorkflowEnvironment, run int) 
 			return nil // the retried create adopts the Job it made
 		}
 		n.liveJobs++
+		n.jobCreated = m.now()
 		return nil
 	}
 	env.OnActivity(a.RunJob, mock.Anything, mock.Anything).Return(func(_ context.Context, in activities.RunJobInput) (activities.RunJobResult, error) {
@@ -925,18 +931,43 @@ func (m *model) mockActivities(env *testsuite.TestWorkflowEnvironment, run int) 
 			}
 			m.fireTermination(name, false)
 			m.note("%s: the Job ended", name)
-			if n.jobFails {
-				return activities.JobEnd{Outcome: api.OutcomeFailed, Reason: "BackoffLimitExceeded"}, nil
+			return n.jobEnd(), nil
+		}).Maybe()
+		// The worker's Job informer completes AwaitJobEnd when the Job ends (a NodeRolloutV4's
+		// or V5's wait), and the watch that follows reads the end.
+		env.OnActivity(a.AwaitJobEnd, mock.Anything, mock.MatchedBy(func(in activities.AwaitJobEndInput) bool { return in.Job.Node == name })).
+			After(n.jobTakes).Return(func(_ context.Context, in activities.AwaitJobEndInput) error {
+			if !m.lockRun(run) {
+				return errRunEnded
 			}
-			return activities.JobEnd{Outcome: api.OutcomeSucceeded, Reason: "Completed"}, nil
+			defer m.mu.Unlock()
+			if m.crash(name, "await") {
+				m.note("%s: await: the worker died", name)
+				return errWorkerDied
+			}
+			m.fireTermination(name, false)
+			return nil
 		}).Maybe()
 	}
+	env.OnActivity(a.WatchJob, mock.Anything, mock.Anything).Return(func(_ context.Context, in activities.WatchJobInput) (activities.JobWatch, error) {
+		if !m.lockRun(run) {
+			return activities.JobWatch{}, errRunEnded
+		}
+		defer m.mu.Unlock()
+		n := m.nodes[in.Job.Node]
+		if n.liveJobs == 0 || m.now().Before(n.jobCreated.Add(n.jobTakes)) {
+			return activities.JobWatch{Running: true}, nil
+		}
+		m.note("%s: the Job ended (watched)", in.Job.Node)
+		return activities.JobWatch{End: n.jobEnd()}, nil
+	}).Maybe()
 	env.OnActivity(a.FinalizeJob, mock.Anything, mock.Anything).Return(func(_ context.Context, in activities.FinalizeInput) (activities.FinalizeResult, error) {
 		if !m.lockRun(run) {
 			return activities.FinalizeResult{}, errRunEnded
 		}
 		defer m.mu.Unlock()
 		n := m.nodes[in.Node]
+		m.rolloutLearns(in)
 		n.marker = string(in.End.Outcome)
 		if n.running {
 			n.markedThisRun, n.driftedAfterMark = true, false
@@ -1120,6 +1151,9 @@ func (w *nodeWatch) ExecuteWorkflow(ctx workflow.Context, in *interceptor.Execut
 		res, err, terminated := w.m.runTerminable(ctx, node, &w.dead, func(ctx workflow.Context) (any, error) { return w.Next.ExecuteWorkflow(ctx, in) })
 		if terminated {
 			w.m.nodeEnds(node, workflow.Now(ctx), string(api.OutcomeFailed))
+			w.m.mu.Lock()
+			w.m.awaitTheRolloutsWord(node)
+			w.m.mu.Unlock()
 			return res, err
 		}
 		w.m.nodeEnds(node, workflow.Now(ctx), outcomeOf(res, err))
@@ -1188,6 +1222,14 @@ func (m *model) nodeEnds(node string, at time.Time, outcome string) {
 	if n.liveJobs > 0 && !m.lastRunTerminated(node) {
 		m.fail("%s: its node workflow ended (%s) with a Job of ours still there", node, outcome)
 	}
+}
+
+// jobEnd is how the node's Job ends.
+func (n *modelNode) jobEnd() activities.JobEnd {
+	if n.jobFails {
+		return activities.JobEnd{Outcome: api.OutcomeFailed, Reason: "BackoffLimitExceeded"}
+	}
+	return activities.JobEnd{Outcome: api.OutcomeSucceeded, Reason: "Completed"}
 }
 
 // retries is how many runs of the node retryFailedAfter may have made: one per failed run.

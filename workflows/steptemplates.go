@@ -87,10 +87,15 @@ func (r *rollout) stepTemplateHashes() []string {
 // recordTerminated writes the failure of a node whose workflow was terminated on the Node. A
 // maintained node records its Job's success when the Job ends, before its reboot, health gate,
 // soak and uncordon; terminated in one of those, it would keep that success (and our cordon),
-// and a re-run would skip it as done. Written here, the re-run covers it, as any failed node.
-// Only terminated children take this path, hence the marker's place.
+// and a re-run would skip it as done. Another node's marker keeps what it said before its
+// run, which a converging rollout reads as a node to run now, retryFailedAfter or not (the
+// model test found it). Written here, a re-run covers the node as any failed one, and a
+// converging rollout retries it only as retryFailedAfter says. Only terminated children take
+// this path, hence the marker's place. Before versionRecordTerminatedNode the rollout wrote
+// nothing; until this change it asked only for a maintained node (a history without the
+// marker replays the same either way).
 func (r *rollout) recordTerminated(ctx workflow.Context, node string, result api.NodeResult) {
-	if r.nodeMaintenance() == nil || workflow.GetVersion(ctx, versionRecordTerminatedNode, workflow.DefaultVersion, 1) == workflow.DefaultVersion {
+	if workflow.GetVersion(ctx, versionRecordTerminatedNode, workflow.DefaultVersion, 1) == workflow.DefaultVersion {
 		return
 	}
 	var a *activities.Activities

@@ -279,9 +279,9 @@ var ledger = []change{
 		id: versionRecordTerminatedNode, workflow: "Rollout", since: "record-terminated-node (2026-12-06)",
 		what: []string{
 			"a maintained node whose workflow was terminated keeps on the Node the success its Job recorded, and our cordon; a re-run skips it as done",
-			"the rollout records the node failed (NodeWorkflowTerminated) on the Node with a FinalizeJob local activity, so a re-run covers it",
+			"the rollout records the node failed (NodeWorkflowTerminated) on the Node with a FinalizeJob local activity, so a re-run covers it; since handed-node-ended-without-word every terminated node, not only a maintained one: a converging rollout ran another again at once, retryFailedAfter or not",
 		},
-		asked:     "only when a node workflow of a rollout with a maintenance section ends terminated",
+		asked:     "only when a node workflow ends terminated (until handed-node-ended-without-word, only in a rollout with a maintenance section; a history without the marker replays the same)",
 		covered:   "no fixture reaches the path; the e2e TestTerminatedMaintainedNodeIsRecordedFailed runs version 1",
 		removable: removableOnceDrained,
 	},
