@@ -284,8 +284,9 @@ func (r *rollout) recheckHandedIn(ctx workflow.Context) {
 // only a termination (the UI's Terminate) ends one so. From versionHandedInLost on, the node is
 // settled as this run's own terminated child is (settle records a maintained node's failure
 // on the Node, where its Job's success stands). Before, the recheck ran the node again and an
-// abort counted it aborted (before), either way leaving that success on the Node of a node
-// whose maintenance never ended, when the rollout stopped first: a re-run skipped it as done.
+// abort counted it as the before result says (aborted). Either way a rollout that stopped
+// first left that success on the Node of a node whose maintenance never ended, and a re-run
+// skipped it as done (the model test found it).
 func (r *rollout) handedInLost(ctx workflow.Context, node, runID string, before *api.NodeResult) {
 	if workflow.GetVersion(ctx, versionHandedInLost, workflow.DefaultVersion, 1) == workflow.DefaultVersion {
 		r.handedInEnded(ctx, NodeFreed{Node: node, RunID: runID, Result: before})
