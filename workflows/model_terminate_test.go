@@ -105,10 +105,18 @@ var errTerminatedByOperator = temporal.GetDefaultFailureConverter().FailureToErr
 	FailureInfo: &failurepb.Failure_TerminatedFailureInfo{TerminatedFailureInfo: &failurepb.TerminatedFailureInfo{}},
 })
 
-// runTerminable runs the node's workflow in a coroutine and ends it as a terminated one when
-// the termination fires: the workflow's coroutine is left where it stands, its calls held
-// from then on (dead), as a server leaves a terminated workflow.
-func (m *model) runTerminable(ctx workflow.Context, node string, dead *bool, run func(workflow.Context) (any, error)) (any, error, bool) {
+// runTerminable runs the node's workflow. The one the scenario terminates runs in a coroutine
+// and ends as a terminated one when the termination fires: the workflow's coroutine is left
+// where it stands, its calls held from then on (dead), as a server leaves a terminated
+// workflow.
+func (m *model) runTerminable(ctx workflow.Context, node string, goesOn bool, dead *bool, run func(workflow.Context) (any, error)) (any, error, bool) {
+	m.mu.Lock()
+	terminable := m.armTermination(node, goesOn)
+	m.mu.Unlock()
+	if !terminable {
+		res, err := run(ctx)
+		return res, err, false
+	}
 	var res any
 	var err error
 	done := false
@@ -140,7 +148,7 @@ func (m *model) runTerminable(ctx workflow.Context, node string, dead *bool, run
 // failure is not one the rollout's rules can know, and the model's checks count it from when
 // the rollout writes it on the Node (rolloutLearns) (callers hold m.mu).
 func (m *model) awaitTheRolloutsWord(node string) {
-	if t := m.termination; t.handed {
+	if t := m.termination; t != nil && t.node == node && t.lastRun && t.handed {
 		m.nodes[node].ended = m.start.Add(2 * modelHorizon)
 	}
 }

@@ -1144,23 +1144,13 @@ func (w *nodeWatch) ExecuteWorkflow(ctx workflow.Context, in *interceptor.Execut
 	} else {
 		w.m.nodeBegins(node, workflow.Now(ctx))
 	}
-	w.m.mu.Lock()
-	terminable := w.m.armTermination(node, w.goesOn)
-	w.m.mu.Unlock()
-	if terminable {
-		res, err, terminated := w.m.runTerminable(ctx, node, &w.dead, func(ctx workflow.Context) (any, error) { return w.Next.ExecuteWorkflow(ctx, in) })
-		if terminated {
-			w.m.nodeEnds(node, workflow.Now(ctx), string(api.OutcomeFailed))
-			w.m.mu.Lock()
-			w.m.awaitTheRolloutsWord(node)
-			w.m.mu.Unlock()
-			return res, err
-		}
-		w.m.nodeEnds(node, workflow.Now(ctx), outcomeOf(res, err))
-		return res, err
+	run := func(ctx workflow.Context) (any, error) { return w.Next.ExecuteWorkflow(ctx, in) }
+	res, err, terminated := w.m.runTerminable(ctx, node, w.goesOn, &w.dead, run)
+	outcome := outcomeOf(res, err)
+	if terminated {
+		outcome = string(api.OutcomeFailed)
 	}
-	res, err := w.Next.ExecuteWorkflow(ctx, in)
-	w.m.nodeEnds(node, workflow.Now(ctx), outcomeOf(res, err))
+	w.m.nodeEnds(node, workflow.Now(ctx), outcome)
 	return res, err
 }
 
@@ -1211,6 +1201,7 @@ func (m *model) nodeEnds(node string, at time.Time, outcome string) {
 	defer m.mu.Unlock()
 	n := m.nodes[node]
 	n.running, n.ended, n.outcome = false, at, outcome
+	m.awaitTheRolloutsWord(node)
 	if n.driftedAfterMark {
 		n.drifts++
 		n.wiped = true
