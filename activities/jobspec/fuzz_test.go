@@ -2,6 +2,7 @@ package jobspec
 
 import (
 	"errors"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -57,6 +58,14 @@ func FuzzBuild(f *testing.F) {
 				t.Fatalf("Build error is not a complete *FieldError: %T %v", err, err)
 			}
 			return
+		}
+		// The reading checked against the sample's is the reading a full render gives.
+		full, _, fullErr := render(template, node)
+		if fullErr != nil {
+			t.Fatalf("Build accepted node %q, which the template's own render refuses: %v", node, fullErr)
+		}
+		if !reflect.DeepEqual(full.Spec.Template.Spec.Containers, job.Spec.Template.Spec.Containers) {
+			t.Fatalf("Build's containers differ from the full render's for node %q", node)
 		}
 		if job.Spec.Template.Spec.NodeName != node {
 			t.Fatalf("Job is on node %q, want %q", job.Spec.Template.Spec.NodeName, node)

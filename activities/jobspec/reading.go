@@ -1,12 +1,9 @@
 package jobspec
 
-import (
-	"encoding/json"
-	"sync"
-)
+import "sync"
 
-// sampleReadings keeps, per template, its Job rendered for the sample node as JSON. Every
-// node's Build compares its own Job against it; rendering it afresh for each node doubled
+// sampleReadings keeps, per template, the JSON its YAML reads as for the sample node. Every
+// node's Build compares its own reading against it; rendering it afresh for each node doubled
 // Build's cost, and a worker builds one template for thousands of nodes.
 var sampleReadings = readingCache{max: 16}
 
@@ -38,13 +35,9 @@ func (c *readingCache) get(template, sample string) []byte {
 
 // readingFor renders the template for the sample node; nil when that fails.
 func readingFor(template, sample string) []byte {
-	job, err := render(template, sample)
+	_, data, err := render(template, sample)
 	if err != nil {
 		return nil
 	}
-	ref, err := json.Marshal(job)
-	if err != nil {
-		return nil
-	}
-	return ref
+	return data
 }

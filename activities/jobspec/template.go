@@ -53,7 +53,8 @@ func ParseTemplate(template string) (*batchv1.Job, error) {
 		return nil, err
 	}
 	sample, _ := pickSample(template)
-	return render(template, sample)
+	job, _, err := render(template, sample)
+	return job, err
 }
 
 // Build renders the template for the node (placeholder replaced), validates it like ParseTemplate,
@@ -74,10 +75,7 @@ func Build(template string, p JobParams) (*batchv1.Job, error) {
 	if err := checkRenderedSize(template, p.Node); err != nil {
 		return nil, err
 	}
-	job, err := render(template, p.Node)
-	if misread := checkNodeReading(template, p.Node, job, err); misread != nil {
-		return nil, misread
-	}
+	job, err := renderFor(template, p.Node)
 	if err != nil {
 		return nil, err
 	}
@@ -174,41 +172,68 @@ func pickSample(template string) (sample string, ok bool) {
 	return sampleNodes[0], false
 }
 
-// render replaces the placeholder with node, then decodes and checks the result.
-func render(template, node string) (*batchv1.Job, error) {
-	job, err := decodeJob(strings.ReplaceAll(template, NodePlaceholder, node))
+// render replaces the placeholder with node, then decodes and checks the result. It also returns
+// the JSON the YAML read as, which a sample node's reading is kept as.
+func render(template, node string) (*batchv1.Job, []byte, error) {
+	job, data, err := decodeJob(strings.ReplaceAll(template, NodePlaceholder, node))
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if err := checkJob(job, node); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return job, nil
+	return job, data, nil
 }
 
-// checkNodeReading catches the cost of replacing the placeholder in the text rather than in
-// values: where it stands unquoted, YAML reads a node named "null", "yes", "017" or "1e5" as
-// something other than that name. The template rendered for a sample name is the reference;
-// rendering for node must give the same Job with the name swapped. jobErr is node's own result.
-func checkNodeReading(template, node string, job *batchv1.Job, jobErr error) error {
+// renderFor renders the template for node and makes sure the placeholder's replacement in the
+// text read as node's name wherever it stands: unquoted, YAML reads a node named "null", "yes",
+// "017" or "1e5" as something other than that name. The template's reading for a sample name is
+// the reference; node's must be the same with the name swapped. Checked against it, the text
+// needs one YAML read per node, not the two a full render makes.
+func renderFor(template, node string) (*batchv1.Job, error) {
 	sample, ok := pickSample(template)
 	if !ok || node == sample || !strings.Contains(template, NodePlaceholder) {
-		return nil
+		job, _, err := render(template, node)
+		return job, err
 	}
 	ref := sampleReadings.get(template, sample)
 	if ref == nil {
 		// The template is broken for every node; node's own error says why.
-		return nil
+		job, _, err := render(template, node)
+		return job, err
 	}
-	if jobErr == nil {
-		got, err := json.Marshal(job)
-		if err != nil {
-			return nil // cannot happen for decoded Jobs; without JSON there is nothing to compare
-		}
-		if bytes.Equal(got, bytes.ReplaceAll(ref, []byte(sample), []byte(node))) {
-			return nil
-		}
+	// The sample's text held one document and passed checkJob; a node name (no line breaks,
+	// no leading '-' or '.') cannot start another document, and a reading equal to the
+	// sample's but for the name passes the same checks for that name.
+	data, err := yaml.YAMLToJSONStrict([]byte(strings.ReplaceAll(template, NodePlaceholder, node)))
+	if err != nil || !sameReading(data, bytes.ReplaceAll(ref, []byte(sample), []byte(node))) {
+		return nil, misreadError(node)
 	}
+	job, err := decodeJSON(data)
+	if err != nil {
+		return nil, misreadError(node)
+	}
+	if err := checkJob(job, node); err != nil {
+		return nil, misreadError(node)
+	}
+	return job, nil
+}
+
+// sameReading compares two readings of a template. The JSON has its mapping keys sorted, so
+// where the placeholder is a key, a node name can sort elsewhere than the sample did: such
+// readings are compared as values.
+func sameReading(got, want []byte) bool {
+	if bytes.Equal(got, want) {
+		return true
+	}
+	var g, w any
+	if json.Unmarshal(got, &g) != nil || json.Unmarshal(want, &w) != nil {
+		return false
+	}
+	return reflect.DeepEqual(g, w)
+}
+
+func misreadError(node string) error {
 	return &api.FieldError{
 		Field: templateField,
 		Problem: fmt.Sprintf("reads differently for node %q: where %s stands unquoted, YAML takes that name for a number, boolean or null",
@@ -219,14 +244,23 @@ func checkNodeReading(template, node string, job *batchv1.Job, jobErr error) err
 
 // decodeJob reads text as Kubernetes would, case-sensitively and strictly, but with errors
 // that point at the template field.
-func decodeJob(text string) (*batchv1.Job, error) {
+func decodeJob(text string) (*batchv1.Job, []byte, error) {
 	if err := checkOneDocument(text); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	data, err := yaml.YAMLToJSONStrict([]byte(text))
 	if err != nil {
-		return nil, yamlError(err)
+		return nil, nil, yamlError(err)
 	}
+	job, err := decodeJSON(data)
+	if err != nil {
+		return nil, nil, err
+	}
+	return job, data, nil
+}
+
+// decodeJSON reads the template's JSON into a Job, strictly and case-sensitively.
+func decodeJSON(data []byte) (*batchv1.Job, error) {
 	job := &batchv1.Job{}
 	strictErrs, err := kjson.UnmarshalStrict(data, job)
 	if err != nil {

@@ -272,7 +272,7 @@ func TestBuild(t *testing.T) {
 func TestBuildAddsNothingElse(t *testing.T) {
 	job, err := Build(goodTemplate, testParams())
 	require.NoError(t, err)
-	want, err := decodeJob(strings.ReplaceAll(goodTemplate, NodePlaceholder, testNode))
+	want, _, err := decodeJob(strings.ReplaceAll(goodTemplate, NodePlaceholder, testNode))
 	require.NoError(t, err)
 
 	assert.Equal(t, want.Spec.Template.Spec, job.Spec.Template.Spec)
@@ -427,6 +427,9 @@ func TestBuildNodeNamesYAMLReadsAsOtherTypes(t *testing.T) {
 		{name: "float", template: unquoted, node: "1e5", wantErr: true},
 		{name: "octal as a key", template: unquotedKey, node: "017", wantErr: true},
 		{name: "ordinary name as a key", template: unquotedKey, node: "node-1"},
+		// The readings' keys are sorted: this name sorts before "app", the sample's after it.
+		{name: "name that sorts first, as a key", template: unquotedKey, node: "aaa-node"},
+		{name: "zero as a key, read as the same text", template: unquotedKey, node: "0"},
 		{name: "null, quoted", template: goodTemplate, node: "null"},
 		{name: "octal, quoted", template: goodTemplate, node: "017"},
 		{name: "yes, quoted", template: goodTemplate, node: "yes"},
