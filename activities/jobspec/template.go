@@ -202,9 +202,8 @@ func renderFor(template, node string) (*batchv1.Job, error) {
 		job, _, err := render(template, node)
 		return job, err
 	}
-	// The sample's text held one document and passed checkJob; a node name (no line breaks,
-	// no leading '-' or '.') cannot start another document, and a reading equal to the
-	// sample's but for the name passes the same checks for that name.
+	// The sample's text held one document, and a node name (no line break, no leading '-' or
+	// '.') cannot start another: the documents are not counted again.
 	data, err := yaml.YAMLToJSONStrict([]byte(strings.ReplaceAll(template, NodePlaceholder, node)))
 	if err != nil || !sameReading(data, bytes.ReplaceAll(ref, []byte(sample), []byte(node))) {
 		return nil, misreadError(node)
