@@ -64,8 +64,9 @@ func FuzzBuild(f *testing.F) {
 		if fullErr != nil {
 			t.Fatalf("Build accepted node %q, which the template's own render refuses: %v", node, fullErr)
 		}
-		if !reflect.DeepEqual(full.Spec.Template.Spec.Containers, job.Spec.Template.Spec.Containers) {
-			t.Fatalf("Build's containers differ from the full render's for node %q", node)
+		full.Spec.Template.Spec.NodeName = node // Build pins the Pod whatever the template says
+		if !reflect.DeepEqual(full.Spec.Template.Spec, job.Spec.Template.Spec) {
+			t.Fatalf("Build's Pod spec differs from the full render's for node %q", node)
 		}
 		if job.Spec.Template.Spec.NodeName != node {
 			t.Fatalf("Job is on node %q, want %q", job.Spec.Template.Spec.NodeName, node)
