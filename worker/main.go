@@ -205,6 +205,10 @@ func run(ctx context.Context, cfg config.Config, pol *policy.Policy) error {
 			logger.Warn("the Node watch did not start: converging rollouts hear of no node changes", "error", err)
 		}
 	}()
+	// A node workflow terminated by hand after its rollout handed it over at a continue-as-new
+	// tells no one: this tells its rollout within a minute, not at its busy-node recheck.
+	terminated := &activities.TerminatedNodeNotifier{Temporal: tc, TaskQueue: cfg.TaskQueue, NodeOfWorkflowID: cluster.NodeOfWorkflowID, Logger: logger}
+	go terminated.Run(informerCtx)
 	health.SetReady(true)
 	logger.Info("worker polling", "taskQueue", cfg.TaskQueue, "cluster", cfg.Cluster, "clusterBudget", cfg.ClusterBudget, "temporal", cfg.TemporalAddress, "namespace", cfg.TemporalNamespace, "version", version.Get().Version)
 	select {

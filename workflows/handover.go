@@ -6,6 +6,7 @@ import (
 
 	"go.temporal.io/sdk/workflow"
 
+	"github.com/noderollout/noderollout/activities"
 	"github.com/noderollout/noderollout/api"
 )
 
@@ -14,7 +15,7 @@ import (
 // Job's length at every continue-as-new: 9 % of a 100,000-node rollout at P = 200. Now the
 // run asks each child in flight to tell the rollout (by workflow ID, whichever run is current)
 // when it ends, and hands the nodes to the next run, which counts them in its window and
-// settles each on the child's word (NodeFreed, which carries the result). Children start with
+// settles each on the child's word (api.NodeFreed, which carries the result). Children start with
 // an abandon close policy, so they outlive the run that started them; an abort of a later run
 // cancels them by their run ID. A word that never comes (a child terminated by hand) is
 // covered by asking again on the busy-node recheck: a child found ended without its word is
@@ -183,7 +184,7 @@ func (r *rollout) awaitsEndAfterWord() bool {
 // ownChildWord notes the word of a child of this run that ended while this run still runs: it
 // was told the rollout at its start (or asked), and its end comes next, to this run. Until that
 // end has come the run may not hand the node over, whose word the next run would never hear.
-func (r *rollout) ownChildWord(f NodeFreed) {
+func (r *rollout) ownChildWord(f api.NodeFreed) {
 	if r.children == nil {
 		return
 	}
@@ -230,7 +231,7 @@ func (r *rollout) takeOverInFlight(carried []api.InFlightNode) {
 // was for one. A word without a result (a worker from before results were sent ran the child)
 // leaves the node holding its slot while it runs again: the new child reads the outcome from
 // the Job.
-func (r *rollout) handedInEnded(ctx workflow.Context, f NodeFreed) bool {
+func (r *rollout) handedInEnded(ctx workflow.Context, f api.NodeFreed) bool {
 	runID, ok := r.handedIn[f.Node]
 	if !ok || (f.RunID != "" && f.RunID != runID) {
 		return false
@@ -289,11 +290,10 @@ func (r *rollout) recheckHandedIn(ctx workflow.Context) {
 // skipped it as done (the model test found it).
 func (r *rollout) handedInLost(ctx workflow.Context, node, runID string, before *api.NodeResult) {
 	if workflow.GetVersion(ctx, versionHandedInLost, workflow.DefaultVersion, 1) == workflow.DefaultVersion {
-		r.handedInEnded(ctx, NodeFreed{Node: node, RunID: runID, Result: before})
+		r.handedInEnded(ctx, api.NodeFreed{Node: node, RunID: runID, Result: before})
 		return
 	}
-	r.handedInEnded(ctx, NodeFreed{Node: node, RunID: runID, Result: &api.NodeResult{Node: node, Outcome: api.OutcomeFailed,
-		Reason: api.ReasonNodeWorkflowTerminated, Message: "the node's workflow, handed over in flight at a continue-as-new, ended without telling the rollout: it was terminated, so none of its clean-up ran (its Job may still run, a cordon stays)"}})
+	r.handedInEnded(ctx, activities.TerminatedNodeWord(node, runID))
 }
 
 // cancelHandedIn asks the handed-over children to stop, as an abort does to this run's own.

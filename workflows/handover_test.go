@@ -125,8 +125,8 @@ func TestAWordBeforeItsChildsEndKeepsTheNodeInItsRun(t *testing.T) {
 	env.OnWorkflow(NodeRolloutV2, mock.Anything, mock.Anything).Return(func(ctx workflow.Context, in NodeRolloutInput) (api.NodeResult, error) {
 		result := api.NodeResult{Node: in.Node, Outcome: api.OutcomeSucceeded}
 		if in.TellWhenFree != "" {
-			freed := NodeFreed{Node: in.Node, RunID: workflow.GetInfo(ctx).WorkflowExecution.RunID, Result: &result}
-			if err := workflow.SignalExternalWorkflow(ctx, in.TellWhenFree, "", SignalNodeFree, freed).Get(ctx, nil); err != nil {
+			freed := api.NodeFreed{Node: in.Node, RunID: workflow.GetInfo(ctx).WorkflowExecution.RunID, Result: &result}
+			if err := workflow.SignalExternalWorkflow(ctx, in.TellWhenFree, "", api.SignalNodeFree, freed).Get(ctx, nil); err != nil {
 				return api.NodeResult{}, err
 			}
 		}

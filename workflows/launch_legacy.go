@@ -134,7 +134,7 @@ func (r *rollout) runNodeBeforeAdmission(ctx workflow.Context, node string, busy
 			}
 			if r.handedOver != nil {
 				// The next run waits for the node: this one must start no child it would not
-				// see end. A NodeFreed in the workflow task that hands over wakes the node while
+				// see end. A api.NodeFreed in the workflow task that hands over wakes the node while
 				// continueAsNew reads the pending signals (the SDK's test environment delivers
 				// one event per task, so it cannot show this).
 				return nodeEnd{}

@@ -403,7 +403,7 @@ func TestHandedOverNodeRunsOnceItsHolderIsDone(t *testing.T) {
 func holdNode(ctx workflow.Context, d time.Duration) error {
 	waiters := workflow.GetSignalChannel(ctx, SignalNotifyWhenFree)
 	_ = workflow.Sleep(ctx, d)
-	tellWaiters(ctx, waiters, "", NodeFreed{})
+	tellWaiters(ctx, waiters, "", api.NodeFreed{})
 	return nil
 }
 
@@ -592,7 +592,7 @@ func TestAWaiterThatAsksWhileTheWordsAreOutIsTold(t *testing.T) {
 	env.RegisterWorkflowWithOptions(holdNode, workflow.RegisterOptions{Name: "hold"})
 	env.RegisterDelayedCallback(func() { env.SignalWorkflow(SignalNotifyWhenFree, NodeWaiter{WorkflowID: "first"}) }, time.Second)
 	var told []string
-	env.OnSignalExternalWorkflow(mock.Anything, mock.Anything, "", SignalNodeFree, mock.Anything).Return(
+	env.OnSignalExternalWorkflow(mock.Anything, mock.Anything, "", api.SignalNodeFree, mock.Anything).Return(
 		func(_, workflowID, _, _ string, _ any) error {
 			told = append(told, workflowID)
 			if workflowID == "first" {

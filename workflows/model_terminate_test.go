@@ -33,8 +33,12 @@ type modelTermination struct {
 	armed, fired, lastRun bool
 	used                  bool // the node's first workflow has begun: later ones are not terminated
 	// handed: the workflow was handed over in flight before it was terminated. The next run
-	// never hears its end and finds it ended on its recheck or at an abort (handedInLost).
+	// never hears its end from it, and finds it ended on its recheck or at an abort
+	// (handedInLost).
 	handed bool
+	// workerTells: a worker finds the handed-over workflow terminated and tells the rollout
+	// at once (activities.TerminatedNodeNotifier), racing the recheck and an abort.
+	workerTells bool
 }
 
 // scriptTermination gives a fifth of the scenarios a termination. It draws from the seed after
@@ -55,7 +59,27 @@ func (m *model) scriptTermination() {
 	}
 	t := &modelTermination{node: candidates[r.IntN(len(candidates))]}
 	t.afterJob = m.req.Maintenance != nil && !m.nodes[t.node].jobFails && r.IntN(2) == 0
+	t.workerTells = r.IntN(2) == 0
 	m.termination = t
+}
+
+// workerTells says whether a worker tells the rollout of the node's handed-over workflow's
+// termination (callers hold m.mu).
+func (m *model) workerTells(node string) bool {
+	t := m.termination
+	return t != nil && t.node == node && t.handed && t.lastRun && t.workerTells
+}
+
+// tellTerminated sends the rollout that started the stand-in the word a worker sends for a
+// terminated node workflow a rollout was handed: the stand-in's own calls are held (dead),
+// and this one is the worker's, so it goes past them.
+func tellTerminated(ctx workflow.Context, node string, dead *bool) {
+	info := workflow.GetInfo(ctx)
+	held := *dead
+	*dead = false
+	told := workflow.SignalExternalWorkflow(ctx, info.ParentWorkflowExecution.ID, "", api.SignalNodeFree, activities.TerminatedNodeWord(node, info.WorkflowExecution.RunID))
+	*dead = held
+	_ = told.Get(ctx, nil)
 }
 
 // armTermination says whether the node workflow beginning now is the one the scenario

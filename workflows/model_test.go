@@ -558,7 +558,10 @@ func (m *model) carryOnHandedNodes(ctx workflow.Context, carried *api.Progress) 
 			// It ended at the instant its run continued as new, in the same environment task:
 			// on a server, either the run hears the end first (and does not hand it over) or
 			// the next run is told it. The model takes the second.
-			handed = append(handed, workflow.ExecuteChildWorkflow(opts, modelEndedNode, ended, child.in.TellWhenFree, terminated))
+			m.mu.Lock()
+			tells := terminated && m.workerTells(n.Name)
+			m.mu.Unlock()
+			handed = append(handed, workflow.ExecuteChildWorkflow(opts, modelEndedNode, ended, child.in.TellWhenFree, terminated, tells))
 			continue
 		}
 		handed = append(handed, workflow.ExecuteChildWorkflow(opts, modelHandedNode, child.workflowType, child.in))
@@ -568,11 +571,14 @@ func (m *model) carryOnHandedNodes(ctx workflow.Context, carried *api.Progress) 
 
 // modelEndedNode stands for a handed-over node workflow that ended as its run continued as new:
 // it tells the rollout of the end at once if the child was told the rollout at its start, else
-// once asked; one that was terminated tells nothing.
+// once asked; one that was terminated tells nothing, but a worker may (workerTells).
 const modelEndedNode = "model-ended-node"
 
-func endedNode(ctx workflow.Context, result api.NodeResult, tellWhenFree string, terminated bool) error {
+func endedNode(ctx workflow.Context, result api.NodeResult, tellWhenFree string, terminated, workerTells bool) error {
 	if terminated {
+		if workerTells {
+			tellTerminated(ctx, result.Node, new(bool))
+		}
 		return nil
 	}
 	if tellWhenFree == "" {
@@ -581,7 +587,7 @@ func endedNode(ctx workflow.Context, result api.NodeResult, tellWhenFree string,
 		tellWhenFree = w.WorkflowID
 	}
 	self := workflow.GetInfo(ctx).WorkflowExecution.RunID
-	return workflow.SignalExternalWorkflow(ctx, tellWhenFree, "", SignalNodeFree, NodeFreed{Node: result.Node, RunID: self, Result: &result}).Get(ctx, nil)
+	return workflow.SignalExternalWorkflow(ctx, tellWhenFree, "", api.SignalNodeFree, api.NodeFreed{Node: result.Node, RunID: self, Result: &result}).Get(ctx, nil)
 }
 
 // askHandedNodes asks each stand-in to tell the rollout when it ends, and gives the run the
@@ -1151,6 +1157,12 @@ func (w *nodeWatch) ExecuteWorkflow(ctx workflow.Context, in *interceptor.Execut
 		outcome = string(api.OutcomeFailed)
 	}
 	w.m.nodeEnds(node, workflow.Now(ctx), outcome)
+	w.m.mu.Lock()
+	tells := terminated && w.goesOn && w.m.workerTells(node)
+	w.m.mu.Unlock()
+	if tells {
+		tellTerminated(ctx, node, &w.dead)
+	}
 	return res, err
 }
 

@@ -13,27 +13,15 @@
 // histories still run (node_legacy.go, launch_legacy.go).
 package workflows
 
-import "github.com/noderollout/noderollout/api"
-
 // Signals between workflows, which no user sends (api holds the names users type).
 const (
 	// SignalNotifyWhenFree asks a NodeRollout to signal SignalNodeFree to the sender when it
 	// ends: how a rollout that finds the node busy learns that it is free, without polling.
+	// api.SignalNodeFree is its answer.
 	SignalNotifyWhenFree = "notifyWhenFree"
-	SignalNodeFree       = "nodeFree"
 )
 
 // NodeWaiter is the input of SignalNotifyWhenFree: the workflow to tell.
 type NodeWaiter struct {
 	WorkflowID string `json:"workflowID"`
-}
-
-// NodeFreed is the input of SignalNodeFree: the node whose NodeRollout ended, with the run
-// that ended and its result, so that a rollout that was handed the node in flight across
-// continue-as-new counts the node without running it again (older workers send the node
-// alone).
-type NodeFreed struct {
-	Node   string          `json:"node"`
-	RunID  string          `json:"runID,omitempty"`
-	Result *api.NodeResult `json:"result,omitempty"`
 }

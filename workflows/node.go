@@ -209,7 +209,7 @@ func runNodeSteps(ctx workflow.Context, n nodeSteps) (api.NodeResult, error) {
 	in := n.in
 	result, err := n.run(ctx)
 	ended := carriedFailure(nodeResult(in.Node, err, result)) // without its log tail: a signal stays small
-	tellWaiters(ctx, waiters, in.TellWhenFree, NodeFreed{Node: in.Node, RunID: workflow.GetInfo(ctx).WorkflowExecution.RunID, Result: &ended})
+	tellWaiters(ctx, waiters, in.TellWhenFree, api.NodeFreed{Node: in.Node, RunID: workflow.GetInfo(ctx).WorkflowExecution.RunID, Result: &ended})
 	if n.compact {
 		return compactResult(result, err)
 	}
@@ -541,7 +541,7 @@ func release(ctx workflow.Context, job activities.JobRef, why string) {
 // be delivered, be refused (the node is still held) and ask again: that request came in after
 // the read and before the completion, so it is read again once the words are out
 // (versionTellLateWaiters), or that rollout would wait for its recheck, minutes later.
-func tellWaiters(ctx workflow.Context, waiters workflow.ReceiveChannel, toldAtStart string, freed NodeFreed) {
+func tellWaiters(ctx workflow.Context, waiters workflow.ReceiveChannel, toldAtStart string, freed api.NodeFreed) {
 	notify, _ := workflow.NewDisconnectedContext(ctx)
 	told := map[string]bool{}
 	var ids []string
@@ -577,10 +577,10 @@ func newWaiters(waiters workflow.ReceiveChannel, told map[string]bool) []string 
 	}
 }
 
-func signalFreed(notify workflow.Context, ids []string, freed NodeFreed) []workflow.Future {
+func signalFreed(notify workflow.Context, ids []string, freed api.NodeFreed) []workflow.Future {
 	sent := make([]workflow.Future, 0, len(ids))
 	for _, id := range ids {
-		sent = append(sent, workflow.SignalExternalWorkflow(notify, id, "", SignalNodeFree, freed))
+		sent = append(sent, workflow.SignalExternalWorkflow(notify, id, "", api.SignalNodeFree, freed))
 	}
 	return sent
 }

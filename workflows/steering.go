@@ -54,7 +54,7 @@ func (r *rollout) registerHandlers(ctx workflow.Context) error {
 	}
 	pause := workflow.GetSignalChannel(ctx, api.SignalPause)
 	resume := workflow.GetSignalChannel(ctx, api.SignalResume)
-	freed := workflow.GetSignalChannel(ctx, SignalNodeFree)
+	freed := workflow.GetSignalChannel(ctx, api.SignalNodeFree)
 	r.signals = []workflow.ReceiveChannel{pause, resume, freed}
 	workflow.Go(ctx, func(ctx workflow.Context) {
 		for {
@@ -62,7 +62,7 @@ func (r *rollout) registerHandlers(ctx workflow.Context) error {
 			sel.AddReceive(pause, func(c workflow.ReceiveChannel, _ bool) { c.Receive(ctx, nil); r.progress.Paused = true })
 			sel.AddReceive(resume, func(c workflow.ReceiveChannel, _ bool) { c.Receive(ctx, nil); r.progress.Paused = false })
 			sel.AddReceive(freed, func(c workflow.ReceiveChannel, _ bool) {
-				var f NodeFreed
+				var f api.NodeFreed
 				c.Receive(ctx, &f)
 				switch {
 				case r.handedInEnded(ctx, f):

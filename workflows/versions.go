@@ -291,7 +291,7 @@ var ledger = []change{
 			"a node handed over in flight whose workflow was terminated runs again at the busy-node recheck, or counts aborted at an abort; a rollout that stops first leaves a maintained node's Job success on the Node, and a re-run skips the node as done",
 			"it is settled failed (NodeWorkflowTerminated) like the run's own terminated child, and a maintained node's failure is written on the Node (versionRecordTerminatedNode)",
 		},
-		asked:     "only when the busy-node recheck or an abort finds a handed-over node workflow ended without its word",
+		asked:     "only when the busy-node recheck or an abort finds a handed-over node workflow ended without its word; a worker's word for it (activities.TerminatedNodeNotifier, usually first) settles it failed through handedInEnded on either branch, asking nothing",
 		covered:   "no fixture reaches the path; the model test (TestModel) terminates handed-over node workflows at version 1",
 		removable: removableOnceDrained,
 	},

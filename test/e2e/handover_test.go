@@ -92,30 +92,9 @@ func TestAbortReachesNodesHandedOverInFlight(t *testing.T) {
 func TestTerminatedHandedOverNodeIsRecordedFailed(t *testing.T) {
 	f := NewFleet(t, 4)
 	req := f.Request("handover-terminated", time.Second)
-	req.Parallelism = 2
-	req.ContinueAsNewAfter = 2
-	req.Maintenance = &api.Maintenance{Cordon: true, Soak: "10m"}
-	run := Start(t, req)
+	run, terminated := terminateAHandedOverSoakingNode(t, f, &req)
 	ctx := context.Background()
-	var soaking []string
-	waitFor(t, 2*time.Minute, "two nodes handed over in flight, soaking", func() bool {
-		st, err := status(run.GetID())
-		if err != nil || st.ContinuedAsNew < 1 || st.Counts.Running != 2 {
-			return false
-		}
-		soaking = nil
-		for _, node := range f.Nodes {
-			v, err := stack.Temporal.QueryWorkflow(ctx, api.NodeWorkflowID(node), "", api.QueryNodeStep)
-			var step api.NodeStep
-			if err == nil && v.Get(&step) == nil && step.Step == api.NodeStepSoak {
-				soaking = append(soaking, node)
-			}
-		}
-		return len(soaking) == 2
-	})
-	terminated, marker := soaking[0], jobspec.NodeMarkerKey(req.Name)
-	require.True(t, strings.HasSuffix(nodeNow(t, terminated).Annotations[marker], ":succeeded"), "the Job's success is on the Node while it soaks")
-	require.NoError(t, stack.Temporal.TerminateWorkflow(ctx, api.NodeWorkflowID(terminated), "", "an operator ends a stuck-looking node"))
+	marker := jobspec.NodeMarkerKey(req.Name)
 	require.NoError(t, stack.Temporal.CancelWorkflow(ctx, run.GetID(), ""))
 	// Not at the busy-node recheck, minutes later: the server accepts the cancel of an ended
 	// run, so the abort asks each node for its word, which fails for the terminated one.
@@ -134,6 +113,69 @@ func TestTerminatedHandedOverNodeIsRecordedFailed(t *testing.T) {
 	n := nodeNow(t, terminated)
 	require.True(t, strings.HasSuffix(n.Annotations[marker], ":"+string(api.OutcomeFailed)), "marker %q", n.Annotations[marker])
 	require.True(t, n.Spec.Unschedulable, "our cordon stays, as onFailure keepCordoned says")
+}
+
+// terminateAHandedOverSoakingNode starts req over f's 4 nodes, two at a time and continuing as
+// new every two, with a 10-minute soak after each Job, and terminates one of the two nodes
+// the second run was handed while they soak, once its Job's success is on the Node. It returns
+// the rollout and the terminated node.
+func terminateAHandedOverSoakingNode(t *testing.T, f *Fleet, req *api.RolloutRequest) (client.WorkflowRun, string) {
+	t.Helper()
+	req.Parallelism = 2
+	req.ContinueAsNewAfter = 2
+	req.Maintenance = &api.Maintenance{Cordon: true, Soak: "10m"}
+	run := Start(t, *req)
+	ctx := context.Background()
+	var soaking []string
+	waitFor(t, 2*time.Minute, "two nodes handed over in flight, soaking", func() bool {
+		st, err := status(run.GetID())
+		if err != nil || st.ContinuedAsNew < 1 || st.Counts.Running != 2 {
+			return false
+		}
+		soaking = nil
+		for _, node := range f.Nodes {
+			v, err := stack.Temporal.QueryWorkflow(ctx, api.NodeWorkflowID(node), "", api.QueryNodeStep)
+			var step api.NodeStep
+			if err == nil && v.Get(&step) == nil && step.Step == api.NodeStepSoak {
+				soaking = append(soaking, node)
+			}
+		}
+		return len(soaking) == 2
+	})
+	terminated := soaking[0]
+	require.True(t, strings.HasSuffix(nodeNow(t, terminated).Annotations[jobspec.NodeMarkerKey(req.Name)], ":succeeded"), "the Job's success is on the Node while it soaks")
+	require.NoError(t, stack.Temporal.TerminateWorkflow(ctx, api.NodeWorkflowID(terminated), "", "an operator ends a stuck-looking node"))
+	return run, terminated
+}
+
+// The same termination without an abort: the worker finds the terminated workflow in
+// visibility (TerminatedNodeNotifier) and tells the rollout, which settles the node failed and
+// starts the next node in its slot within a minute, not at its busy-node recheck 10 minutes on.
+func TestWorkerTellsTheRolloutOfATerminatedHandedOverNode(t *testing.T) {
+	f := NewFleet(t, 4)
+	req := f.Request("handover-told", time.Second)
+	req.MaxFailures = "1"
+	run, terminated := terminateAHandedOverSoakingNode(t, f, &req)
+	at := time.Now()
+	var st api.RolloutStatus
+	waitFor(t, 90*time.Second, "the rollout settled the terminated node and started the next", func() bool {
+		var err error
+		st, err = status(run.GetID())
+		return err == nil && st.Counts.Failed == 1 && len(f.Jobs(t, req.Name)) == 3
+	})
+	t.Logf("settled and the next node started %s after the termination", time.Since(at).Round(time.Second))
+	require.Len(t, st.Failures, 1)
+	require.Equal(t, terminated, st.Failures[0].Node)
+	require.Equal(t, api.ReasonNodeWorkflowTerminated, st.Failures[0].Reason)
+	marker := jobspec.NodeMarkerKey(req.Name)
+	waitFor(t, 30*time.Second, "the failure recorded on the Node", func() bool {
+		return strings.HasSuffix(nodeNow(t, terminated).Annotations[marker], ":"+string(api.OutcomeFailed))
+	})
+	require.True(t, nodeNow(t, terminated).Spec.Unschedulable, "our cordon stays, as onFailure keepCordoned says")
+	require.NoError(t, stack.Temporal.CancelWorkflow(context.Background(), run.GetID(), ""))
+	res, err := Result(t, run)
+	require.Error(t, err, "aborted")
+	require.Equal(t, 1, res.Counts.Failed, "the terminated node counted once: %+v", res.Counts)
 }
 
 // A worker killed while a run waits for the nodes it was handed, during their Jobs, loses none:

@@ -1,0 +1,131 @@
+package activities
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	commonpb "go.temporal.io/api/common/v1"
+	"go.temporal.io/api/enums/v1"
+	"go.temporal.io/api/serviceerror"
+	workflowpb "go.temporal.io/api/workflow/v1"
+	"go.temporal.io/api/workflowservice/v1"
+
+	"github.com/noderollout/noderollout/api"
+)
+
+// fakeVisibility answers the notifier's list with terminated node workflows, its describes
+// with each rollout run's status, and records its signals.
+type fakeVisibility struct {
+	queries    []string
+	terminated []*workflowpb.WorkflowExecutionInfo
+	runStatus  map[string]enums.WorkflowExecutionStatus // rollout run ID → status
+	signalErr  error
+	signals    []sentSignal
+}
+
+type sentSignal struct {
+	workflowID, runID, name string
+	word                    api.NodeFreed
+}
+
+func (f *fakeVisibility) ListWorkflow(_ context.Context, req *workflowservice.ListWorkflowExecutionsRequest) (*workflowservice.ListWorkflowExecutionsResponse, error) {
+	f.queries = append(f.queries, req.GetQuery())
+	return &workflowservice.ListWorkflowExecutionsResponse{Executions: f.terminated}, nil
+}
+
+func (f *fakeVisibility) DescribeWorkflowExecution(_ context.Context, id, runID string) (*workflowservice.DescribeWorkflowExecutionResponse, error) {
+	for _, e := range f.terminated {
+		if e.GetExecution().GetRunId() == runID {
+			return &workflowservice.DescribeWorkflowExecutionResponse{WorkflowExecutionInfo: e}, nil
+		}
+	}
+	status, ok := f.runStatus[runID]
+	if !ok {
+		return nil, serviceerror.NewNotFound("no such run")
+	}
+	return &workflowservice.DescribeWorkflowExecutionResponse{WorkflowExecutionInfo: &workflowpb.WorkflowExecutionInfo{
+		Execution: &commonpb.WorkflowExecution{WorkflowId: id, RunId: runID}, Status: status}}, nil
+}
+
+func (f *fakeVisibility) SignalWorkflow(_ context.Context, id, runID, name string, arg any) error {
+	if f.signalErr != nil {
+		return f.signalErr
+	}
+	f.signals = append(f.signals, sentSignal{workflowID: id, runID: runID, name: name, word: arg.(api.NodeFreed)})
+	return nil
+}
+
+func terminatedNode(node, runID, rollout, rolloutRun string) *workflowpb.WorkflowExecutionInfo {
+	e := &workflowpb.WorkflowExecutionInfo{Execution: &commonpb.WorkflowExecution{WorkflowId: api.NodeWorkflowID(node), RunId: runID},
+		Status: enums.WORKFLOW_EXECUTION_STATUS_TERMINATED}
+	if rollout != "" {
+		e.ParentExecution = &commonpb.WorkflowExecution{WorkflowId: rollout, RunId: rolloutRun}
+	}
+	return e
+}
+
+func TestTerminatedNodeNotifierTellsOnlyRolloutsThatHandedTheNodeOver(t *testing.T) {
+	fake := &fakeVisibility{
+		terminated: []*workflowpb.WorkflowExecutionInfo{
+			terminatedNode("handed", "run-handed", "rollout-a", "a-1"),   // a-1 continued as new: tell rollout-a
+			terminatedNode("own", "run-own", "rollout-b", "b-1"),         // b-1 still runs: Temporal tells it
+			terminatedNode("ended", "run-ended", "rollout-c", "c-1"),     // c-1 completed: handed nothing over
+			terminatedNode("by-hand", "run-by-hand", "", ""),             // started by hand
+			terminatedNode("expired", "run-expired", "rollout-d", "d-1"), // d-1 past its retention
+		},
+		runStatus: map[string]enums.WorkflowExecutionStatus{
+			"a-1": enums.WORKFLOW_EXECUTION_STATUS_CONTINUED_AS_NEW,
+			"b-1": enums.WORKFLOW_EXECUTION_STATUS_RUNNING,
+			"c-1": enums.WORKFLOW_EXECUTION_STATUS_COMPLETED,
+		},
+	}
+	fake.terminated = append(fake.terminated, &workflowpb.WorkflowExecutionInfo{
+		Execution: &commonpb.WorkflowExecution{WorkflowId: api.Cluster{Name: "other"}.NodeWorkflowID("elsewhere"), RunId: "run-other"},
+		// another cluster's node: not this worker's to tell
+		ParentExecution: &commonpb.WorkflowExecution{WorkflowId: "rollout-a", RunId: "a-1"}})
+	n := &TerminatedNodeNotifier{Temporal: fake, TaskQueue: "q", NodeOfWorkflowID: api.Cluster{}.NodeOfWorkflowID}
+	since := time.Date(2026, 12, 6, 10, 0, 0, 0, time.UTC)
+	require.NoError(t, n.Look(context.Background(), since))
+
+	require.Equal(t, []string{"WorkflowType IN ('NodeRollout', 'NodeRolloutV2', 'NodeRolloutV3', 'NodeRolloutV4', 'NodeRolloutV5') AND ExecutionStatus = 'Terminated' AND TaskQueue = 'q' AND CloseTime >= '2026-12-06T10:00:00Z'"}, fake.queries)
+	require.Len(t, fake.signals, 1)
+	s := fake.signals[0]
+	require.Equal(t, "rollout-a", s.workflowID)
+	require.Empty(t, s.runID, "the rollout's current run, not the one that continued as new")
+	require.Equal(t, api.SignalNodeFree, s.name)
+	require.Equal(t, "handed", s.word.Node)
+	require.Equal(t, "run-handed", s.word.RunID, "the rollout takes the word only for the run it was handed")
+	require.Equal(t, api.OutcomeFailed, s.word.Result.Outcome)
+	require.Equal(t, api.ReasonNodeWorkflowTerminated, s.word.Result.Reason)
+
+	// The next look lists the same closes (it reaches back): told once. A rollout whose run
+	// has continued as new since is told then.
+	fake.runStatus["b-1"] = enums.WORKFLOW_EXECUTION_STATUS_CONTINUED_AS_NEW
+	require.NoError(t, n.Look(context.Background(), since))
+	require.Len(t, fake.signals, 2)
+	require.Equal(t, "own", fake.signals[1].word.Node)
+}
+
+func TestTerminatedNodeNotifierTriesAgainWhenTheSignalFails(t *testing.T) {
+	fake := &fakeVisibility{
+		terminated: []*workflowpb.WorkflowExecutionInfo{terminatedNode("handed", "run-handed", "rollout-a", "a-1")},
+		runStatus:  map[string]enums.WorkflowExecutionStatus{"a-1": enums.WORKFLOW_EXECUTION_STATUS_CONTINUED_AS_NEW},
+		signalErr:  serviceerror.NewUnavailable("server restarting"),
+	}
+	n := &TerminatedNodeNotifier{Temporal: fake, TaskQueue: "q", NodeOfWorkflowID: api.Cluster{}.NodeOfWorkflowID}
+	require.ErrorContains(t, n.Look(context.Background(), time.Now()), "server restarting")
+	fake.signalErr = nil
+	require.NoError(t, n.Look(context.Background(), time.Now()))
+	require.Len(t, fake.signals, 1)
+
+	// A rollout that has ended is not asked again.
+	fake.terminated = append(fake.terminated, terminatedNode("late", "run-late", "rollout-gone", "g-1"))
+	fake.runStatus["g-1"] = enums.WORKFLOW_EXECUTION_STATUS_CONTINUED_AS_NEW
+	fake.signalErr = serviceerror.NewNotFound("workflow execution already completed")
+	require.NoError(t, n.Look(context.Background(), time.Now()))
+	fake.signalErr = nil
+	require.NoError(t, n.Look(context.Background(), time.Now()))
+	require.Len(t, fake.signals, 1)
+}
