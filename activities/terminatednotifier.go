@@ -16,16 +16,17 @@ import (
 	"github.com/noderollout/noderollout/api"
 )
 
-// TerminatedNodeNotifier tells a rollout of a node workflow it was handed in flight at a
-// continue-as-new and that someone then terminated (the UI's Terminate). A terminated workflow
-// sends no word, and the run that started it, the only one Temporal tells, has continued as
-// new: the current run would find out only at its busy-node recheck, 10 minutes and more later,
-// with the node holding its slot meanwhile. Every Every the notifier lists this task queue's
-// node workflows terminated since its last look (visibility: no Temporal action), and for each
-// whose starting run has continued as new it signals the rollout the node's word, with the
-// result the rollout's recheck would give (failed, NodeWorkflowTerminated). The rollout takes a
-// word only for a node it was handed, in the run named (handedInEnded); several workers send
-// the same word harmlessly.
+// TerminatedNodeNotifier sends the word a node workflow terminated by hand (the UI's
+// Terminate) cannot send. Temporal tells only the run that started it, if that run is open.
+// Two kinds of rollout would otherwise find out only at their busy-node recheck, 10 minutes
+// and more later: the next run of a rollout that handed the node over in flight at a
+// continue-as-new (the node holds its slot meanwhile), and another rollout waiting for the
+// node to be free. Every Every the notifier lists this task queue's node workflows terminated
+// since its last look (visibility: no Temporal action). For each, it signals the rollout that
+// started it, if that run has continued as new, the result its recheck would give (failed,
+// NodeWorkflowTerminated), and every other running rollout of the queue a bare word, which wakes
+// one waiting for the node. A rollout takes a result only for a node it was handed, in the run
+// named (handedInEnded); several workers send the same words harmlessly.
 type TerminatedNodeNotifier struct {
 	Temporal  TerminatedNodeClient
 	TaskQueue string
@@ -102,14 +103,47 @@ func (n *TerminatedNodeNotifier) Look(ctx context.Context, since time.Time) erro
 	}
 	query := fmt.Sprintf("WorkflowType IN (%s) AND ExecutionStatus = 'Terminated' AND TaskQueue = '%s' AND CloseTime >= '%s'",
 		strings.Join(types, ", "), n.TaskQueue, since.UTC().Format(time.RFC3339Nano))
+	var rollouts []string // this queue's running rollouts, listed once a look, when needed
+	listed := false
+	return n.list(ctx, query, func(e *workflowpb.WorkflowExecutionInfo) error {
+		id, runID := e.GetExecution().GetWorkflowId(), e.GetExecution().GetRunId()
+		node, ok := n.NodeOfWorkflowID(id)
+		// No node name holds a colon: one here is another cluster's qualified ID.
+		if !ok || strings.Contains(node, ":") || n.told[runID] {
+			return nil
+		}
+		rollout, err := n.tellHandedOver(ctx, e, node)
+		if err != nil {
+			return err
+		}
+		if !listed {
+			if rollouts, err = n.runningRollouts(ctx); err != nil {
+				return err
+			}
+			listed = true
+		}
+		for _, other := range rollouts {
+			if other != rollout {
+				if err := n.signal(ctx, other, api.NodeFreed{Node: node, RunID: runID}); err != nil {
+					return err
+				}
+			}
+		}
+		n.told[runID] = true
+		return nil
+	})
+}
+
+// list calls each for every workflow the query lists, page by page.
+func (n *TerminatedNodeNotifier) list(ctx context.Context, query string, each func(*workflowpb.WorkflowExecutionInfo) error) error {
 	var token []byte
 	for {
 		resp, err := n.Temporal.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{Query: query, NextPageToken: token})
 		if err != nil {
-			return fmt.Errorf("listing terminated node workflows: %w", err)
+			return fmt.Errorf("listing %q: %w", query, err)
 		}
 		for _, e := range resp.GetExecutions() {
-			if err := n.tell(ctx, e); err != nil {
+			if err := each(e); err != nil {
 				return err
 			}
 		}
@@ -119,60 +153,67 @@ func (n *TerminatedNodeNotifier) Look(ctx context.Context, since time.Time) erro
 	}
 }
 
-// tell signals the node's word to its rollout, if the run that started the node has continued
-// as new: a run still open hears of its child's termination from Temporal, and one that
-// ended another way handed nothing over.
-func (n *TerminatedNodeNotifier) tell(ctx context.Context, e *workflowpb.WorkflowExecutionInfo) error {
-	id, runID := e.GetExecution().GetWorkflowId(), e.GetExecution().GetRunId()
-	node, ok := n.NodeOfWorkflowID(id)
-	// No node name holds a colon: one here is another cluster's qualified ID.
-	if !ok || strings.Contains(node, ":") || n.told[runID] {
+// runningRollouts lists the workflow IDs of this task queue's running rollouts: any of them
+// may wait for the terminated node's word (a busy node, waitUntilFreed), which would come only
+// at its recheck. A bare word (the node and the ended run, no result) wakes such a waiter to
+// look at the node again; a rollout not waiting for the node ignores it.
+func (n *TerminatedNodeNotifier) runningRollouts(ctx context.Context) ([]string, error) {
+	var ids []string
+	query := fmt.Sprintf("WorkflowType = '%s' AND ExecutionStatus = 'Running' AND TaskQueue = '%s'", api.RolloutWorkflow, n.TaskQueue)
+	err := n.list(ctx, query, func(e *workflowpb.WorkflowExecutionInfo) error {
+		ids = append(ids, e.GetExecution().GetWorkflowId())
 		return nil
-	}
+	})
+	return ids, err
+}
+
+// tellHandedOver signals the node's result to the rollout that started it, if that run has
+// continued as new: a run still open hears of its child's termination from Temporal, and one
+// that ended another way handed nothing over. It returns that rollout's workflow ID ("" if a
+// person started the node workflow).
+func (n *TerminatedNodeNotifier) tellHandedOver(ctx context.Context, e *workflowpb.WorkflowExecutionInfo, node string) (string, error) {
+	id, runID := e.GetExecution().GetWorkflowId(), e.GetExecution().GetRunId()
 	parent := e.GetParentExecution()
 	if parent == nil {
 		// Not every visibility store lists the parent: ask the workflow itself.
 		d, err := n.Temporal.DescribeWorkflowExecution(ctx, id, runID)
 		if errors.As(err, new(*serviceerror.NotFound)) {
-			n.told[runID] = true
-			return nil
+			return "", nil // past its retention
 		}
 		if err != nil {
-			return fmt.Errorf("describing node workflow %s: %w", id, err)
+			return "", fmt.Errorf("describing node workflow %s: %w", id, err)
 		}
 		parent = d.GetWorkflowExecutionInfo().GetParentExecution()
 	}
 	if parent == nil {
-		n.told[runID] = true // started by hand: no rollout waits for it
-		return nil
+		return "", nil
 	}
 	d, err := n.Temporal.DescribeWorkflowExecution(ctx, parent.GetWorkflowId(), parent.GetRunId())
 	if errors.As(err, new(*serviceerror.NotFound)) {
-		n.told[runID] = true // past its retention: long ended
-		return nil
+		return parent.GetWorkflowId(), nil // past its retention: long ended
 	}
 	if err != nil {
-		return fmt.Errorf("describing rollout %s run %s: %w", parent.GetWorkflowId(), parent.GetRunId(), err)
+		return "", fmt.Errorf("describing rollout %s run %s: %w", parent.GetWorkflowId(), parent.GetRunId(), err)
 	}
-	if status := d.GetWorkflowExecutionInfo().GetStatus(); status != enums.WORKFLOW_EXECUTION_STATUS_CONTINUED_AS_NEW {
-		if status != enums.WORKFLOW_EXECUTION_STATUS_RUNNING {
-			n.told[runID] = true
-		}
-		return nil
+	if d.GetWorkflowExecutionInfo().GetStatus() != enums.WORKFLOW_EXECUTION_STATUS_CONTINUED_AS_NEW {
+		return parent.GetWorkflowId(), nil
 	}
-	word := TerminatedNodeWord(node, runID)
-	err = n.Temporal.SignalWorkflow(ctx, parent.GetWorkflowId(), "", api.SignalNodeFree, word)
-	if errors.As(err, new(*serviceerror.NotFound)) {
-		n.told[runID] = true // the rollout has ended: it waits for nothing
-		return nil
+	if err := n.signal(ctx, parent.GetWorkflowId(), TerminatedNodeWord(node, runID)); err != nil {
+		return "", err
 	}
-	if err != nil {
-		// The look fails and the next one, from the same point, tries again.
-		return fmt.Errorf("telling rollout %s of node %s: %w", parent.GetWorkflowId(), node, err)
-	}
-	n.told[runID] = true
 	n.Logger.Info("told a rollout that a node workflow it was handed was terminated", "rollout", parent.GetWorkflowId(), "node", node, "runID", runID)
-	return nil
+	return parent.GetWorkflowId(), nil
+}
+
+// signal sends a rollout's current run the node's word. A rollout that has ended waits for
+// nothing; any other failure fails the look, and the next one, from the same point, tries
+// again.
+func (n *TerminatedNodeNotifier) signal(ctx context.Context, rollout string, word api.NodeFreed) error {
+	err := n.Temporal.SignalWorkflow(ctx, rollout, "", api.SignalNodeFree, word)
+	if err == nil || errors.As(err, new(*serviceerror.NotFound)) {
+		return nil
+	}
+	return fmt.Errorf("telling rollout %s of node %s: %w", rollout, word.Node, err)
 }
 
 // TerminatedNodeWord is the word sent for a terminated node workflow: the result the rollout's

@@ -2,6 +2,7 @@ package activities
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -20,6 +21,7 @@ import (
 type fakeVisibility struct {
 	queries    []string
 	terminated []*workflowpb.WorkflowExecutionInfo
+	rollouts   []string                                 // running rollouts
 	runStatus  map[string]enums.WorkflowExecutionStatus // rollout run ID → status
 	signalErr  error
 	signals    []sentSignal
@@ -32,6 +34,13 @@ type sentSignal struct {
 
 func (f *fakeVisibility) ListWorkflow(_ context.Context, req *workflowservice.ListWorkflowExecutionsRequest) (*workflowservice.ListWorkflowExecutionsResponse, error) {
 	f.queries = append(f.queries, req.GetQuery())
+	if strings.HasPrefix(req.GetQuery(), "WorkflowType = 'Rollout'") {
+		var running []*workflowpb.WorkflowExecutionInfo
+		for _, id := range f.rollouts {
+			running = append(running, &workflowpb.WorkflowExecutionInfo{Execution: &commonpb.WorkflowExecution{WorkflowId: id, RunId: id + "-now"}})
+		}
+		return &workflowservice.ListWorkflowExecutionsResponse{Executions: running}, nil
+	}
 	return &workflowservice.ListWorkflowExecutionsResponse{Executions: f.terminated}, nil
 }
 
@@ -66,7 +75,7 @@ func terminatedNode(node, runID, rollout, rolloutRun string) *workflowpb.Workflo
 	return e
 }
 
-func TestTerminatedNodeNotifierTellsOnlyRolloutsThatHandedTheNodeOver(t *testing.T) {
+func TestTerminatedNodeNotifierTellsHandingRolloutsTheResultAndWakesTheOthers(t *testing.T) {
 	fake := &fakeVisibility{
 		terminated: []*workflowpb.WorkflowExecutionInfo{
 			terminatedNode("handed", "run-handed", "rollout-a", "a-1"),   // a-1 continued as new: tell rollout-a
@@ -80,6 +89,7 @@ func TestTerminatedNodeNotifierTellsOnlyRolloutsThatHandedTheNodeOver(t *testing
 			"b-1": enums.WORKFLOW_EXECUTION_STATUS_RUNNING,
 			"c-1": enums.WORKFLOW_EXECUTION_STATUS_COMPLETED,
 		},
+		rollouts: []string{"rollout-a", "rollout-b", "rollout-w"},
 	}
 	fake.terminated = append(fake.terminated, &workflowpb.WorkflowExecutionInfo{
 		Execution: &commonpb.WorkflowExecution{WorkflowId: api.Cluster{Name: "other"}.NodeWorkflowID("elsewhere"), RunId: "run-other"},
@@ -89,23 +99,39 @@ func TestTerminatedNodeNotifierTellsOnlyRolloutsThatHandedTheNodeOver(t *testing
 	since := time.Date(2026, 12, 6, 10, 0, 0, 0, time.UTC)
 	require.NoError(t, n.Look(context.Background(), since))
 
-	require.Equal(t, []string{"WorkflowType IN ('NodeRollout', 'NodeRolloutV2', 'NodeRolloutV3', 'NodeRolloutV4', 'NodeRolloutV5') AND ExecutionStatus = 'Terminated' AND TaskQueue = 'q' AND CloseTime >= '2026-12-06T10:00:00Z'"}, fake.queries)
-	require.Len(t, fake.signals, 1)
-	s := fake.signals[0]
+	require.Equal(t, []string{
+		"WorkflowType IN ('NodeRollout', 'NodeRolloutV2', 'NodeRolloutV3', 'NodeRolloutV4', 'NodeRolloutV5') AND ExecutionStatus = 'Terminated' AND TaskQueue = 'q' AND CloseTime >= '2026-12-06T10:00:00Z'",
+		"WorkflowType = 'Rollout' AND ExecutionStatus = 'Running' AND TaskQueue = 'q'",
+	}, fake.queries, "the running rollouts are listed once a look")
+	results := map[string]sentSignal{}
+	woken := map[string][]string{} // node → rollouts sent a bare word
+	for _, s := range fake.signals {
+		require.Equal(t, api.SignalNodeFree, s.name)
+		require.Empty(t, s.runID, "the rollout's current run, not the one that started the node")
+		require.Equal(t, "run-"+s.word.Node, s.word.RunID, "a rollout takes a word only for the run it names")
+		if s.word.Result != nil {
+			results[s.word.Node] = s
+			continue
+		}
+		woken[s.word.Node] = append(woken[s.word.Node], s.workflowID)
+	}
+	require.Len(t, results, 1, "only the node whose starting run continued as new gets its result")
+	s := results["handed"]
 	require.Equal(t, "rollout-a", s.workflowID)
-	require.Empty(t, s.runID, "the rollout's current run, not the one that continued as new")
-	require.Equal(t, api.SignalNodeFree, s.name)
-	require.Equal(t, "handed", s.word.Node)
-	require.Equal(t, "run-handed", s.word.RunID, "the rollout takes the word only for the run it was handed")
 	require.Equal(t, api.OutcomeFailed, s.word.Result.Outcome)
 	require.Equal(t, api.ReasonNodeWorkflowTerminated, s.word.Result.Reason)
+	require.Equal(t, map[string][]string{
+		"handed":  {"rollout-b", "rollout-w"},
+		"own":     {"rollout-a", "rollout-w"}, // not rollout-b: Temporal tells it of its child
+		"ended":   {"rollout-a", "rollout-b", "rollout-w"},
+		"by-hand": {"rollout-a", "rollout-b", "rollout-w"},
+		"expired": {"rollout-a", "rollout-b", "rollout-w"},
+	}, woken, "every other running rollout may wait for the node")
 
-	// The next look lists the same closes (it reaches back): told once. A rollout whose run
-	// has continued as new since is told then.
-	fake.runStatus["b-1"] = enums.WORKFLOW_EXECUTION_STATUS_CONTINUED_AS_NEW
+	// The next look lists the same closes (it reaches back): each told once.
+	sent := len(fake.signals)
 	require.NoError(t, n.Look(context.Background(), since))
-	require.Len(t, fake.signals, 2)
-	require.Equal(t, "own", fake.signals[1].word.Node)
+	require.Len(t, fake.signals, sent)
 }
 
 func TestTerminatedNodeNotifierTriesAgainWhenTheSignalFails(t *testing.T) {

@@ -2,9 +2,10 @@ package api
 
 // SignalNodeFree tells a rollout that a node's workflow has ended. The node workflow sends it
 // to each rollout that asked (workflows.SignalNotifyWhenFree). A worker sends it for a node
-// workflow that was terminated after its rollout handed it over at a continue-as-new: a
-// terminated workflow sends nothing, and the rollout's next run would otherwise hear of it only
-// at its busy-node recheck (activities.TerminatedNodeNotifier). No user sends it.
+// workflow terminated by hand, which sends nothing: with the node's result to the rollout that
+// handed the node over at a continue-as-new, and bare to every other running rollout, one of
+// which may wait for the node (activities.TerminatedNodeNotifier). Without it they would hear
+// only at their busy-node recheck. No user sends it.
 const SignalNodeFree = "nodeFree"
 
 // NodeFreed is the input of SignalNodeFree: the node whose NodeRollout ended, with the run

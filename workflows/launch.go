@@ -189,8 +189,8 @@ func (r *rollout) runChild(ctx workflow.Context, node string) (end nodeEnd, refu
 }
 
 // waitUntilFreed asks the node's current holder to say when it finishes, and waits for that
-// or, should the word never come (a holder that was terminated, or runs older code), for
-// recheck: a handful of events per waiting node however long the other rollout's Job runs.
+// or, should the word never come (a holder that was terminated and no worker's
+// TerminatedNodeNotifier spoke for it, or a holder running older code), for recheck: a handful of events per waiting node however long the other rollout's Job runs.
 // From versionStopWaits on the wait ends as soon as no node may start (noneMayStart): the node
 // will not start, and the rollout's drain waits for it.
 //

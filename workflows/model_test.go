@@ -263,7 +263,23 @@ func newModel(seed uint64) *model {
 	m.script()
 	m.scriptGate()
 	m.scriptTermination()
+	m.scriptStrayWords()
 	return m
+}
+
+// scriptStrayWords: in a fifth of the scenarios a worker sends the rollout up to three bare
+// words for nodes of its fleet, at random times, as it does to every running rollout when
+// some node workflow was terminated (activities.TerminatedNodeNotifier): a rollout waiting for
+// the node looks at it again, any other ignores the word. Drawn after everything else, so the
+// scenarios of the seeds stay as they were.
+func (m *model) scriptStrayWords() {
+	r := m.rng
+	if r.IntN(5) != 0 {
+		return
+	}
+	for range 1 + r.IntN(3) {
+		m.events = append(m.events, modelEvent{at: time.Duration(r.IntN(48*60)) * time.Minute, kind: "word", node: m.order[r.IntN(len(m.order))]})
+	}
 }
 
 // modelConvergeEnd is when a converging scenario's rollout is aborted (its only end but a
@@ -759,6 +775,11 @@ func (m *model) happen(env *testsuite.TestWorkflowEnvironment, i int, e modelEve
 		m.mu.Unlock()
 		// What the worker's Node watch sends.
 		env.SignalWorkflow(api.SignalNodesChanged, api.NodesChanged{Nodes: []string{e.node}})
+	case "word":
+		m.mu.Lock()
+		m.note("%s: a worker's word that a workflow of the node was terminated elsewhere, at %s", e.node, at.Format(time.TimeOnly))
+		m.mu.Unlock()
+		env.SignalWorkflow(api.SignalNodeFree, api.NodeFreed{Node: e.node, RunID: "terminated-elsewhere"})
 	case "leak":
 		m.mu.Lock()
 		m.leaks++

@@ -220,3 +220,29 @@ func handedOverAwaiting(rolloutID string, f *Fleet, n int) func() bool {
 		return awaiting == n
 	}
 }
+
+// A rollout waiting for a node another rollout's node workflow holds (a busy node) hears
+// nothing when an operator terminates that workflow, and used to look again only at its
+// busy-node recheck, 10 minutes on. The worker's word (TerminatedNodeNotifier) wakes it: it
+// runs the node within a minute.
+func TestWorkerWakesARolloutWaitingForATerminatedNodeWorkflow(t *testing.T) {
+	f := NewFleet(t, 1)
+	shared := f.Nodes[0]
+	holder := startHolding(t, f, shared, "terminated-holder", 10*time.Minute)
+	waiter := f.Request("waits-for-terminated", time.Second)
+	waiter.NodeSelector, waiter.Nodes = "", []string{shared}
+	run := Start(t, waiter)
+	waitFor(t, 60*time.Second, "the second rollout waiting for the shared node", func() bool {
+		st, err := status(run.GetID())
+		return err == nil && st.Counts.Waiting == 1
+	})
+	ctx := context.Background()
+	require.NoError(t, stack.Temporal.TerminateWorkflow(ctx, api.NodeWorkflowID(shared), "", "an operator ends a stuck-looking node"))
+	at := time.Now()
+	waitFor(t, 90*time.Second, "the waiting rollout's Job on the node", func() bool { return len(f.Jobs(t, waiter.Name)[shared]) == 1 })
+	t.Logf("the waiting rollout started the node %s after the termination", time.Since(at).Round(time.Second))
+	res := Succeeded(t, run)
+	require.Equal(t, 1, res.Counts.Succeeded)
+	_, err := Result(t, holder)
+	require.Error(t, err, "the holder's only node failed: terminated")
+}
