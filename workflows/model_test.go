@@ -132,16 +132,20 @@ type modelEvent struct {
 }
 
 type model struct {
-	seed    uint64
-	rng     *rand.Rand
-	start   time.Time
-	nodes   map[string]*modelNode
-	order   []string
-	req     api.RolloutRequest
-	cluster api.Cluster
-	events  []modelEvent
-	crashes bool       // some activity attempts fail as if their worker died
-	gate    *modelGate // gates.prometheus; nil in most scenarios (model_gate_test.go)
+	// standIns holds the nodes whose stand-in (a node workflow handed over in flight, begun
+	// again in the next run's environment) has not yet adopted its Job: the drain it repeats
+	// is one the child it stands for had finished. A sync.Map, read from mock matchers.
+	standIns sync.Map
+	seed     uint64
+	rng      *rand.Rand
+	start    time.Time
+	nodes    map[string]*modelNode
+	order    []string
+	req      api.RolloutRequest
+	cluster  api.Cluster
+	events   []modelEvent
+	crashes  bool       // some activity attempts fail as if their worker died
+	gate     *modelGate // gates.prometheus; nil in most scenarios (model_gate_test.go)
 	// abortInUncordon: the abort comes while a node's uncordon runs (uncordoning says when).
 	abortInUncordon bool
 	termination     *modelTermination // nil in most scenarios (model_terminate_test.go)
@@ -923,6 +927,7 @@ func (m *model) mockActivities(env *testsuite.TestWorkflowEnvironment, run int) 
 		}
 		defer m.mu.Unlock()
 		n := m.nodes[node]
+		m.standIns.Delete(node)
 		m.note("%s: create (%d live)", node, n.liveJobs)
 		if n.liveJobs > 0 {
 			return nil // the retried create adopts the Job it made
@@ -1064,6 +1069,14 @@ func (m *model) mockActivities(env *testsuite.TestWorkflowEnvironment, run int) 
 		}
 		return activities.UncordonResult{Uncordoned: true}, nil
 	}).Maybe()
+	// A stand-in's drain comes back at once: on a server the child it stands for goes on
+	// where it was (its Job's wait, or later), and never drains again. Drained for 3 minutes,
+	// a stand-in handed over in the last seconds of its Job met an abort before it adopted
+	// the Job, and left it (seed 69373).
+	env.OnActivity(a.DrainNode, mock.Anything, mock.MatchedBy(func(in activities.DrainInput) bool {
+		_, ok := m.standIns.Load(in.Node)
+		return ok
+	})).Return(activities.DrainResult{}, nil).Maybe()
 	env.OnActivity(a.DrainNode, mock.Anything, mock.Anything).After(3 * time.Minute).Return(func(_ context.Context, in activities.DrainInput) (activities.DrainResult, error) {
 		if !m.lockRun(run) {
 			return activities.DrainResult{}, errRunEnded
@@ -1230,6 +1243,7 @@ func (m *model) nodeGoesOn(node string, at time.Time) {
 		m.fail("%s was handed over in flight at %s, but its node workflow was not running", node, at)
 	}
 	m.note("%s: node workflow goes on in the next run at %s", node, at.Format(time.TimeOnly))
+	m.standIns.Store(node, true)
 }
 
 func (m *model) nodeEnds(node string, at time.Time, outcome string) {
