@@ -38,7 +38,7 @@ type TerminatedNodeNotifier struct {
 	Logger          *slog.Logger
 	Now             func() time.Time
 
-	told map[string]bool // node workflow runs whose rollout has had the word
+	told map[string]time.Time // node workflow runs whose rollouts have had the word → close time
 }
 
 // TerminatedNodeClient is what TerminatedNodeNotifier asks of Temporal (the client does it).
@@ -92,7 +92,14 @@ func (n *TerminatedNodeNotifier) Run(ctx context.Context) {
 // Look tells the rollouts of node workflows terminated since since.
 func (n *TerminatedNodeNotifier) Look(ctx context.Context, since time.Time) error {
 	if n.told == nil {
-		n.told = map[string]bool{}
+		n.told = map[string]time.Time{}
+	}
+	// A run closed before since is not listed again: forget it, so a worker that runs for
+	// months keeps only the last look's window.
+	for runID, closed := range n.told {
+		if closed.Before(since) {
+			delete(n.told, runID)
+		}
 	}
 	if n.Logger == nil {
 		n.Logger = slog.Default()
@@ -109,7 +116,7 @@ func (n *TerminatedNodeNotifier) Look(ctx context.Context, since time.Time) erro
 		id, runID := e.GetExecution().GetWorkflowId(), e.GetExecution().GetRunId()
 		node, ok := n.NodeOfWorkflowID(id)
 		// No node name holds a colon: one here is another cluster's qualified ID.
-		if !ok || strings.Contains(node, ":") || n.told[runID] {
+		if _, told := n.told[runID]; !ok || strings.Contains(node, ":") || told {
 			return nil
 		}
 		rollout, err := n.tellHandedOver(ctx, e, node)
@@ -129,7 +136,7 @@ func (n *TerminatedNodeNotifier) Look(ctx context.Context, since time.Time) erro
 				}
 			}
 		}
-		n.told[runID] = true
+		n.told[runID] = e.GetCloseTime().AsTime()
 		return nil
 	})
 }

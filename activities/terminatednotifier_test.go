@@ -12,6 +12,7 @@ import (
 	"go.temporal.io/api/serviceerror"
 	workflowpb "go.temporal.io/api/workflow/v1"
 	"go.temporal.io/api/workflowservice/v1"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/noderollout/noderollout/api"
 )
@@ -41,7 +42,19 @@ func (f *fakeVisibility) ListWorkflow(_ context.Context, req *workflowservice.Li
 		}
 		return &workflowservice.ListWorkflowExecutionsResponse{Executions: running}, nil
 	}
-	return &workflowservice.ListWorkflowExecutionsResponse{Executions: f.terminated}, nil
+	// Like the server, only closes at or after the query's CloseTime.
+	_, bound, _ := strings.Cut(req.GetQuery(), "CloseTime >= '")
+	since, err := time.Parse(time.RFC3339Nano, strings.TrimSuffix(bound, "'"))
+	if err != nil {
+		return nil, err
+	}
+	var closed []*workflowpb.WorkflowExecutionInfo
+	for _, e := range f.terminated {
+		if !e.GetCloseTime().AsTime().Before(since) {
+			closed = append(closed, e)
+		}
+	}
+	return &workflowservice.ListWorkflowExecutionsResponse{Executions: closed}, nil
 }
 
 func (f *fakeVisibility) DescribeWorkflowExecution(_ context.Context, id, runID string) (*workflowservice.DescribeWorkflowExecutionResponse, error) {
@@ -66,9 +79,12 @@ func (f *fakeVisibility) SignalWorkflow(_ context.Context, id, runID, name strin
 	return nil
 }
 
+// closedAt is when every fake terminated node workflow closed.
+var closedAt = time.Date(2026, 12, 6, 10, 5, 0, 0, time.UTC)
+
 func terminatedNode(node, runID, rollout, rolloutRun string) *workflowpb.WorkflowExecutionInfo {
 	e := &workflowpb.WorkflowExecutionInfo{Execution: &commonpb.WorkflowExecution{WorkflowId: api.NodeWorkflowID(node), RunId: runID},
-		Status: enums.WORKFLOW_EXECUTION_STATUS_TERMINATED}
+		Status: enums.WORKFLOW_EXECUTION_STATUS_TERMINATED, CloseTime: timestamppb.New(closedAt)}
 	if rollout != "" {
 		e.ParentExecution = &commonpb.WorkflowExecution{WorkflowId: rollout, RunId: rolloutRun}
 	}
@@ -132,6 +148,10 @@ func TestTerminatedNodeNotifierTellsHandingRolloutsTheResultAndWakesTheOthers(t 
 	sent := len(fake.signals)
 	require.NoError(t, n.Look(context.Background(), since))
 	require.Len(t, fake.signals, sent)
+	// A look from past the closes lists none of them again, and forgets them.
+	require.NoError(t, n.Look(context.Background(), closedAt.Add(time.Second)))
+	require.Len(t, fake.signals, sent)
+	require.Empty(t, n.told, "a worker that runs for months keeps only the last look's window")
 }
 
 func TestTerminatedNodeNotifierTriesAgainWhenTheSignalFails(t *testing.T) {
@@ -141,17 +161,17 @@ func TestTerminatedNodeNotifierTriesAgainWhenTheSignalFails(t *testing.T) {
 		signalErr:  serviceerror.NewUnavailable("server restarting"),
 	}
 	n := &TerminatedNodeNotifier{Temporal: fake, TaskQueue: "q", NodeOfWorkflowID: api.Cluster{}.NodeOfWorkflowID}
-	require.ErrorContains(t, n.Look(context.Background(), time.Now()), "server restarting")
+	require.ErrorContains(t, n.Look(context.Background(), closedAt), "server restarting")
 	fake.signalErr = nil
-	require.NoError(t, n.Look(context.Background(), time.Now()))
+	require.NoError(t, n.Look(context.Background(), closedAt))
 	require.Len(t, fake.signals, 1)
 
 	// A rollout that has ended is not asked again.
 	fake.terminated = append(fake.terminated, terminatedNode("late", "run-late", "rollout-gone", "g-1"))
 	fake.runStatus["g-1"] = enums.WORKFLOW_EXECUTION_STATUS_CONTINUED_AS_NEW
 	fake.signalErr = serviceerror.NewNotFound("workflow execution already completed")
-	require.NoError(t, n.Look(context.Background(), time.Now()))
+	require.NoError(t, n.Look(context.Background(), closedAt))
 	fake.signalErr = nil
-	require.NoError(t, n.Look(context.Background(), time.Now()))
+	require.NoError(t, n.Look(context.Background(), closedAt))
 	require.Len(t, fake.signals, 1)
 }

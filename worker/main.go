@@ -205,8 +205,9 @@ func run(ctx context.Context, cfg config.Config, pol *policy.Policy) error {
 			logger.Warn("the Node watch did not start: converging rollouts hear of no node changes", "error", err)
 		}
 	}()
-	// A node workflow terminated by hand after its rollout handed it over at a continue-as-new
-	// tells no one: this tells its rollout within a minute, not at its busy-node recheck.
+	// A node workflow terminated by hand tells no one: this tells, within a minute, the rollout
+	// it was handed to at a continue-as-new and any rollout waiting for the node, which would
+	// otherwise hear only at their busy-node recheck.
 	terminated := &activities.TerminatedNodeNotifier{Temporal: tc, TaskQueue: cfg.TaskQueue, NodeOfWorkflowID: cluster.NodeOfWorkflowID, Logger: logger}
 	go terminated.Run(informerCtx)
 	health.SetReady(true)

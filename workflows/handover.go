@@ -15,11 +15,12 @@ import (
 // Job's length at every continue-as-new: 9 % of a 100,000-node rollout at P = 200. Now the
 // run asks each child in flight to tell the rollout (by workflow ID, whichever run is current)
 // when it ends, and hands the nodes to the next run, which counts them in its window and
-// settles each on the child's word (api.NodeFreed, which carries the result). Children start with
-// an abandon close policy, so they outlive the run that started them; an abort of a later run
-// cancels them by their run ID. A word that never comes (a child terminated by hand) is
-// covered by asking again on the busy-node recheck: a child found ended without its word is
-// settled as terminated (handedInLost; before versionHandedInLost it ran again).
+// settles each on the child's word (api.NodeFreed, which carries the result). Children start
+// with an abandon close policy, so they outlive the run that started them; an abort of a later
+// run cancels them by their run ID. A child terminated by hand sends no word: a worker sends
+// it instead (activities.TerminatedNodeNotifier), and the busy-node recheck covers a word that
+// still never comes: a child found ended without its word is settled as terminated
+// (handedInLost; before versionHandedInLost it ran again).
 //
 // From version 2 on, a child that may outlive its run is told the rollout at its start
 // (NodeRolloutInput.TellWhenFree), so the run hands it over without asking it and without
