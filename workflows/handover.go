@@ -185,12 +185,15 @@ func (r *rollout) awaitsEndAfterWord() bool {
 // ownChildWord notes the word of a child of this run that ended while this run still runs: it
 // was told the rollout at its start (or asked), and its end comes next, to this run. Until that
 // end has come the run may not hand the node over, whose word the next run would never hear.
-func (r *rollout) ownChildWord(f api.NodeFreed) {
+func (r *rollout) ownChildWord(ctx workflow.Context, f api.NodeFreed) {
 	if r.children == nil {
 		return
 	}
 	for _, p := range r.children.pending {
 		if p.node == f.Node {
+			if wordOfAnotherRun(ctx, p, f) {
+				return
+			}
 			if r.wordsBeforeEnd == nil {
 				r.wordsBeforeEnd = map[string]bool{}
 			}
@@ -198,6 +201,25 @@ func (r *rollout) ownChildWord(f api.NodeFreed) {
 			return
 		}
 	}
+}
+
+// wordOfAnotherRun says whether a word names a run of the node other than this run's child: a
+// worker's bare word for an earlier run, terminated by hand (activities.TerminatedNodeNotifier
+// sends it to every running rollout). Before versionWordOfAnotherRun the run took it as its
+// child's, and waited for that child's whole Job before it continued as new. A word without a
+// run (an older worker's) may be the child's, and is taken as it.
+func wordOfAnotherRun(ctx workflow.Context, p pendingChild, f api.NodeFreed) bool {
+	if f.RunID == "" {
+		return false
+	}
+	// A child not yet known started is taken as the word's sender, as before: no word can come
+	// from it, but waiting for its end costs only time, where a word lost costs a recheck.
+	started := p.child.GetChildWorkflowExecution()
+	var child workflow.Execution
+	if !started.IsReady() || (started.Get(ctx, &child) == nil && child.RunID == f.RunID) {
+		return false
+	}
+	return workflow.GetVersion(ctx, versionWordOfAnotherRun, workflow.DefaultVersion, 1) >= 1
 }
 
 // carriedInFlight is what the next run takes over: this run's children still running, then the

@@ -2,6 +2,8 @@ package workflows
 
 import (
 	"context"
+	"maps"
+	"slices"
 	"testing"
 	"time"
 
@@ -36,7 +38,7 @@ func TestShortJobsDrainAndLongJobsAreHandedOver(t *testing.T) {
 			handedOver: []string{"node-00000", "node-00001"}, continuedAfter: time.Minute},
 	} {
 		t.Run(name, func(t *testing.T) {
-			env, told := inFlightHandOverEnv(t, tc.version, tc.job)
+			env, told := inFlightHandOverEnv(t, tc.version, tc.job, nil)
 			req := request(nodeNames(4)...)
 			req.Parallelism = 2
 			req.ContinueAsNewAfter = 2
@@ -57,10 +59,11 @@ func TestShortJobsDrainAndLongJobsAreHandedOver(t *testing.T) {
 }
 
 // inFlightHandOverEnv is a rollout of real node workflows (their Jobs outlast the watch and take job to
-// succeed) at the given version of versionHandOverInFlight, whose end is its continue-as-new as
-// on a server. told collects the children started with the rollout to tell (TellWhenFree), in
-// the order they started, which the test environment does not fix within one task.
-func inFlightHandOverEnv(t *testing.T, version workflow.Version, job time.Duration) (env *testsuite.TestWorkflowEnvironment, told *[]string) {
+// succeed, or what jobOf says for a node it names) at the given version of
+// versionHandOverInFlight, whose end is its continue-as-new as on a server. told collects the
+// children started with the rollout to tell (TellWhenFree), in the order they started, which the
+// test environment does not fix within one task.
+func inFlightHandOverEnv(t *testing.T, version workflow.Version, job time.Duration, jobOf map[string]time.Duration) (env *testsuite.TestWorkflowEnvironment, told *[]string) {
 	t.Helper()
 	env, a := rolloutEnv(t)
 	env.SetDetachedChildWait(false)
@@ -76,6 +79,10 @@ func inFlightHandOverEnv(t *testing.T, version workflow.Version, job time.Durati
 	env.OnActivity(a.CreateJob, mock.Anything, mock.Anything).Return(func(_ context.Context, in activities.JobRequest) (activities.JobRef, error) {
 		return activities.JobRef{Namespace: "jobs", Name: "demo-" + in.Node, UID: "u-" + in.Node, Node: in.Node}, nil
 	})
+	for _, node := range slices.Sorted(maps.Keys(jobOf)) {
+		env.OnActivity(a.WaitJob, mock.Anything, mock.MatchedBy(func(in activities.WaitJobInput) bool { return in.Job.Node == node })).
+			After(jobOf[node]).Return(activities.JobEnd{Outcome: api.OutcomeSucceeded, Reason: "Completed"}, nil)
+	}
 	env.OnActivity(a.WaitJob, mock.Anything, mock.Anything).After(job).Return(activities.JobEnd{Outcome: api.OutcomeSucceeded, Reason: "Completed"}, nil)
 	env.OnActivity(a.FinalizeJob, mock.Anything, mock.Anything).Return(activities.FinalizeResult{}, nil)
 	return env, told
@@ -97,7 +104,7 @@ func TestTheLastWindowIsToldOnlyWhileTheRunMayContinue(t *testing.T) {
 		"version 3: a run that continues tells, as before": {version: 3, nodes: 5, told: []string{"node-00002", "node-00003"}, handedOver: []string{"node-00002", "node-00003"}},
 	} {
 		t.Run(name, func(t *testing.T) {
-			env, told := inFlightHandOverEnv(t, tc.version, time.Minute)
+			env, told := inFlightHandOverEnv(t, tc.version, time.Minute, nil)
 			req := request(nodeNames(tc.nodes)...)
 			req.Parallelism = 2
 			req.ContinueAsNewAfter = 4
@@ -139,4 +146,38 @@ func TestAWordBeforeItsChildsEndKeepsTheNodeInItsRun(t *testing.T) {
 	carried := handedOver(t, env)
 	require.Empty(t, inFlightNames(carried), "the node whose word came to this run is not handed over")
 	require.Equal(t, 1, carried.Counts.Succeeded)
+}
+
+// A worker's bare word for an earlier run of a node, terminated by hand, names that run
+// (activities.TerminatedNodeNotifier). A rollout whose own child now holds the node takes it as
+// another run's from version 1 on, and hands the node over as it would without the word. Before,
+// it took the word as its child's and waited for that child's whole Job before it continued as
+// new.
+func TestAWordForAnEarlierRunDoesNotHoldTheHandOver(t *testing.T) {
+	for name, tc := range map[string]struct {
+		version    workflow.Version
+		handedOver []string
+		succeeded  int
+		continued  time.Duration // after the run's start
+	}{
+		"version 1: handed over at once": {version: 1, handedOver: []string{"node-00001", "node-00002"}, succeeded: 1, continued: time.Minute},
+		"default: held for its Job":      {version: workflow.DefaultVersion, handedOver: []string{"node-00002"}, succeeded: 2, continued: 10 * time.Minute},
+	} {
+		t.Run(name, func(t *testing.T) {
+			env, _ := inFlightHandOverEnv(t, 3, 10*time.Minute, map[string]time.Duration{"node-00000": time.Minute})
+			env.OnGetVersion(versionWordOfAnotherRun, workflow.DefaultVersion, 1).Return(tc.version)
+			env.RegisterDelayedCallback(func() {
+				env.SignalWorkflow(api.SignalNodeFree, api.NodeFreed{Node: "node-00001", RunID: "a-run-terminated-by-hand"})
+			}, 30*time.Second)
+			req := request(nodeNames(4)...)
+			req.Parallelism = 2
+			req.ContinueAsNewAfter = 3
+			start := env.Now()
+			env.ExecuteWorkflow(api.RolloutWorkflow, req)
+			carried := handedOver(t, env)
+			require.Equal(t, tc.handedOver, inFlightNames(carried))
+			require.Equal(t, tc.succeeded, carried.Counts.Succeeded)
+			require.Equal(t, tc.continued, env.Now().Sub(start).Truncate(time.Minute))
+		})
+	}
 }

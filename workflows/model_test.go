@@ -274,7 +274,8 @@ func newModel(seed uint64) *model {
 // scriptStrayWords: in a fifth of the scenarios a worker sends the rollout up to three bare
 // words for nodes of its fleet, at random times, as it does to every running rollout when
 // some node workflow was terminated (activities.TerminatedNodeNotifier): a rollout waiting for
-// the node looks at it again, any other ignores the word. Drawn after everything else, so the
+// the node looks at it again, one whose own child holds the node hands it over as if no word had
+// come (versionWordOfAnotherRun), any other ignores the word. Drawn after everything else, so the
 // scenarios of the seeds stay as they were.
 func (m *model) scriptStrayWords() {
 	r := m.rng

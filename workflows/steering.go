@@ -69,7 +69,7 @@ func (r *rollout) registerHandlers(ctx workflow.Context) error {
 				case r.waiting[f.Node]:
 					r.freed[f.Node] = true
 				default:
-					r.ownChildWord(f)
+					r.ownChildWord(ctx, f)
 				}
 			})
 			sel.Select(ctx)

@@ -51,6 +51,8 @@ const (
 	versionRecordTerminatedNode = "record-terminated-node"
 	// Rollout, when a node handed over in flight is found ended without its word.
 	versionHandedInLost = "handed-node-ended-without-word"
+	// Rollout, when a word names a run of one of its nodes other than its child's.
+	versionWordOfAnotherRun = "word-of-another-run"
 	// NodeRollout (versionFieldGuarantees, at its start), and every node type on its path.
 	versionRecordAbortInFinalize = "record-abort-in-finalize"
 	versionAbortDuringUncordon   = "abort-during-uncordon"
@@ -293,6 +295,16 @@ var ledger = []change{
 		},
 		asked:     "only when the busy-node recheck or an abort finds a handed-over node workflow ended without its word; a worker's word for it (activities.TerminatedNodeNotifier, usually first) settles it failed through handedInEnded on either branch, asking nothing",
 		covered:   "no fixture reaches the path; the model test (TestModel) terminates handed-over node workflows at version 1",
+		removable: removableOnceDrained,
+	},
+	{
+		id: versionWordOfAnotherRun, workflow: "Rollout", since: "word-of-another-run (2026-12-07)",
+		what: []string{
+			"a word for a node this run's child holds is taken as the child's, whatever run it names: a worker's bare word for an earlier run of the node, terminated by hand, made the run wait for its child's whole Job before it continued as new",
+			"a word that names another run is not the child's: the run hands the node over as it would without it",
+		},
+		asked:     "only when a word names a run of a node other than the run's child holding it (a word without a run asks nothing)",
+		covered:   "no fixture reaches the path; TestAWordForAnEarlierRunDoesNotHoldTheHandOver runs both versions, TestModel (stray words) version 1",
 		removable: removableOnceDrained,
 	},
 	{
