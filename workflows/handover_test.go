@@ -39,16 +39,11 @@ func TestShortJobsDrainAndLongJobsAreHandedOver(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			env, told := inFlightHandOverEnv(t, tc.version, tc.job, nil)
-			req := request(nodeNames(4)...)
-			req.Parallelism = 2
-			req.ContinueAsNewAfter = 2
-			start := env.Now()
-			env.ExecuteWorkflow(api.RolloutWorkflow, req)
-			carried := handedOver(t, env)
+			carried, took := runFourNodesToTheHandOver(t, env, 2)
 			require.Equal(t, tc.handedOver, inFlightNames(carried))
 			require.Equal(t, tc.succeeded, carried.Counts.Succeeded)
 			require.Zero(t, carried.Counts.Running, "the next run counts the handed-over nodes itself")
-			require.LessOrEqual(t, env.Now().Sub(start), tc.continuedAfter)
+			require.LessOrEqual(t, took, tc.continuedAfter)
 			if tc.version >= 2 {
 				require.ElementsMatch(t, tc.handedOver, *told, "every child handed over was told the rollout at its start")
 			} else {
@@ -56,6 +51,18 @@ func TestShortJobsDrainAndLongJobsAreHandedOver(t *testing.T) {
 			}
 		})
 	}
+}
+
+// runFourNodesToTheHandOver runs a rollout of four nodes, two at a time, until its first
+// continue-as-new after continueAfter nodes, and returns what it handed over and when.
+func runFourNodesToTheHandOver(t *testing.T, env *testsuite.TestWorkflowEnvironment, continueAfter int) (*api.Progress, time.Duration) {
+	t.Helper()
+	req := request(nodeNames(4)...)
+	req.Parallelism = 2
+	req.ContinueAsNewAfter = continueAfter
+	start := env.Now()
+	env.ExecuteWorkflow(api.RolloutWorkflow, req)
+	return handedOver(t, env), env.Now().Sub(start)
 }
 
 // inFlightHandOverEnv is a rollout of real node workflows (their Jobs outlast the watch and take job to
@@ -169,15 +176,10 @@ func TestAWordForAnEarlierRunDoesNotHoldTheHandOver(t *testing.T) {
 			env.RegisterDelayedCallback(func() {
 				env.SignalWorkflow(api.SignalNodeFree, api.NodeFreed{Node: "node-00001", RunID: "a-run-terminated-by-hand"})
 			}, 30*time.Second)
-			req := request(nodeNames(4)...)
-			req.Parallelism = 2
-			req.ContinueAsNewAfter = 3
-			start := env.Now()
-			env.ExecuteWorkflow(api.RolloutWorkflow, req)
-			carried := handedOver(t, env)
+			carried, took := runFourNodesToTheHandOver(t, env, 3)
 			require.Equal(t, tc.handedOver, inFlightNames(carried))
 			require.Equal(t, tc.succeeded, carried.Counts.Succeeded)
-			require.Equal(t, tc.continued, env.Now().Sub(start).Truncate(time.Minute))
+			require.Equal(t, tc.continued, took.Truncate(time.Minute))
 		})
 	}
 }
