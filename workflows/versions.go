@@ -298,12 +298,12 @@ var ledger = []change{
 		removable: removableOnceDrained,
 	},
 	{
-		id: versionWordOfAnotherRun, workflow: "Rollout", since: "word-of-another-run (2026-12-07)",
+		id: versionWordOfAnotherRun, workflow: "Rollout", since: "957d665 (2026-12-07)",
 		what: []string{
 			"a word for a node this run's child holds is taken as the child's, whatever run it names: a worker's bare word for an earlier run of the node, terminated by hand, made the run wait for its child's whole Job before it continued as new",
 			"a word that names another run is not the child's: the run hands the node over as it would without it",
 		},
-		asked:     "only when a word names a run of a node other than the run's child holding it (a word without a run asks nothing)",
+		asked:     "only when a word names a run of a node other than the run's child holding it (a word without a run, or one that comes before the child is known started, is taken as the child's and asks nothing)",
 		covered:   "no fixture reaches the path; TestAWordForAnEarlierRunDoesNotHoldTheHandOver runs both versions, TestModel (stray words) version 1",
 		removable: removableOnceDrained,
 	},
