@@ -2,7 +2,6 @@ package activities
 
 import (
 	"context"
-	"errors"
 	"sync"
 	"testing"
 	"time"
@@ -110,7 +109,7 @@ func (f *fakeTemporal) told() []completion {
 
 func newNotifier(temporal ActivityCompleter, cluster api.Cluster) *JobEndNotifier {
 	return &JobEndNotifier{Temporal: temporal, Namespace: "ns", NodeWorkflowID: cluster.NodeWorkflowID,
-		Now: func() time.Time { return t0.Add(time.Minute) }, retryBase: time.Millisecond}
+		Now: func() time.Time { return t0.Add(time.Minute) }, retryBase: time.Millisecond, retryMax: 4 * time.Millisecond}
 }
 
 // longJob is our Job on node-a, a minute old when the notifier looks.
@@ -156,8 +155,10 @@ func TestNotifierRetriesAPassingFailure(t *testing.T) {
 	require.Len(t, temporal.told(), 3)
 }
 
+// A refusal that is no outage (a permission, say) is tried maxNoticeTries times, and again on
+// the Job's next event.
 func TestNotifierGivesUpAndTriesAgainOnTheNextEvent(t *testing.T) {
-	temporal := &fakeTemporal{answer: func(int) error { return errors.New("down") }}
+	temporal := &fakeTemporal{answer: func(int) error { return serviceerror.NewPermissionDenied("no", "") }}
 	n := newNotifier(temporal, api.Cluster{})
 	job := completed(longJob(t))
 	n.Observe(job, false)
@@ -166,6 +167,66 @@ func TestNotifierGivesUpAndTriesAgainOnTheNextEvent(t *testing.T) {
 	n.Observe(job, false)
 	n.Wait()
 	require.Len(t, temporal.told(), 2*maxNoticeTries, "a notice given up is tried again")
+}
+
+// An outage of Temporal far longer than maxNoticeTries (minutes, in the field) does not lose
+// the notice: an ended Job has no later event to try again on, so a notice given up would
+// leave the node waiting for its Job's deadline.
+func TestNotifierWaitsOutAnOutage(t *testing.T) {
+	const outage = 3 * maxNoticeTries
+	for name, down := range map[string]error{
+		"refused":    serviceerror.NewUnavailable("connection refused"),
+		"unanswered": context.DeadlineExceeded,
+		"overloaded": serviceerror.NewResourceExhausted(0, "busy"),
+		"timed out":  serviceerror.NewDeadlineExceeded("deadline exceeded"),
+	} {
+		t.Run(name, func(t *testing.T) {
+			temporal := &fakeTemporal{answer: func(try int) error {
+				if try <= outage {
+					return down
+				}
+				return nil
+			}}
+			n := newNotifier(temporal, api.Cluster{})
+			n.Observe(completed(longJob(t)), false)
+			n.Wait()
+			require.Len(t, temporal.told(), outage+1, "told once Temporal is back")
+		})
+	}
+}
+
+// A notice waiting out an outage stops once its Job is processed (the node read the end at
+// its deadline) or gone: no node needs it then.
+func TestNotifierStopsWaitingOnceTheJobIsProcessed(t *testing.T) {
+	for name, settle := range map[string]func(n *JobEndNotifier, job *batchv1.Job){
+		"processed": func(n *JobEndNotifier, job *batchv1.Job) {
+			processed := job.DeepCopy()
+			processed.Finalizers = nil
+			n.Observe(processed, false)
+		},
+		"deleted": func(n *JobEndNotifier, job *batchv1.Job) { n.Observe(job, true) },
+	} {
+		t.Run(name, func(t *testing.T) {
+			job := completed(longJob(t))
+			var n *JobEndNotifier
+			temporal := &fakeTemporal{answer: func(try int) error {
+				if try == maxNoticeTries+2 {
+					settle(n, job)
+				}
+				return serviceerror.NewUnavailable("down")
+			}}
+			n = newNotifier(temporal, api.Cluster{})
+			n.Observe(job, false)
+			stopped := make(chan struct{})
+			go func() { n.Wait(); close(stopped) }()
+			select {
+			case <-stopped:
+			case <-time.After(30 * time.Second):
+				t.Fatal("the notice still tries after its Job was " + name)
+			}
+			require.Len(t, temporal.told(), maxNoticeTries+2)
+		})
+	}
 }
 
 func TestNotifierLeavesAloneWhatNoNodeAwaits(t *testing.T) {

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"go.temporal.io/api/serviceerror"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	batchv1 "k8s.io/api/batch/v1"
 	"k8s.io/apimachinery/pkg/types"
 
@@ -40,20 +42,37 @@ type JobEndNotifier struct {
 	Now     func() time.Time
 
 	mu        sync.Mutex
-	noticed   map[types.UID]bool // Jobs whose end this worker has told, or is telling
-	inFlight  chan struct{}      // bounds concurrent completions
-	telling   sync.WaitGroup     // the notices in flight
+	noticed   map[types.UID]*notice // Jobs whose end this worker has told, or is telling
+	inFlight  chan struct{}         // bounds concurrent completions
+	telling   sync.WaitGroup        // the notices in flight
 	initOnce  sync.Once
-	retryBase time.Duration
+	retryBase time.Duration // the first wait between tries
+	retryMax  time.Duration // the longest (maxNoticeBackoff)
 }
 
-// maxNoticeTries bounds the tries of one notice that Temporal did not take for a passing
-// reason; the node's deadline is the backstop after that.
-const maxNoticeTries = 8
+// notice is one Job's end, told or being told. settled closes once the Job is processed or
+// gone: a notice still waiting out an outage then stops, as no node needs it any more.
+type notice struct {
+	settled chan struct{}
+	once    sync.Once
+}
+
+func (nt *notice) settle() { nt.once.Do(func() { close(nt.settled) }) }
+
+// maxNoticeTries bounds the tries of one notice that Temporal refused for a reason other than
+// an outage (a permission, say); the node's deadline is the backstop after that. A notice that
+// meets an outage (the server down or out of reach, minutes in the field) keeps trying every
+// maxNoticeBackoff until it is taken or its Job is processed: giving up would leave the node
+// waiting for its Job's deadline, hours for a long Job, and an ended Job has no later event
+// to try again on.
+const (
+	maxNoticeTries   = 8
+	maxNoticeBackoff = 30 * time.Second
+)
 
 func (n *JobEndNotifier) init() {
 	n.initOnce.Do(func() {
-		n.noticed = map[types.UID]bool{}
+		n.noticed = map[types.UID]*notice{}
 		n.inFlight = make(chan struct{}, 16)
 		if n.Now == nil {
 			n.Now = time.Now
@@ -63,6 +82,9 @@ func (n *JobEndNotifier) init() {
 		}
 		if n.retryBase == 0 {
 			n.retryBase = time.Second
+		}
+		if n.retryMax == 0 {
+			n.retryMax = maxNoticeBackoff
 		}
 	})
 }
@@ -75,24 +97,29 @@ func (n *JobEndNotifier) Observe(job *batchv1.Job, deleted bool) {
 		return
 	}
 	n.mu.Lock()
-	if deleted {
-		told := n.noticed[job.UID]
-		delete(n.noticed, job.UID)
+	nt := n.noticed[job.UID]
+	if deleted || !unprocessed(job) {
+		// Processed (our finalizer off) or gone: no node awaits this end any more.
+		if nt != nil {
+			nt.settle()
+			delete(n.noticed, job.UID)
+		}
 		n.mu.Unlock()
 		// A Job that went while running (someone removed our finalizer and deleted it) is an
 		// end its node must hear of; one that had ended was noticed then, or finalized.
-		if !told && !jobEndDecided(job) && n.oldEnough(job) {
-			n.tell(job)
+		if deleted && nt == nil && !jobEndDecided(job) && n.oldEnough(job) {
+			n.tell(job, &notice{settled: make(chan struct{})})
 		}
 		return
 	}
-	if n.noticed[job.UID] || !unprocessed(job) || !jobEndDecided(job) || !n.oldEnough(job) {
+	if nt != nil || !jobEndDecided(job) || !n.oldEnough(job) {
 		n.mu.Unlock()
 		return
 	}
-	n.noticed[job.UID] = true
+	nt = &notice{settled: make(chan struct{})}
+	n.noticed[job.UID] = nt
 	n.mu.Unlock()
-	n.tell(job)
+	n.tell(job, nt)
 }
 
 func (n *JobEndNotifier) oldEnough(job *batchv1.Job) bool {
@@ -102,42 +129,75 @@ func (n *JobEndNotifier) oldEnough(job *batchv1.Job) bool {
 // Wait returns once every notice in flight has been told or given up.
 func (n *JobEndNotifier) Wait() { n.telling.Wait() }
 
-// tell completes the node's AwaitJobEnd in the background, retrying passing failures.
-func (n *JobEndNotifier) tell(job *batchv1.Job) {
+// tell completes the node's AwaitJobEnd in the background, retrying passing failures and
+// waiting out an outage of Temporal for as long as the Job is unprocessed.
+func (n *JobEndNotifier) tell(job *batchv1.Job, nt *notice) {
 	node, runID := job.Annotations[jobspec.AnnotationNode], job.Annotations[jobspec.AnnotationRunID]
 	if node == "" || runID == "" {
 		return
 	}
 	workflowID := n.NodeWorkflowID(node)
-	uid := job.UID
+	uid, name := job.UID, job.Namespace+"/"+job.Name
 	n.telling.Add(1)
 	go func() {
 		defer n.telling.Done()
-		n.inFlight <- struct{}{}
-		defer func() { <-n.inFlight }()
 		backoff := n.retryBase
 		for try := 1; ; try++ {
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			err := n.Temporal.CompleteActivityByID(ctx, n.Namespace, workflowID, runID, AwaitJobEndActivityID, nil, nil)
-			cancel()
+			err := n.complete(workflowID, runID)
 			var notFound *serviceerror.NotFound
 			switch {
 			case err == nil:
-				n.Logger.Debug("told the node its Job ended", "job", job.Namespace+"/"+job.Name, "workflowID", workflowID)
+				n.Logger.Debug("told the node its Job ended", "job", name, "workflowID", workflowID)
 				return
 			case errors.As(err, &notFound):
 				// No such activity: the node read the end itself (its watch, or the look
 				// AwaitJobEnd takes when it starts), another worker told it, or it has closed.
 				return
-			case try >= maxNoticeTries:
-				n.Logger.Warn("could not tell the node its Job ended; its deadline will", "job", job.Namespace+"/"+job.Name, "workflowID", workflowID, "error", err)
+			case try >= maxNoticeTries && !temporalOutage(err):
+				n.Logger.Warn("could not tell the node its Job ended; its deadline will", "job", name, "workflowID", workflowID, "error", err)
 				n.mu.Lock()
-				delete(n.noticed, uid) // the next event of the Job tries again
+				if n.noticed[uid] == nt {
+					delete(n.noticed, uid) // the next event of the Job tries again
+				}
 				n.mu.Unlock()
 				return
+			case try == maxNoticeTries:
+				n.Logger.Warn("Temporal is out of reach; the node hears of its Job's end once it is back", "job", name, "workflowID", workflowID, "error", err)
 			}
-			time.Sleep(backoff)
-			backoff = min(2*backoff, 30*time.Second)
+			select {
+			case <-time.After(backoff):
+			case <-nt.settled:
+				return
+			}
+			backoff = min(2*backoff, n.retryMax)
 		}
 	}()
+}
+
+// complete makes one try at completing the node's AwaitJobEnd, holding one of the slots that
+// bound the completions in flight (not while it waits to try again).
+func (n *JobEndNotifier) complete(workflowID, runID string) error {
+	n.inFlight <- struct{}{}
+	defer func() { <-n.inFlight }()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	return n.Temporal.CompleteActivityByID(ctx, n.Namespace, workflowID, runID, AwaitJobEndActivityID, nil, nil)
+}
+
+// temporalOutage says whether err is Temporal down, out of reach or overloaded, which passes
+// by itself, rather than a refusal that trying again will not change.
+func temporalOutage(err error) bool {
+	if errors.Is(err, context.DeadlineExceeded) {
+		return true
+	}
+	code := status.Code(err)
+	var se serviceerror.ServiceError
+	if errors.As(err, &se) {
+		code = se.Status().Code()
+	}
+	switch code {
+	case codes.Unavailable, codes.DeadlineExceeded, codes.ResourceExhausted, codes.Aborted:
+		return true
+	}
+	return false
 }

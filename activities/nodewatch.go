@@ -29,7 +29,8 @@ import (
 // a run or onDeselect's Job, it signals that rollout with the node's name. Nothing polls: a
 // rollout hears only of changes. When the watch starts (the worker starts) it signals every
 // converging rollout once to look at all its nodes, which catches what changed while no
-// worker watched.
+// worker watched; it does so again once Temporal answers after an outage that kept a change
+// from a rollout.
 type NodeWatch struct {
 	Kube      kubernetes.Interface
 	Temporal  client.Client
@@ -42,6 +43,9 @@ type NodeWatch struct {
 	// writing its marker, this bounds the visibility queries to one a second, and the signal to a
 	// converging rollout comes at most that much later.
 	ListEvery time.Duration
+	// RetryEvery is how often a resync that Temporal's outage kept from every converging
+	// rollout is tried again (default 30 s).
+	RetryEvery time.Duration
 
 	events   chan nodeChange
 	lastList time.Time
@@ -66,6 +70,9 @@ func (w *NodeWatch) Run(ctx context.Context) error {
 	}
 	if w.ListEvery <= 0 {
 		w.ListEvery = time.Second
+	}
+	if w.RetryEvery <= 0 {
+		w.RetryEvery = 30 * time.Second
 	}
 	w.events = make(chan nodeChange, 1024)
 	informer := coreinformers.NewNodeInformer(w.Kube, 0, cache.Indexers{})
@@ -100,30 +107,43 @@ func (w *NodeWatch) Run(ctx context.Context) error {
 	}
 	// The initial list's adds are not signalled one by one: one resync per rollout covers them.
 	synced.Store(true)
-	w.resync(ctx)
-	go w.loop(ctx)
+	told := w.resync(ctx)
+	go w.loop(ctx, !told)
 	return nil
 }
 
-// resync tells every converging rollout to look at all its nodes.
-func (w *NodeWatch) resync(ctx context.Context) {
+// resync tells every converging rollout to look at all its nodes. It says whether Temporal's
+// outage kept that from any of them.
+func (w *NodeWatch) resync(ctx context.Context) (told bool) {
 	rollouts, err := w.converging(ctx)
 	if err != nil {
 		w.Logger.Warn("node watch: could not list converging rollouts to resync them", "error", err)
-		return
+		return !temporalOutage(err)
 	}
+	told = true
 	for _, r := range rollouts {
-		w.signal(ctx, r, api.NodesChanged{Resync: true})
+		told = w.signal(ctx, r, api.NodesChanged{Resync: true}) && told
 	}
+	return told
 }
 
 // loop gathers events for a moment and signals each rollout that owes something to a node.
-func (w *NodeWatch) loop(ctx context.Context) {
+// A change that an outage of Temporal kept from a rollout (the list or the signal failed) is
+// not dropped: a resync is owed, and tried every RetryEvery until it reaches every converging
+// rollout, so a node that joined during an outage of minutes still runs soon after it.
+func (w *NodeWatch) loop(ctx context.Context, resyncOwed bool) {
+	retry := time.NewTicker(w.RetryEvery)
+	defer retry.Stop()
 	for {
 		var batch []nodeChange
 		select {
 		case <-ctx.Done():
 			return
+		case <-retry.C:
+			if resyncOwed {
+				resyncOwed = !w.resync(ctx)
+			}
+			continue
 		case ev := <-w.events:
 			batch = append(batch, ev)
 		}
@@ -140,7 +160,9 @@ func (w *NodeWatch) loop(ctx context.Context) {
 				return
 			}
 		}
-		w.dispatch(ctx, batch)
+		if !w.dispatch(ctx, batch) {
+			resyncOwed = true
+		}
 	}
 }
 
@@ -151,9 +173,11 @@ func (w *NodeWatch) gatherFor(now time.Time) time.Duration {
 	return max(w.Gather, w.lastList.Add(w.ListEvery).Sub(now))
 }
 
-// dispatch signals, per converging rollout, the nodes of the batch it must look at.
-func (w *NodeWatch) dispatch(ctx context.Context, batch []nodeChange) {
-	for _, r := range w.listFor(ctx, batch) {
+// dispatch signals, per converging rollout, the nodes of the batch it must look at. It says
+// whether Temporal's outage kept the batch from any of them.
+func (w *NodeWatch) dispatch(ctx context.Context, batch []nodeChange) (told bool) {
+	rollouts, told := w.listFor(ctx, batch)
+	for _, r := range rollouts {
 		var names []string
 		for _, ev := range batch {
 			if r.owes(ev) && !slices.Contains(names, ev.new.Name) {
@@ -161,25 +185,27 @@ func (w *NodeWatch) dispatch(ctx context.Context, batch []nodeChange) {
 			}
 		}
 		if len(names) > 0 {
-			w.signal(ctx, r, api.NodesChanged{Nodes: names})
+			told = w.signal(ctx, r, api.NodesChanged{Nodes: names}) && told
 		}
 	}
+	return told
 }
 
 // listFor lists the converging rollouts once a batch holds an event that may matter to one
 // (a cheap visibility call, no Temporal action); a batch of status heartbeats lists nothing.
-func (w *NodeWatch) listFor(ctx context.Context, batch []nodeChange) []convergingRollout {
+// It says false when Temporal's outage kept it from listing.
+func (w *NodeWatch) listFor(ctx context.Context, batch []nodeChange) ([]convergingRollout, bool) {
 	relevant := slices.ContainsFunc(batch, func(ev nodeChange) bool { return ev.old == nil || mayMatter(ev.old, ev.new) })
 	if !relevant {
-		return nil
+		return nil, true
 	}
 	w.lastList = time.Now()
 	rs, err := w.converging(ctx)
 	if err != nil {
-		w.Logger.Warn("node watch: could not list converging rollouts; the nodes of this change are looked at on the next resync (worker restart)", "error", err)
-		return nil
+		w.Logger.Warn("node watch: could not list converging rollouts; every one is told to look at all its nodes once Temporal answers", "error", err)
+		return nil, !temporalOutage(err)
 	}
-	return rs
+	return rs, true
 }
 
 // mayMatter says an update changed what a converging rollout judges a node by: its UID, its
@@ -274,11 +300,13 @@ func (w *NodeWatch) converging(ctx context.Context) ([]convergingRollout, error)
 	}
 }
 
-// signal tells a rollout's current run which nodes changed.
-func (w *NodeWatch) signal(ctx context.Context, r convergingRollout, in api.NodesChanged) {
+// signal tells a rollout's current run which nodes changed. It says false when Temporal's
+// outage kept the word from it (not when the rollout has ended meanwhile).
+func (w *NodeWatch) signal(ctx context.Context, r convergingRollout, in api.NodesChanged) bool {
 	if err := w.Temporal.SignalWorkflow(ctx, r.workflowID, "", api.SignalNodesChanged, in); err != nil {
 		w.Logger.Warn("node watch: could not signal a converging rollout", "workflowID", r.workflowID, "nodes", in.Nodes, "resync", in.Resync, "error", err)
-		return
+		return !temporalOutage(err)
 	}
 	w.Logger.Debug("node watch: signalled a converging rollout", "workflowID", r.workflowID, "nodes", in.Nodes, "resync", in.Resync)
+	return true
 }

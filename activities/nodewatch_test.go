@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"runtime"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -14,6 +15,7 @@ import (
 	"github.com/stretchr/testify/mock"
 	"github.com/stretchr/testify/require"
 	commonpb "go.temporal.io/api/common/v1"
+	"go.temporal.io/api/serviceerror"
 	workflowpb "go.temporal.io/api/workflow/v1"
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/converter"
@@ -72,31 +74,7 @@ func TestNodeWatchTellsACordonToAFieldSelector(t *testing.T) {
 	node := convergeNode("n1", true, true, "")
 	node.Spec.Unschedulable = true
 	kube := fake.NewClientset(node)
-	tc := &mocks.Client{}
-	memo := map[string]string{
-		api.MemoMode: api.ModeConverge, "name": "gpu", "templateHash": "h",
-		"nodeSelector": "pool=gpu", "fieldSelector": "spec.unschedulable=false",
-	}
-	fieldsOf := map[string]*commonpb.Payload{}
-	for k, v := range memo {
-		p, err := converter.GetDefaultDataConverter().ToPayload(v)
-		require.NoError(t, err)
-		fieldsOf[k] = p
-	}
-	tc.On("ListWorkflow", mock.Anything, mock.Anything).Return(&workflowservice.ListWorkflowExecutionsResponse{
-		Executions: []*workflowpb.WorkflowExecutionInfo{{
-			Execution: &commonpb.WorkflowExecution{WorkflowId: "rollout-gpu"},
-			Memo:      &commonpb.Memo{Fields: fieldsOf},
-		}},
-	}, nil)
-	var mu sync.Mutex
-	var told []api.NodesChanged
-	tc.On("SignalWorkflow", mock.Anything, "rollout-gpu", "", api.SignalNodesChanged, mock.Anything).
-		Run(func(args mock.Arguments) {
-			mu.Lock()
-			defer mu.Unlock()
-			told = append(told, args.Get(4).(api.NodesChanged))
-		}).Return(nil)
+	tc, told := watchedRollout(t, "spec.unschedulable=false", nil, nil)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	w := &NodeWatch{Kube: kube, Temporal: tc, TaskQueue: "q", Logger: slog.New(slog.DiscardHandler), Gather: 10 * time.Millisecond, ListEvery: 10 * time.Millisecond}
@@ -105,12 +83,90 @@ func TestNodeWatchTellsACordonToAFieldSelector(t *testing.T) {
 	node.Spec.Unschedulable = false
 	_, err := kube.CoreV1().Nodes().Update(ctx, node, metav1.UpdateOptions{})
 	require.NoError(t, err)
-	require.Eventually(t, func() bool {
+	require.Eventually(t, func() bool { return len(told()) == 2 }, 10*time.Second, 10*time.Millisecond, "a resync at the start, then the uncordoned node")
+	require.Equal(t, []api.NodesChanged{{Resync: true}, {Nodes: []string{"n1"}}}, told())
+}
+
+// A node that changes while Temporal is out of reach (the list of converging rollouts, or the
+// signal to one, fails) is not dropped: once Temporal answers, the rollout is told to look at
+// all its nodes. A rollout that has ended meanwhile (NotFound) is owed nothing.
+func TestNodeWatchTellsAChangeThatAnOutageKeptFromTheRollout(t *testing.T) {
+	down := serviceerror.NewUnavailable("connection refused")
+	for name, c := range map[string]struct {
+		listErr, signalErr error
+		want               []api.NodesChanged
+	}{
+		"list refused":   {listErr: down, want: []api.NodesChanged{{Resync: true}, {Resync: true}}},
+		"signal refused": {signalErr: down, want: []api.NodesChanged{{Resync: true}, {Nodes: []string{"n1"}}, {Resync: true}}},
+		"rollout ended":  {signalErr: serviceerror.NewNotFound("workflow not found"), want: []api.NodesChanged{{Resync: true}, {Nodes: []string{"n1"}}}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			node := convergeNode("n1", false, true, "")
+			kube := fake.NewClientset(node)
+			tc, told := watchedRollout(t, "", c.listErr, c.signalErr)
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			w := &NodeWatch{Kube: kube, Temporal: tc, TaskQueue: "q", Logger: slog.New(slog.DiscardHandler),
+				Gather: 10 * time.Millisecond, ListEvery: 10 * time.Millisecond, RetryEvery: 20 * time.Millisecond}
+			require.NoError(t, w.Run(ctx))
+			node.Labels["pool"] = "gpu" // joins the rollout's selector
+			_, err := kube.CoreV1().Nodes().Update(ctx, node, metav1.UpdateOptions{})
+			require.NoError(t, err)
+			require.Eventually(t, func() bool { return len(told()) == len(c.want) }, 10*time.Second, 5*time.Millisecond)
+			require.Never(t, func() bool { return len(told()) > len(c.want) }, 200*time.Millisecond, 5*time.Millisecond,
+				"once told, the rollout is not told again")
+			require.Equal(t, c.want, told())
+		})
+	}
+}
+
+// watchedRollout is a Temporal client that lists one running converging rollout ("gpu",
+// selector pool=gpu and fieldSelector) and records the words signalled to it. The second
+// list fails with listErr and the second signal with signalErr, when set: the first of each
+// is the watch's resync at its start.
+func watchedRollout(t *testing.T, fieldSelector string, listErr, signalErr error) (*mocks.Client, func() []api.NodesChanged) {
+	tc := &mocks.Client{}
+	memo := map[string]string{
+		api.MemoMode: api.ModeConverge, "name": "gpu", "templateHash": "h",
+		"nodeSelector": "pool=gpu", "fieldSelector": fieldSelector,
+	}
+	fieldsOf := map[string]*commonpb.Payload{}
+	for k, v := range memo {
+		p, err := converter.GetDefaultDataConverter().ToPayload(v)
+		require.NoError(t, err)
+		fieldsOf[k] = p
+	}
+	listed := &workflowservice.ListWorkflowExecutionsResponse{
+		Executions: []*workflowpb.WorkflowExecutionInfo{{
+			Execution: &commonpb.WorkflowExecution{WorkflowId: "rollout-gpu"},
+			Memo:      &commonpb.Memo{Fields: fieldsOf},
+		}},
+	}
+	if listErr != nil {
+		tc.On("ListWorkflow", mock.Anything, mock.Anything).Return(listed, nil).Once()
+		tc.On("ListWorkflow", mock.Anything, mock.Anything).Return(nil, listErr).Once()
+	}
+	tc.On("ListWorkflow", mock.Anything, mock.Anything).Return(listed, nil)
+	var mu sync.Mutex
+	var told []api.NodesChanged
+	record := func(args mock.Arguments) {
 		mu.Lock()
 		defer mu.Unlock()
-		return len(told) == 2
-	}, 10*time.Second, 10*time.Millisecond, "a resync at the start, then the uncordoned node")
-	require.Equal(t, []api.NodesChanged{{Resync: true}, {Nodes: []string{"n1"}}}, told)
+		told = append(told, args.Get(4).(api.NodesChanged))
+	}
+	signal := func() *mock.Call {
+		return tc.On("SignalWorkflow", mock.Anything, "rollout-gpu", "", api.SignalNodesChanged, mock.Anything).Run(record)
+	}
+	if signalErr != nil {
+		signal().Return(nil).Once()
+		signal().Return(signalErr).Once()
+	}
+	signal().Return(nil)
+	return tc, func() []api.NodesChanged {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(told)
+	}
 }
 
 // What the watch's cache holds per Node of a real kubelet's shape, whole and as kept:

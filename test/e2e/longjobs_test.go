@@ -11,6 +11,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/sdk/client"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/noderollout/noderollout/activities"
@@ -125,18 +126,11 @@ func TestLongJobsCostConstantActions(t *testing.T) {
 // ended: the worker that starts tells every node from its first list, so each node finishes
 // within 60 s of it, once, with one Job.
 func TestFaultWorkerKilledWhileLongJobsRun(t *testing.T) {
-	const nodes = 6
-	queue, ws := ownWorkers(t, 1)
-	f := NewFleet(t, nodes)
-	req := f.Request("kill-long", 45*time.Second)
-	req.Parallelism = nodes
-	req.JobTimeout = faultJobTimeout.String()
-	run := StartOn(t, req, queue)
-	waitFor(t, 90*time.Second, "every node awaiting its Job's end", func() bool { return awaitingTheirEnd(t, f) })
+	f, req, run, queue, ws := awaitingLongJobs(t, 6, "kill-long", faultJobTimeout)
 	ws[0].Kill()
 	waitFor(t, 2*time.Minute, "every Job ended while no worker ran", func() bool {
 		list, err := stack.Kube.BatchV1().Jobs(f.Namespace).List(context.Background(), metav1.ListOptions{})
-		if err != nil || len(list.Items) != nodes {
+		if err != nil || len(list.Items) != len(f.Nodes) {
 			return false
 		}
 		for _, j := range list.Items {
@@ -149,14 +143,35 @@ func TestFaultWorkerKilledWhileLongJobsRun(t *testing.T) {
 	restarted, err := StartWorker(ws[0].Name+"-restarted", "--task-queue", queue)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = restarted.Stop() })
-	back := time.Now()
+	requireSucceededSoonAfter(t, f, run, req.Name, time.Now(), 60*time.Second, "the worker came back")
+}
+
+// awaitingLongJobs starts a rollout of 45 s Jobs on one worker of its own, all nodes at once,
+// and returns once every node awaits its Job's end (AwaitJobEnd).
+func awaitingLongJobs(t *testing.T, nodes int, name string, jobTimeout time.Duration) (f *Fleet, req api.RolloutRequest, run client.WorkflowRun, queue string, ws []*Worker) {
+	t.Helper()
+	queue, ws = ownWorkers(t, 1)
+	f = NewFleet(t, nodes)
+	req = f.Request(name, 45*time.Second)
+	req.Parallelism = nodes
+	req.JobTimeout = jobTimeout.String()
+	run = StartOn(t, req, queue)
+	waitFor(t, 90*time.Second, "every node awaiting its Job's end", func() bool { return awaitingTheirEnd(t, f) })
+	return f, req, run, queue, ws
+}
+
+// requireSucceededSoonAfter waits for the rollout and asserts that every node succeeded, once,
+// with one Job each, and that the last of them finished within `within` of the fault's end
+// (back).
+func requireSucceededSoonAfter(t *testing.T, f *Fleet, run client.WorkflowRun, rollout string, back time.Time, within time.Duration, fault string) {
+	t.Helper()
 	res := Succeeded(t, run)
 	resumed := time.Since(back)
-	t.Logf("every node finished %s after the worker came back", resumed.Round(time.Millisecond))
-	require.Less(t, resumed, 60*time.Second, "each wait resumes within 60 s")
+	t.Logf("every node finished %s after %s", resumed.Round(time.Millisecond), fault)
+	require.Less(t, resumed, within, "each node goes on soon after %s, not at its deadline", fault)
 	requireEveryNodeOnce(t, f, res)
-	require.Equal(t, nodes, res.Counts.Succeeded)
-	requireOneJobPerNode(t, f, req.Name)
+	require.Equal(t, len(f.Nodes), res.Counts.Succeeded)
+	requireOneJobPerNode(t, f, rollout)
 }
 
 // An abort while the nodes await their Jobs' end deletes every Job promptly: the node does not

@@ -32,7 +32,49 @@ import (
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
 	"github.com/noderollout/noderollout/activities/jobspec"
+	"github.com/noderollout/noderollout/api"
 )
+
+// TestSoakTemporalDownFourMinutesWhileLongJobsEnd stops the Temporal server for four minutes
+// while every node awaits its long Job's end (AwaitJobEnd) and the Jobs end early in the
+// outage. The one worker stays up and sees each end at once, but cannot tell the node until the
+// server is back: its notices must outlast an outage of minutes, or each node would wait for
+// its Job's deadline (8 minutes here; hours for a long driver build).
+func TestSoakTemporalDownFourMinutesWhileLongJobsEnd(t *testing.T) {
+	f, req, run, _, _ := awaitingLongJobs(t, 4, "temporal-down-long", 8*time.Minute)
+	stopFor(t, "temporal", 4*time.Minute)
+	requireSucceededSoonAfter(t, f, run, req.Name, time.Now(), 90*time.Second, "Temporal came back")
+}
+
+// TestSoakNodeJoiningDuringATemporalOutageIsConverged stops the Temporal server for two
+// minutes while a converging rollout idles, and a node joins meanwhile. The worker's Node watch
+// sees the join at once but cannot reach the rollout; once the server is back it tells the
+// rollout to look at all its nodes, so the joined node gets its Job soon after the outage
+// rather than at the worker's next restart.
+func TestSoakNodeJoiningDuringATemporalOutageIsConverged(t *testing.T) {
+	queue, _ := ownWorkers(t, 1)
+	f := NewFleet(t, 2)
+	req := f.Request("converge-outage", time.Second)
+	req.Mode = api.ModeConverge
+	run := StartOn(t, req, queue)
+	defer func() { _ = stack.Temporal.CancelWorkflow(context.Background(), run.GetID(), "") }()
+	waitFor(t, 90*time.Second, "the first pass over 2 nodes", func() bool {
+		jobs := f.Jobs(t, req.Name)
+		return len(jobs[f.Nodes[0]]) == 1 && len(jobs[f.Nodes[1]]) == 1
+	})
+	t.Cleanup(func() { devScript(t, "start-component.sh", "temporal") })
+	devScript(t, "stop-component.sh", "temporal")
+	joined := f.AddNodes(t, 1, nil)[0]
+	time.Sleep(2 * time.Minute) // the outage itself, not a synchronisation
+	devScript(t, "start-component.sh", "temporal")
+	back := time.Now()
+	waitFor(t, 2*time.Minute, "a Job on "+joined, func() bool { return len(f.Jobs(t, req.Name)[joined]) == 1 })
+	t.Logf("%s, which joined during the outage, got its Job %s after Temporal came back", joined, time.Since(back).Round(time.Second))
+	require.Less(t, time.Since(back), 90*time.Second, "the join reaches the rollout soon after the outage")
+	for _, n := range f.Nodes[:2] {
+		require.Len(t, f.Jobs(t, req.Name)[n], 1, "%s ran once", n)
+	}
+}
 
 // TestSoakWorkerWritesRefusedTwoMinutes: for 130 s the API server refuses every write of the
 // worker (an admission webhook that is down, failurePolicy Fail) while its reads and the rest
