@@ -203,17 +203,25 @@ func TestFaultTemporalDownWhileShortJobsFinish(t *testing.T) {
 	res := Succeeded(t, run)
 	requireEveryNodeOnce(t, f, res)
 	require.Equal(t, 15, res.Counts.Succeeded)
-	repeated := 0
+	// The outage did hit the window: some node's task ran again after it had finalized.
+	require.Positive(t, oneJobEachAndReadBack(t, f, created), "no node read its outcome back from the Node")
+}
+
+// oneJobEachAndReadBack asserts that the Job watch saw one Job created per node, and counts
+// the nodes whose workflow read its outcome back from the Node (a workflow task that had
+// finalized the node ran again, and created nothing).
+func oneJobEachAndReadBack(t *testing.T, f *Fleet, created *jobWatch) int {
+	t.Helper()
+	readBack := 0
 	for _, n := range f.Nodes {
 		require.Len(t, created.uids(n), 1, "node %s must have had exactly one Job created", n)
 		var r api.NodeResult
 		require.NoError(t, stack.Temporal.GetWorkflow(context.Background(), api.NodeWorkflowID(n), "").Get(context.Background(), &r))
 		if r.Reason == api.ReasonRecordedOnNode {
-			repeated++
+			readBack++
 		}
 	}
-	// The outage did hit the window: some node's task ran again after it had finalized.
-	require.Positive(t, repeated, "no node read its outcome back from the Node")
+	return readBack
 }
 
 func TestFaultAPIServerDown20Seconds(t *testing.T) {
