@@ -1,12 +1,16 @@
 package activities
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"slices"
 	"strings"
 
 	"github.com/noderollout/noderollout/api"
+	"go.temporal.io/api/serviceerror"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 
 	"go.temporal.io/sdk/temporal"
@@ -109,4 +113,22 @@ func templateError(err error) error {
 		return temporal.NewNonRetryableApplicationError(fieldErr.Error(), api.ErrInvalidRequest, nil)
 	}
 	return invalidRequest("jobTemplate", "%v", err)
+}
+
+// temporalOutage says whether err is Temporal down, out of reach or overloaded, which passes
+// by itself, rather than a refusal that trying again will not change.
+func temporalOutage(err error) bool {
+	if errors.Is(err, context.DeadlineExceeded) {
+		return true
+	}
+	code := status.Code(err)
+	var se serviceerror.ServiceError
+	if errors.As(err, &se) {
+		code = se.Status().Code()
+	}
+	switch code {
+	case codes.Unavailable, codes.DeadlineExceeded, codes.ResourceExhausted, codes.Aborted:
+		return true
+	}
+	return false
 }

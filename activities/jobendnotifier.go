@@ -8,8 +8,6 @@ import (
 	"time"
 
 	"go.temporal.io/api/serviceerror"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 	batchv1 "k8s.io/api/batch/v1"
 	"k8s.io/apimachinery/pkg/types"
 
@@ -182,22 +180,4 @@ func (n *JobEndNotifier) complete(workflowID, runID string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	return n.Temporal.CompleteActivityByID(ctx, n.Namespace, workflowID, runID, AwaitJobEndActivityID, nil, nil)
-}
-
-// temporalOutage says whether err is Temporal down, out of reach or overloaded, which passes
-// by itself, rather than a refusal that trying again will not change.
-func temporalOutage(err error) bool {
-	if errors.Is(err, context.DeadlineExceeded) {
-		return true
-	}
-	code := status.Code(err)
-	var se serviceerror.ServiceError
-	if errors.As(err, &se) {
-		code = se.Status().Code()
-	}
-	switch code {
-	case codes.Unavailable, codes.DeadlineExceeded, codes.ResourceExhausted, codes.Aborted:
-		return true
-	}
-	return false
 }

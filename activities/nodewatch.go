@@ -112,8 +112,8 @@ func (w *NodeWatch) Run(ctx context.Context) error {
 	return nil
 }
 
-// resync tells every converging rollout to look at all its nodes. It says whether Temporal's
-// outage kept that from any of them.
+// resync tells every converging rollout to look at all its nodes. It says false when
+// Temporal's outage kept that from any of them.
 func (w *NodeWatch) resync(ctx context.Context) (told bool) {
 	rollouts, err := w.converging(ctx)
 	if err != nil {
@@ -174,7 +174,7 @@ func (w *NodeWatch) gatherFor(now time.Time) time.Duration {
 }
 
 // dispatch signals, per converging rollout, the nodes of the batch it must look at. It says
-// whether Temporal's outage kept the batch from any of them.
+// false when Temporal's outage kept the batch from any of them.
 func (w *NodeWatch) dispatch(ctx context.Context, batch []nodeChange) (told bool) {
 	rollouts, told := w.listFor(ctx, batch)
 	for _, r := range rollouts {
