@@ -183,13 +183,13 @@ func TestFaultTemporalServerRestarted(t *testing.T) {
 	requireSurvives(t, "temporal-restart", 15, 5, 1, func(string, []*Worker) { stopFor(t, "temporal", 0) })
 }
 
-// TestFaultTemporalDownWhileShortJobsFinish stops the Temporal server while short Jobs end
+// TestSoakTemporalDownWhileShortJobsFinish stops the Temporal server while short Jobs end
 // inside their nodes' first workflow task, for longer than that task's timeout: the worker
 // creates, watches and finalizes (deleting each succeeded Job) but cannot report it, so the
 // task runs again from the start once the server is back. The second run must not create the
 // node's Job again. Jobs are deleted once finalized (KeepJobs's default), so a Job watch counts
 // the creations.
-func TestFaultTemporalDownWhileShortJobsFinish(t *testing.T) {
+func TestSoakTemporalDownWhileShortJobsFinish(t *testing.T) {
 	queue, _ := ownWorkers(t, 1)
 	f := NewFleet(t, 15)
 	req := f.Request("temporal-down", 3*time.Second)
@@ -224,7 +224,7 @@ func oneJobEachAndReadBack(t *testing.T, f *Fleet, created *jobWatch) int {
 	return readBack
 }
 
-func TestFaultAPIServerDown20Seconds(t *testing.T) {
+func TestSoakAPIServerDown20Seconds(t *testing.T) {
 	requireSurvives(t, "apiserver-down", 15, 5, 1, func(string, []*Worker) { stopFor(t, "kube-apiserver", 20*time.Second) })
 }
 
