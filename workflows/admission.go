@@ -119,6 +119,10 @@ func (r *rollout) admit(ctx workflow.Context, node string, reserved *bool) (bool
 			}
 			return true, nil
 		case why.rule == refusedAborted:
+			if r.features.admitAfterReady {
+				// A grant can come in the abort's task: acquire takes it, the abort ends the wait.
+				r.clusterSlots.giveBack(ctx, node)
+			}
 			return false, ctx.Err()
 		case why.final:
 			r.clusterSlots.giveBack(ctx, node)
@@ -187,6 +191,12 @@ func (r *rollout) pickNext(ctx workflow.Context) (int, refusal) {
 func (r *rollout) nextAdmitted(ctx workflow.Context, historyFull func() bool) (bool, error) {
 	var at int
 	for {
+		if r.features.admitAfterReady {
+			// The root runs first in each workflow task, before the coroutines that apply what
+			// the task brought (signals, children's ends, slot grants): a wait it wakes from may
+			// share its task with a pause or a failure that must count before a node starts.
+			_ = workflow.Await(ctx, afterReadyCoroutines(ctx)) // an abort is seen just below
+		}
 		var why refusal
 		at, why = r.pickNext(ctx)
 		switch {

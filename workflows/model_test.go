@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"maps"
 	"math/rand/v2"
 	"os"
 	"slices"
@@ -129,6 +130,11 @@ type modelEvent struct {
 	kind string // pause, resume, parallelism, approve, abort, leak, unleak, join, drift
 	n    int
 	node string // join and drift
+	// late (pause and resume): the worker is away when the signal comes, so it reaches the run
+	// with whatever workflow task comes next (a timer's, a child's end), not in one of its
+	// own; the worker is back late after it, when the signal is sent once more (unless another
+	// pause or resume came since) so that a task surely comes.
+	late time.Duration
 }
 
 type model struct {
@@ -159,6 +165,7 @@ type model struct {
 	log      []string // what happened, for a failure's report
 	// What the model saw happen, in absolute virtual time.
 	pausedAt, resumedAt []time.Time
+	lastSteer           int        // the event of the latest pause or resume
 	parallelism         []timedInt // accepted setParallelism, and the request's at start
 	approvedAt          time.Time
 	approvals           int
@@ -363,6 +370,13 @@ func (m *model) script() {
 		m.abortInUncordon = true
 	}
 	sort.SliceStable(m.events, func(i, j int) bool { return m.events[i].at < m.events[j].at })
+	if r.IntN(3) == 0 {
+		for i, e := range m.events {
+			if e.kind == "pause" || e.kind == "resume" {
+				m.events[i].late = time.Duration(1+r.IntN(600)) * time.Second
+			}
+		}
+	}
 }
 
 func (m *model) describe() string {
@@ -677,9 +691,10 @@ func (m *model) newEnv(t *testing.T, now time.Time, run int) (*testsuite.TestWor
 	env.RegisterWorkflowWithOptions(handedNode, workflow.RegisterOptions{Name: modelHandedNode})
 	env.RegisterWorkflowWithOptions(endedNode, workflow.RegisterOptions{Name: modelEndedNode})
 	if modelBefore {
-		for _, id := range []string{versionAdmission, versionAbortDuringUncordon, versionRecordAbortInFinalize, versionCapBeforePrepare} {
+		for _, id := range []string{versionAbortDuringUncordon, versionRecordAbortInFinalize, versionCapBeforePrepare} {
 			env.OnGetVersion(id, workflow.DefaultVersion, 1).Return(workflow.DefaultVersion).Maybe()
 		}
+		env.OnGetVersion(versionAdmission, workflow.DefaultVersion, 2).Return(workflow.DefaultVersion).Maybe()
 	}
 	m.mockActivities(env, run)
 	m.mockGate(env, run)
@@ -726,12 +741,12 @@ func (m *model) happen(env *testsuite.TestWorkflowEnvironment, i int, e modelEve
 		m.mu.Lock()
 		m.pausedAt = append(m.pausedAt, at)
 		m.mu.Unlock()
-		env.SignalWorkflow(api.SignalPause, nil)
+		m.steer(env, i, e, api.SignalPause)
 	case "resume":
 		m.mu.Lock()
 		m.resumedAt = append(m.resumedAt, at)
 		m.mu.Unlock()
-		env.SignalWorkflow(api.SignalResume, nil)
+		m.steer(env, i, e, api.SignalResume)
 	case "parallelism":
 		env.UpdateWorkflow(api.UpdateSetParallelism, fmt.Sprintf("p%d-%d", m.runs, i), &testsuite.TestUpdateCallback{
 			OnAccept: func() {
@@ -852,6 +867,26 @@ func (m *model) grant(env *testsuite.TestWorkflowEnvironment) {
 	for _, id := range grants {
 		env.SignalWorkflow(SignalSlotGranted, SlotGrant{Node: id})
 	}
+}
+
+// steer sends a pause or a resume: at once, or (e.late) as a worker that is away gets it.
+func (m *model) steer(env *testsuite.TestWorkflowEnvironment, i int, e modelEvent, signal string) {
+	m.mu.Lock()
+	m.lastSteer = i
+	m.mu.Unlock()
+	if e.late == 0 {
+		env.SignalWorkflow(signal, nil)
+		return
+	}
+	env.SignalWorkflowSkippingWorkflowTask(signal, nil)
+	env.RegisterDelayedCallback(func() {
+		m.mu.Lock()
+		again := m.lastSteer == i
+		m.mu.Unlock()
+		if again {
+			env.SignalWorkflow(signal, nil)
+		}
+	}, e.late)
 }
 
 // mockActivities is the fake cluster.
@@ -1430,6 +1465,14 @@ func (m *model) checkEnd(final error, result api.RolloutResult) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	stoppedEarly := final != nil // budget spent, canary failed, aborted
+	for _, id := range slices.Sorted(maps.Keys(m.held)) {
+		if !strings.HasPrefix(id, "leak-") {
+			m.fail("%s still holds a slot of the cluster-wide budget after the rollout ended", id)
+		}
+	}
+	for _, id := range m.queue {
+		m.fail("%s still asks for a slot of the cluster-wide budget after the rollout ended", id)
+	}
 	var counted api.Counts
 	for _, name := range m.order {
 		n := m.nodes[name]

@@ -165,13 +165,15 @@ var ledger = []change{
 		what: []string{
 			"each wait checks the rules it waits for (startNext, runNode): a wait for one rule may return into a start that another refuses",
 			"every node start passes startRefusal at the instant it starts (admission.go); long waits watch the history's size; the canary stage can continue as new",
+			"as 1, but the run picks a node only once every coroutine ready in the workflow task has run (afterReadyCoroutines): a pause, a handed-over node's failure or a budget grant delivered in the same task as the timer the run woke from (as when the worker was away while both happened) counts before the node starts, where 1 started nodes on the state before them; and an abort gives back a cluster slot granted in its own task, where 1 kept it until the coordinator's reclaim (since 2026-12-07)",
 		},
 		asked: "every Rollout run that starts nodes, once its template is prepared",
 		pinned: map[workflow.Version][]string{
 			workflow.DefaultVersion: {"v5-rollout-abort.json", "v6-rollout-cut-delay.json", "v6-rollout-hand-over-run1.json"},
 			1:                       {"v8-rollout-abort.json", "v8-rollout-budgeted.json", "v8-rollout-busy-node-holder.json", "v8-rollout-busy-node-waits.json", "v8-rollout-canary-approved.json", "v8-rollout-continue-as-new-run1.json", "v8-rollout-continue-as-new-run2.json", "v8-rollout-continue-as-new-run3.json", "v8-rollout-cut-delay.json", "v8-rollout-hand-over-run1.json", "v8-rollout-hand-over-run2.json", "v8-rollout-pause-resume-set-parallelism.json"},
+			2:                       {"v15-rollout-abort.json", "v15-rollout-budgeted.json", "v15-rollout-busy-node-holder.json", "v15-rollout-busy-node-waits.json", "v15-rollout-canary-approved.json", "v15-rollout-continue-as-new-run1.json", "v15-rollout-continue-as-new-run2.json", "v15-rollout-continue-as-new-run3.json", "v15-rollout-cut-delay.json", "v15-rollout-hand-over-run1.json", "v15-rollout-hand-over-run2.json", "v15-rollout-in-flight-run1.json", "v15-rollout-in-flight-run2.json", "v15-rollout-pause-resume-set-parallelism.json"},
 		},
-		covered:   "TestModel runs both versions",
+		covered:   "TestModel runs versions 0 (NODEROLLOUT_MODEL_BEFORE) and 2; TestAPauseInTheTaskOfTheDelayTimerHoldsTheNextNode, TestAPauseInTheTaskOfTheWindowOpeningHoldsTheNodes, TestAHandedInFailureInTheTaskOfTheDelayTimerStopsTheRollout and TestASlotGrantedInTheTaskOfTheAbortIsGivenBack fail on version 1",
 		removable: removableOnceDrained + "; with it go startNext, runNode's pre-admission loop and awaitLaunchSlot",
 	},
 	{
@@ -449,6 +451,9 @@ type features struct {
 	atHistoryLimits bool // versionHistoryLimits: continue as new near the limits, not when suggested
 	stopWaits       bool // versionStopWaits
 	admission       bool // versionAdmission
+	// admitAfterReady (versionAdmission 2): the run lets every coroutine ready in a workflow
+	// task run before it picks a node, and an abort gives back a slot granted in its task.
+	admitAfterReady bool
 	// handOverInFlight (versionHandOverInFlight, asked by childOutlivesRun at the first child
 	// that may still run when the run continues as new): from then on children outlive their run,
 	// and the run may hand them to the next instead of waiting for them.
@@ -478,5 +483,6 @@ func startFeatures(ctx workflow.Context) features {
 func (f *features) readAtRun(ctx workflow.Context) {
 	f.atHistoryLimits = workflow.GetVersion(ctx, versionHistoryLimits, workflow.DefaultVersion, 1) == 1
 	f.stopWaits = workflow.GetVersion(ctx, versionStopWaits, workflow.DefaultVersion, 1) == 1
-	f.admission = workflow.GetVersion(ctx, versionAdmission, workflow.DefaultVersion, 1) == 1
+	admission := workflow.GetVersion(ctx, versionAdmission, workflow.DefaultVersion, 2)
+	f.admission, f.admitAfterReady = admission >= 1, admission >= 2
 }
