@@ -524,6 +524,8 @@ const (
 	holdKey       = "noderollout.dev/hold"
 	kickedKey     = "noderollout.dev/kicked"
 	noKickKey     = "e2e.noderollout.dev/no-kick"
+	// watchedLabel puts a Pod that no rollout made (one a gate waits for) under the watchdog.
+	watchedLabel = "e2e.noderollout.dev/watched"
 )
 
 var runSecondsInTemplate = regexp.MustCompile(regexp.QuoteMeta(runSecondsKey) + `: "([0-9]+(?:\.[0-9]+)?)"`)
@@ -540,8 +542,8 @@ func withJobTimeout(req api.RolloutRequest) api.RolloutRequest {
 	return req
 }
 
-// kwokWatchdog kicks the Pods of the suite's rollouts that kwok left Running past their run
-// time, and remembers each by its rollout.
+// kwokWatchdog kicks the Pods of the suite's rollouts, and the Pods a test put under it
+// (watchedLabel), that kwok left Running past their run time, and remembers each by its rollout.
 type kwokWatchdog struct {
 	mu    sync.Mutex
 	stuck map[string][]string // by rollout: what was found and done
@@ -565,12 +567,15 @@ func (w *kwokWatchdog) run(ctx context.Context) {
 }
 
 func (w *kwokWatchdog) look(ctx context.Context, now time.Time) {
-	pods, err := stack.Kube.CoreV1().Pods("").List(ctx, metav1.ListOptions{
-		LabelSelector: jobspec.LabelRollout, FieldSelector: "status.phase=Running"})
-	if err != nil {
-		return // the API server may be down in a fault test: look again later
+	var running []corev1.Pod
+	for _, selector := range []string{jobspec.LabelRollout, watchedLabel} {
+		pods, err := stack.Kube.CoreV1().Pods("").List(ctx, metav1.ListOptions{LabelSelector: selector, FieldSelector: "status.phase=Running"})
+		if err != nil {
+			return // the API server may be down in a fault test: look again later
+		}
+		running = append(running, pods.Items...)
 	}
-	for _, p := range pods.Items {
+	for _, p := range running {
 		due, ok := runsUntil(&p)
 		if !ok || p.DeletionTimestamp != nil || now.Before(due.Add(kickAfter)) || w.seenBefore(p.UID) {
 			continue

@@ -133,7 +133,7 @@ func TestBlockingPodHoldsItsNodeUntilItEnds(t *testing.T) {
 	n := f.Nodes[0]
 	ctx := context.Background()
 	pod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: "training", Namespace: f.Namespace, Labels: map[string]string{"app": "training"},
+		ObjectMeta: metav1.ObjectMeta{Name: "training", Namespace: f.Namespace, Labels: map[string]string{"app": "training", watchedLabel: "true"},
 			Annotations: map[string]string{"noderollout.dev/run-seconds": "8"}},
 		Spec: corev1.PodSpec{NodeName: n, RestartPolicy: corev1.RestartPolicyNever,
 			Containers: []corev1.Container{{Name: "train", Image: "busybox"}}},
