@@ -21,7 +21,10 @@ import (
 // complete soon after the server is back, as a real control plane does (its controller manager
 // loses its leader lease and is restarted). Fault tests rely on it for their timing.
 func TestSoakStackJobsCompleteSoonAfterAPIServerOutage(t *testing.T) {
-	const outage, bound = 45 * time.Second, 40 * time.Second
+	// The bound tells a control plane that recovers (23.5 s typical here, 43.3 s once in a
+	// loaded CI rehearsal: the new controller manager waits out the old lease and kwok its
+	// retry back-off) from one that does not (89.7 s before the supervisor, dev/components.sh).
+	const outage, bound = 45 * time.Second, time.Minute
 	f := NewFleet(t, 4)
 	ctx := context.Background()
 	zero := int32(0)
