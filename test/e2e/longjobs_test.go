@@ -23,15 +23,14 @@ import (
 // node's Temporal actions do not grow with its Job's length.
 
 // longJobSeconds is the Jobs' run time in TestLongJobsCostConstantActions:
-// E2E_LONG_JOB_SECONDS, 60 by default: three times the 20 s watch, so every node awaits its
-// end as a Job of hours would.
+// E2E_LONG_JOB_SECONDS, 120 by default.
 func longJobSeconds(t *testing.T) time.Duration {
 	if s := os.Getenv("E2E_LONG_JOB_SECONDS"); s != "" {
 		n, err := strconv.Atoi(s)
 		require.NoError(t, err, "E2E_LONG_JOB_SECONDS")
 		return time.Duration(n) * time.Second
 	}
-	return 60 * time.Second
+	return 120 * time.Second
 }
 
 // awaitingTheirEnd says whether every node of f has its AwaitJobEnd open.
@@ -89,7 +88,7 @@ func nodeActivities(t *testing.T, f *Fleet) map[string]int {
 	return out
 }
 
-// A rollout of 12 nodes, all at once, with Jobs of a minute (E2E_LONG_JOB_SECONDS), started
+// A rollout of 12 nodes, all at once, with Jobs of 2 minutes (E2E_LONG_JOB_SECONDS), started
 // and followed to its end by starter start --wait: its actions per node, from the dev server's
 // own counter, stay at most 6 with no heartbeat, and following it costs at most one query a
 // minute. The test runs alone on the stack (the counter is the server's); it takes the Jobs'
