@@ -26,6 +26,9 @@ type Progress struct {
 	Paused             bool         `json:"paused,omitempty"`
 	ContinuedAsNew     int          `json:"continuedAsNew,omitempty"`
 	StartedAt          time.Time    `json:"startedAt"`
+	// LastStartAt is when the rollout last started a node's child (delayBetweenNodes spaces
+	// the starts from it, across continue-as-new); nil before the first.
+	LastStartAt *time.Time `json:"lastStartAt,omitempty"`
 	// MaxParallelism is the worker policy's cap when the rollout started (0: none).
 	MaxParallelism int `json:"maxParallelism,omitempty"`
 	// Pacing is the pacing state of a request that paces (windows, domains, canaries, order).

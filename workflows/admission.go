@@ -7,7 +7,7 @@ import (
 
 // The one admission point of a rollout. Every feature that bounds when a node may start (abort,
 // hand-over, the failure budget, canaries, pause, the metric gate, the maintenance window, parallelism, the
-// per-domain limit, the cluster-wide budget) has its rule in startRefusal and nowhere else, and
+// per-domain limit, the spacing of delayBetweenNodes, the cluster-wide budget) has its rule in startRefusal and nowhere else, and
 // every path that starts a node calls it immediately before the node's child workflow starts,
 // after whatever the node waited for: a wait for one rule never returns into a start that
 // skips another (versionAdmission).
@@ -33,6 +33,7 @@ const (
 	refusedWindowClosed  = "the maintenance window is closed"
 	refusedParallelism   = "parallelism is reached"
 	refusedDomainFull    = "its domain is at maxPerDomain"
+	refusedTooSoon       = "the last node started less than delayBetweenNodes ago"
 	refusedClusterSlot   = "it holds no slot of the cluster-wide budget"
 )
 
@@ -81,10 +82,35 @@ func (r *rollout) startRefusal(ctx workflow.Context, node, domain string, reserv
 	if r.settings.Pacing.MaxPerDomain > 0 && takenInDomain >= r.settings.Pacing.MaxPerDomain {
 		return refusal{rule: refusedDomainFull}
 	}
+	if r.tooSoon(ctx) {
+		return refusal{rule: refusedTooSoon}
+	}
 	if r.clusterSlots != nil && !r.clusterSlots.holds(node) {
 		return refusal{rule: refusedClusterSlot}
 	}
 	return refusal{}
+}
+
+// tooSoon says the last node started less than delayBetweenNodes ago (versionAdmission 3).
+// The launch loop waits the delay after each launch; this rule spaces the starts too, where a
+// node that waited (for a cluster slot, for a node another rollout held, in the previous run)
+// would otherwise start together with a later one.
+func (r *rollout) tooSoon(ctx workflow.Context) bool {
+	last := r.progress.LastStartAt
+	return r.features.spaceStarts && r.settings.DelayBetweenNodes > 0 && last != nil &&
+		workflow.Now(ctx).Before(last.Add(r.settings.DelayBetweenNodes))
+}
+
+// awaitSpacing waits until delayBetweenNodes has passed since the last start, or until the
+// node's refusal is another (a pause, an abort). A cluster slot the node holds is kept: the
+// wait is short, and giving the slot back would send the node to the end of the cluster's queue.
+func (r *rollout) awaitSpacing(ctx workflow.Context, node, domain string, reserved bool) error {
+	timerCtx, cancelTimer := workflow.WithCancel(ctx)
+	defer cancelTimer()
+	timer := workflow.NewTimer(timerCtx, r.progress.LastStartAt.Add(r.settings.DelayBetweenNodes).Sub(workflow.Now(ctx)))
+	return workflow.Await(ctx, func() bool {
+		return timer.IsReady() || r.startRefusal(ctx, node, domain, reserved).rule != refusedTooSoon
+	})
 }
 
 // reserve and unreserve take and give back a node's launch slot and its domain's.
@@ -140,6 +166,15 @@ func (r *rollout) admit(ctx workflow.Context, node string, reserved *bool) (bool
 				return false, err
 			}
 			continue
+		case why.rule == refusedTooSoon:
+			if !*reserved {
+				r.reserve(node)
+				*reserved = true
+			}
+			if err := r.awaitSpacing(ctx, node, domain, *reserved); err != nil {
+				return false, err
+			}
+			continue
 		}
 		r.clusterSlots.giveBack(ctx, node)
 		var err error
@@ -155,7 +190,8 @@ func (r *rollout) admit(ctx workflow.Context, node string, reserved *bool) (bool
 }
 
 // pickNext is the index in the queue of the first node that may go now (a node to skip
-// always may; one that lacks only a cluster slot may go and wait for it), or -1 with the
+// always may; one that lacks only a cluster slot or the spacing of delayBetweenNodes may go
+// and wait for it), or -1 with the
 // refusal that holds the queue back. Nodes go in queue order: only a node held back by a rule
 // of its own (its domain, the canaries) lets a later one pass, so an unpaced rollout's cursor
 // (the last name taken) never skips a node.
@@ -171,7 +207,7 @@ func (r *rollout) pickNext(ctx workflow.Context) (int, refusal) {
 		}
 		why := r.startRefusal(ctx, n.name, n.domain, false)
 		switch why.rule {
-		case "", refusedClusterSlot:
+		case "", refusedClusterSlot, refusedTooSoon:
 			return i, why
 		case refusedDomainFull, refusedCanariesFirst:
 			if first.admits() {

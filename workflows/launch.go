@@ -154,6 +154,12 @@ func (r *rollout) startChild(ctx workflow.Context, node string, outlivesRun bool
 	}
 	r.started++
 	r.pacer.startedByDomain[r.pacer.domainOf[node]]++
+	if r.features.spaceStarts {
+		// A start that another rollout's hold refuses counts too: the rollout learns of the
+		// hold only by trying, after the next node may already have passed the rule.
+		now := workflow.Now(ctx)
+		r.progress.LastStartAt = &now
+	}
 	return workflow.ExecuteChildWorkflow(nodeChildOptions(ctx, r.cluster.NodeWorkflowID(node), summary, outlivesRun), nodeWorkflow, in)
 }
 

@@ -32,15 +32,25 @@ type slotEnv struct {
 	mu      sync.Mutex
 	started map[string]time.Time
 	took    time.Duration
+	// released counts the slot releases the rollout sent, by node workflow ID.
+	released map[string]int
 }
 
 func newSlotEnv(t *testing.T) *slotEnv {
 	t.Helper()
 	var ts testsuite.WorkflowTestSuite
 	env, a := newTestEnv(&ts, slotCluster)
-	s := &slotEnv{env: env, started: map[string]time.Time{}, took: 10 * time.Minute}
+	s := &slotEnv{env: env, started: map[string]time.Time{}, took: 10 * time.Minute, released: map[string]int{}}
 	listsNamedNodes(env, a)
-	s.env.OnSignalExternalWorkflow(mock.Anything, slotCluster.BudgetWorkflowID(), "", mock.Anything, mock.Anything).Return(nil).Maybe()
+	s.env.OnSignalExternalWorkflow(mock.Anything, slotCluster.BudgetWorkflowID(), "", mock.Anything, mock.Anything).Return(
+		func(_, _, _, _ string, arg any) error {
+			if r, ok := arg.(SlotRelease); ok {
+				s.mu.Lock()
+				s.released[r.Holder.Node]++
+				s.mu.Unlock()
+			}
+			return nil
+		}).Maybe()
 	s.env.OnWorkflow(NodeRolloutV5, mock.Anything, mock.Anything).Return(
 		func(ctx workflow.Context, in NodeRolloutInput) (api.NodeResult, error) {
 			in.Node = childNode(ctx, in)
@@ -139,6 +149,61 @@ func TestNodeGrantedAClusterSlotWhilePausedWaitsForResume(t *testing.T) {
 	at, ok := s.startedAt("a")
 	require.True(t, ok)
 	require.GreaterOrEqual(t, at.Sub(start), time.Hour, "a started while the rollout was paused")
+}
+
+// Nodes launched a delay apart that wait for their cluster slots and are granted them together
+// still start delayBetweenNodes apart: the delay is a rule of the admission point, not only a
+// wait between launches (versionAdmission 3).
+func TestNodesGrantedClusterSlotsTogetherStartADelayApart(t *testing.T) {
+	s := newSlotEnv(t)
+	s.grant("a", 10*time.Minute)
+	s.grant("b", 10*time.Minute)
+	req := api.RolloutRequest{Name: "r", Namespace: "jobs", Nodes: []string{"a", "b"}, JobTemplate: sampleTemplate,
+		Parallelism: 2, DelayBetweenNodes: "3m"}
+	s.env.ExecuteWorkflow(api.RolloutWorkflow, req)
+	require.True(t, s.env.IsWorkflowCompleted())
+	require.NoError(t, s.env.GetWorkflowError())
+	a, okA := s.startedAt("a")
+	b, okB := s.startedAt("b")
+	require.True(t, okA && okB, "both nodes run")
+	require.GreaterOrEqual(t, b.Sub(a), 3*time.Minute, "a started at %s and b at %s, under delayBetweenNodes 3m", a.Format(time.TimeOnly), b.Format(time.TimeOnly))
+}
+
+// A node that holds its cluster slot while it waits out the delay gives the slot back when the
+// rollout is aborted in that wait.
+func TestANodeAbortedWhileItWaitsOutTheDelayGivesItsSlotBack(t *testing.T) {
+	s := newSlotEnv(t)
+	s.grant("a", 10*time.Minute)
+	s.grant("b", 10*time.Minute)
+	s.env.RegisterDelayedCallback(s.env.CancelWorkflow, 11*time.Minute)
+	req := api.RolloutRequest{Name: "r", Namespace: "jobs", Nodes: []string{"a", "b"}, JobTemplate: sampleTemplate,
+		Parallelism: 2, DelayBetweenNodes: "3m"}
+	s.env.ExecuteWorkflow(api.RolloutWorkflow, req)
+	require.True(t, s.env.IsWorkflowCompleted())
+	_, started := s.startedAt("b")
+	require.False(t, started, "b started after the abort")
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	require.Equal(t, 1, s.released[slotCluster.NodeWorkflowID("b")], "b's slot, granted before the abort, is given back")
+}
+
+// The spacing holds across continue-as-new: the next run's first node waits out the delay that
+// the previous run's last start began.
+func TestTheDelayAfterTheLastStartCarriesOverContinueAsNew(t *testing.T) {
+	env, a := newTestEnv(nil)
+	jobsOutlastTheWatch(env)
+	listsNamedNodes(env, a)
+	starts := nodeStarts(env, time.Minute)
+	last := env.Now().Add(-time.Minute)
+	req := api.RolloutRequest{Name: "r", Namespace: "jobs", Nodes: []string{"b"}, JobTemplate: sampleTemplate, DelayBetweenNodes: "3m"}
+	env.SetContinuedExecutionRunID("run-1")
+	carried := &api.Progress{TemplateHash: "h", Parallelism: 1, Window: 1, ContinuedAsNew: 1, LastStartAt: &last}
+	env.ExecuteWorkflow(api.RolloutWorkflow, req, carried)
+	require.True(t, env.IsWorkflowCompleted())
+	require.NoError(t, env.GetWorkflowError())
+	b, ok := starts()["b"]
+	require.True(t, ok)
+	require.GreaterOrEqual(t, b.Sub(last), 3*time.Minute, "b started %s after the previous run's last start, under delayBetweenNodes 3m", b.Sub(last))
 }
 
 // How a rollout stops: once no node may start any more (its failure budget spent, a canary

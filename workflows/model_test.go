@@ -169,6 +169,7 @@ type model struct {
 	parallelism         []timedInt // accepted setParallelism, and the request's at start
 	approvedAt          time.Time
 	approvals           int
+	lastStartAt         time.Time // the rollout's last child start, busy refusals included
 	abortedAt           time.Time
 	// The model's cluster-wide budget coordinator.
 	queue   []string
@@ -1401,6 +1402,10 @@ func (m *model) checkStart(node string, t time.Time) {
 	if m.cluster.Budget > 0 && !m.held[m.cluster.NodeWorkflowID(node)] {
 		m.fail("%s started at %s without a slot of the cluster-wide budget", node, t)
 	}
+	if d := settings.DelayBetweenNodes; d > 0 && !m.lastStartAt.IsZero() && t.Before(m.lastStartAt.Add(d)) {
+		m.fail("%s started at %s, %s after the last start, under delayBetweenNodes %s", node, t, t.Sub(m.lastStartAt), d)
+	}
+	m.lastStartAt = t
 }
 
 // paused says whether the last pause before t (or at it) has no resume after it, before t.

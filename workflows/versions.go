@@ -166,6 +166,7 @@ var ledger = []change{
 			"each wait checks the rules it waits for (startNext, runNode): a wait for one rule may return into a start that another refuses",
 			"every node start passes startRefusal at the instant it starts (admission.go); long waits watch the history's size; the canary stage can continue as new",
 			"as 1, but the run picks a node only once every coroutine ready in the workflow task has run (afterReadyCoroutines): a pause, a handed-over node's failure or a budget grant delivered in the same task as the timer the run woke from (as when the worker was away while both happened) counts before the node starts, where 1 started nodes on the state before them; and an abort gives back a cluster slot granted in its own task, where 1 kept it until the coordinator's reclaim (since 2026-12-07)",
+			"as 2, but delayBetweenNodes is a rule of startRefusal (refusedTooSoon): no child starts sooner than the delay after the last start (Progress.LastStartAt, carried across continue-as-new), where 2 spaced only the launches, so nodes that waited for cluster slots, for a busy node or across continue-as-new started together with later ones (since 2026-12-07)",
 		},
 		asked: "every Rollout run that starts nodes, once its template is prepared",
 		pinned: map[workflow.Version][]string{
@@ -173,7 +174,7 @@ var ledger = []change{
 			1:                       {"v8-rollout-abort.json", "v8-rollout-budgeted.json", "v8-rollout-busy-node-holder.json", "v8-rollout-busy-node-waits.json", "v8-rollout-canary-approved.json", "v8-rollout-continue-as-new-run1.json", "v8-rollout-continue-as-new-run2.json", "v8-rollout-continue-as-new-run3.json", "v8-rollout-cut-delay.json", "v8-rollout-hand-over-run1.json", "v8-rollout-hand-over-run2.json", "v8-rollout-pause-resume-set-parallelism.json"},
 			2:                       {"v15-rollout-abort.json", "v15-rollout-budgeted.json", "v15-rollout-busy-node-holder.json", "v15-rollout-busy-node-waits.json", "v15-rollout-canary-approved.json", "v15-rollout-continue-as-new-run1.json", "v15-rollout-continue-as-new-run2.json", "v15-rollout-continue-as-new-run3.json", "v15-rollout-cut-delay.json", "v15-rollout-hand-over-run1.json", "v15-rollout-hand-over-run2.json", "v15-rollout-in-flight-run1.json", "v15-rollout-in-flight-run2.json", "v15-rollout-pause-resume-set-parallelism.json"},
 		},
-		covered:   "TestModel runs versions 0 (NODEROLLOUT_MODEL_BEFORE) and 2; TestAPauseInTheTaskOfTheDelayTimerHoldsTheNextNode, TestAPauseInTheTaskOfTheWindowOpeningHoldsTheNodes, TestAHandedInFailureInTheTaskOfTheDelayTimerStopsTheRollout and TestASlotGrantedInTheTaskOfTheAbortIsGivenBack fail on version 1",
+		covered:   "TestModel runs versions 0 (NODEROLLOUT_MODEL_BEFORE) and 3 (its spacing check fails 87 of the first 1,000 seeds on version 2); TestAPauseInTheTaskOfTheDelayTimerHoldsTheNextNode, TestAPauseInTheTaskOfTheWindowOpeningHoldsTheNodes, TestAHandedInFailureInTheTaskOfTheDelayTimerStopsTheRollout and TestASlotGrantedInTheTaskOfTheAbortIsGivenBack fail on version 1; TestNodesGrantedClusterSlotsTogetherStartADelayApart and TestTheDelayAfterTheLastStartCarriesOverContinueAsNew fail on version 2",
 		removable: removableOnceDrained + "; with it go startNext, runNode's pre-admission loop and awaitLaunchSlot",
 	},
 	{
@@ -454,6 +455,9 @@ type features struct {
 	// admitAfterReady (versionAdmission 2): the run lets every coroutine ready in a workflow
 	// task run before it picks a node, and an abort gives back a slot granted in its task.
 	admitAfterReady bool
+	// spaceStarts (versionAdmission 3): delayBetweenNodes is a rule of startRefusal, so a node
+	// that waited (for a cluster slot, for a busy node) starts no sooner after the last start.
+	spaceStarts bool
 	// handOverInFlight (versionHandOverInFlight, asked by childOutlivesRun at the first child
 	// that may still run when the run continues as new): from then on children outlive their run,
 	// and the run may hand them to the next instead of waiting for them.
@@ -483,6 +487,6 @@ func startFeatures(ctx workflow.Context) features {
 func (f *features) readAtRun(ctx workflow.Context) {
 	f.atHistoryLimits = workflow.GetVersion(ctx, versionHistoryLimits, workflow.DefaultVersion, 1) == 1
 	f.stopWaits = workflow.GetVersion(ctx, versionStopWaits, workflow.DefaultVersion, 1) == 1
-	admission := workflow.GetVersion(ctx, versionAdmission, workflow.DefaultVersion, 2)
-	f.admission, f.admitAfterReady = admission >= 1, admission >= 2
+	admission := workflow.GetVersion(ctx, versionAdmission, workflow.DefaultVersion, 3)
+	f.admission, f.admitAfterReady, f.spaceStarts = admission >= 1, admission >= 2, admission >= 3
 }
