@@ -34,7 +34,8 @@ const RecordFixturesEnv = "NODEROLLOUT_RECORD_FIXTURES"
 // TestRecordReplayFixtures runs the rollouts whose histories workflows/testdata keeps as replay
 // fixtures (continue-as-new, pause/resume with a setParallelism update, an abort with Jobs
 // running, a node busy with another rollout, that node handed over across continue-as-new, nodes
-// handed over in flight, a delay between nodes cut short by a spent budget) and replays every history it recorded with
+// handed over in flight, a delay between nodes cut short by a spent budget, starts spaced by it
+// after a wait) and replays every history it recorded with
 // today's workflow code. Re-record the fixtures with
 //
 //	NODEROLLOUT_RECORD_FIXTURES=1 dev/e2e.sh -run TestRecordReplayFixtures
@@ -63,6 +64,7 @@ func TestRecordReplayFixtures(t *testing.T) {
 		{"hand-over", recordHandOver},
 		{"hand-over-in-flight", recordHandOverInFlight},
 		{"cut-delay", recordCutDelay},
+		{"spaced-starts", recordSpacedStarts},
 		{"paced-maintained", recordPacedMaintained},
 		{"budgeted", recordBudgeted},
 		{"fleet", recordFleet},
@@ -269,6 +271,33 @@ func recordCutDelay(t *testing.T, rec *recorder) {
 	require.Less(t, res.FinishedAt.Sub(res.StartedAt), 5*time.Minute, "the ten-minute delay was cut short")
 	require.Len(t, f.Jobs(t, req.Name), 1, "the second node never started")
 	rec.write(t, "rollout-cut-delay.json", rec.closed(t, run.GetID(), run.GetRunID(), enums.WORKFLOW_EXECUTION_STATUS_FAILED))
+}
+
+// recordSpacedStarts: a node that another rollout holds is tried at once and refused, the next
+// node starts a delay later, and the held node, freed within that delay, waits out what is left
+// of it after the next node's start (versionAdmission 3): the two children start at least
+// delayBetweenNodes apart.
+func recordSpacedStarts(t *testing.T, rec *recorder) {
+	const delay = 20 * time.Second
+	f := NewFleet(t, 2)
+	runFirst := startHolding(t, f, f.Nodes[0], "fixture-spaced-holder", 8*time.Second)
+	req := f.Request("fixture-spaced", time.Second)
+	req.NodeSelector, req.Nodes = "", f.Nodes
+	req.Parallelism = 2
+	req.DelayBetweenNodes = delay.String()
+	run := Start(t, req)
+	Succeeded(t, runFirst)
+	require.Equal(t, 2, Succeeded(t, run).Counts.Succeeded)
+	h := rec.closed(t, run.GetID(), run.GetRunID(), enums.WORKFLOW_EXECUTION_STATUS_COMPLETED)
+	var starts []time.Time
+	for _, e := range h.Events {
+		if e.GetChildWorkflowExecutionStartedEventAttributes() != nil {
+			starts = append(starts, e.GetEventTime().AsTime())
+		}
+	}
+	require.Len(t, starts, 2)
+	require.GreaterOrEqual(t, starts[1].Sub(starts[0]), delay, "the children started %s apart, under delayBetweenNodes %s", starts[1].Sub(starts[0]), delay)
+	rec.write(t, "rollout-spaced-starts.json", h)
 }
 
 // recordPacedMaintained: a canary approved by the update, one node per zone at a time in spread
