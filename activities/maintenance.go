@@ -158,8 +158,8 @@ func (a *Activities) mayCordon(ctx context.Context, in NodeInput, node *corev1.N
 	return a.mayWriteNode(w)
 }
 
-// UncordonNode makes the node schedulable again only if our annotation says we cordoned it,
-// and removes the annotation. A node that is gone has nothing left to undo.
+// UncordonNode makes the node schedulable again only if our annotation says this rollout
+// cordoned it, and removes the annotation. A node that is gone has nothing left to undo.
 func (a *Activities) UncordonNode(ctx context.Context, in NodeInput) (UncordonResult, error) {
 	for {
 		node, err := a.Kube.CoreV1().Nodes().Get(ctx, in.Node, metav1.GetOptions{})
@@ -169,7 +169,13 @@ func (a *Activities) UncordonNode(ctx context.Context, in NodeInput) (UncordonRe
 		if err != nil {
 			return UncordonResult{}, kubeError(err, "get", fmt.Sprintf("node %q", in.Node))
 		}
-		if _, marked := node.Annotations[CordonedByKey]; !marked {
+		by, marked := node.Annotations[CordonedByKey]
+		if !marked {
+			return UncordonResult{}, nil
+		}
+		if in.Rollout != "" && by != in.Rollout {
+			// Another rollout's cordon, kept after its failure: this rollout's cordon never took
+			// it over (the policy refused it, or an abort cut it short), so it is not ours to lift.
 			return UncordonResult{}, nil
 		}
 		if node.Spec.Unschedulable && !ourCordon(node) {
@@ -291,15 +297,23 @@ func (a *Activities) DrainNode(ctx context.Context, in DrainInput) (DrainResult,
 	var res DrainResult
 	blocked := map[string]string{} // pod -> why its last eviction was refused
 	backoff := a.drainRetry()
-	for {
+	for rounds := 0; ; rounds++ {
 		pods, err := a.podsOnNode(ctx, in.Node)
 		if err != nil {
 			return res, err
 		}
 		left, refused := judgePods(pods, rules)
 		if node != nil {
-			// Pods may have come since the last round (those tolerating the cordon): each
-			// round's evictions are judged before they go out.
+			// Pods may have come since the last round (those tolerating the cordon), and the
+			// node may have been marked protected while the drain waited on a budget: each
+			// round's evictions are judged, against the node as it is now, before they go out.
+			if rounds > 0 {
+				if node, err = a.Kube.CoreV1().Nodes().Get(ctx, in.Node, metav1.GetOptions{}); apierrors.IsNotFound(err) {
+					return res, errNodeGone(in.Node)
+				} else if err != nil {
+					return res, kubeError(err, "get", fmt.Sprintf("node %q", in.Node))
+				}
+			}
 			if err := a.mayWriteNode(nodeWrite{namespace: in.Namespace, node: node, cordon: true, drain: true, evict: toEvict(left)}); err != nil {
 				return res, err
 			}

@@ -326,3 +326,56 @@ func TestDrainPolicyJudgesOnlyWhatItEvicts(t *testing.T) {
 	appErr := requireAppError(t, err, api.ErrDrainTimedOut, true)
 	require.Equal(t, []string{"web-1"}, e.asked, "%s %v", appErr.Message(), actions(e.cs))
 }
+
+// TestARefusedCordonLeavesAnotherRolloutsKeptCordon: rollout kata failed on n1 and kept it
+// cordoned (onFailure keepCordoned: left for someone to look at). Rollout other reaches n1;
+// the policy refuses its cordon (its namespace may not cordon), so it writes nothing and never
+// takes kata's cordon over. Its node workflow then leaves the node as onFailure uncordon says
+// (a cordon that failed may have gone through, so the workflow asks UncordonNode): that must
+// not lift kata's cordon, which was there before other came.
+func TestARefusedCordonLeavesAnotherRolloutsKeptCordon(t *testing.T) {
+	a := fieldManagedEnv(t, "n1")
+	require.True(t, cordon(t, a, "kata", "n1").WeCordoned, "kata's cordon, kept after its failure")
+	p, err := policy.Parse([]byte(maintenancePolicy))
+	require.NoError(t, err)
+	a.Policy = p
+
+	_, err = newEnv(a).ExecuteActivity(a.CordonNode, NodeInput{Rollout: "other", Node: "n1", Namespace: "apps"})
+	requireAppError(t, err, api.ErrPolicyDenied, true)
+	require.Equal(t, "kata", getNode(t, a, "n1").Annotations[CordonedByKey], "the refused cordon took nothing over")
+
+	// other's leave() after the refusal, with onFailure uncordon.
+	_, err = newEnv(a).ExecuteActivity(a.UncordonNode, NodeInput{Rollout: "other", Node: "n1", Namespace: "apps"})
+	require.NoError(t, err)
+	n := getNode(t, a, "n1")
+	require.True(t, n.Spec.Unschedulable, "kata's kept cordon was lifted by rollout other, whose cordon the policy refused")
+	require.Equal(t, "kata", n.Annotations[CordonedByKey])
+}
+
+// TestDrainRoundsJudgeTheNodeAsItIsNow: each round of evictions asks the policy first, and
+// a node labelled protected while its drain waits on a budget (an admin marking it so to stop
+// it) is one no further eviction may reach.
+func TestDrainRoundsJudgeTheNodeAsItIsNow(t *testing.T) {
+	e := &evictions{}
+	e.refuse = func(pod string, try int) bool {
+		if try == 1 {
+			// Refused by a budget; meanwhile the node is labelled control-plane.
+			// (The tracker, not the clientset: a reactor runs under the fake's lock.)
+			gvr := corev1.SchemeGroupVersion.WithResource("nodes")
+			obj, err := e.cs.Tracker().Get(gvr, "", "n1")
+			require.NoError(t, err)
+			n := obj.(*corev1.Node).DeepCopy()
+			n.Labels = map[string]string{"node-role.kubernetes.io/control-plane": ""}
+			require.NoError(t, e.cs.Tracker().Update(gvr, n, ""))
+			return true
+		}
+		return false
+	}
+	a := drainEnv(t, e, testNode("n1", nil), tenantPod("web-1", "n1", nil))
+	p, err := policy.Parse([]byte(maintenancePolicy))
+	require.NoError(t, err)
+	a.Policy = p
+	_, err = drain(t, a, DrainInput{Node: "n1", Namespace: "ops"})
+	requireAppError(t, err, api.ErrPolicyDenied, true)
+	require.Equal(t, []string{"web-1"}, e.asked, "no eviction after the node became protected")
+}
