@@ -45,12 +45,11 @@ func (n *nodeSteps) runCheckJob(ctx workflow.Context) error {
 	planned := activities.JobRef{Namespace: in.Namespace, Name: activities.StepJobName(in.Rollout, in.Node, runID, activities.StepCheck), Node: in.Node, RunID: runID}
 	setStep(ctx, api.NodeStepCheckJob, c.TimeoutSeconds, planned.Namespace+"/"+planned.Name)
 	workflow.SetCurrentDetails(ctx, fmt.Sprintf("check Job `%s/%s` running on node `%s`", planned.Namespace, planned.Name, in.Node))
-	var job activities.JobRef
-	err := workflow.ExecuteActivity(withAPIActivity(ctx, "create the check Job "+planned.Name), a.CreateStepJob, activities.StepJobRequest{
+	job, err := createStepJob(ctx, "create the check Job "+planned.Name, activities.StepJobRequest{
 		JobRequest: activities.JobRequest{Rollout: in.Rollout, Namespace: in.Namespace, Node: in.Node, RunID: runID, TemplateHash: c.TemplateHash,
 			Owner: in.Owner, JobTimeoutSeconds: c.TimeoutSeconds, TTLSecondsAfterFinished: in.JobTTLSeconds, Requester: in.Requester},
 		Step: activities.StepCheck,
-	}).Get(ctx, &job)
+	})
 	if err != nil {
 		if createMayHaveHappened(err) {
 			release(ctx, planned, "the check Job's create failed")

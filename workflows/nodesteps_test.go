@@ -216,3 +216,28 @@ func TestGatesWithoutMaintenance(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, []string{"blockingPods", "create", "wait", "finalize:succeeded", "create:check", "checkWait", "delete", "record:succeeded"}, r.calls)
 }
+
+// TestAbortDuringAStepJobCreateAwaitsTheCreate: an abort while the reboot (or check) Job is
+// being created drops the Job by its planned name (dropRebootJob, release). On a Temporal
+// server an activity scheduled without WaitForCancellation is reported cancelled to the
+// workflow at once, while its attempt runs on: it hears of the cancellation only at its next
+// heartbeat (keepAlive beats after 10 s). So DropRebootJob can find no Job and return, and the
+// still-running CreateStepJob then creates the reboot Job: the node reboots after the abort
+// (after its uncordon, with onFailure uncordon), and the Job, holding our finalizer, outlives
+// its node workflow. The test environment never waits for a cancelled activity, so this checks
+// what makes the server wait: the creates are scheduled with WaitForCancellation.
+func TestAbortDuringAStepJobCreateAwaitsTheCreate(t *testing.T) {
+	r := newMaintenanceRun(t)
+	rec := &activityTimeouts{opts: map[string][]workflow.ActivityOptions{}}
+	intercept(r.env, rec.interceptor())
+	r.block = "create:reboot"
+	r.env.RegisterDelayedCallback(r.env.CancelWorkflow, time.Second)
+	res, err := r.run(fullInput(api.RebootAlways, api.OnFailureUncordon))
+	require.True(t, temporal.IsCanceledError(err), "%v", err)
+	require.Equal(t, api.OutcomeAborted, res.Outcome)
+	require.Contains(t, r.calls, "dropReboot", "the planned reboot Job is dropped")
+	creates := rec.opts["CreateStepJob"]
+	require.Len(t, creates, 1)
+	require.True(t, creates[0].WaitForCancellation,
+		"%s: an abort drops the planned reboot Job while the create's attempt may still run and create it after the drop", creates[0].Summary)
+}

@@ -37,12 +37,11 @@ func (n *nodeSteps) rebootIfAsked(ctx workflow.Context) error {
 	backBy := workflow.Now(ctx).Add(timeout)
 	runID := workflow.GetInfo(ctx).WorkflowExecution.RunID
 	planned := activities.JobRef{Namespace: in.Namespace, Name: activities.StepJobName(in.Rollout, in.Node, runID, activities.StepReboot), Node: in.Node, RunID: runID}
-	var job activities.JobRef
-	err := workflow.ExecuteActivity(withAPIActivity(ctx, "create the reboot Job "+planned.Name), a.CreateStepJob, activities.StepJobRequest{
+	job, err := createStepJob(ctx, "create the reboot Job "+planned.Name, activities.StepJobRequest{
 		JobRequest: activities.JobRequest{Rollout: in.Rollout, Namespace: in.Namespace, Node: in.Node, RunID: runID, TemplateHash: r.TemplateHash,
 			Owner: in.Owner, JobTimeoutSeconds: r.TimeoutSeconds, TTLSecondsAfterFinished: in.JobTTLSeconds, Requester: in.Requester},
 		Step: activities.StepReboot,
-	}).Get(ctx, &job)
+	})
 	if err != nil {
 		if createMayHaveHappened(err) {
 			n.dropRebootJob(ctx, planned)
@@ -57,6 +56,22 @@ func (n *nodeSteps) rebootIfAsked(ctx workflow.Context) error {
 	}).Get(ctx, nil)
 	n.dropRebootJob(ctx, job)
 	return err
+}
+
+// createStepJob creates a reboot or check Job. From versionStepCreateAwaitsAbort on, an abort
+// waits until the create's attempt has stopped: the attempt hears of the abort only at its next
+// heartbeat, and could otherwise create the Job after the workflow dropped it by name.
+func createStepJob(ctx workflow.Context, summary string, req activities.StepJobRequest) (activities.JobRef, error) {
+	var a *activities.Activities
+	actx := withAPIActivity(ctx, summary)
+	if workflow.GetVersion(ctx, versionStepCreateAwaitsAbort, workflow.DefaultVersion, 1) == 1 {
+		opts := workflow.GetActivityOptions(actx)
+		opts.WaitForCancellation = true
+		actx = workflow.WithActivityOptions(ctx, opts)
+	}
+	var job activities.JobRef
+	err := workflow.ExecuteActivity(actx, a.CreateStepJob, req).Get(ctx, &job)
+	return job, err
 }
 
 // dropRebootJob deletes the reboot Job on a context an abort cannot cancel, trying until it

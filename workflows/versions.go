@@ -58,6 +58,8 @@ const (
 	versionAbortDuringUncordon   = "abort-during-uncordon"
 	versionRecordAbortAfterJob   = "record-abort-after-job"
 	versionTellLateWaiters       = "tell-late-waiters"
+	// Every node type, at a maintained node's reboot or check Job.
+	versionStepCreateAwaitsAbort = "step-job-create-awaits-abort"
 	// ClusterBudget.
 	versionBudgetRebuild = "budget-rebuilds-holders"
 	// FleetRollout.
@@ -329,6 +331,16 @@ var ledger = []change{
 		},
 		asked:     "only when an abort cuts short the uncordon after a success",
 		covered:   "no fixture reaches the path; TestMaintenanceAbortAtEachStep runs version 1, TestModel (modelBefore) the default",
+		removable: removableOnceDrained,
+	},
+	{
+		id: versionStepCreateAwaitsAbort, workflow: "NodeRollout, NodeRolloutV2, NodeRolloutV3, NodeRolloutV4, NodeRolloutV5", since: "this change (2026-12-07)",
+		what: []string{
+			"an abort while the reboot or check Job is created resolves the create at once, while its attempt runs on until its next heartbeat: the workflow drops the Job by its planned name, and the attempt may create it after that drop (the node reboots after the abort, the Job outlives the node workflow)",
+			"the create is scheduled with WaitForCancellation: an abort waits until the attempt has stopped, then drops the Job it may have made",
+		},
+		asked:     "once per node workflow, at its first reboot or check Job",
+		covered:   "no fixture has a reboot or check Job; TestAbortDuringAStepJobCreateAwaitsTheCreate runs version 1, TestRebootIfRequested, TestRebootResumesAfterACrash and TestCheckJobFailureFailsTheNode run it without an abort",
 		removable: removableOnceDrained,
 	},
 	{
