@@ -29,29 +29,38 @@ func (a *Activities) CreateJob(ctx context.Context, in JobRequest) (JobRef, erro
 	return ref, err
 }
 
+// renderJob builds the node's Job from the template the rollout prepared: the one given, under
+// its hash, or the one stored under the hash (then kept in in.Template).
+func (a *Activities) renderJob(ctx context.Context, in *JobRequest) (*batchv1.Job, error) {
+	switch {
+	case in.TemplateHash == "":
+		return nil, invalidRequest("templateHash", "required: the hash of the template the rollout prepared")
+	case in.Template != "" && !jobspec.TemplateHashMatches(in.Template, in.TemplateHash):
+		return nil, invalidRequest("templateHash", "%q is not the hash of the template given (%s): a node runs only the template its rollout prepared, under that template's hash",
+			in.TemplateHash, jobspec.TemplateHash(in.Template))
+	case in.Template == "":
+		text, err := a.storedTemplate(ctx, in.Namespace, in.TemplateHash)
+		if err != nil {
+			return nil, err
+		}
+		in.Template = text
+	}
+	job, err := jobspec.Build(in.Template, jobParams(*in))
+	if err != nil {
+		return nil, templateError(err)
+	}
+	return job, nil
+}
+
 // createJobOnNode is CreateJob, returning as well the Node it read to check the node (nil when
 // it read none), for RunJob's finalize to patch without reading it again.
 func (a *Activities) createJobOnNode(ctx context.Context, in JobRequest) (JobRef, *corev1.Node, error) {
 	if err := a.Lineage.checkJob(ctx, in.TemplateHash, in.Parent); err != nil {
 		return JobRef{}, nil, err
 	}
-	switch {
-	case in.TemplateHash == "":
-		return JobRef{}, nil, invalidRequest("templateHash", "required: the hash of the template the rollout prepared")
-	case in.Template != "" && !jobspec.TemplateHashMatches(in.Template, in.TemplateHash):
-		return JobRef{}, nil, invalidRequest("templateHash", "%q is not the hash of the template given (%s): a node runs only the template its rollout prepared, under that template's hash",
-			in.TemplateHash, jobspec.TemplateHash(in.Template))
-	case in.Template == "":
-		text, err := a.storedTemplate(ctx, in.Namespace, in.TemplateHash)
-		if err != nil {
-			return JobRef{}, nil, err
-		}
-		in.Template = text
-	}
-	params := jobParams(in)
-	job, err := jobspec.Build(in.Template, params)
+	job, err := a.renderJob(ctx, &in)
 	if err != nil {
-		return JobRef{}, nil, templateError(err)
+		return JobRef{}, nil, err
 	}
 	policyNode, err := a.checkJobPolicy(ctx, in, job)
 	if err != nil {

@@ -43,6 +43,10 @@ type NodeInput struct {
 	PodSelector        string `json:"podSelector,omitempty"`
 	DeleteEmptyDirData bool   `json:"deleteEmptyDirData,omitempty"`
 	Force              bool   `json:"force,omitempty"`
+	// Job is the node's Job that follows the cordon: the cordon asks the policy about it as
+	// CreateJob will, so a Job that a policy tightened since the rollout's start refuses leaves
+	// no cordon and no drain behind. Nil in histories from before.
+	Job *JobRequest `json:"job,omitempty"`
 }
 
 // CordonResult says whether this cordon is ours to undo.
@@ -136,11 +140,21 @@ func (a *Activities) CordonNode(ctx context.Context, in NodeInput) (CordonResult
 	}
 }
 
-// mayCordon asks the policy about the cordon and, when a drain follows, about the drain and
-// the Pods it would evict now, so that a drain the policy refuses leaves no cordon behind.
+// mayCordon asks the policy about the Job that follows, the cordon and, when a drain follows,
+// about the drain and the Pods it would evict now, so that a Job or a drain the policy refuses
+// leaves no cordon behind.
 func (a *Activities) mayCordon(ctx context.Context, in NodeInput, node *corev1.Node) error {
 	if a.Policy == nil {
 		return nil
+	}
+	if in.Job != nil {
+		job, err := a.renderJob(ctx, in.Job)
+		if err != nil {
+			return err
+		}
+		if err := policyDenied(a.Policy.CheckJob(job)); err != nil {
+			return err
+		}
 	}
 	w := nodeWrite{namespace: in.Namespace, node: node, cordon: true, drain: in.Drain}
 	if in.Drain {

@@ -76,8 +76,9 @@ type nodeWrite struct {
 // mayWriteNode is the one answer to "may this rollout write to this node?", so a rule about
 // node writes is added here and nowhere else. Every activity that writes to a Node or evicts its
 // Pods asks it before its first write: CreateJob for the Job it places there, CordonNode (about
-// the drain that follows too), DrainNode before each round of evictions. Two writes do not ask:
-// UncordonNode, which only lifts our own cordon, and the outcome marker FinalizeJob records,
+// the drain that follows too, and the Job against CheckJob), DrainNode before each round of
+// evictions, on the node as it is then. Two writes do not ask: UncordonNode, which only lifts
+// this rollout's own cordon, and the outcome marker FinalizeJob records,
 // our own annotations that change nothing that runs on the node. A refusal is the
 // non-retryable PolicyDenied, and the caller writes nothing.
 func (a *Activities) mayWriteNode(w nodeWrite) error {

@@ -379,3 +379,25 @@ func TestDrainRoundsJudgeTheNodeAsItIsNow(t *testing.T) {
 	requireAppError(t, err, api.ErrPolicyDenied, true)
 	require.Equal(t, []string{"web-1"}, e.asked, "no eviction after the node became protected")
 }
+
+// TestACordonAsksThePolicyAboutTheJobThatFollows: the policy was tightened after the rollout
+// started (its template passed then), and now refuses the node's Job. The cordon asks about the
+// Job as CreateJob will, so the node is neither cordoned nor drained for a Job that never runs.
+func TestACordonAsksThePolicyAboutTheJobThatFollows(t *testing.T) {
+	a := fieldManagedEnv(t, "n1")
+	p, err := policy.Parse([]byte(maintenancePolicy))
+	require.NoError(t, err)
+	a.Policy = p
+	privileged := strings.Replace(testTemplate, "        image: busybox\n", "        image: busybox\n        securityContext: {privileged: true}\n", 1)
+	job := JobRequest{Rollout: "r", Namespace: "ops", Node: "n1", RunID: "run-1", Template: privileged, TemplateHash: jobspec.TemplateHash(privileged)}
+	_, err = newEnv(a).ExecuteActivity(a.CordonNode, NodeInput{Rollout: "r", Node: "n1", Namespace: "ops", Drain: true, Job: &job})
+	appErr := requireAppError(t, err, api.ErrPolicyDenied, true)
+	require.Contains(t, appErr.Message(), `"`+policy.RulePrivileged+`"`)
+	require.False(t, getNode(t, a, "n1").Spec.Unschedulable, "the node is not cordoned for a Job the policy refuses")
+
+	job.Template = testTemplate
+	job.TemplateHash = jobspec.TemplateHash(testTemplate)
+	_, err = newEnv(a).ExecuteActivity(a.CordonNode, NodeInput{Rollout: "r", Node: "n1", Namespace: "ops", Drain: true, Job: &job})
+	require.NoError(t, err, "a Job the policy allows: the cordon goes through")
+	require.True(t, getNode(t, a, "n1").Spec.Unschedulable)
+}

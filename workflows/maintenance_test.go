@@ -300,8 +300,10 @@ func TestMaintenanceTellsThePolicyWhoWrites(t *testing.T) {
 	in.Maintenance = resolvedMaintenance(&api.Maintenance{Drain: &api.Drain{Timeout: "20s", PodSelector: "app=web", DeleteEmptyDirData: true, Force: true}})
 	_, err := r.run(in)
 	require.NoError(t, err)
+	require.NotNil(t, r.cordonIn.Job, "the cordon knows the Job that follows, for the policy to judge")
+	require.Equal(t, in.jobRequest(r.cordonIn.Job.RunID), *r.cordonIn.Job)
 	require.Equal(t, activities.NodeInput{Rollout: in.Rollout, Node: in.Node, Namespace: in.Namespace,
-		Drain: true, PodSelector: "app=web", DeleteEmptyDirData: true, Force: true}, r.cordonIn)
+		Drain: true, PodSelector: "app=web", DeleteEmptyDirData: true, Force: true, Job: r.cordonIn.Job}, r.cordonIn)
 	require.Equal(t, in.Namespace, r.drainIn.Namespace)
 	require.True(t, r.drainIn.Force)
 	require.Equal(t, "app=web", r.drainIn.PodSelector)

@@ -113,15 +113,26 @@ images: [docker.io/library/busybox]
 // at the start (a ConfigMap edited meanwhile changes nothing for it), and CreateJob checks every
 // Job against the worker's policy as it is now: after the workers restart with a policy that no
 // longer allows the image, the next node's CreateJob refuses and the node's outcome says why.
-// A new run of the rollout then reads the edited ConfigMap and is refused at once.
+// A new run of the rollout then reads the edited ConfigMap and is refused at once. With
+// maintenance.cordon the cordon asks about the Job first, so a refused node is never cordoned
+// (onFailure keepCordoned would otherwise leave it so).
 func TestGuardrailPolicyTightenedMidRolloutRefusesTheNextJob(t *testing.T) {
+	for _, cordoned := range []bool{false, true} {
+		t.Run(fmt.Sprintf("cordon=%v", cordoned), func(t *testing.T) { policyTightenedMidRollout(t, cordoned) })
+	}
+}
+
+func policyTightenedMidRollout(t *testing.T, cordoned bool) {
 	ctx := context.Background()
 	f := NewFleet(t, 3)
 	queue := "e2e-guard-mid-" + rand.String(4)
-	allowing := fmt.Sprintf("namespaces: {%s: {}}\nimages: [docker.io/library/busybox]\n", f.Namespace)
-	strict := fmt.Sprintf("namespaces: {%s: {}}\nimages: [registry.example.com/node-tools/]\n", f.Namespace)
+	grants := "{}"
+	if cordoned {
+		grants = "{cordon: true}"
+	}
+	allowing := fmt.Sprintf("namespaces: {%s: %s}\nimages: [docker.io/library/busybox]\n", f.Namespace, grants)
+	strict := fmt.Sprintf("namespaces: {%s: %s}\nimages: [registry.example.com/node-tools/]\n", f.Namespace, grants)
 	first := policyWorker(t, "guard-mid-a", queue, allowing)
-
 	cm := &corev1.ConfigMap{
 		ObjectMeta: metav1.ObjectMeta{Name: "guard-template", Namespace: f.Namespace},
 		Data:       map[string]string{activities.DefaultTemplateKey: JobTemplate(3*time.Second, nil)},
@@ -131,6 +142,9 @@ func TestGuardrailPolicyTightenedMidRolloutRefusesTheNextJob(t *testing.T) {
 	req := f.Request("guard-mid", time.Second)
 	req.JobTemplate, req.JobTemplateRef = "", &api.TemplateRef{Name: cm.Name}
 	req.Parallelism, req.MaxFailures = 1, "100%"
+	if cordoned {
+		req.Maintenance = &api.Maintenance{Cordon: true}
+	}
 	run := StartOn(t, req, queue)
 	waitFor(t, 60*time.Second, "the first node's Job", func() bool { return rolloutJobsAnywhere(t, req.Name) >= 1 })
 
@@ -149,6 +163,11 @@ func TestGuardrailPolicyTightenedMidRolloutRefusesTheNextJob(t *testing.T) {
 		require.Contains(t, r.Message, "busybox", "node %s: the pinned template, not the edited ConfigMap", r.Node)
 	}
 	require.Equal(t, 1, rolloutJobsAnywhere(t, req.Name), "no Job after the policy changed")
+	for _, name := range f.Nodes {
+		node, err := stack.Kube.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+		require.NoError(t, err)
+		require.False(t, node.Spec.Unschedulable, "node %s is cordoned: its Job was refused after its cordon", name)
+	}
 
 	rerun := req
 	rerun.Name = req.Name + "-again"
