@@ -6,11 +6,11 @@ import (
 )
 
 // The one admission point of a rollout. Every feature that bounds when a node may start (abort,
-// hand-over, the failure budget, canaries, pause, the metric gate, the maintenance window, parallelism, the
-// per-domain limit, the spacing of delayBetweenNodes, the cluster-wide budget) has its rule in startRefusal and nowhere else, and
-// every path that starts a node calls it immediately before the node's child workflow starts,
-// after whatever the node waited for: a wait for one rule never returns into a start that
-// skips another (versionAdmission).
+// hand-over, the failure budget, canaries, pause, the metric gate, the maintenance window,
+// parallelism, the per-domain limit, the spacing of delayBetweenNodes, the cluster-wide budget)
+// has its rule in startRefusal and nowhere else, and every path that starts a node calls it
+// immediately before the node's child workflow starts, after whatever the node waited for: a
+// wait for one rule never returns into a start that skips another (versionAdmission).
 
 // refusal says why a node may not start now; the zero value admits it.
 type refusal struct {
@@ -191,8 +191,7 @@ func (r *rollout) admit(ctx workflow.Context, node string, reserved *bool) (bool
 
 // pickNext is the index in the queue of the first node that may go now (a node to skip
 // always may; one that lacks only a cluster slot or the spacing of delayBetweenNodes may go
-// and wait for it), or -1 with the
-// refusal that holds the queue back. Nodes go in queue order: only a node held back by a rule
+// and wait for it), or -1 with the refusal that holds the queue back. Nodes go in queue order: only a node held back by a rule
 // of its own (its domain, the canaries) lets a later one pass, so an unpaced rollout's cursor
 // (the last name taken) never skips a node.
 func (r *rollout) pickNext(ctx workflow.Context) (int, refusal) {
