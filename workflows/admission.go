@@ -191,9 +191,9 @@ func (r *rollout) admit(ctx workflow.Context, node string, reserved *bool) (bool
 
 // pickNext is the index in the queue of the first node that may go now (a node to skip
 // always may; one that lacks only a cluster slot or the spacing of delayBetweenNodes may go
-// and wait for it), or -1 with the refusal that holds the queue back. Nodes go in queue order: only a node held back by a rule
-// of its own (its domain, the canaries) lets a later one pass, so an unpaced rollout's cursor
-// (the last name taken) never skips a node.
+// and wait for it), or -1 with the refusal that holds the queue back. Nodes go in queue
+// order: only a node held back by a rule of its own (its domain, the canaries) lets a later one
+// pass, so an unpaced rollout's cursor (the last name taken) never skips a node.
 func (r *rollout) pickNext(ctx workflow.Context) (int, refusal) {
 	rollout := r.rolloutRefusal(ctx)
 	var first refusal
