@@ -6,15 +6,32 @@ import (
 	"bufio"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"os"
 	"sort"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 )
+
+// settledActions reads the server's action counter once it has settled (10 s without a
+// change). The server reports its counters with a delay: a reading taken at once may lack the
+// last tasks of whatever ran just before, which would then land in the next measurement.
+func settledActions(t *testing.T) map[string]float64 {
+	t.Helper()
+	prev, changedAt := temporalActions(t), time.Now()
+	waitFor(t, 2*time.Minute, "the server's action counter to settle", func() bool {
+		if cur := temporalActions(t); !maps.Equal(cur, prev) {
+			prev, changedAt = cur, time.Now()
+		}
+		return time.Since(changedAt) >= 10*time.Second
+	})
+	return prev
+}
 
 // temporalActions reads the dev server's own action counter (what Temporal Cloud bills), summed
 // by action_type over namespaces and operations. E2E_TEMPORAL_METRICS is the server's metrics
