@@ -28,8 +28,7 @@ func (n *nodeSteps) runMaintained(ctx workflow.Context) (api.NodeResult, error) 
 	result := api.NodeResult{Node: in.Node, StartedAt: workflow.Now(ctx)}
 	// The namespace is the rollout's: its policy rules judge the cordon and the drain, and the
 	// cordon knows the drain and the Job that follow, so the policy can refuse them before
-	// anything is written.
-	// The Job goes with it too (a local activity's input is not recorded: no history changes).
+	// anything is written (a local activity's input is not recorded: no history changes).
 	job := in.jobRequest(workflow.GetInfo(ctx).WorkflowExecution.RunID)
 	node := activities.NodeInput{Rollout: in.Rollout, Node: in.Node, Namespace: in.Namespace,
 		Drain: m.Drain, PodSelector: m.PodSelector, DeleteEmptyDirData: m.DeleteEmptyDirData, Force: m.Force, Job: &job}
