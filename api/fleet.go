@@ -162,6 +162,11 @@ func (r FleetRequest) RolloutProblems() []*FieldError {
 		}
 		out.add("rollout."+p.Field, p.Problem, p.Fix)
 	}
+	if r.Rollout.Converging() {
+		// A converging rollout ends only when aborted or replaced: the next wave would never start.
+		out.add("rollout.mode", "is converge, which never ends, so the fleet's next wave would never start",
+			"use mode: once in a fleet; to keep clusters converged, start a converging rollout on each cluster with `starter start`")
+	}
 	return out
 }
 

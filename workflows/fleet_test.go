@@ -345,3 +345,25 @@ func TestFleetCountsAnAbortedOrEmptyClusterAsFailed(t *testing.T) {
 		})
 	}
 }
+
+// A converging rollout ends only when aborted or replaced, so a fleet of one would never start
+// its second wave: the fleet refuses it at its start, naming the field. A fleet that started
+// one before the check (no marker) replays as it ran, its first wave started.
+func TestFleetRefusesAConvergingRollout(t *testing.T) {
+	converging := api.FleetRequest{Name: "demo", Waves: [][]string{{"a"}, {"b"}},
+		Rollout: api.RolloutRequest{NodeSelector: "pool=gpu", JobTemplate: sampleTemplate, Mode: api.ModeConverge}}
+	env, f := fleetEnv(t)
+	asked := fleetVersionAsked(env, 1)
+	env.ExecuteWorkflow(api.FleetRolloutWorkflow, converging)
+	err := env.GetWorkflowError()
+	requireInvalid(t, err, "rollout.mode: is converge, which never ends, so the fleet's next wave would never start")
+	require.Equal(t, []string{"rollout.mode"}, fieldsOf(t, err))
+	require.True(t, *asked)
+	require.Empty(t, f.started, "no cluster starts")
+
+	env, f = fleetEnv(t)
+	fleetVersionAsked(env, workflow.DefaultVersion)
+	env.ExecuteWorkflow(api.FleetRolloutWorkflow, converging)
+	require.NoError(t, env.GetWorkflowError())
+	require.Contains(t, f.started, "a", "the old version started wave 1 with the converging rollout")
+}

@@ -396,7 +396,7 @@ var ledger = []change{
 		pinned: map[workflow.Version][]string{
 			1: {"v7-fleet-invalid-rollout.json", "v8-fleet-invalid-rollout.json", "v9-fleet-invalid-rollout.json"},
 		},
-		covered:   "DefaultVersion: TestFleetStartsAnInvalidRolloutOnTheOldVersion",
+		covered:   "DefaultVersion: TestFleetStartsAnInvalidRolloutOnTheOldVersion and TestFleetRefusesAConvergingRollout",
 		removable: removableOnceDrained,
 	},
 	{
