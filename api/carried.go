@@ -26,6 +26,9 @@ type Progress struct {
 	Paused             bool         `json:"paused,omitempty"`
 	ContinuedAsNew     int          `json:"continuedAsNew,omitempty"`
 	StartedAt          time.Time    `json:"startedAt"`
+	// Replaced: the previous run was a converging rollout that this run's request replaced
+	// (UpdateReplace). Only Paused and LastStartAt carry over; the rest starts afresh.
+	Replaced bool `json:"replaced,omitempty"`
 	// LastStartAt is when the rollout last started a node's child (delayBetweenNodes spaces
 	// the starts from it, across continue-as-new); nil before the first.
 	LastStartAt *time.Time `json:"lastStartAt,omitempty"`

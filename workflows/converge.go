@@ -347,12 +347,29 @@ func (r *rollout) carryConverge(p *api.Progress) {
 
 // handOver ends a replaced rollout: it continues as new with the replacing request, whose run
 // prepares its template and lists every node afresh. Every node of this run has ended, so no
-// node runs twice at once (and node workflow IDs serialise them anyway).
+// node runs twice at once (and node workflow IDs serialise them anyway). From
+// versionReplacementTakesOver on, the words that came with the decision are read first, as
+// before a continue-as-new, and an operator's pause and the last start's time carry over: a
+// replacement changes what runs, not whether it may run now.
 func (r *rollout) handOver(ctx workflow.Context) (api.RolloutResult, error) {
-	if err := workflow.Await(ctx, func() bool { return workflow.AllHandlersFinished(ctx) }); err != nil {
+	if !r.replacementTakesOver(ctx) {
+		if err := workflow.Await(ctx, func() bool { return workflow.AllHandlersFinished(ctx) }); err != nil {
+			return r.cancelled(ctx)
+		}
+		return api.RolloutResult{}, workflow.NewContinueAsNewError(ctx, api.RolloutWorkflow, *r.conv.Replacement, (*api.Progress)(nil))
+	}
+	if err := r.awaitWordsRead(ctx, afterReadyCoroutines(ctx)); err != nil {
 		return r.cancelled(ctx)
 	}
-	return api.RolloutResult{}, workflow.NewContinueAsNewError(ctx, api.RolloutWorkflow, *r.conv.Replacement, (*api.Progress)(nil))
+	carried := &api.Progress{Replaced: true, Paused: r.progress.Paused, LastStartAt: r.progress.LastStartAt}
+	return api.RolloutResult{}, workflow.NewContinueAsNewError(ctx, api.RolloutWorkflow, *r.conv.Replacement, carried)
+}
+
+// replacementTakesOver says a pending replacement ends this run whatever else would have
+// (a failed canary, a broken metric gate, a listing error) and ends the canary stage's waits.
+// Asked only with a replacement pending, so no other history records it.
+func (r *rollout) replacementTakesOver(ctx workflow.Context) bool {
+	return r.replacing() && workflow.GetVersion(ctx, versionReplacementTakesOver, workflow.DefaultVersion, 1) == 1
 }
 
 // convergeStatus is the status query's converge part.

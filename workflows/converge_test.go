@@ -53,6 +53,10 @@ type convergeCluster struct {
 	// checkTaints: the prepared template says its Pod tolerates nothing, so the rollout checks
 	// taints (by default the preparation reads no tolerations and nothing is checked).
 	checkTaints bool
+	// versions, when set, are what each run's GetVersion of these change IDs returns.
+	versions map[string]workflow.Version
+	// mockMore, when set, mocks more of each run's activities.
+	mockMore func(env *testsuite.TestWorkflowEnvironment)
 }
 
 // convergeRun is one Job: its template and when it was created and ended.
@@ -118,6 +122,12 @@ func (c *convergeCluster) runsOf(node string) []string {
 // mock mocks the activities of one run's environment.
 func (c *convergeCluster) mock(env *testsuite.TestWorkflowEnvironment, a *activities.Activities) {
 	c.now = env.Now
+	for id, v := range c.versions {
+		env.OnGetVersion(id, workflow.DefaultVersion, 1).Return(v).Maybe()
+	}
+	if c.mockMore != nil {
+		c.mockMore(env)
+	}
 	jobsOutlastTheWatch(env)
 	env.OnActivity(a.PrepareTemplate, mock.Anything, mock.Anything).Return(func(_ context.Context, in activities.PrepareTemplateInput) (activities.PreparedTemplate, error) {
 		if in.Template == deselectTemplate {
@@ -191,6 +201,7 @@ func (c *convergeCluster) runConverge(t *testing.T, req api.RolloutRequest, star
 	t.Helper()
 	var carried *api.Progress
 	now := start
+	fired := make([]bool, len(steps)) // a step is taken once, even at the instant a run ends
 	for runs = 1; runs <= 30; runs++ {
 		env, a := newTestEnv(nil)
 		env.RegisterWorkflowWithOptions(func(ctx workflow.Context, req api.RolloutRequest, carried *api.Progress) (api.RolloutResult, error) {
@@ -202,10 +213,10 @@ func (c *convergeCluster) runConverge(t *testing.T, req api.RolloutRequest, star
 			env.SetContinuedExecutionRunID(fmt.Sprintf("run-%d", runs-1))
 		}
 		c.mock(env, a)
-		for _, s := range steps {
-			if at := start.Add(s.at); !at.Before(now) {
+		for i, s := range steps {
+			if at := start.Add(s.at); !at.Before(now) && !fired[i] {
 				do := s.do
-				env.RegisterDelayedCallback(func() { do(env) }, at.Sub(now))
+				env.RegisterDelayedCallback(func() { fired[i] = true; do(env) }, at.Sub(now))
 			}
 		}
 		env.ExecuteWorkflow(convergeRoot, req, carried)

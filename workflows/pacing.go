@@ -168,6 +168,11 @@ func (r *rollout) runCanaries(ctx workflow.Context) (stop bool, res api.RolloutR
 		res, err := r.cancelled(ctx)
 		return true, res, err
 	}
+	if r.replacementTakesOver(ctx) {
+		// The canaries judged the request being replaced; the replacement runs its own.
+		res, err := r.handOver(ctx)
+		return true, res, err
+	}
 	if failed() {
 		r.done = true
 		result := r.result(ctx)
@@ -183,7 +188,14 @@ func (r *rollout) runCanaries(ctx workflow.Context) (stop bool, res api.RolloutR
 		r.pacer.canaryStage = canaryStageSoaking
 		r.pacer.soakUntil = workflow.Now(ctx).Add(r.settings.Pacing.Soak)
 		r.showProgress(ctx)
-		if err := workflow.Sleep(ctx, r.settings.Pacing.Soak); err != nil {
+		soakCtx, endSoak := workflow.WithCancel(ctx)
+		soak := workflow.NewTimer(soakCtx, r.settings.Pacing.Soak)
+		if replaced, err := r.awaitUnlessReplaced(ctx, soak.IsReady); err != nil || replaced {
+			endSoak()
+			res, err := r.endCanaryStage(ctx, err)
+			return true, res, err
+		}
+		if err := soak.Get(ctx, nil); err != nil {
 			res, err := r.cancelled(ctx)
 			return true, res, err
 		}
@@ -191,8 +203,8 @@ func (r *rollout) runCanaries(ctx workflow.Context) (stop bool, res api.RolloutR
 	if c.Approval {
 		r.pacer.canaryStage = canaryStageApproval
 		r.showProgress(ctx)
-		if err := workflow.Await(ctx, func() bool { return r.pacer.approved }); err != nil {
-			res, err := r.cancelled(ctx)
+		if replaced, err := r.awaitUnlessReplaced(ctx, func() bool { return r.pacer.approved }); err != nil || replaced {
+			res, err := r.endCanaryStage(ctx, err)
 			return true, res, err
 		}
 	}
@@ -200,4 +212,26 @@ func (r *rollout) runCanaries(ctx workflow.Context) (stop bool, res api.RolloutR
 	r.queue, r.progress.Cursor, r.progress.ListingDone, r.progress.Listing = nil, "", false, nil
 	r.showProgress(ctx)
 	return false, api.RolloutResult{}, nil
+}
+
+// awaitUnlessReplaced waits for done, or (versionReplacementTakesOver) until a replacement is
+// pending, which it reports: no node of the request being replaced starts any more, so its
+// canaries' soak and approval no longer matter.
+func (r *rollout) awaitUnlessReplaced(ctx workflow.Context, done func() bool) (replaced bool, err error) {
+	if err := workflow.Await(ctx, func() bool { return done() || r.replacing() }); err != nil {
+		return false, err
+	}
+	if done() || !r.replacementTakesOver(ctx) {
+		return false, workflow.Await(ctx, done)
+	}
+	return true, nil
+}
+
+// endCanaryStage ends the run in its canary stage: cancelled (err), or handed over to the
+// replacing request.
+func (r *rollout) endCanaryStage(ctx workflow.Context, err error) (api.RolloutResult, error) {
+	if err != nil {
+		return r.cancelled(ctx)
+	}
+	return r.handOver(ctx)
 }

@@ -47,9 +47,17 @@ func rolloutIn(ctx workflow.Context, cluster api.Cluster, req api.RolloutRequest
 	if problems := req.Problems(); len(problems) > 0 {
 		return api.RolloutResult{}, invalidRequest("invalid rollout request: ", problems)
 	}
+	// The run of a replacing request starts afresh but for what its predecessor handed on.
+	var replaced *api.Progress
+	if carried != nil && carried.Replaced {
+		replaced, carried = carried, nil
+	}
 	r := &rollout{req: req, settings: req.Settings(), requester: requesterOf(ctx), cluster: cluster}
 	r.features = startFeatures(ctx)
 	r.restore(ctx, carried)
+	if replaced != nil {
+		r.progress.Paused, r.progress.LastStartAt = replaced.Paused, replaced.LastStartAt
+	}
 	// Handlers come before the first blocking call, so status and setParallelism work while
 	// the template is being prepared.
 	if err := r.registerHandlers(ctx); err != nil {
@@ -300,6 +308,9 @@ func (r *rollout) run(ctx workflow.Context) (api.RolloutResult, error) {
 		return r.continueAsNew(ctx)
 	}
 	r.stopMetricGate()
+	if (r.gate.broken() || listErr != nil) && r.replacementTakesOver(ctx) {
+		return r.handOver(ctx) // the replacing request's run lists and gates afresh
+	}
 	if r.gate.broken() {
 		return r.metricGateFailed(ctx)
 	}
@@ -388,18 +399,7 @@ func (r *rollout) continueAsNew(ctx workflow.Context) (api.RolloutResult, error)
 	if workflow.GetVersion(ctx, versionReadWordsBeforeCAN, workflow.DefaultVersion, 1) == 1 {
 		readyRan = afterReadyCoroutines(ctx)
 	}
-	err := workflow.Await(ctx, func() bool {
-		if !readyRan() {
-			return false
-		}
-		for _, c := range r.signals {
-			if c.Len() > 0 {
-				return false
-			}
-		}
-		return workflow.AllHandlersFinished(ctx) && !r.awaitsEndAfterWord()
-	})
-	if err != nil {
+	if err := r.awaitWordsRead(ctx, readyRan); err != nil {
 		return r.cancelled(ctx)
 	}
 	progress := r.progress
@@ -428,6 +428,22 @@ func (r *rollout) continueAsNew(ctx workflow.Context) (api.RolloutResult, error)
 		progress.Failures[i] = carriedFailure(f)
 	}
 	return api.RolloutResult{}, workflow.NewContinueAsNewError(ctx, api.RolloutWorkflow, r.req, &progress)
+}
+
+// awaitWordsRead returns once every signal and update that reached the run has been applied:
+// readyRan says the coroutines ready in this task have run.
+func (r *rollout) awaitWordsRead(ctx workflow.Context, readyRan func() bool) error {
+	return workflow.Await(ctx, func() bool {
+		if !readyRan() {
+			return false
+		}
+		for _, c := range r.signals {
+			if c.Len() > 0 {
+				return false
+			}
+		}
+		return workflow.AllHandlersFinished(ctx) && !r.awaitsEndAfterWord()
+	})
 }
 
 func (r *rollout) finish(ctx workflow.Context) (api.RolloutResult, error) {

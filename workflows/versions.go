@@ -47,6 +47,8 @@ const (
 	versionCutDelay         = "cut-delay-when-no-node-may-start"
 	versionCapBeforePrepare = "set-parallelism-waits-for-the-cap"
 	versionConverge         = "converge-mode"
+	// Rollout, when a replacement is pending as the run decides how it ends.
+	versionReplacementTakesOver = "replacement-takes-over"
 	// Rollout, when a maintained node's workflow was terminated.
 	versionRecordTerminatedNode = "record-terminated-node"
 	// Rollout, when a node handed over in flight is found ended without its word.
@@ -282,6 +284,16 @@ var ledger = []change{
 		asked:     "only by a converging rollout, once its template is prepared",
 		covered:   "no fixture reaches the path; TestConvergeRunsNodesJoiningAtEveryStepAcrossContinueAsNew and TestConvergeReplacementHandsOverWithoutRunningANodeTwiceAtOnce run version 1",
 		removable: "never: it is the baseline of converge mode, for its later changes",
+	},
+	{
+		id: versionReplacementTakesOver, workflow: "Rollout", since: "replacement-takes-over (2026-12-07)",
+		what: []string{
+			"a replaced converging rollout kept to its canary stage's soak and approval, ended CanaryFailed (or on a broken metric gate, or a listing error) without handing over the replacement it had accepted, and handed over without its pause",
+			"the replacement takes over whatever else ends the run: the soak's timer is cancelled and the approval no longer awaited; the hand-over reads the words that came with it first and carries the pause and the last start's time (Progress.Replaced)",
+		},
+		asked:     "only with a replacement pending, where the run decides how it ends (canary stage, metric gate or listing error, the hand-over)",
+		covered:   "no fixture reaches the path; TestAReplacementEndsTheCanaryStagesWait runs both versions, TestAReplacementTakesOverFromAFailedCanary, TestAReplacementTakesOverFromABrokenMetricGate and TestAPauseHoldsTheReplacingRun version 1",
+		removable: removableOnceDrained,
 	},
 	{
 		id: versionRecordTerminatedNode, workflow: "Rollout", since: "record-terminated-node (2026-12-06)",
