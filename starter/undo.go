@@ -133,14 +133,25 @@ func undoRequest(done api.RolloutRequest, to string) (api.RolloutRequest, error)
 		Owner:              done.Owner,
 		Maintenance:        done.Maintenance,
 		ContinueAsNewAfter: done.ContinueAsNewAfter,
+		// The undo reaches the tainted nodes the rollout reached.
+		Taints: done.Taints,
 		// Every node the rollout changed goes back, an earlier undo's marker notwithstanding.
 		Rerun:  true,
 		UndoOf: &api.UndoOf{Rollout: done.Name, To: to},
 	}
-	if m := req.Maintenance; m != nil && m.OnFailure == api.OnFailureUndo {
+	if m := req.Maintenance; m != nil && (m.OnFailure == api.OnFailureUndo || m.OnSuccess != nil) {
 		c := *m
-		c.OnFailure = api.OnFailureKeepCordoned // an undo that fails is looked at, not undone
+		if c.OnFailure == api.OnFailureUndo {
+			c.OnFailure = api.OnFailureKeepCordoned // an undo that fails is looked at, not undone
+		}
+		c.OnSuccess = nil // the labels and taints that marked the rollout's success would lie
 		req.Maintenance = &c
+	}
+	// The Pods the rollout waited for before it disturbed a node are as precious to its undo.
+	// Its check Job judged the rollout's result and its metric gate may be why it is undone:
+	// neither is the undo's.
+	if g := done.Gates; g != nil && g.BlockingPods != nil {
+		req.Gates = &api.Gates{BlockingPods: g.BlockingPods}
 	}
 	if ps := req.Problems(); len(ps) > 0 {
 		return req, fmt.Errorf("the undo of %s would be invalid: %v", done.Name, ps[0])

@@ -42,8 +42,12 @@ func TestUndoRequestKeepsPacingAndMaintenance(t *testing.T) {
 		Parallelism: 3, MaxFailures: "1", DelayBetweenNodes: "10s", JobTimeout: "5m",
 		Topology:    &api.Topology{Key: "zone", MaxPerDomain: 1},
 		Canary:      &api.Canary{Nodes: []string{"a"}},
-		Maintenance: &api.Maintenance{Cordon: true, Soak: "1m", OnFailure: api.OnFailureUndo},
-		Undo:        &api.UndoTemplate{JobTemplate: "undo-t"}}
+		Maintenance: &api.Maintenance{Cordon: true, Soak: "1m", OnFailure: api.OnFailureUndo,
+			OnSuccess: &api.OnSuccess{Labels: map[string]string{"driver": "v2"}}},
+		Taints: api.TaintsIgnore,
+		Gates: &api.Gates{BlockingPods: &api.BlockingPodsGate{Selector: "app=training"},
+			CheckJob: &api.CheckJobGate{JobTemplate: "check-t"}, Prometheus: &api.PrometheusGate{Query: "up == 0"}},
+		Undo: &api.UndoTemplate{JobTemplate: "undo-t"}}
 	req, err := undoRequest(done, "abcdef12")
 	require.NoError(t, err)
 	require.Equal(t, "undo-gpu-driver", req.Name)
@@ -59,6 +63,10 @@ func TestUndoRequestKeepsPacingAndMaintenance(t *testing.T) {
 	require.Equal(t, api.OnFailureKeepCordoned, req.Maintenance.OnFailure)
 	require.Equal(t, "1m", req.Maintenance.Soak)
 	require.Equal(t, api.OnFailureUndo, done.Maintenance.OnFailure, "the done request is not changed")
+	require.Nil(t, req.Maintenance.OnSuccess, "an undone node is not labelled as the rollout's success")
+	require.NotNil(t, done.Maintenance.OnSuccess)
+	require.Equal(t, api.TaintsIgnore, req.Taints, "the undo reaches the tainted nodes the rollout reached")
+	require.Equal(t, &api.Gates{BlockingPods: done.Gates.BlockingPods}, req.Gates, "blocking Pods still hold a node; the check Job and metric gate were the rollout's")
 
 	done.Undo = nil
 	_, err = undoRequest(done, "")
