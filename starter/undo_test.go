@@ -40,8 +40,8 @@ func TestValidateChecksUndoOffline(t *testing.T) {
 func TestUndoRequestKeepsPacingAndMaintenance(t *testing.T) {
 	done := api.RolloutRequest{Name: "gpu-driver", Namespace: "ops", NodeSelector: "pool=gpu", JobTemplate: "t",
 		Parallelism: 3, MaxFailures: "1", DelayBetweenNodes: "10s", JobTimeout: "5m",
-		Topology:    &api.Topology{Key: "zone", MaxPerDomain: 1},
-		Canary:      &api.Canary{Nodes: []string{"a"}},
+		Topology: &api.Topology{Key: "zone", MaxPerDomain: 1},
+		Canary:   &api.Canary{Nodes: []string{"a"}},
 		Maintenance: &api.Maintenance{Cordon: true, Soak: "1m", OnFailure: api.OnFailureUndo,
 			OnSuccess: &api.OnSuccess{Labels: map[string]string{"driver": "v2"}}},
 		Taints: api.TaintsIgnore,
