@@ -181,7 +181,8 @@ func TestConvergeIdleRolloutAddsNoEvents(t *testing.T) {
 }
 
 // starter start of a running converging rollout's name with a new template hands over: each
-// node runs the new template once its old Job has ended, never both at once.
+// node runs the new template once its old Job has ended, never both at once. A pause taken
+// before holds the replacing run until resumed.
 func TestConvergeStarterStartReplacesTheTemplate(t *testing.T) {
 	f := NewFleet(t, 3)
 	req := f.Request("converge-replace", time.Second)
@@ -202,12 +203,32 @@ func TestConvergeStarterStartReplacesTheTemplate(t *testing.T) {
 		return len(markers()) == 3
 	})
 	old := markers()[f.Nodes[0]]
+	status := func() api.RolloutStatus {
+		v, err := stack.Temporal.QueryWorkflow(ctx, id, "", api.QueryStatus)
+		require.NoError(t, err)
+		var st api.RolloutStatus
+		require.NoError(t, v.Get(&st))
+		return st
+	}
 
+	// Paused before the replace, the replacing run stays paused until resumed.
+	out, code = runStarter(t, "pause", req.Name)
+	require.Zero(t, code, out)
+	oldHash := status().TemplateHash
 	next := req
 	next.JobTemplate = JobTemplate(2*time.Second, nil)
 	out, code = runStarter(t, "start", "-f", writeRequest(t, next))
 	require.Zero(t, code, out)
 	require.Contains(t, out, "replacing template")
+	waitFor(t, 30*time.Second, "the replacing run, paused", func() bool {
+		st := status()
+		return st.TemplateHash != oldHash && st.Paused
+	})
+	for node, jobs := range f.Jobs(t, req.Name) {
+		require.Len(t, jobs, 1, "%s: no Job of the new template while paused", node)
+	}
+	out, code = runStarter(t, "resume", req.Name)
+	require.Zero(t, code, out)
 	waitFor(t, 90*time.Second, "the new template on every node", func() bool {
 		for _, m := range markers() {
 			if m == old || !strings.HasSuffix(m, ":succeeded") {
@@ -223,9 +244,5 @@ func TestConvergeStarterStartReplacesTheTemplate(t *testing.T) {
 		require.NotNil(t, ended, "%s: the old Job completed", node)
 		require.False(t, jobs[1].CreationTimestamp.Before(ended), "%s: the new Job was created after the old one ended", node)
 	}
-	v, err := stack.Temporal.QueryWorkflow(ctx, id, "", api.QueryStatus)
-	require.NoError(t, err)
-	var st api.RolloutStatus
-	require.NoError(t, v.Get(&st))
-	require.Equal(t, "converging", st.Phase)
+	require.Equal(t, "converging", status().Phase)
 }
