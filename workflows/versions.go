@@ -281,8 +281,11 @@ var ledger = []change{
 			"never taken: no rollout converged before it (mode: converge is refused by older workers as an unknown field)",
 			"mode: converge: after the first pass the run waits for nodes-changed signals, checks those nodes (CheckNodes) and runs them through the admission point; onDeselect; retryFailedAfter (a timer for the earliest due retry; failed, timedOut, drainTimedOut, unhealthy, rebootTimedOut, checkFailed and blocked nodes: api.RetriedByConverge); replace hands over by continue-as-new. The last two outcomes and the taint skip joined version 1 before any converging rollout ran outside this repository's tests (the converge branch had not landed), so they need no ID of their own",
 		},
-		asked:     "only by a converging rollout, once its template is prepared",
-		covered:   "no fixture reaches the path; TestConvergeRunsNodesJoiningAtEveryStepAcrossContinueAsNew and TestConvergeReplacementHandsOverWithoutRunningANodeTwiceAtOnce run version 1",
+		asked: "only by a converging rollout, once its template is prepared",
+		pinned: map[workflow.Version][]string{
+			1: {"v17-rollout-converge-replaced.json"},
+		},
+		covered:   "TestConvergeRunsNodesJoiningAtEveryStepAcrossContinueAsNew and TestConvergeReplacementHandsOverWithoutRunningANodeTwiceAtOnce run version 1 further",
 		removable: "never: it is the baseline of converge mode, for its later changes",
 	},
 	{
@@ -291,8 +294,11 @@ var ledger = []change{
 			"a replaced converging rollout kept to its canary stage's soak and approval, ended CanaryFailed (or on a broken metric gate, or a listing error) without handing over the replacement it had accepted, and handed over without its pause",
 			"the replacement takes over whatever else ends the run: the soak's timer is cancelled and the approval no longer awaited; the hand-over reads the words that came with it first and carries the pause and the last start's time (Progress.Replaced)",
 		},
-		asked:     "only with a replacement pending, where the run decides how it ends (canary stage, metric gate or listing error, the hand-over)",
-		covered:   "no fixture reaches the path; TestAReplacementEndsTheCanaryStagesWait runs both versions, TestAReplacementTakesOverFromAFailedCanary, TestAReplacementTakesOverFromABrokenMetricGate and TestAPauseHoldsTheReplacingRun version 1",
+		asked: "only with a replacement pending, where the run decides how it ends (canary stage, metric gate or listing error, the hand-over)",
+		pinned: map[workflow.Version][]string{
+			1: {"v17-rollout-converge-replaced.json"},
+		},
+		covered:   "DefaultVersion: TestAReplacementEndsTheCanaryStagesWait; version 1 also TestAReplacementTakesOverFromAFailedCanary, TestAReplacementTakesOverFromABrokenMetricGate and TestAPauseHoldsTheReplacingRun",
 		removable: removableOnceDrained,
 	},
 	{

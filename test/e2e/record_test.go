@@ -35,7 +35,8 @@ const RecordFixturesEnv = "NODEROLLOUT_RECORD_FIXTURES"
 // fixtures (continue-as-new, pause/resume with a setParallelism update, an abort with Jobs
 // running, a node busy with another rollout, that node handed over across continue-as-new, nodes
 // handed over in flight, a delay between nodes cut short by a spent budget, starts spaced by it
-// after a wait) and replays every history it recorded with
+// after a wait, a paused converging rollout replaced while its canary awaits approval) and
+// replays every history it recorded with
 // today's workflow code. Re-record the fixtures with
 //
 //	NODEROLLOUT_RECORD_FIXTURES=1 dev/e2e.sh -run TestRecordReplayFixtures
@@ -69,6 +70,7 @@ func TestRecordReplayFixtures(t *testing.T) {
 		{"budgeted", recordBudgeted},
 		{"fleet", recordFleet},
 		{"fleet-invalid-rollout", recordFleetInvalidRollout},
+		{"converge-replaced", recordConvergeReplaced},
 		{"long-job", recordLongJob},
 		{"abort-long-job", recordAbortLongJob},
 	}
@@ -298,6 +300,45 @@ func recordSpacedStarts(t *testing.T, rec *recorder) {
 	require.Len(t, starts, 2)
 	require.GreaterOrEqual(t, starts[1].Sub(starts[0]), delay, "the children started %s apart, under delayBetweenNodes %s", starts[1].Sub(starts[0]), delay)
 	rec.write(t, "rollout-spaced-starts.json", h)
+}
+
+// recordConvergeReplaced: a converging rollout whose canary awaits approval is paused, then
+// replaced by a new template: the replacement ends the approval wait, and the hand-over
+// carries the pause into the replacing run (versionReplacementTakesOver).
+func recordConvergeReplaced(t *testing.T, rec *recorder) {
+	f := NewFleet(t, 2)
+	req := f.Request("fixture-converge-replaced", time.Second)
+	req.Mode = api.ModeConverge
+	req.Canary = &api.Canary{Nodes: []string{f.Nodes[0]}, Approval: true}
+	run := Start(t, req)
+	ctx := context.Background()
+	defer func() { _ = stack.Temporal.CancelWorkflow(ctx, run.GetID(), "") }()
+	waitFor(t, 60*time.Second, "the canary done, its approval awaited", func() bool {
+		st, err := status(run.GetID())
+		return err == nil && st.Pacing != nil && st.Pacing.WaitingFor == "approval"
+	})
+	require.NoError(t, stack.Temporal.SignalWorkflow(ctx, run.GetID(), "", api.SignalPause, nil))
+	waitFor(t, 30*time.Second, "paused", func() bool {
+		st, err := status(run.GetID())
+		return err == nil && st.Paused
+	})
+	next := req
+	next.JobTemplate = JobTemplate(2*time.Second, nil)
+	handle, err := stack.Temporal.UpdateWorkflow(ctx, client.UpdateWorkflowOptions{
+		WorkflowID:   run.GetID(),
+		UpdateName:   api.UpdateReplace,
+		Args:         []any{next},
+		WaitForStage: client.WorkflowUpdateStageCompleted,
+	})
+	require.NoError(t, err)
+	var replaced api.ReplaceResult
+	require.NoError(t, handle.Get(ctx, &replaced))
+	h := rec.closed(t, run.GetID(), run.GetRunID(), enums.WORKFLOW_EXECUTION_STATUS_CONTINUED_AS_NEW)
+	waitFor(t, 30*time.Second, "the replacing run, paused", func() bool {
+		st, err := status(run.GetID())
+		return err == nil && st.Paused && st.TemplateHash != "" && st.TemplateHash != replaced.PreviousTemplateHash
+	})
+	rec.write(t, "rollout-converge-replaced.json", h)
 }
 
 // recordPacedMaintained: a canary approved by the update, one node per zone at a time in spread
