@@ -33,6 +33,19 @@ func templateHash(template string) string { return "h-" + fmt.Sprint(len(templat
 
 var replaceStart = time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
 
+// replaceScenario is a converging cluster of the given nodes (one zone), the rollout's request,
+// and the request that replaces it: the same with a new template.
+func replaceScenario(t *testing.T, nodes ...string) (c *convergeCluster, req, next api.RolloutRequest) {
+	c = newConvergeCluster(t)
+	for _, n := range nodes {
+		c.join(n, "z1")
+	}
+	req = convergeRequest()
+	next = req
+	next.JobTemplate = sampleTemplate + "\n# v2\n"
+	return c, req, next
+}
+
 // The canaries' soak and approval judge the request being replaced: a replacement that comes
 // while the stage waits on them hands over at once (the canary ended long before), and the
 // replacing request's run moves the other nodes. On the old version it waited for the old
@@ -47,15 +60,9 @@ func TestAReplacementEndsTheCanaryStagesWait(t *testing.T) {
 	} {
 		for _, v := range []workflow.Version{1, workflow.DefaultVersion} {
 			t.Run(fmt.Sprintf("%s/version %d", tc.name, v), func(t *testing.T) {
-				c := newConvergeCluster(t)
+				c, req, next := replaceScenario(t, "a0", "a1", "a2")
 				c.versions = map[string]workflow.Version{versionReplacementTakesOver: v}
-				for _, n := range []string{"a0", "a1", "a2"} {
-					c.join(n, "z1")
-				}
-				req := convergeRequest()
 				req.Canary = &tc.canary
-				next := convergeRequest()
-				next.JobTemplate = sampleTemplate + "\n# v2\n"
 				var phase, waitingFor string
 				steps := []convergeStep{
 					// a0, the canary, ran for 10 minutes; at an hour the stage waits.
@@ -95,26 +102,27 @@ func TestAReplacementEndsTheCanaryStagesWait(t *testing.T) {
 // replacement takes over, as it does from a rollout whose failure budget is spent. Before, the
 // rollout ended CanaryFailed and dropped the replacement it had accepted.
 func TestAReplacementTakesOverFromAFailedCanary(t *testing.T) {
-	c := newConvergeCluster(t)
+	c, req, next := replaceScenario(t, "a0", "a1")
 	c.jobFor = time.Hour
-	for _, n := range []string{"a0", "a1"} {
-		c.join(n, "z1")
-	}
 	c.failing["a0"] = true
-	req := convergeRequest()
 	req.Canary = &api.Canary{Nodes: []string{"a0"}}
-	next := convergeRequest()
-	next.JobTemplate = sampleTemplate + "\n# v2\n"
-	steps := []convergeStep{
-		// a0, the canary, runs from 0 to 1h and fails; the fix is pushed at 30 minutes.
-		{at: 30 * time.Minute, do: replaceWith(t, next)},
-		abortAt(10 * time.Hour),
-	}
-	runs, last, err := c.runConverge(t, req, replaceStart, steps)
-	require.Equal(t, 2, runs, "the accepted replacement took over; the rollout ended instead with: %v", err)
-	require.Equal(t, next.JobTemplate, last.JobTemplate)
+	// a0, the canary, runs from 0 to 1h and fails; the fix is pushed at 30 minutes.
+	requireTakesOver(t, c, req, next, 30*time.Minute)
 	require.Equal(t, []string{templateHash(req.JobTemplate), templateHash(next.JobTemplate)}, c.runsOf("a0"), "the failed canary runs again on the new template")
 	require.Equal(t, []string{templateHash(next.JobTemplate)}, c.runsOf("a1"))
+}
+
+// requireTakesOver runs the scenario with the replacement sent at the given time, and checks
+// that it took over: one hand-over, after which every node's last Job is the new template's.
+func requireTakesOver(t *testing.T, c *convergeCluster, req, next api.RolloutRequest, at time.Duration) {
+	t.Helper()
+	runs, last, err := c.runConverge(t, req, replaceStart, []convergeStep{{at: at, do: replaceWith(t, next)}, abortAt(10 * time.Hour)})
+	require.Equal(t, 2, runs, "the accepted replacement took over; the rollout ended instead with: %v", err)
+	require.Equal(t, next.JobTemplate, last.JobTemplate)
+	for n := range c.runs {
+		runs := c.runsOf(n)
+		require.Equal(t, templateHash(next.JobTemplate), runs[len(runs)-1], "%s moves to the new template", n)
+	}
 }
 
 // A pause taken before or during a replacement holds the replacing request's run too: a
@@ -123,15 +131,9 @@ func TestAReplacementTakesOverFromAFailedCanary(t *testing.T) {
 func TestAPauseHoldsTheReplacingRun(t *testing.T) {
 	for _, pauseFirst := range []bool{false, true} {
 		t.Run(fmt.Sprintf("paused before the replace: %v", pauseFirst), func(t *testing.T) {
-			c := newConvergeCluster(t)
+			c, req, next := replaceScenario(t, "a0", "a1", "a2", "a3")
 			c.jobFor = time.Hour
-			for _, n := range []string{"a0", "a1", "a2", "a3"} {
-				c.join(n, "z1")
-			}
-			req := convergeRequest()
 			req.Parallelism = 2
-			next := req
-			next.JobTemplate = sampleTemplate + "\n# v2\n"
 			pauseAt, replaceAt := 40*time.Minute, 30*time.Minute
 			if pauseFirst {
 				pauseAt, replaceAt = replaceAt, pauseAt
@@ -171,11 +173,8 @@ func TestAPauseHoldsTheReplacingRun(t *testing.T) {
 // no gate). Before, the run ended on the broken gate and dropped the replacement it had
 // accepted.
 func TestAReplacementTakesOverFromABrokenMetricGate(t *testing.T) {
-	c := newConvergeCluster(t)
+	c, req, next := replaceScenario(t, "a0", "a1", "a2")
 	c.jobFor = time.Hour
-	for _, n := range []string{"a0", "a1", "a2"} {
-		c.join(n, "z1")
-	}
 	c.mockMore = func(env *testsuite.TestWorkflowEnvironment) {
 		var a *activities.Activities
 		first := func(in activities.MetricGateInput) bool { return in.First }
@@ -185,20 +184,8 @@ func TestAReplacementTakesOverFromABrokenMetricGate(t *testing.T) {
 		env.OnActivity(a.WatchMetricGate, mock.Anything, mock.MatchedBy(func(in activities.MetricGateInput) bool { return !first(in) })).
 			After(20*time.Minute).Return(activities.MetricGateResult{}, temporal.NewNonRetryableApplicationError("Prometheus refused the query", "BadQuery", nil)).Maybe()
 	}
-	req := convergeRequest()
 	req.Parallelism = 1
 	req.Gates = &api.Gates{Prometheus: &api.PrometheusGate{Query: "up == 0"}}
-	next := convergeRequest()
-	next.JobTemplate = sampleTemplate + "\n# v2\n"
-	steps := []convergeStep{
-		{at: 10 * time.Minute, do: replaceWith(t, next)},
-		abortAt(10 * time.Hour),
-	}
-	runs, last, err := c.runConverge(t, req, replaceStart, steps)
-	require.Equal(t, 2, runs, "the accepted replacement took over; the rollout ended instead with: %v", err)
-	require.Equal(t, next.JobTemplate, last.JobTemplate)
-	for _, n := range []string{"a0", "a1", "a2"} {
-		runs := c.runsOf(n)
-		require.Equal(t, templateHash(next.JobTemplate), runs[len(runs)-1], "%s moves to the new template", n)
-	}
+	requireTakesOver(t, c, req, next, 10*time.Minute)
+	require.Len(t, c.runs, 3, "every node moved")
 }
