@@ -30,9 +30,18 @@ func (a *app) replaceConverging(tc client.Client, id string, req api.RolloutRequ
 	if err != nil {
 		return notReplaced(req.Name, err)
 	}
+	// A paused rollout's replacing run starts paused too: say so, or the operator waits for a
+	// move that will not come until resumed.
+	var st api.RolloutStatus
+	if v, err := tc.QueryWorkflow(a.ctx, id, "", api.QueryStatus); err != nil || v.Get(&st) != nil {
+		st = api.RolloutStatus{} // the replace went through; only the hint is lost
+	}
 	return a.print(res, func(w io.Writer) error {
 		_, err := fmt.Fprintf(w, "rollout %s: replacing template %s; once its nodes in flight end, a new run moves every node to the new template (starter status %s)\n",
 			req.Name, res.PreviousTemplateHash, req.Name)
+		if err == nil && st.Paused {
+			_, err = fmt.Fprintf(w, "rollout %s is paused, and the new run starts paused: starter resume %s\n", req.Name, req.Name)
+		}
 		return err
 	})
 }

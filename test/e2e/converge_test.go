@@ -220,6 +220,7 @@ func TestConvergeStarterStartReplacesTheTemplate(t *testing.T) {
 	out, code = runStarter(t, "start", "-f", writeRequest(t, next))
 	require.Zero(t, code, out)
 	require.Contains(t, out, "replacing template")
+	require.Contains(t, out, "the new run starts paused: starter resume "+req.Name)
 	waitFor(t, 30*time.Second, "the replacing run, paused", func() bool {
 		st := status()
 		return st.TemplateHash != oldHash && st.Paused
