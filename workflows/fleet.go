@@ -172,12 +172,19 @@ func (f *fleet) registerHandlers(ctx workflow.Context) error {
 	workflow.Go(ctx, func(ctx workflow.Context) {
 		for {
 			signal := ""
-			sel := workflow.NewSelector(ctx)
-			sel.AddReceive(pause, func(c workflow.ReceiveChannel, _ bool) { c.Receive(ctx, nil); signal = api.SignalPause })
-			sel.AddReceive(resume, func(c workflow.ReceiveChannel, _ bool) { c.Receive(ctx, nil); signal = api.SignalResume })
-			sel.Select(ctx)
-			if ctx.Err() != nil {
-				return
+			// Words that wait together while the loop passes one on lost their order: the
+			// fleet stays paused, as a rollout does (wordsCameTogether).
+			if wordsCameTogether(pause, resume) && workflow.GetVersion(ctx, versionFleetPauseWinsTogether, workflow.DefaultVersion, 1) == 1 {
+				takeWords(pause, resume)
+				signal = api.SignalPause
+			} else {
+				sel := workflow.NewSelector(ctx)
+				sel.AddReceive(pause, func(c workflow.ReceiveChannel, _ bool) { c.Receive(ctx, nil); signal = api.SignalPause })
+				sel.AddReceive(resume, func(c workflow.ReceiveChannel, _ bool) { c.Receive(ctx, nil); signal = api.SignalResume })
+				sel.Select(ctx)
+				if ctx.Err() != nil {
+					return
+				}
 			}
 			f.paused = signal == api.SignalPause
 			f.forward(ctx, signal)

@@ -3,6 +3,7 @@ package workflows
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -366,4 +367,36 @@ func TestFleetRefusesAConvergingRollout(t *testing.T) {
 	env.ExecuteWorkflow(api.FleetRolloutWorkflow, converging)
 	require.NoError(t, env.GetWorkflowError())
 	require.Contains(t, f.started, "a", "the old version started wave 1 with the converging rollout")
+}
+
+// Pauses and resumes that wait together (they came while the fleet passed a word on, or after
+// the first word of a workflow task) lost their order: the fleet stays paused and passes the
+// pause on. Before versionFleetPauseWinsTogether it read the pause, then the resume, and started
+// wave 2 after pause, resume, pause.
+func TestFleetPausesAndResumesThatComeTogether(t *testing.T) {
+	for _, v := range []workflow.Version{workflow.DefaultVersion, 1} {
+		t.Run(fmt.Sprintf("version %d", v), func(t *testing.T) {
+			env, f := fleetEnv(t)
+			env.OnGetVersion(versionFleetPauseWinsTogether, workflow.DefaultVersion, 1).Return(v)
+			env.RegisterDelayedCallback(func() {
+				env.SignalWorkflowSkippingWorkflowTask(api.SignalPause, nil)
+				env.SignalWorkflowSkippingWorkflowTask(api.SignalResume, nil)
+				env.SignalWorkflow(api.SignalPause, nil)
+			}, 30*time.Minute)
+			var st api.FleetStatus
+			env.RegisterDelayedCallback(func() { queryStatus(t, env, &st) }, 90*time.Minute)
+			env.RegisterDelayedCallback(func() { env.SignalWorkflow(api.SignalResume, nil) }, 3*time.Hour)
+			env.ExecuteWorkflow(api.FleetRolloutWorkflow, fleetRequest(0))
+			require.True(t, env.IsWorkflowCompleted())
+			require.NoError(t, env.GetWorkflowError())
+			if v == workflow.DefaultVersion {
+				require.Equal(t, "running", st.Phase)
+				require.Equal(t, time.Hour, f.started["a"].Sub(f.started["staging"]))
+				return
+			}
+			require.Equal(t, "paused", st.Phase)
+			require.Equal(t, []string{api.SignalPause, api.SignalPause}, f.signals["staging"], "the running cluster was left paused")
+			require.Equal(t, 3*time.Hour, f.started["a"].Sub(f.started["staging"]), "wave 2 started at the resume")
+		})
+	}
 }

@@ -31,9 +31,9 @@ import (
 // (zones, nodes another rollout holds, nodes already done, names that do not exist), a random
 // request (window, per-domain limit, failure budget, batch growth, canaries with soak and
 // approval, delay between nodes, maintenance, continue-as-new, a cluster-wide budget) and a
-// random script of events (Job outcomes and durations, pause and resume, setParallelism,
-// approve, abort, cluster-budget grants and slots leaked to others, worker crashes as failed
-// activity attempts, a node workflow terminated by hand). It runs the real Rollout and node
+// random script of events (Job outcomes and durations, pause and resume alone and in bursts,
+// setParallelism, approve, abort, cluster-budget grants and slots leaked to others, worker
+// crashes as failed activity attempts, a node workflow terminated by hand). It runs the real Rollout and node
 // workflows over a fake cluster, one test environment per run (continue-as-new starts the
 // next), and checks the invariants at every node start (what a Rollout may start), at every
 // Job created (one per node at a time), and at the end (outcomes, cordons, markers,
@@ -127,14 +127,15 @@ type modelNode struct {
 // modelEvent is one scripted event at an offset from the scenario's start.
 type modelEvent struct {
 	at   time.Duration
-	kind string // pause, resume, parallelism, approve, abort, leak, unleak, join, drift
+	kind string // pause, resume, burst, parallelism, approve, abort, leak, unleak, join, drift
 	n    int
 	node string // join and drift
 	// late (pause and resume): the worker is away when the signal comes, so it reaches the run
 	// with whatever workflow task comes next (a timer's, a child's end), not in one of its
 	// own; the worker is back late after it, when the signal is sent once more (unless another
 	// pause or resume came since) so that a task surely comes.
-	late time.Duration
+	late  time.Duration
+	words []string // burst: pauses and resumes sent together
 }
 
 type model struct {
@@ -340,6 +341,19 @@ func (m *model) script() {
 		at := time.Duration(r.IntN(48*60)) * time.Minute
 		m.events = append(m.events, modelEvent{at: at, kind: "pause"},
 			modelEvent{at: at + time.Duration(1+r.IntN(240))*time.Minute, kind: "resume"})
+	}
+	if r.IntN(4) == 0 {
+		// A burst: three pauses or resumes while the worker is away, which reach the run with
+		// whatever task comes next (only the first alone; the order of the rest may be lost),
+		// then a resume an hour later and another after two (the first may come in that same
+		// task, with the burst).
+		at := time.Duration(r.IntN(48*60)) * time.Minute
+		var words []string
+		for range 3 {
+			words = append(words, []string{api.SignalPause, api.SignalResume}[r.IntN(2)])
+		}
+		m.events = append(m.events, modelEvent{at: at, kind: "burst", words: words},
+			modelEvent{at: at + time.Hour, kind: "resume"}, modelEvent{at: at + 2*time.Hour, kind: "resume"})
 	}
 	for range r.IntN(3) {
 		m.events = append(m.events, modelEvent{at: time.Duration(r.IntN(48*60)) * time.Minute, kind: "parallelism", n: 1 + r.IntN(6)})
@@ -692,10 +706,10 @@ func (m *model) newEnv(t *testing.T, now time.Time, run int) (*testsuite.TestWor
 	env.RegisterWorkflowWithOptions(handedNode, workflow.RegisterOptions{Name: modelHandedNode})
 	env.RegisterWorkflowWithOptions(endedNode, workflow.RegisterOptions{Name: modelEndedNode})
 	if modelBefore {
-		for _, id := range []string{versionAbortDuringUncordon, versionRecordAbortInFinalize, versionCapBeforePrepare} {
+		for _, id := range []string{versionAbortDuringUncordon, versionRecordAbortInFinalize, versionCapBeforePrepare, versionPauseWinsTogether} {
 			env.OnGetVersion(id, workflow.DefaultVersion, 1).Return(workflow.DefaultVersion).Maybe()
 		}
-		env.OnGetVersion(versionAdmission, workflow.DefaultVersion, 2).Return(workflow.DefaultVersion).Maybe()
+		env.OnGetVersion(versionAdmission, workflow.DefaultVersion, 3).Return(workflow.DefaultVersion).Maybe()
 	}
 	m.mockActivities(env, run)
 	m.mockGate(env, run)
@@ -748,6 +762,22 @@ func (m *model) happen(env *testsuite.TestWorkflowEnvironment, i int, e modelEve
 		m.resumedAt = append(m.resumedAt, at)
 		m.mu.Unlock()
 		m.steer(env, i, e, api.SignalResume)
+	case "burst":
+		// The words land in the channels now, the run reads them with the next task. They
+		// count a nanosecond apart, in the order sent.
+		m.mu.Lock()
+		m.lastSteer = i
+		for k, w := range e.words {
+			if w == api.SignalPause {
+				m.pausedAt = append(m.pausedAt, at.Add(time.Duration(k)))
+			} else {
+				m.resumedAt = append(m.resumedAt, at.Add(time.Duration(k)))
+			}
+		}
+		m.mu.Unlock()
+		for _, w := range e.words {
+			env.SignalWorkflowSkippingWorkflowTask(w, nil)
+		}
 	case "parallelism":
 		env.UpdateWorkflow(api.UpdateSetParallelism, fmt.Sprintf("p%d-%d", m.runs, i), &testsuite.TestUpdateCallback{
 			OnAccept: func() {

@@ -2,6 +2,7 @@ package workflows
 
 import (
 	"context"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -178,4 +179,69 @@ type signalCounter struct {
 func (s *signalCounter) SignalExternalWorkflow(ctx workflow.Context, workflowID, runID, signalName string, arg any) workflow.Future {
 	s.seen(signalName)
 	return s.Next.SignalExternalWorkflow(ctx, workflowID, runID, signalName, arg)
+}
+
+// Pauses and resumes that reach the run in one task (the worker was away while operators
+// steered, or two operators steered at once). The first reaches the loop alone, in order; the
+// rest wait in one channel per signal name, and which was sent last is lost when both wait:
+// then the run stays paused. Before versionPauseWinsTogether it took the waiting pause and then
+// the waiting resume, and ran on after pause, resume, pause.
+func TestPausesAndResumesThatComeTogether(t *testing.T) {
+	for _, c := range []struct {
+		words  []string
+		paused bool
+	}{
+		{[]string{api.SignalResume, api.SignalPause}, true},
+		{[]string{api.SignalPause, api.SignalResume}, false},
+		{[]string{api.SignalPause, api.SignalResume, api.SignalPause}, true},
+		{[]string{api.SignalResume, api.SignalResume, api.SignalPause}, true},
+		// The order of the last two is lost: paused, though the operator's last word was resume.
+		{[]string{api.SignalResume, api.SignalPause, api.SignalResume}, true},
+	} {
+		t.Run(strings.Join(c.words, " "), func(t *testing.T) {
+			starts, st := wordsTogether(t, c.words, nil)
+			require.Contains(t, starts, "a")
+			require.Equal(t, c.paused, st.Paused, "the status")
+			if c.paused {
+				require.NotContains(t, starts, "b", "b started while the run was paused")
+			} else {
+				require.Contains(t, starts, "b")
+			}
+		})
+	}
+}
+
+// On DefaultVersion the run keeps to what its history recorded: the waiting pause, then the
+// waiting resume.
+func TestPausesAndResumesThatComeTogetherOnTheOldVersion(t *testing.T) {
+	starts, st := wordsTogether(t, []string{api.SignalPause, api.SignalResume, api.SignalPause}, func(env *testsuite.TestWorkflowEnvironment) {
+		env.OnGetVersion(versionPauseWinsTogether, workflow.DefaultVersion, 1).Return(workflow.DefaultVersion)
+	})
+	require.False(t, st.Paused)
+	require.Contains(t, starts, "b")
+}
+
+// wordsTogether sends words in one task 30 minutes into a rollout of a, b and c, one at a time
+// and an hour each, and returns when each node started and the status at 2h.
+func wordsTogether(t *testing.T, words []string, setUp func(*testsuite.TestWorkflowEnvironment)) (map[string]time.Time, api.RolloutStatus) {
+	env, a := newTestEnv(nil)
+	jobsOutlastTheWatch(env)
+	listsNamedNodes(env, a)
+	if setUp != nil {
+		setUp(env)
+	}
+	starts := nodeStarts(env, time.Hour)
+	env.RegisterDelayedCallback(func() {
+		for _, w := range words[:len(words)-1] {
+			env.SignalWorkflowSkippingWorkflowTask(w, nil)
+		}
+		env.SignalWorkflow(words[len(words)-1], nil)
+	}, 30*time.Minute)
+	var st api.RolloutStatus
+	env.RegisterDelayedCallback(func() { queryStatus(t, env, &st) }, 2*time.Hour)
+	env.RegisterDelayedCallback(env.CancelWorkflow, 3*time.Hour)
+	req := request("a", "b", "c")
+	req.Parallelism = 1
+	env.ExecuteWorkflow(api.RolloutWorkflow, req)
+	return starts(), st
 }

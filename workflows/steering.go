@@ -58,6 +58,12 @@ func (r *rollout) registerHandlers(ctx workflow.Context) error {
 	r.signals = []workflow.ReceiveChannel{pause, resume, freed}
 	workflow.Go(ctx, func(ctx workflow.Context) {
 		for {
+			if wordsCameTogether(pause, resume) && workflow.GetVersion(ctx, versionPauseWinsTogether, workflow.DefaultVersion, 1) == 1 {
+				takeWords(pause, resume)
+				r.progress.Paused = true
+				r.showProgress(ctx)
+				continue
+			}
 			sel := workflow.NewSelector(ctx)
 			sel.AddReceive(pause, func(c workflow.ReceiveChannel, _ bool) { c.Receive(ctx, nil); r.progress.Paused = true })
 			sel.AddReceive(resume, func(c workflow.ReceiveChannel, _ bool) { c.Receive(ctx, nil); r.progress.Paused = false })
@@ -81,6 +87,24 @@ func (r *rollout) registerHandlers(ctx workflow.Context) error {
 		}
 	})
 	return nil
+}
+
+// wordsCameTogether says whether a pause and a resume are both waiting to be read. The loop that
+// reads them waits for the next word whenever it has nothing else to do, so the first word of a
+// workflow task reaches it alone, in order; words that come after it in the same task (after a
+// worker's absence, or several operators at once) wait in one channel per signal name, and
+// which of them was sent last is lost. Then the run stays paused: the side that starts nothing
+// an operator may not want, and that the status shows.
+func wordsCameTogether(pause, resume workflow.ReceiveChannel) bool {
+	return pause.Len() > 0 && resume.Len() > 0
+}
+
+// takeWords reads every waiting pause and resume.
+func takeWords(pause, resume workflow.ReceiveChannel) {
+	for pause.ReceiveAsync(nil) {
+	}
+	for resume.ReceiveAsync(nil) {
+	}
 }
 
 // afterReadyCoroutines returns a condition that holds once every coroutine ready now has run

@@ -49,6 +49,8 @@ const (
 	versionConverge         = "converge-mode"
 	// Rollout, when a replacement is pending as the run decides how it ends.
 	versionReplacementTakesOver = "replacement-takes-over"
+	// Rollout, when a pause and a resume reach it together.
+	versionPauseWinsTogether = "pause-wins-when-words-come-together"
 	// Rollout, when a maintained node's workflow was terminated.
 	versionRecordTerminatedNode = "record-terminated-node"
 	// Rollout, when a node handed over in flight is found ended without its word.
@@ -68,6 +70,7 @@ const (
 	versionFleetUnknownFields          = "fleet-refuses-unknown-fields"
 	versionFleetChecksRollout          = "fleet-checks-nested-rollout"
 	versionFleetCountsUnrolledClusters = "fleet-counts-aborted-and-empty-clusters"
+	versionFleetPauseWinsTogether      = "fleet-pause-wins-when-words-come-together"
 )
 
 // change is one GetVersion change ID.
@@ -302,6 +305,16 @@ var ledger = []change{
 		removable: removableOnceDrained,
 	},
 	{
+		id: versionPauseWinsTogether, workflow: "Rollout", since: "pause-wins-when-words-come-together (2026-12-07)",
+		what: []string{
+			"pauses and resumes waiting together (they came in one workflow task after its first word) were read pause first, then resume: after pause, resume, pause the run went on",
+			"the run reads them all and stays paused, since which was sent last is lost",
+		},
+		asked:     "only when a pause and a resume are both waiting to be read",
+		covered:   "no fixture reaches the path; TestPausesAndResumesThatComeTogether runs version 1, TestPausesAndResumesThatComeTogetherOnTheOldVersion the default; the model sends words in bursts",
+		removable: removableOnceDrained,
+	},
+	{
 		id: versionRecordTerminatedNode, workflow: "Rollout", since: "record-terminated-node (2026-12-06)",
 		what: []string{
 			"a maintained node whose workflow was terminated keeps on the Node the success its Job recorded, and our cordon; a re-run skips it as done",
@@ -428,6 +441,16 @@ var ledger = []change{
 			workflow.DefaultVersion: {"v3-fleet-two-waves.json", "v4-fleet-two-waves.json"},
 			1:                       {"v8-fleet-two-waves.json", "v9-fleet-two-waves.json"},
 		},
+		removable: removableOnceDrained,
+	},
+	{
+		id: versionFleetPauseWinsTogether, workflow: "FleetRollout", since: "pause-wins-when-words-come-together (2026-12-07)",
+		what: []string{
+			"pauses and resumes waiting together (they came while the fleet passed a word on to its clusters, or in one workflow task after its first word) were read pause first, then resume: the fleet and its clusters went on whichever was sent last",
+			"the fleet reads them all, stays paused and passes the pause on",
+		},
+		asked:     "only when a pause and a resume are both waiting to be read",
+		covered:   "no fixture reaches the path; TestFleetPausesAndResumesThatComeTogether runs both versions",
 		removable: removableOnceDrained,
 	},
 }
