@@ -310,8 +310,11 @@ var ledger = []change{
 			"pauses and resumes waiting together (they came in one workflow task after its first word) were read pause first, then resume: after pause, resume, pause the run went on",
 			"the run reads them all and stays paused, since which was sent last is lost",
 		},
-		asked:     "only when a pause and a resume are both waiting to be read",
-		covered:   "no fixture reaches the path; TestPausesAndResumesThatComeTogether runs version 1, TestPausesAndResumesThatComeTogetherOnTheOldVersion the default; the model sends words in bursts",
+		asked: "only when a pause and a resume are both waiting to be read",
+		pinned: map[workflow.Version][]string{
+			1: {"v18-rollout-words-together.json"},
+		},
+		covered:   "DefaultVersion: TestPausesAndResumesThatComeTogetherOnTheOldVersion; version 1 also TestPausesAndResumesThatComeTogether; the model sends words in bursts",
 		removable: removableOnceDrained,
 	},
 	{

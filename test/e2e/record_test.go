@@ -35,7 +35,8 @@ const RecordFixturesEnv = "NODEROLLOUT_RECORD_FIXTURES"
 // fixtures (continue-as-new, pause/resume with a setParallelism update, an abort with Jobs
 // running, a node busy with another rollout, that node handed over across continue-as-new, nodes
 // handed over in flight, a delay between nodes cut short by a spent budget, starts spaced by it
-// after a wait, a paused converging rollout replaced while its canary awaits approval) and
+// after a wait, a paused converging rollout replaced while its canary awaits approval, words
+// sent together while the worker is away) and
 // replays every history it recorded with
 // today's workflow code. Re-record the fixtures with
 //
@@ -71,6 +72,7 @@ func TestRecordReplayFixtures(t *testing.T) {
 		{"fleet", recordFleet},
 		{"fleet-invalid-rollout", recordFleetInvalidRollout},
 		{"converge-replaced", recordConvergeReplaced},
+		{"words-together", recordWordsTogether},
 		{"long-job", recordLongJob},
 		{"abort-long-job", recordAbortLongJob},
 	}
@@ -339,6 +341,40 @@ func recordConvergeReplaced(t *testing.T, rec *recorder) {
 		return err == nil && st.Paused && st.TemplateHash != "" && st.TemplateHash != replaced.PreviousTemplateHash
 	})
 	rec.write(t, "rollout-converge-replaced.json", h)
+}
+
+// recordWordsTogether: while the rollout's only worker is away, an operator pauses, resumes
+// and pauses again; the three words reach the run in one task, where only the first comes
+// alone and the order of the other two is lost, so the run stays paused
+// (versionPauseWinsTogether). Before, it read the pause and then the resume, and went on. It
+// starts no node while paused, and finishes once resumed.
+func recordWordsTogether(t *testing.T, rec *recorder) {
+	f := NewFleet(t, 3)
+	req := f.Request("fixture-words-together", 5*time.Second)
+	req.Parallelism = 1
+	queue, ws := ownWorkers(t, 1)
+	run := StartOn(t, req, queue)
+	ctx := context.Background()
+	waitFor(t, 60*time.Second, "the first node running", func() bool {
+		st, err := status(run.GetID())
+		return err == nil && st.Counts.Running > 0
+	})
+	require.NoError(t, ws[0].Stop())
+	for _, word := range []string{api.SignalPause, api.SignalResume, api.SignalPause} {
+		require.NoError(t, stack.Temporal.SignalWorkflow(ctx, run.GetID(), "", word, nil))
+	}
+	back, err := StartWorker(queue+"-back", "--task-queue", queue)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = back.Stop() })
+	waitFor(t, 120*time.Second, "the first node done, the run paused with nothing in flight", func() bool {
+		st, err := status(run.GetID())
+		return err == nil && st.Paused && st.Counts.Running == 0 && st.Counts.Succeeded == 1
+	})
+	require.Len(t, f.Jobs(t, req.Name), 1, "no node started after the words")
+	require.NoError(t, stack.Temporal.SignalWorkflow(ctx, run.GetID(), "", api.SignalResume, nil))
+	res := Succeeded(t, run)
+	require.Equal(t, 3, res.Counts.Succeeded)
+	rec.write(t, "rollout-words-together.json", rec.closed(t, run.GetID(), run.GetRunID(), enums.WORKFLOW_EXECUTION_STATUS_COMPLETED))
 }
 
 // recordPacedMaintained: a canary approved by the update, one node per zone at a time in spread
