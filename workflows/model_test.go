@@ -127,7 +127,7 @@ type modelNode struct {
 // modelEvent is one scripted event at an offset from the scenario's start.
 type modelEvent struct {
 	at   time.Duration
-	kind string // pause, resume, burst, parallelism, approve, abort, leak, unleak, join, drift
+	kind string // pause, resume, burst, parallelism, approve, abort, leak, unleak, join, drift, replace
 	n    int
 	node string // join and drift
 	// late (pause and resume): the worker is away when the signal comes, so it reaches the run
@@ -170,8 +170,13 @@ type model struct {
 	parallelism         []timedInt // accepted setParallelism, and the request's at start
 	approvedAt          time.Time
 	approvals           int
-	lastStartAt         time.Time // the rollout's last child start, busy refusals included
-	abortedAt           time.Time
+	// replacedAt: the replacing run began (a replaced rollout starts afresh: its own canary
+	// stage and approval, its own failure budget).
+	replacedAt     time.Time
+	replacePending bool         // accepted, not yet handed over
+	played         map[int]bool // events played, by index
+	lastStartAt    time.Time    // the rollout's last child start, busy refusals included
+	abortedAt      time.Time
 	// The model's cluster-wide budget coordinator.
 	queue   []string
 	held    map[string]bool
@@ -376,6 +381,15 @@ func (m *model) script() {
 			}
 		}
 		m.events = append(m.events, modelEvent{at: modelConvergeEnd, kind: "abort"})
+		if r.IntN(2) == 0 {
+			// starter start of a changed request (its parallelism) replaces the rollout; the
+			// operator may then set the pace again, maybe while the nodes in flight end.
+			at := time.Duration(60+r.IntN(96*60)) * time.Minute
+			m.events = append(m.events, modelEvent{at: at, kind: "replace", n: 1 + r.IntN(6)})
+			if r.IntN(2) == 0 {
+				m.events = append(m.events, modelEvent{at: at + time.Duration(1+r.IntN(30))*time.Minute, kind: "parallelism", n: 1 + r.IntN(6)})
+			}
+		}
 	}
 	switch x := r.IntN(10); {
 	case x < 2:
@@ -514,6 +528,14 @@ func (m *model) run(t *testing.T) []string {
 				return m.problems
 			}
 			now = env.Now()
+			// The hand-over: a continue-as-new after a replacement was accepted that carries it
+			// no further (the model's own account, not the run's Progress.Replaced).
+			if m.replacePending && (carried == nil || carried.Converge == nil || carried.Converge.Replacement == nil) {
+				m.mu.Lock()
+				m.note("run %d replaces the rollout with parallelism %d", run+1, req.Parallelism)
+				m.replacedAt, m.approvedAt, m.replacePending = now, time.Time{}, false
+				m.mu.Unlock()
+			}
 			continue
 		}
 		final = err
@@ -724,7 +746,7 @@ func (m *model) newEnv(t *testing.T, now time.Time, run int) (*testsuite.TestWor
 func (m *model) schedule(env *testsuite.TestWorkflowEnvironment, now time.Time) {
 	for i, e := range m.events {
 		at := m.start.Add(e.at)
-		if at.Before(now) {
+		if at.Before(now) || m.happened(i) {
 			continue
 		}
 		env.RegisterDelayedCallback(func() { m.happen(env, i, e) }, at.Sub(now))
@@ -748,9 +770,23 @@ func (m *model) schedule(env *testsuite.TestWorkflowEnvironment, now time.Time) 
 	}
 }
 
+// happened says whether event i was played: a run that begins at its instant (the one before
+// ended then) does not play it again.
+func (m *model) happened(i int) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.played[i]
+}
+
 // happen plays one event.
 func (m *model) happen(env *testsuite.TestWorkflowEnvironment, i int, e modelEvent) {
 	at := env.Now()
+	m.mu.Lock()
+	if m.played == nil {
+		m.played = map[int]bool{}
+	}
+	m.played[i] = true
+	m.mu.Unlock()
 	switch e.kind {
 	case "pause":
 		m.mu.Lock()
@@ -787,6 +823,24 @@ func (m *model) happen(env *testsuite.TestWorkflowEnvironment, i int, e modelEve
 			},
 			OnReject: func(error) {}, OnComplete: func(any, error) {},
 		}, api.SetParallelismRequest{Parallelism: e.n})
+	case "replace":
+		next := m.req
+		next.Parallelism = e.n
+		env.UpdateWorkflow(api.UpdateReplace, fmt.Sprintf("replace-%d-%d", m.runs, i), &testsuite.TestUpdateCallback{
+			OnAccept: func() {
+				m.mu.Lock()
+				m.parallelism = append(m.parallelism, timedInt{at: at, n: e.n})
+				m.replacePending = true
+				m.note("replace with parallelism %d accepted at %s", e.n, at)
+				m.mu.Unlock()
+			},
+			OnReject: func(err error) {
+				m.mu.Lock()
+				m.note("replace refused at %s: %v", at, err)
+				m.mu.Unlock()
+			},
+			OnComplete: func(any, error) {},
+		}, next)
 	case "approve":
 		if !m.approvedAt.IsZero() {
 			return
@@ -1286,8 +1340,9 @@ func (m *model) nodeBegins(node string, at time.Time) {
 	if n.running {
 		m.fail("%s: a second node workflow runs while one runs", node)
 	}
-	if m.converge && n.runs > 0 && failedOutcome(n.outcome) && !n.wiped {
-		// A failed node runs again only through retryFailedAfter, and not before it.
+	if m.converge && n.runs > 0 && failedOutcome(n.outcome) && !n.wiped && (m.replacedAt.IsZero() || n.ended.After(m.replacedAt)) {
+		// A failed node runs again only through retryFailedAfter, and not before it; or in
+		// the first pass of a replacing request, as in a re-run.
 		retry := m.req.RetryFailedAfterDuration()
 		switch {
 		case retry == 0:
@@ -1376,7 +1431,7 @@ func (m *model) checkStart(node string, t time.Time) {
 	}
 	failures := 0
 	for _, o := range m.nodes {
-		if o.runs > 0 && !o.running && o.ended.Before(t) && failedOutcome(o.outcome) {
+		if o.runs > 0 && !o.running && o.ended.Before(t) && failedOutcome(o.outcome) && (m.replacedAt.IsZero() || o.ended.After(m.replacedAt)) {
 			failures++
 		}
 	}

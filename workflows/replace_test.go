@@ -2,6 +2,7 @@ package workflows
 
 import (
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -188,4 +189,38 @@ func TestAReplacementTakesOverFromABrokenMetricGate(t *testing.T) {
 	req.Gates = &api.Gates{Prometheus: &api.PrometheusGate{Query: "up == 0"}}
 	requireTakesOver(t, c, req, next, 10*time.Minute)
 	require.Len(t, c.runs, 3, "every node moved")
+}
+
+// A setParallelism accepted while the rollout is being replaced is the operator's latest word
+// on its pace: the replacing run keeps it, over the parallelism the replacing request was sent
+// with. Before, the hand-over dropped it, though the update had answered that it was set.
+func TestASetParallelismWhileReplacingHoldsInTheReplacingRun(t *testing.T) {
+	c, req, next := replaceScenario(t, "a0", "a1", "a2", "a3")
+	c.jobFor = time.Hour
+	req.Parallelism = 2
+	next.Parallelism = 3
+	steps := []convergeStep{
+		// a0 and a1 run from 0 to 1h; a2 and a3 are queued.
+		{at: 30 * time.Minute, do: replaceWith(t, next)},
+		{at: 40 * time.Minute, do: func(env *testsuite.TestWorkflowEnvironment) {
+			env.UpdateWorkflow(api.UpdateSetParallelism, "slower", &testsuite.TestUpdateCallback{
+				OnReject: func(err error) { t.Errorf("setParallelism rejected: %v", err) },
+				OnAccept: func() {}, OnComplete: func(any, error) {},
+			}, api.SetParallelismRequest{Parallelism: 1})
+		}},
+		abortAt(10 * time.Hour),
+	}
+	runs, last, _ := c.runConverge(t, req, replaceStart, steps)
+	require.Equal(t, 2, runs, "one hand-over")
+	require.Equal(t, 1, last.Parallelism, "the replacing run's parallelism")
+	var starts []time.Time
+	for _, n := range []string{"a0", "a1", "a2", "a3"} {
+		rs := c.runs[n]
+		require.Equal(t, templateHash(next.JobTemplate), rs[len(rs)-1].hash, "%s moves to the new template", n)
+		starts = append(starts, rs[len(rs)-1].created)
+	}
+	slices.SortFunc(starts, func(a, b time.Time) int { return a.Compare(b) })
+	for i := 1; i < len(starts); i++ {
+		require.GreaterOrEqual(t, starts[i].Sub(starts[i-1]), c.jobFor, "one node at a time in the replacing run")
+	}
 }

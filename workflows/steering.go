@@ -34,6 +34,11 @@ func (r *rollout) registerHandlers(ctx workflow.Context) error {
 			previous := r.launchWindow.ceiling
 			r.launchWindow.setCeiling(in.Parallelism)
 			r.progress.Parallelism = in.Parallelism
+			if r.replacing() {
+				// The operator's latest word on the pace holds in the replacing run too. Only
+				// the continue-as-new input changes, which replay does not compare.
+				r.conv.Replacement.Parallelism = in.Parallelism
+			}
 			r.showProgress(ctx)
 			return api.SetParallelismResult{Previous: previous, Parallelism: in.Parallelism}, nil
 		},

@@ -25,7 +25,10 @@ import (
 // tolerations (a recorded CheckNodes result from before has no untolerated nodes to skip); a
 // maintained node records its own success after its uncordon (maintenance.go) only when its
 // input says NodeRolloutInput.RecordNodeEnd, which no child recorded before it was given
-// (v13-node-maintained.json replays without that command, v14-node-maintained.json with it).
+// (v13-node-maintained.json replays without that command, v14-node-maintained.json with it);
+// a setParallelism accepted while a converging rollout is being replaced is kept in the
+// pending replacement (steering.go), which changes only the continue-as-new input, and replay
+// does not compare inputs.
 
 // Change IDs, by the workflow that asks them.
 const (
