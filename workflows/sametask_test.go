@@ -2,7 +2,6 @@ package workflows
 
 import (
 	"context"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -187,18 +186,20 @@ func (s *signalCounter) SignalExternalWorkflow(ctx workflow.Context, workflowID,
 // then the run stays paused. Before versionPauseWinsTogether it took the waiting pause and then
 // the waiting resume, and ran on after pause, resume, pause.
 func TestPausesAndResumesThatComeTogether(t *testing.T) {
+	pause, resume := api.SignalPause, api.SignalResume
 	for _, c := range []struct {
+		name   string
 		words  []string
 		paused bool
 	}{
-		{[]string{api.SignalResume, api.SignalPause}, true},
-		{[]string{api.SignalPause, api.SignalResume}, false},
-		{[]string{api.SignalPause, api.SignalResume, api.SignalPause}, true},
-		{[]string{api.SignalResume, api.SignalResume, api.SignalPause}, true},
+		{"resume, pause", []string{resume, pause}, true},
+		{"pause, resume", []string{pause, resume}, false},
+		{"pause, resume, pause", []string{pause, resume, pause}, true},
+		{"resume, resume, pause", []string{resume, resume, pause}, true},
 		// The order of the last two is lost: paused, though the operator's last word was resume.
-		{[]string{api.SignalResume, api.SignalPause, api.SignalResume}, true},
+		{"resume, pause, resume", []string{resume, pause, resume}, true},
 	} {
-		t.Run(strings.Join(c.words, " "), func(t *testing.T) {
+		t.Run(c.name, func(t *testing.T) {
 			starts, st := wordsTogether(t, c.words, nil)
 			require.Contains(t, starts, "a")
 			require.Equal(t, c.paused, st.Paused, "the status")
