@@ -33,11 +33,11 @@ import (
 // approval, delay between nodes, maintenance, continue-as-new, a cluster-wide budget) and a
 // random script of events (Job outcomes and durations, pause and resume alone and in bursts,
 // setParallelism, approve, abort, cluster-budget grants and slots leaked to others, worker
-// crashes as failed activity attempts, a node workflow terminated by hand). It runs the real Rollout and node
-// workflows over a fake cluster, one test environment per run (continue-as-new starts the
-// next), and checks the invariants at every node start (what a Rollout may start), at every
-// Job created (one per node at a time), and at the end (outcomes, cordons, markers,
-// history). A failure names its seed; rerun it
+// crashes as failed activity attempts, a node workflow terminated by hand, a converging
+// rollout replaced). It runs the real Rollout and node workflows over a fake cluster, one
+// test environment per run (continue-as-new starts the next), and checks the invariants at
+// every node start (what a Rollout may start), at every Job created (one per node at a time),
+// and at the end (outcomes, cordons, markers, history). A failure names its seed; rerun it
 // with NODEROLLOUT_MODEL_SEED=<seed> (NODEROLLOUT_MODEL_TRACE=1 prints what happened).
 // NODEROLLOUT_MODEL_SEEDS sets how many seeds run and NODEROLLOUT_MODEL_FROM the first (make
 // soak runs 5,000 others).
@@ -770,6 +770,12 @@ func (m *model) schedule(env *testsuite.TestWorkflowEnvironment, now time.Time) 
 	}
 }
 
+// sinceReplaced says whether t falls in the current request's runs: after the hand-over to
+// a replacement, if there was one (callers hold m.mu).
+func (m *model) sinceReplaced(t time.Time) bool {
+	return m.replacedAt.IsZero() || t.After(m.replacedAt)
+}
+
 // happened says whether event i was played: a run that begins at its instant (the one before
 // ended then) does not play it again.
 func (m *model) happened(i int) bool {
@@ -1340,7 +1346,7 @@ func (m *model) nodeBegins(node string, at time.Time) {
 	if n.running {
 		m.fail("%s: a second node workflow runs while one runs", node)
 	}
-	if m.converge && n.runs > 0 && failedOutcome(n.outcome) && !n.wiped && (m.replacedAt.IsZero() || n.ended.After(m.replacedAt)) {
+	if m.converge && n.runs > 0 && failedOutcome(n.outcome) && !n.wiped && m.sinceReplaced(n.ended) {
 		// A failed node runs again only through retryFailedAfter, and not before it; or in
 		// the first pass of a replacing request, as in a re-run.
 		retry := m.req.RetryFailedAfterDuration()
@@ -1431,7 +1437,7 @@ func (m *model) checkStart(node string, t time.Time) {
 	}
 	failures := 0
 	for _, o := range m.nodes {
-		if o.runs > 0 && !o.running && o.ended.Before(t) && failedOutcome(o.outcome) && (m.replacedAt.IsZero() || o.ended.After(m.replacedAt)) {
+		if o.runs > 0 && !o.running && o.ended.Before(t) && failedOutcome(o.outcome) && m.sinceReplaced(o.ended) {
 			failures++
 		}
 	}
