@@ -34,8 +34,9 @@ import (
 // random script of events (Job outcomes and durations, pause and resume alone and in bursts,
 // setParallelism, approve, abort, cluster-budget grants and slots leaked to others, worker
 // crashes as failed activity attempts, a node workflow terminated by hand, a converging
-// rollout replaced). It runs the real Rollout and node workflows over a fake cluster, one
-// test environment per run (continue-as-new starts the next), and checks the invariants at
+// rollout replaced with a new pace or a new template, which every node then runs again). It
+// runs the real Rollout and node workflows over a fake cluster, one test environment per run
+// (continue-as-new starts the next), and checks the invariants at
 // every node start (what a Rollout may start), at every Job created (one per node at a time),
 // and at the end (outcomes, cordons, markers, history). A failure names its seed; rerun it
 // with NODEROLLOUT_MODEL_SEED=<seed> (NODEROLLOUT_MODEL_TRACE=1 prints what happened).
@@ -45,6 +46,7 @@ import (
 const (
 	modelRoot     = "model-rollout"
 	modelHash     = "model-hash"
+	modelHash2    = "model-hash-2" // the template a replacement may bring (modelTemplate2)
 	modelRollout  = "model"
 	modelHorizon  = 12 * 24 * time.Hour // no scenario runs longer; events stop here
 	modelTickStep = 15 * time.Minute    // how often the model's budget coordinator looks
@@ -112,7 +114,8 @@ type modelNode struct {
 	cordoned, ourCordon bool
 	cordonedOnce        bool   // we cordoned it at some point
 	liftedDuringAbort   bool   // our cordon was being lifted (after its success) when the abort came
-	marker              string // outcome recorded for modelHash
+	marker              string // outcome recorded for markerHash
+	markerHash          string // the template the marker speaks of
 	liveJobs            int
 	jobCreated          time.Time // when our live Job was created
 	// What the rollout did with it.
@@ -122,6 +125,9 @@ type modelNode struct {
 	started  time.Time // the last run's start
 	ended    time.Time // the last run's end
 	attempts int       // child starts the rollout made (busy refusals included)
+	// templateRuns: runs a replacement with a new template may add (one for a node that had
+	// run, or was done, at the hand-over).
+	templateRuns int
 }
 
 // modelEvent is one scripted event at an offset from the scenario's start.
@@ -136,6 +142,9 @@ type modelEvent struct {
 	// pause or resume came since) so that a task surely comes.
 	late  time.Duration
 	words []string // burst: pauses and resumes sent together
+	// template (replace): the replacement brings a new template (modelTemplate2), which every
+	// node then runs again; otherwise only a new parallelism.
+	template bool
 }
 
 type model struct {
@@ -177,6 +186,9 @@ type model struct {
 	played         map[int]bool // events played, by index
 	lastStartAt    time.Time    // the rollout's last child start, busy refusals included
 	abortedAt      time.Time
+	// pendingTemplate: the accepted replacement brings modelTemplate2; templateReplaced: the
+	// replacing run runs it (every node's marker of modelHash is then stale).
+	pendingTemplate, templateReplaced bool
 	// The model's cluster-wide budget coordinator.
 	queue   []string
 	held    map[string]bool
@@ -214,7 +226,7 @@ func newModel(seed uint64) *model {
 		case x < 5:
 			node.missing = true
 		case x < 12:
-			node.done, node.marker = true, string(api.OutcomeSucceeded)
+			node.done, node.marker, node.markerHash = true, string(api.OutcomeSucceeded), modelHash
 		case x < 27:
 			node.heldFor = time.Duration(10+r.IntN(600)) * time.Minute
 		}
@@ -282,8 +294,24 @@ func newModel(seed uint64) *model {
 	m.scriptGate()
 	m.scriptTermination()
 	m.scriptStrayWords()
+	m.scriptNewTemplates()
 	return m
 }
+
+// scriptNewTemplates makes half of the replacements bring a new template as well, which every
+// node then runs again: the replacing run's first pass is then a whole rollout of its own,
+// with its canaries, approval and failure budget afresh. Drawn after everything else, so the
+// scenarios of the seeds stay as they were.
+func (m *model) scriptNewTemplates() {
+	for i := range m.events {
+		if m.events[i].kind == "replace" {
+			m.events[i].template = m.rng.IntN(2) == 0
+		}
+	}
+}
+
+// modelTemplate2 is the template a replacement may bring: another container name.
+var modelTemplate2 = strings.Replace(sampleTemplate, "name: c\n", "name: c2\n", 1)
 
 // scriptStrayWords: in a fifth of the scenarios a worker sends the rollout up to three bare
 // words for nodes of its fleet, at random times, as it does to every running rollout when
@@ -532,8 +560,16 @@ func (m *model) run(t *testing.T) []string {
 			// no further (the model's own account, not the run's Progress.Replaced).
 			if m.replacePending && (carried == nil || carried.Converge == nil || carried.Converge.Replacement == nil) {
 				m.mu.Lock()
-				m.note("run %d replaces the rollout with parallelism %d", run+1, req.Parallelism)
+				m.note("run %d replaces the rollout with parallelism %d (new template: %v)", run+1, req.Parallelism, m.pendingTemplate)
 				m.replacedAt, m.approvedAt, m.replacePending = now, time.Time{}, false
+				if m.pendingTemplate {
+					m.templateReplaced = true
+					for _, n := range m.nodes {
+						if n.runs > 0 || n.done {
+							n.templateRuns++
+						}
+					}
+				}
 				m.mu.Unlock()
 			}
 			continue
@@ -832,12 +868,15 @@ func (m *model) happen(env *testsuite.TestWorkflowEnvironment, i int, e modelEve
 	case "replace":
 		next := m.req
 		next.Parallelism = e.n
+		if e.template {
+			next.JobTemplate = modelTemplate2
+		}
 		env.UpdateWorkflow(api.UpdateReplace, fmt.Sprintf("replace-%d-%d", m.runs, i), &testsuite.TestUpdateCallback{
 			OnAccept: func() {
 				m.mu.Lock()
 				m.parallelism = append(m.parallelism, timedInt{at: at, n: e.n})
-				m.replacePending = true
-				m.note("replace with parallelism %d accepted at %s", e.n, at)
+				m.replacePending, m.pendingTemplate = true, e.template
+				m.note("replace with parallelism %d (new template: %v) accepted at %s", e.n, e.template, at)
 				m.mu.Unlock()
 			},
 			OnReject: func(err error) {
@@ -983,7 +1022,12 @@ func (m *model) steer(env *testsuite.TestWorkflowEnvironment, i int, e modelEven
 // mockActivities is the fake cluster.
 func (m *model) mockActivities(env *testsuite.TestWorkflowEnvironment, run int) {
 	a := &activities.Activities{}
-	env.OnActivity(a.PrepareTemplate, mock.Anything, mock.Anything).Return(activities.PreparedTemplate{Hash: modelHash}, nil).Maybe()
+	env.OnActivity(a.PrepareTemplate, mock.Anything, mock.Anything).Return(func(_ context.Context, in activities.PrepareTemplateInput) (activities.PreparedTemplate, error) {
+		if in.Template == modelTemplate2 {
+			return activities.PreparedTemplate{Hash: modelHash2}, nil
+		}
+		return activities.PreparedTemplate{Hash: modelHash}, nil
+	}).Maybe()
 	env.OnActivity(a.ListNodes, mock.Anything, mock.Anything).Return(func(_ context.Context, in activities.ListNodesInput) (activities.ListNodesResult, error) {
 		if !m.lockRun(run) {
 			return activities.ListNodesResult{}, errRunEnded
@@ -1010,7 +1054,7 @@ func (m *model) mockActivities(env *testsuite.TestWorkflowEnvironment, run int) 
 			case n.missing:
 				res.Missing = append(res.Missing, name)
 				continue
-			case n.marker == string(api.OutcomeSucceeded) && !in.Rerun:
+			case n.marker == string(api.OutcomeSucceeded) && n.markerHash == in.TemplateHash && !in.Rerun:
 				res.Done = append(res.Done, name)
 			default:
 				res.Nodes = append(res.Nodes, name)
@@ -1031,14 +1075,15 @@ func (m *model) mockActivities(env *testsuite.TestWorkflowEnvironment, run int) 
 		}
 		res := activities.CheckNodesResult{Selected: len(joined), Labels: map[string]map[string]string{}}
 		for _, name := range joined {
-			if m.nodes[name].marker == string(api.OutcomeSucceeded) {
+			if o := m.nodes[name]; o.marker == string(api.OutcomeSucceeded) && o.markerHash == in.TemplateHash {
 				res.AtTemplate++
 			}
 		}
 		for _, name := range append(slices.Clone(names), in.Retry...) {
 			n := m.nodes[name]
-			retry := slices.Contains(in.Retry, name) && failedOutcome(n.marker)
-			if n.joined && (n.marker == "" || n.marker == string(api.OutcomeAborted) || retry) && !slices.Contains(res.Run, name) {
+			retry := slices.Contains(in.Retry, name) && failedOutcome(n.marker) && n.markerHash == in.TemplateHash
+			stale := n.marker == "" || n.markerHash != in.TemplateHash || n.marker == string(api.OutcomeAborted)
+			if n.joined && (stale || retry) && !slices.Contains(res.Run, name) {
 				res.Run = append(res.Run, name)
 				res.Labels[name] = map[string]string{zoneKey: n.zone}
 			}
@@ -1130,7 +1175,7 @@ func (m *model) mockActivities(env *testsuite.TestWorkflowEnvironment, run int) 
 		defer m.mu.Unlock()
 		n := m.nodes[in.Node]
 		m.rolloutLearns(in)
-		n.marker = string(in.End.Outcome)
+		n.marker, n.markerHash = string(in.End.Outcome), in.TemplateHash
 		if n.running {
 			n.markedThisRun, n.driftedAfterMark = true, false
 		}
@@ -1453,14 +1498,20 @@ func (m *model) checkStart(node string, t time.Time) {
 	}
 	if c := m.req.Canary; c != nil {
 		canaryFailed, canariesDone, lastEnd := false, true, time.Time{}
+		// After the hand-over to a new template, a canary is done once it has run that
+		// template: what it did before counts for nothing.
+		anew := m.templateReplaced && t.After(m.replacedAt)
 		for _, name := range c.Nodes {
 			o := m.nodes[name]
 			ended := o.runs > 0 && !o.running && !o.ended.After(t) // the rollout may go on at the instant a canary ends
+			if anew && !o.ended.After(m.replacedAt) {
+				ended = false
+			}
 			if ended {
 				// ... but may have started the node before it learnt of a failure at that instant.
 				canaryFailed = canaryFailed || (failedOutcome(o.outcome) && o.ended.Before(t))
 				lastEnd = maxTime(lastEnd, o.ended)
-			} else if !o.done {
+			} else if !o.done || anew {
 				canariesDone = false
 			}
 		}
@@ -1573,10 +1624,12 @@ func (m *model) checkEnd(final error, result api.RolloutResult) {
 	for _, name := range m.order {
 		n := m.nodes[name]
 		switch {
-		case n.runs > 1+n.drifts+n.retries():
-			m.fail("%s ran %d times (%d drifts after a run, %d failed runs retried)", name, n.runs, n.drifts, n.retries())
+		case n.runs > 1+n.drifts+n.retries()+n.templateRuns:
+			m.fail("%s ran %d times (%d drifts after a run, %d failed runs retried, %d new templates)", name, n.runs, n.drifts, n.retries(), n.templateRuns)
 		case m.converge && n.joined && n.runs == 0 && !n.done && m.convergedToTheEnd(final):
 			m.fail("%s joined at %v and never ran, though the rollout converged until its end", name, n.joinAt)
+		case m.templateReplaced && n.joined && !n.missing && n.markerHash != modelHash2 && m.convergedToTheEnd(final):
+			m.fail("%s never ran the replacement's template (its marker: %q of %q), though the rollout converged until its end", name, n.marker, n.markerHash)
 		case m.converge && n.driftAt > 0 && n.marker == "" && m.convergedToTheEnd(final):
 			m.fail("%s's marker was wiped at %v and never restored, though the rollout converged until its end", name, n.driftAt)
 		case n.running:
@@ -1609,7 +1662,9 @@ func (m *model) checkEnd(final error, result api.RolloutResult) {
 			(n.driftAt == 0 || n.ended.After(m.start.Add(n.driftAt))) {
 			m.fail("%s ended %s but its marker says %q", name, n.outcome, n.marker)
 		}
-		if n.runs >= 1 && n.outcome == string(api.OutcomeAborted) && n.marker == string(api.OutcomeSucceeded) {
+		// (A success marked for another template is stale: a re-run of this one runs it.)
+		if n.runs >= 1 && n.outcome == string(api.OutcomeAborted) && n.marker == string(api.OutcomeSucceeded) &&
+			n.markerHash == m.started[name].in.TemplateHash {
 			m.fail("%s was aborted but is marked succeeded: a re-run would skip it", name)
 		}
 	}
