@@ -34,14 +34,14 @@ import (
 // random script of events (Job outcomes and durations, pause and resume alone and in bursts,
 // setParallelism, approve, abort, cluster-budget grants and slots leaked to others, worker
 // crashes as failed activity attempts, a node workflow terminated by hand, a converging
-// rollout replaced with a new pace or a new template, which every node then runs again). It
-// runs the real Rollout and node workflows over a fake cluster, one test environment per run
-// (continue-as-new starts the next), and checks the invariants at
-// every node start (what a Rollout may start), at every Job created (one per node at a time),
-// and at the end (outcomes, cordons, markers, history). A failure names its seed; rerun it
-// with NODEROLLOUT_MODEL_SEED=<seed> (NODEROLLOUT_MODEL_TRACE=1 prints what happened).
-// NODEROLLOUT_MODEL_SEEDS sets how many seeds run and NODEROLLOUT_MODEL_FROM the first (make
-// soak runs 5,000 others).
+// rollout replaced with a new pace or a new template, which every node then runs again, the
+// worker's policy refusing a node's Job). It runs the real Rollout and node workflows over a
+// fake cluster, one test environment per run (continue-as-new starts the next), and checks the
+// invariants at every node start (what a Rollout may start), at every Job created (one per
+// node at a time), and at the end (outcomes, cordons, markers, history). A failure names its
+// seed; rerun it with NODEROLLOUT_MODEL_SEED=<seed> (NODEROLLOUT_MODEL_TRACE=1 prints what
+// happened). NODEROLLOUT_MODEL_SEEDS sets how many seeds run and NODEROLLOUT_MODEL_FROM the
+// first (make soak runs 5,000 others).
 
 const (
 	modelRoot     = "model-rollout"
@@ -109,6 +109,9 @@ type modelNode struct {
 	jobTakes                        time.Duration
 	jobFails                        bool
 	unhealthy                       bool // fails its health gate
+	// refused: the worker's policy refuses this rollout's Job on the node (a cordon or a
+	// drain alone it would allow), so the rollout must not touch the node at all.
+	refused bool
 
 	// The fake cluster's state of the node.
 	cordoned, ourCordon bool
@@ -295,7 +298,28 @@ func newModel(seed uint64) *model {
 	m.scriptTermination()
 	m.scriptStrayWords()
 	m.scriptNewTemplates()
+	m.scriptPolicy()
 	return m
+}
+
+// scriptPolicy: in a quarter of the scenarios the worker's policy refuses the rollout's Job on
+// some nodes. The refusal is the Job's, not the cordon's or the drain's: the rollout must ask
+// about the whole node run before it writes anything (the cordon carries the Job that
+// follows), not cordon and drain a node and then learn that its Job may not run there. Drawn
+// after everything else, so the scenarios of the seeds stay as they were.
+func (m *model) scriptPolicy() {
+	r := m.rng
+	if r.IntN(4) != 0 {
+		return
+	}
+	for _, name := range m.order {
+		m.nodes[name].refused = r.IntN(100) < 15
+	}
+}
+
+// errPolicyRefusesJob is what every writing activity returns for a refused node.
+func errPolicyRefusesJob(node string) error {
+	return temporal.NewNonRetryableApplicationError(fmt.Sprintf("policy rule \"forbiddenNodeLabels\" denies the rollout's Job on node %s", node), api.ErrPolicyDenied, nil)
 }
 
 // scriptNewTemplates makes half of the replacements bring a new template as well, which every
@@ -455,6 +479,9 @@ func (m *model) describe() string {
 		}
 		if n.unhealthy {
 			s += " unhealthy"
+		}
+		if n.refused {
+			s += " refused"
 		}
 		if n.joinAt > 0 {
 			s += fmt.Sprintf(" joins %v", n.joinAt)
@@ -1100,6 +1127,10 @@ func (m *model) mockActivities(env *testsuite.TestWorkflowEnvironment, run int) 
 		defer m.mu.Unlock()
 		n := m.nodes[node]
 		m.standIns.Delete(node)
+		if n.refused {
+			m.note("%s: create refused by the policy", node)
+			return errPolicyRefusesJob(node)
+		}
 		m.note("%s: create (%d live)", node, n.liveJobs)
 		if n.liveJobs > 0 {
 			return nil // the retried create adopts the Job it made
@@ -1204,6 +1235,10 @@ func (m *model) mockActivities(env *testsuite.TestWorkflowEnvironment, run int) 
 		}
 		defer m.mu.Unlock()
 		n := m.nodes[in.Node]
+		if n.refused && in.Job != nil { // the cordon knows the Job that follows
+			m.note("%s: cordon refused by the policy (the Job that follows)", in.Node)
+			return activities.CordonResult{}, errPolicyRefusesJob(in.Node)
+		}
 		if n.cordoned && !n.ourCordon {
 			return activities.CordonResult{}, nil
 		}
@@ -1254,6 +1289,9 @@ func (m *model) mockActivities(env *testsuite.TestWorkflowEnvironment, run int) 
 			return activities.DrainResult{}, errRunEnded
 		}
 		defer m.mu.Unlock()
+		if m.nodes[in.Node].refused {
+			m.fail("%s was drained, though the policy refuses its Job there", in.Node)
+		}
 		if m.crash(in.Node, "drain") {
 			m.note("%s: drain: the worker died", in.Node)
 			return activities.DrainResult{}, errWorkerDied
@@ -1644,6 +1682,14 @@ func (m *model) checkEnd(final error, result api.RolloutResult) {
 			m.fail("%s never ran, yet the rollout ended well", name)
 		}
 		terminated := m.lastRunTerminated(name) // checkTerminationEnd checks what holds for it
+		if n.refused {
+			switch {
+			case n.cordonedOnce:
+				m.fail("%s was cordoned by us, though the policy refuses its Job there", name)
+			case n.runs >= 1 && !terminated && n.outcome != string(api.OutcomeFailed) && n.outcome != string(api.OutcomeAborted):
+				m.fail("%s ended %s, though the policy refuses its Job there (failed expected)", name, n.outcome)
+			}
+		}
 		if n.liveJobs > 0 && !terminated {
 			m.fail("%s: a Job of ours is left after the rollout ended", name)
 		}
