@@ -30,12 +30,13 @@ import (
 // The model test hunts the next defect where features meet. Each seed makes a random fleet
 // (zones, nodes another rollout holds, nodes already done, names that do not exist), a random
 // request (window, per-domain limit, failure budget, batch growth, canaries with soak and
-// approval, delay between nodes, maintenance, continue-as-new, a cluster-wide budget) and a
-// random script of events (Job outcomes and durations, pause and resume alone and in bursts,
-// setParallelism, approve, abort, cluster-budget grants and slots leaked to others, worker
-// crashes as failed activity attempts, a node workflow terminated by hand, a converging
-// rollout replaced with a new pace or a new template, which every node then runs again, the
-// worker's policy refusing a node's Job). It runs the real Rollout and node workflows over a
+// approval, delay between nodes, maintenance with or without a reboot, continue-as-new, a
+// cluster-wide budget) and a random script of events (Job outcomes and durations, nodes that
+// do not come back from a reboot, pause and resume alone and in bursts, setParallelism,
+// approve, abort, cluster-budget grants and slots leaked to others, worker crashes as failed
+// activity attempts, a node workflow terminated by hand, a converging rollout replaced with a
+// new pace or a new template, which every node then runs again, the worker's policy refusing
+// a node's Job). It runs the real Rollout and node workflows over a
 // fake cluster, one test environment per run (continue-as-new starts the next), and checks the
 // invariants at every node start (what a Rollout may start), at every Job created (one per
 // node at a time), and at the end (outcomes, cordons, markers, history). A failure names its
@@ -112,6 +113,10 @@ type modelNode struct {
 	// refused: the worker's policy refuses this rollout's Job on the node (a cordon or a
 	// drain alone it would allow), so the rollout must not touch the node at all.
 	refused bool
+	// The reboot (maintenance.reboot): rebootFails, the node does not come back in time;
+	// boots counts its boots; rebootJobs, our reboot Jobs there now.
+	rebootFails       bool
+	boots, rebootJobs int
 
 	// The fake cluster's state of the node.
 	cordoned, ourCordon bool
@@ -299,7 +304,24 @@ func newModel(seed uint64) *model {
 	m.scriptStrayWords()
 	m.scriptNewTemplates()
 	m.scriptPolicy()
+	m.scriptReboot()
 	return m
+}
+
+// scriptReboot: half of the maintained scenarios reboot each node after its Job, and some
+// nodes do not come back in time. Drawn after everything else, so the scenarios of the seeds
+// stay as they were.
+func (m *model) scriptReboot() {
+	r := m.rng
+	if m.req.Maintenance == nil || r.IntN(2) != 0 {
+		return
+	}
+	mt := *m.req.Maintenance
+	mt.Reboot = &api.Reboot{JobTemplate: strings.Replace(sampleTemplate, "name: c\n", "name: reboot\n", 1), Timeout: "20m"}
+	m.req.Maintenance = &mt
+	for _, name := range m.order {
+		m.nodes[name].rebootFails = r.IntN(100) < 10
+	}
 }
 
 // scriptPolicy: in a quarter of the scenarios the worker's policy refuses the rollout's Job on
@@ -482,6 +504,9 @@ func (m *model) describe() string {
 		}
 		if n.refused {
 			s += " refused"
+		}
+		if n.rebootFails {
+			s += " stays down"
 		}
 		if n.joinAt > 0 {
 			s += fmt.Sprintf(" joins %v", n.joinAt)
@@ -1298,6 +1323,7 @@ func (m *model) mockActivities(env *testsuite.TestWorkflowEnvironment, run int) 
 		}
 		return activities.DrainResult{}, nil
 	}).Maybe()
+	m.mockReboot(env, run)
 	env.OnActivity(a.CheckNodeHealth, mock.Anything, mock.Anything).After(2 * time.Minute).Return(func(_ context.Context, in activities.HealthInput) error {
 		if !m.lockRun(run) {
 			return errRunEnded
@@ -1471,6 +1497,9 @@ func (m *model) nodeEnds(node string, at time.Time, outcome string) {
 		n.failedRuns++
 	}
 	m.note("%s: node workflow ends %s at %s", node, outcome, at.Format(time.TimeOnly))
+	if n.rebootJobs > 0 && !m.lastRunTerminated(node) {
+		m.fail("%s: its node workflow ended (%s) with a reboot Job of ours still there", node, outcome)
+	}
 	if n.liveJobs > 0 && !m.lastRunTerminated(node) {
 		m.fail("%s: its node workflow ended (%s) with a Job of ours still there", node, outcome)
 	}
@@ -1690,6 +1719,9 @@ func (m *model) checkEnd(final error, result api.RolloutResult) {
 				m.fail("%s ended %s, though the policy refuses its Job there (failed expected)", name, n.outcome)
 			}
 		}
+		if n.rebootJobs > 0 && !terminated {
+			m.fail("%s: a reboot Job of ours is left after the rollout ended", name)
+		}
 		if n.liveJobs > 0 && !terminated {
 			m.fail("%s: a Job of ours is left after the rollout ended", name)
 		}
@@ -1758,4 +1790,60 @@ func (m *model) checkEnd(final error, result api.RolloutResult) {
 			}
 		}
 	}
+}
+
+// mockReboot is the fake cluster's side of maintenance.reboot: the boot ID, the reboot Job
+// (which may only come on a node whose Job has just succeeded, under our cordon, and never on
+// a node the policy refuses), and the node's coming back.
+func (m *model) mockReboot(env *testsuite.TestWorkflowEnvironment, run int) {
+	a := &activities.Activities{}
+	env.OnActivity(a.ReadBootID, mock.Anything, mock.Anything).Return(func(_ context.Context, node string) (string, error) {
+		if !m.lockRun(run) {
+			return "", errRunEnded
+		}
+		defer m.mu.Unlock()
+		return fmt.Sprintf("%s-boot-%d", node, m.nodes[node].boots), nil
+	}).Maybe()
+	env.OnActivity(a.CreateStepJob, mock.Anything, mock.Anything).Return(func(_ context.Context, in activities.StepJobRequest) (activities.JobRef, error) {
+		if !m.lockRun(run) {
+			return activities.JobRef{}, errRunEnded
+		}
+		defer m.mu.Unlock()
+		n := m.nodes[in.Node]
+		switch {
+		case in.Step != activities.StepReboot:
+			m.fail("%s: a %s Job, which no model request asks for", in.Node, in.Step)
+		case n.refused:
+			m.fail("%s: a reboot Job, though the policy refuses the rollout's Job there", in.Node)
+		case !n.cordoned:
+			m.fail("%s: a reboot Job on a node that is not cordoned", in.Node)
+		case n.marker != string(api.OutcomeSucceeded) || n.markerHash != m.started[in.Node].in.TemplateHash:
+			m.fail("%s: a reboot Job, though its marker says %q of %q: the Job has not succeeded", in.Node, n.marker, n.markerHash)
+		}
+		m.note("%s: reboot Job (%d live)", in.Node, n.rebootJobs)
+		n.rebootJobs = 1 // a retried create adopts the one it made
+		return activities.JobRef{Namespace: in.Namespace, Name: activities.StepJobName(in.Rollout, in.Node, in.RunID, in.Step), Node: in.Node, RunID: in.RunID}, nil
+	}).Maybe()
+	env.OnActivity(a.WaitReboot, mock.Anything, mock.Anything).After(4 * time.Minute).Return(func(_ context.Context, in activities.RebootWaitInput) error {
+		if !m.lockRun(run) {
+			return errRunEnded
+		}
+		defer m.mu.Unlock()
+		n := m.nodes[in.Node]
+		if n.rebootFails {
+			m.note("%s: did not come back from its reboot", in.Node)
+			return temporal.NewNonRetryableApplicationError("node "+in.Node+" did not come back in time", api.ErrRebootTimedOut, nil)
+		}
+		n.boots++
+		m.note("%s: back from its reboot", in.Node)
+		return nil
+	}).Maybe()
+	env.OnActivity(a.DropRebootJob, mock.Anything, mock.Anything).Return(func(_ context.Context, j activities.JobRef) error {
+		if !m.lockRun(run) {
+			return errRunEnded
+		}
+		defer m.mu.Unlock()
+		m.nodes[j.Node].rebootJobs = 0
+		return nil
+	}).Maybe()
 }
