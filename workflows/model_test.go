@@ -30,18 +30,18 @@ import (
 // The model test hunts the next defect where features meet. Each seed makes a random fleet
 // (zones, nodes another rollout holds, nodes already done, names that do not exist), a random
 // request (window, per-domain limit, failure budget, batch growth, canaries with soak and
-// approval, delay between nodes, maintenance with or without a reboot, continue-as-new, a
-// cluster-wide budget) and a random script of events (Job outcomes and durations, nodes that
-// do not come back from a reboot, pause and resume alone and in bursts, setParallelism,
-// approve, abort, cluster-budget grants and slots leaked to others, worker crashes as failed
-// activity attempts, a node workflow terminated by hand, a converging rollout replaced with a
-// new pace or a new template, which every node then runs again, the worker's policy refusing
-// a node's Job). It runs the real Rollout and node workflows over a
-// fake cluster, one test environment per run (continue-as-new starts the next), and checks the
-// invariants at every node start (what a Rollout may start), at every Job created (one per
-// node at a time), and at the end (outcomes, cordons, markers, history). A failure names its
-// seed; rerun it with NODEROLLOUT_MODEL_SEED=<seed> (NODEROLLOUT_MODEL_TRACE=1 prints what
-// happened). NODEROLLOUT_MODEL_SEEDS sets how many seeds run and NODEROLLOUT_MODEL_FROM the
+// approval, delay between nodes, maintenance with or without a reboot and onSuccess, a check
+// Job, continue-as-new, a cluster-wide budget) and a random script of events (Job outcomes and
+// durations, nodes that do not come back from a reboot or fail their check, pause and resume
+// alone and in bursts, setParallelism, approve, abort, cluster-budget grants and slots leaked to
+// others, worker crashes as failed activity attempts, a node workflow terminated by hand, a
+// converging rollout replaced with a new pace or a new template, which every node then runs
+// again, the worker's policy refusing a node's Job). It runs the real Rollout and node workflows
+// over a fake cluster, one test environment per run (continue-as-new starts the next), and
+// checks the invariants at every node start (what a Rollout may start), at every Job created
+// (one per node at a time), and at the end (outcomes, cordons, markers, history). A failure
+// names its seed; rerun it with NODEROLLOUT_MODEL_SEED=<seed> (NODEROLLOUT_MODEL_TRACE=1 prints
+// what happened). NODEROLLOUT_MODEL_SEEDS sets how many seeds run and NODEROLLOUT_MODEL_FROM the
 // first (make soak runs 5,000 others).
 
 const (
@@ -117,6 +117,10 @@ type modelNode struct {
 	// boots counts its boots; rebootJobs, our reboot Jobs there now.
 	rebootFails       bool
 	boots, rebootJobs int
+	// The check Job (gates.checkJob): checkFails, it fails there; checkJobs, ours there now.
+	// markedDone: maintenance.onSuccess marked the node done.
+	checkFails, markedDone bool
+	checkJobs              int
 
 	// The fake cluster's state of the node.
 	cordoned, ourCordon bool
@@ -160,16 +164,18 @@ type model struct {
 	// again in the next run's environment) has not yet adopted its Job: the drain it repeats
 	// is one the child it stands for had finished. A sync.Map, read from mock matchers.
 	standIns sync.Map
-	seed     uint64
-	rng      *rand.Rand
-	start    time.Time
-	nodes    map[string]*modelNode
-	order    []string
-	req      api.RolloutRequest
-	cluster  api.Cluster
-	events   []modelEvent
-	crashes  bool       // some activity attempts fail as if their worker died
-	gate     *modelGate // gates.prometheus; nil in most scenarios (model_gate_test.go)
+	// checkJobs holds the names of the check Jobs made, for the mock matchers.
+	checkJobs sync.Map
+	seed      uint64
+	rng       *rand.Rand
+	start     time.Time
+	nodes     map[string]*modelNode
+	order     []string
+	req       api.RolloutRequest
+	cluster   api.Cluster
+	events    []modelEvent
+	crashes   bool       // some activity attempts fail as if their worker died
+	gate      *modelGate // gates.prometheus; nil in most scenarios (model_gate_test.go)
 	// abortInUncordon: the abort comes while a node's uncordon runs (uncordoning says when).
 	abortInUncordon bool
 	termination     *modelTermination // nil in most scenarios (model_terminate_test.go)
@@ -305,7 +311,32 @@ func newModel(seed uint64) *model {
 	m.scriptNewTemplates()
 	m.scriptPolicy()
 	m.scriptReboot()
+	m.scriptCheckAndMark()
 	return m
+}
+
+// scriptCheckAndMark: a quarter of the scenarios run a check Job on each node after its Job
+// (gates.checkJob), which fails on some nodes; half of the maintained ones mark each node done
+// (maintenance.onSuccess). Drawn after everything else, so the scenarios of the seeds stay as
+// they were.
+func (m *model) scriptCheckAndMark() {
+	r := m.rng
+	if r.IntN(4) == 0 {
+		gates := api.Gates{}
+		if m.req.Gates != nil {
+			gates = *m.req.Gates
+		}
+		gates.CheckJob = &api.CheckJobGate{JobTemplate: strings.Replace(sampleTemplate, "name: c\n", "name: check\n", 1), Timeout: "30m"}
+		m.req.Gates = &gates
+		for _, name := range m.order {
+			m.nodes[name].checkFails = r.IntN(100) < 10
+		}
+	}
+	if m.req.Maintenance != nil && r.IntN(2) == 0 {
+		mt := *m.req.Maintenance
+		mt.OnSuccess = &api.OnSuccess{Labels: map[string]string{"example.com/model-done": "true"}}
+		m.req.Maintenance = &mt
+	}
 }
 
 // scriptReboot: half of the maintained scenarios reboot each node after its Job, and some
@@ -507,6 +538,9 @@ func (m *model) describe() string {
 		}
 		if n.rebootFails {
 			s += " stays down"
+		}
+		if n.checkFails {
+			s += " check fails"
 		}
 		if n.joinAt > 0 {
 			s += fmt.Sprintf(" joins %v", n.joinAt)
@@ -1180,6 +1214,7 @@ func (m *model) mockActivities(env *testsuite.TestWorkflowEnvironment, run int) 
 		}
 		return job(in.Node), nil
 	}).Maybe()
+	m.mockCheckJob(env, run)
 	for _, name := range m.order {
 		n := m.nodes[name]
 		env.OnActivity(a.WaitJob, mock.Anything, mock.MatchedBy(func(in activities.WaitJobInput) bool { return in.Job.Node == name })).
@@ -1249,6 +1284,11 @@ func (m *model) mockActivities(env *testsuite.TestWorkflowEnvironment, run int) 
 			return errRunEnded
 		}
 		defer m.mu.Unlock()
+		if _, check := m.checkJobs.Load(j.Name); check {
+			m.note("%s: delete the check Job", j.Node)
+			m.nodes[j.Node].checkJobs = 0
+			return nil
+		}
 		m.note("%s: delete Job", j.Node)
 		m.nodes[j.Node].liveJobs = 0
 		return nil
@@ -1719,6 +1759,12 @@ func (m *model) checkEnd(final error, result api.RolloutResult) {
 				m.fail("%s ended %s, though the policy refuses its Job there (failed expected)", name, n.outcome)
 			}
 		}
+		if n.checkJobs > 0 && !terminated {
+			m.fail("%s: a check Job of ours is left after the rollout ended", name)
+		}
+		if n.markedDone && n.outcome != string(api.OutcomeSucceeded) && n.outcome != string(api.OutcomeAborted) && !terminated {
+			m.fail("%s ended %s, though onSuccess marked it done", name, n.outcome)
+		}
 		if n.rebootJobs > 0 && !terminated {
 			m.fail("%s: a reboot Job of ours is left after the rollout ended", name)
 		}
@@ -1811,18 +1857,26 @@ func (m *model) mockReboot(env *testsuite.TestWorkflowEnvironment, run int) {
 		defer m.mu.Unlock()
 		n := m.nodes[in.Node]
 		switch {
-		case in.Step != activities.StepReboot:
+		case in.Step != activities.StepReboot && in.Step != activities.StepCheck:
 			m.fail("%s: a %s Job, which no model request asks for", in.Node, in.Step)
 		case n.refused:
-			m.fail("%s: a reboot Job, though the policy refuses the rollout's Job there", in.Node)
-		case !n.cordoned:
+			m.fail("%s: a %s Job, though the policy refuses the rollout's Job there", in.Node, in.Step)
+		case in.Step == activities.StepReboot && !n.cordoned:
 			m.fail("%s: a reboot Job on a node that is not cordoned", in.Node)
+		case in.Step == activities.StepCheck && (n.unhealthy || n.rebootFails):
+			m.fail("%s: a check Job on a node that failed its health gate or its reboot", in.Node)
 		case n.marker != string(api.OutcomeSucceeded) || n.markerHash != m.started[in.Node].in.TemplateHash:
-			m.fail("%s: a reboot Job, though its marker says %q of %q: the Job has not succeeded", in.Node, n.marker, n.markerHash)
+			m.fail("%s: a %s Job, though its marker says %q of %q: the Job has not succeeded", in.Node, in.Step, n.marker, n.markerHash)
 		}
-		m.note("%s: reboot Job (%d live)", in.Node, n.rebootJobs)
-		n.rebootJobs = 1 // a retried create adopts the one it made
-		return activities.JobRef{Namespace: in.Namespace, Name: activities.StepJobName(in.Rollout, in.Node, in.RunID, in.Step), Node: in.Node, RunID: in.RunID}, nil
+		ref := activities.JobRef{Namespace: in.Namespace, Name: activities.StepJobName(in.Rollout, in.Node, in.RunID, in.Step), Node: in.Node, RunID: in.RunID}
+		m.note("%s: %s Job (%d reboot, %d check live)", in.Node, in.Step, n.rebootJobs, n.checkJobs)
+		if in.Step == activities.StepCheck {
+			m.checkJobs.Store(ref.Name, true)
+			n.checkJobs = 1 // a retried create adopts the one it made
+		} else {
+			n.rebootJobs = 1
+		}
+		return ref, nil
 	}).Maybe()
 	env.OnActivity(a.WaitReboot, mock.Anything, mock.Anything).After(4 * time.Minute).Return(func(_ context.Context, in activities.RebootWaitInput) error {
 		if !m.lockRun(run) {
@@ -1845,5 +1899,37 @@ func (m *model) mockReboot(env *testsuite.TestWorkflowEnvironment, run int) {
 		defer m.mu.Unlock()
 		m.nodes[j.Node].rebootJobs = 0
 		return nil
+	}).Maybe()
+	env.OnActivity(a.MarkNodeDone, mock.Anything, mock.Anything).Return(func(_ context.Context, in activities.MarkNodeInput) error {
+		if !m.lockRun(run) {
+			return errRunEnded
+		}
+		defer m.mu.Unlock()
+		n := m.nodes[in.Node]
+		if n.refused || n.unhealthy || n.rebootFails || n.checkFails || n.marker != string(api.OutcomeSucceeded) {
+			m.fail("%s marked done by onSuccess, though it failed a step or its Job (marker %q)", in.Node, n.marker)
+		}
+		n.markedDone = true
+		m.note("%s: marked done (onSuccess)", in.Node)
+		return nil
+	}).Maybe()
+}
+
+// mockCheckJob is the check Job's wait: registered before the node Jobs' own, so that it
+// answers for the check Jobs (by name) and they for the rest.
+func (m *model) mockCheckJob(env *testsuite.TestWorkflowEnvironment, run int) {
+	a := &activities.Activities{}
+	env.OnActivity(a.WaitJob, mock.Anything, mock.MatchedBy(func(in activities.WaitJobInput) bool {
+		_, ok := m.checkJobs.Load(in.Job.Name)
+		return ok
+	})).After(3 * time.Minute).Return(func(_ context.Context, in activities.WaitJobInput) (activities.JobEnd, error) {
+		if !m.lockRun(run) {
+			return activities.JobEnd{}, errRunEnded
+		}
+		defer m.mu.Unlock()
+		if m.nodes[in.Job.Node].checkFails {
+			return activities.JobEnd{Outcome: api.OutcomeFailed, Reason: "BackoffLimitExceeded"}, nil
+		}
+		return activities.JobEnd{Outcome: api.OutcomeSucceeded, Reason: "Completed"}, nil
 	}).Maybe()
 }
