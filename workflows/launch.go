@@ -261,6 +261,9 @@ func nodeResult(node string, err error, result api.NodeResult) api.NodeResult {
 // record counts a node's final outcome.
 func (r *rollout) record(ctx workflow.Context, result api.NodeResult) {
 	r.progress.Counts.Add(result.Outcome)
+	if result.Outcome == api.OutcomeBlocked && r.pacer.canaryStage == canaryStageRunning && r.pacer.isCanary[result.Node] {
+		r.pacer.blockedCanaries = append(r.pacer.blockedCanaries, result.Node)
+	}
 	switch result.Outcome {
 	case api.OutcomeSucceeded:
 		r.launchWindow.succeeded()

@@ -121,6 +121,9 @@ type modelNode struct {
 	// markedDone: maintenance.onSuccess marked the node done.
 	checkFails, markedDone bool
 	checkJobs              int
+	// blockedFor: Pods that gates.blockingPods.selector matches run on the node until this
+	// long after the scenario's start; nothing may be done to the node before.
+	blockedFor time.Duration
 
 	// The fake cluster's state of the node.
 	cordoned, ourCordon bool
@@ -312,7 +315,41 @@ func newModel(seed uint64) *model {
 	m.scriptPolicy()
 	m.scriptReboot()
 	m.scriptCheckAndMark()
+	m.scriptBlockingPods()
 	return m
+}
+
+// modelBlockingTimeout is how long a node waits for its blocking Pods before it is blocked.
+const modelBlockingTimeout = time.Hour
+
+// scriptBlockingPods: a quarter of the scenarios hold each node while Pods matching
+// gates.blockingPods run on it, which on some nodes run for up to a day and a half (some
+// longer than the node waits). Drawn after everything else, so the scenarios of the seeds stay
+// as they were.
+func (m *model) scriptBlockingPods() {
+	r := m.rng
+	if r.IntN(4) != 0 {
+		return
+	}
+	gates := api.Gates{}
+	if m.req.Gates != nil {
+		gates = *m.req.Gates
+	}
+	gates.BlockingPods = &api.BlockingPodsGate{Selector: "app=critical", Timeout: modelBlockingTimeout.String()}
+	m.req.Gates = &gates
+	for _, name := range m.order {
+		if r.IntN(100) < 30 {
+			m.nodes[name].blockedFor = time.Duration(10+r.IntN(36*60)) * time.Minute
+		}
+	}
+}
+
+// touchWhileBlocked fails the model when the rollout writes to a node (what) while its blocking
+// Pods still run (callers hold m.mu).
+func (m *model) touchWhileBlocked(node, what string) {
+	if until := m.start.Add(m.nodes[node].blockedFor); m.now().Before(until) {
+		m.fail("%s: %s at %s, while its blocking Pods ran (until %s)", node, what, m.now(), until)
+	}
 }
 
 // scriptCheckAndMark: a quarter of the scenarios run a check Job on each node after its Job
@@ -541,6 +578,9 @@ func (m *model) describe() string {
 		}
 		if n.checkFails {
 			s += " check fails"
+		}
+		if n.blockedFor > 0 {
+			s += fmt.Sprintf(" blocked %v", n.blockedFor)
 		}
 		if n.joinAt > 0 {
 			s += fmt.Sprintf(" joins %v", n.joinAt)
@@ -850,7 +890,7 @@ func (m *model) newEnv(t *testing.T, now time.Time, run int) (*testsuite.TestWor
 	env.RegisterWorkflowWithOptions(handedNode, workflow.RegisterOptions{Name: modelHandedNode})
 	env.RegisterWorkflowWithOptions(endedNode, workflow.RegisterOptions{Name: modelEndedNode})
 	if modelBefore {
-		for _, id := range []string{versionAbortDuringUncordon, versionRecordAbortInFinalize, versionCapBeforePrepare, versionPauseWinsTogether} {
+		for _, id := range []string{versionAbortDuringUncordon, versionRecordAbortInFinalize, versionCapBeforePrepare, versionPauseWinsTogether, versionBlockedCanaryStops} {
 			env.OnGetVersion(id, workflow.DefaultVersion, 1).Return(workflow.DefaultVersion).Maybe()
 		}
 		env.OnGetVersion(versionAdmission, workflow.DefaultVersion, 3).Return(workflow.DefaultVersion).Maybe()
@@ -1167,7 +1207,7 @@ func (m *model) mockActivities(env *testsuite.TestWorkflowEnvironment, run int) 
 		}
 		for _, name := range append(slices.Clone(names), in.Retry...) {
 			n := m.nodes[name]
-			retry := slices.Contains(in.Retry, name) && failedOutcome(n.marker) && n.markerHash == in.TemplateHash
+			retry := slices.Contains(in.Retry, name) && api.RetriedByConverge(api.Outcome(n.marker)) && n.markerHash == in.TemplateHash
 			stale := n.marker == "" || n.markerHash != in.TemplateHash || n.marker == string(api.OutcomeAborted)
 			if n.joined && (stale || retry) && !slices.Contains(res.Run, name) {
 				res.Run = append(res.Run, name)
@@ -1186,6 +1226,7 @@ func (m *model) mockActivities(env *testsuite.TestWorkflowEnvironment, run int) 
 		defer m.mu.Unlock()
 		n := m.nodes[node]
 		m.standIns.Delete(node)
+		m.touchWhileBlocked(node, "its Job created")
 		if n.refused {
 			m.note("%s: create refused by the policy", node)
 			return errPolicyRefusesJob(node)
@@ -1215,6 +1256,7 @@ func (m *model) mockActivities(env *testsuite.TestWorkflowEnvironment, run int) 
 		return job(in.Node), nil
 	}).Maybe()
 	m.mockCheckJob(env, run)
+	m.mockBlockingPods(env, run)
 	for _, name := range m.order {
 		n := m.nodes[name]
 		env.OnActivity(a.WaitJob, mock.Anything, mock.MatchedBy(func(in activities.WaitJobInput) bool { return in.Job.Node == name })).
@@ -1300,6 +1342,7 @@ func (m *model) mockActivities(env *testsuite.TestWorkflowEnvironment, run int) 
 		}
 		defer m.mu.Unlock()
 		n := m.nodes[in.Node]
+		m.touchWhileBlocked(in.Node, "cordoned")
 		if n.refused && in.Job != nil { // the cordon knows the Job that follows
 			m.note("%s: cordon refused by the policy (the Job that follows)", in.Node)
 			return activities.CordonResult{}, errPolicyRefusesJob(in.Node)
@@ -1357,6 +1400,7 @@ func (m *model) mockActivities(env *testsuite.TestWorkflowEnvironment, run int) 
 		if m.nodes[in.Node].refused {
 			m.fail("%s was drained, though the policy refuses its Job there", in.Node)
 		}
+		m.touchWhileBlocked(in.Node, "drained")
 		if m.crash(in.Node, "drain") {
 			m.note("%s: drain: the worker died", in.Node)
 			return activities.DrainResult{}, errWorkerDied
@@ -1495,7 +1539,7 @@ func (m *model) nodeBegins(node string, at time.Time) {
 	if n.running {
 		m.fail("%s: a second node workflow runs while one runs", node)
 	}
-	if m.converge && n.runs > 0 && failedOutcome(n.outcome) && !n.wiped && m.sinceReplaced(n.ended) {
+	if m.converge && n.runs > 0 && api.RetriedByConverge(api.Outcome(n.outcome)) && !n.wiped && m.sinceReplaced(n.ended) {
 		// A failed node runs again only through retryFailedAfter, and not before it; or in
 		// the first pass of a replacing request, as in a re-run.
 		retry := m.req.RetryFailedAfterDuration()
@@ -1533,7 +1577,7 @@ func (m *model) nodeEnds(node string, at time.Time, outcome string) {
 		n.drifts++
 		n.wiped = true
 	}
-	if failedOutcome(outcome) {
+	if api.RetriedByConverge(api.Outcome(outcome)) {
 		n.failedRuns++
 	}
 	m.note("%s: node workflow ends %s at %s", node, outcome, at.Format(time.TimeOnly))
@@ -1604,7 +1648,7 @@ func (m *model) checkStart(node string, t time.Time) {
 		m.fail("%s started at %s with %d failures known, over maxFailures %s", node, t, failures, m.req.MaxFailures)
 	}
 	if c := m.req.Canary; c != nil {
-		canaryFailed, canariesDone, lastEnd := false, true, time.Time{}
+		canaryFailed, canaryBlocked, canariesDone, lastEnd := false, false, true, time.Time{}
 		// After the hand-over to a new template, a canary is done once it has run that
 		// template: what it did before counts for nothing.
 		anew := m.templateReplaced && t.After(m.replacedAt)
@@ -1617,6 +1661,7 @@ func (m *model) checkStart(node string, t time.Time) {
 			if ended {
 				// ... but may have started the node before it learnt of a failure at that instant.
 				canaryFailed = canaryFailed || (failedOutcome(o.outcome) && o.ended.Before(t))
+				canaryBlocked = canaryBlocked || (o.outcome == string(api.OutcomeBlocked) && o.ended.Before(t))
 				lastEnd = maxTime(lastEnd, o.ended)
 			} else if !o.done || anew {
 				canariesDone = false
@@ -1625,6 +1670,8 @@ func (m *model) checkStart(node string, t time.Time) {
 		switch {
 		case canaryFailed:
 			m.fail("%s started at %s after a canary failed", node, t)
+		case canaryBlocked && !slices.Contains(c.Nodes, node):
+			m.fail("%s started at %s after a canary was blocked: the canaries proved nothing", node, t)
 		case !slices.Contains(c.Nodes, node) && !canariesDone:
 			m.fail("%s started at %s before the canaries were done", node, t)
 		case !slices.Contains(c.Nodes, node) && c.Soak != "" && t.Before(lastEnd.Add(mustDuration(c.Soak))):
@@ -1755,7 +1802,8 @@ func (m *model) checkEnd(final error, result api.RolloutResult) {
 			switch {
 			case n.cordonedOnce:
 				m.fail("%s was cordoned by us, though the policy refuses its Job there", name)
-			case n.runs >= 1 && !terminated && n.outcome != string(api.OutcomeFailed) && n.outcome != string(api.OutcomeAborted):
+			case n.runs >= 1 && !terminated && n.outcome != string(api.OutcomeFailed) && n.outcome != string(api.OutcomeAborted) &&
+				n.outcome != string(api.OutcomeBlocked): // held by its blocking Pods before the policy was asked
 				m.fail("%s ended %s, though the policy refuses its Job there (failed expected)", name, n.outcome)
 			}
 		}
@@ -1913,6 +1961,28 @@ func (m *model) mockReboot(env *testsuite.TestWorkflowEnvironment, run int) {
 		m.note("%s: marked done (onSuccess)", in.Node)
 		return nil
 	}).Maybe()
+}
+
+// mockBlockingPods waits, node by node, until the node's blocking Pods have gone or the
+// gate's timeout, whichever comes first.
+func (m *model) mockBlockingPods(env *testsuite.TestWorkflowEnvironment, run int) {
+	a := &activities.Activities{}
+	for _, name := range m.order {
+		until := m.start.Add(m.nodes[name].blockedFor)
+		env.OnActivity(a.WaitBlockingPods, mock.Anything, mock.MatchedBy(func(in activities.BlockingPodsInput) bool { return in.Node == name })).
+			AfterFn(func() time.Duration { return min(max(until.Sub(env.Now()), 0), modelBlockingTimeout) }).
+			Return(func(_ context.Context, in activities.BlockingPodsInput) error {
+				if !m.lockRun(run) {
+					return errRunEnded
+				}
+				defer m.mu.Unlock()
+				if m.now().Before(until) {
+					m.note("%s: blocked", name)
+					return temporal.NewNonRetryableApplicationError("Pods matching app=critical still run on node "+name, api.ErrBlocked, nil)
+				}
+				return nil
+			}).Maybe()
+	}
 }
 
 // mockCheckJob is the check Job's wait: registered before the node Jobs' own, so that it

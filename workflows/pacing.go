@@ -104,6 +104,14 @@ func (r *rollout) awaitMaintenanceWindow(ctx workflow.Context, stop func() bool)
 	return nil
 }
 
+// canaryBlocked says a canary ended blocked (from versionBlockedCanaryStops): it never ran
+// the Job, so the stage proved nothing of it, and the rollout stops as for a failed canary
+// rather than going on to every node on the word of fewer canaries than the request named.
+// Asked only when a canary was blocked, so no other history records it.
+func (r *rollout) canaryBlocked(ctx workflow.Context) bool {
+	return len(r.pacer.blockedCanaries) > 0 && workflow.GetVersion(ctx, versionBlockedCanaryStops, workflow.DefaultVersion, 1) == 1
+}
+
 // runCanaries runs the canary nodes first, waits for their soak and approval, and fails the
 // rollout if any canary failed. stop says the rollout ended here.
 func (r *rollout) runCanaries(ctx workflow.Context) (stop bool, res api.RolloutResult, err error) {
@@ -173,16 +181,20 @@ func (r *rollout) runCanaries(ctx workflow.Context) (stop bool, res api.RolloutR
 		res, err := r.handOver(ctx)
 		return true, res, err
 	}
-	if failed() {
+	if failed() || r.canaryBlocked(ctx) {
 		r.done = true
 		result := r.result(ctx)
 		var names []string
 		for _, f := range result.Failures {
 			names = append(names, f.Node+" ("+string(f.Outcome)+" "+f.Reason+")")
 		}
-		return true, result, temporal.NewNonRetryableApplicationError(fmt.Sprintf(
-			"rollout %s stopped after its canaries: %d of %d canary nodes failed, no other node was started; failed: %s",
-			r.req.Name, result.Counts.Failures(), len(r.pacer.canaries), strings.Join(names, ", ")), api.ErrCanaryFailed, nil, result)
+		msg := fmt.Sprintf("rollout %s stopped after its canaries: %d of %d canary nodes failed, no other node was started; failed: %s",
+			r.req.Name, result.Counts.Failures(), len(r.pacer.canaries), strings.Join(names, ", "))
+		if !failed() {
+			msg = fmt.Sprintf("rollout %s stopped after its canaries: %d of %d canary nodes were blocked (Pods matching gates.blockingPods still ran there), so they proved nothing, and no other node was started; blocked: %s; run it again once they are free, or name other canaries",
+				r.req.Name, len(r.pacer.blockedCanaries), len(r.pacer.canaries), strings.Join(r.pacer.blockedCanaries, ", "))
+		}
+		return true, result, temporal.NewNonRetryableApplicationError(msg, api.ErrCanaryFailed, nil, result)
 	}
 	if r.settings.Pacing.Soak > 0 {
 		r.pacer.canaryStage = canaryStageSoaking

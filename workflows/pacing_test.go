@@ -11,7 +11,9 @@ import (
 
 	"github.com/stretchr/testify/mock"
 	"github.com/stretchr/testify/require"
+	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/testsuite"
+	"go.temporal.io/sdk/workflow"
 
 	"github.com/noderollout/noderollout/activities"
 	"github.com/noderollout/noderollout/api"
@@ -206,12 +208,17 @@ func (s *RolloutSuite) TestCanaryFailureStopsTheRest() {
 	err := s.env.GetWorkflowError()
 	appErr := requireAppError(s.T(), err, api.ErrCanaryFailed)
 	s.Contains(appErr.Message(), "1 of 2 canary nodes failed, no other node was started; failed: node-00007 (failed BackoffLimitExceeded)")
+	s.Equal([]string{"node-00003", "node-00007"}, s.startedNodes())
+}
+
+// startedNodes are the nodes whose child ran, sorted.
+func (s *RolloutSuite) startedNodes() []string {
 	var started []string
 	for _, r := range s.runs {
 		started = append(started, r.node)
 	}
 	sort.Strings(started)
-	s.Equal([]string{"node-00003", "node-00007"}, started)
+	return started
 }
 
 func (s *RolloutSuite) TestCanariesBySelectorThenApprovalViaUpdate() {
@@ -373,4 +380,40 @@ func (s *RolloutSuite) TestCanaryNodeOutsideTheSelectorIsRefused() {
 	s.Require().Error(err)
 	s.Contains(err.Error(), `canary.nodes[1]: "web-1" is not selected by the rollout`)
 	s.Empty(s.runs, "no node started")
+}
+
+// blockedCanary is the node plan of a rollout whose canary node-00007 its blocking Pods keep
+// from running: its node workflow ends blocked, as runMaintained's gate ends it.
+func (s *RolloutSuite) blockedCanary() api.RolloutRequest {
+	succeed := s.succeedAfter(time.Minute)
+	s.jobFn = func(ctx workflow.Context, in NodeRolloutInput) (api.NodeResult, error) {
+		if in.Node != "node-00007" {
+			return succeed(ctx, in)
+		}
+		s.mu.Lock()
+		s.runs = append(s.runs, nodeRun{node: in.Node, start: workflow.Now(ctx)})
+		s.mu.Unlock()
+		res := api.NodeResult{Node: in.Node, Outcome: api.OutcomeBlocked, Reason: api.ErrBlocked}
+		return res, temporal.NewNonRetryableApplicationError("node node-00007 blocked", api.ErrNodeFailed, nil, res)
+	}
+	req := request(nodeNames(10)...)
+	req.Canary = &api.Canary{Nodes: []string{"node-00007", "node-00003"}}
+	return req
+}
+
+// A canary its blocking Pods kept from running proved nothing: the rollout stops after the
+// canary stage as for a failed canary, naming it, and starts no other node.
+func (s *RolloutSuite) TestABlockedCanaryStopsTheRollout() {
+	s.env.ExecuteWorkflow(api.RolloutWorkflow, s.blockedCanary())
+	appErr := requireAppError(s.T(), s.env.GetWorkflowError(), api.ErrCanaryFailed)
+	s.Contains(appErr.Message(), "1 of 2 canary nodes were blocked (Pods matching gates.blockingPods still ran there), so they proved nothing, and no other node was started; blocked: node-00007")
+	s.Equal([]string{"node-00003", "node-00007"}, s.startedNodes())
+}
+
+// Before versionBlockedCanaryStops the stage passed over a blocked canary and every node ran.
+func (s *RolloutSuite) TestABlockedCanaryOnTheOldVersionWasPassedOver() {
+	s.env.OnGetVersion(versionBlockedCanaryStops, workflow.DefaultVersion, 1).Return(workflow.DefaultVersion)
+	s.env.ExecuteWorkflow(api.RolloutWorkflow, s.blockedCanary())
+	s.NoError(s.env.GetWorkflowError())
+	s.Len(s.runs, 10)
 }

@@ -54,6 +54,8 @@ const (
 	versionReplacementTakesOver = "replacement-takes-over"
 	// Rollout, when a pause and a resume reach it together.
 	versionPauseWinsTogether = "pause-wins-when-words-come-together"
+	// Rollout, when a canary ended blocked in the canary stage.
+	versionBlockedCanaryStops = "blocked-canary-stops-the-rollout"
 	// Rollout, when a maintained node's workflow was terminated.
 	versionRecordTerminatedNode = "record-terminated-node"
 	// Rollout, when a node handed over in flight is found ended without its word.
@@ -318,6 +320,16 @@ var ledger = []change{
 			1: {"v18-rollout-words-together.json"},
 		},
 		covered:   "DefaultVersion: TestPausesAndResumesThatComeTogetherOnTheOldVersion; version 1 also TestPausesAndResumesThatComeTogether; the model sends words in bursts",
+		removable: removableOnceDrained,
+	},
+	{
+		id: versionBlockedCanaryStops, workflow: "Rollout", since: "blocked-canary-stops-the-rollout (2026-12-07)",
+		what: []string{
+			"a canary that its blocking Pods kept from running (blocked) counted as skipped, and the canary stage passed without it: with every canary blocked the rollout went on to every node on the word of none",
+			"a blocked canary stops the rollout after the canary stage, as a failed one does (CanaryFailed), naming the blocked canaries",
+		},
+		asked:     "only when a canary ended blocked in the canary stage",
+		covered:   "DefaultVersion: TestABlockedCanaryStopsTheRollout/old; version 1: TestABlockedCanaryStopsTheRollout; the model blocks canaries",
 		removable: removableOnceDrained,
 	},
 	{
