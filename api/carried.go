@@ -64,9 +64,9 @@ type PacingProgress struct {
 	Queue       []PacedNode `json:"queue,omitempty"`
 	CanaryStage string      `json:"canaryStage,omitempty"`
 	CanaryNodes []string    `json:"canaryNodes,omitempty"`
-	// BlockedCanaries are the canaries their blocking Pods kept from running in the canary
-	// stage (versionBlockedCanaryStops).
-	BlockedCanaries []string `json:"blockedCanaries,omitempty"`
+	// PassedOverCanaries are the canaries that did not run in the canary stage: blocked by
+	// their Pods or carrying an untolerated taint (versionPassedOverCanaryStops).
+	PassedOverCanaries []string `json:"passedOverCanaries,omitempty"`
 }
 
 // InFlightNode is a node handed over while its child workflow runs: the child's run, to be

@@ -261,8 +261,8 @@ func nodeResult(node string, err error, result api.NodeResult) api.NodeResult {
 // record counts a node's final outcome.
 func (r *rollout) record(ctx workflow.Context, result api.NodeResult) {
 	r.progress.Counts.Add(result.Outcome)
-	if result.Outcome == api.OutcomeBlocked && r.pacer.canaryStage == canaryStageRunning && r.pacer.isCanary[result.Node] {
-		r.pacer.blockedCanaries = append(r.pacer.blockedCanaries, result.Node)
+	if passedOver(result) && r.pacer.canaryStage == canaryStageRunning && r.pacer.isCanary[result.Node] {
+		r.pacer.passedOverCanaries = append(r.pacer.passedOverCanaries, result.Node+" ("+string(result.Outcome)+" "+result.Reason+")")
 	}
 	switch result.Outcome {
 	case api.OutcomeSucceeded:

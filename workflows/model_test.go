@@ -890,7 +890,7 @@ func (m *model) newEnv(t *testing.T, now time.Time, run int) (*testsuite.TestWor
 	env.RegisterWorkflowWithOptions(handedNode, workflow.RegisterOptions{Name: modelHandedNode})
 	env.RegisterWorkflowWithOptions(endedNode, workflow.RegisterOptions{Name: modelEndedNode})
 	if modelBefore {
-		for _, id := range []string{versionAbortDuringUncordon, versionRecordAbortInFinalize, versionCapBeforePrepare, versionPauseWinsTogether, versionBlockedCanaryStops} {
+		for _, id := range []string{versionAbortDuringUncordon, versionRecordAbortInFinalize, versionCapBeforePrepare, versionPauseWinsTogether, versionPassedOverCanaryStops} {
 			env.OnGetVersion(id, workflow.DefaultVersion, 1).Return(workflow.DefaultVersion).Maybe()
 		}
 		env.OnGetVersion(versionAdmission, workflow.DefaultVersion, 3).Return(workflow.DefaultVersion).Maybe()

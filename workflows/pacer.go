@@ -29,10 +29,12 @@ type pacer struct {
 	canaryStage      string
 	canaries         []string
 	isCanary         map[string]bool
-	blockedCanaries  []string          // canaries that ended blocked in the canary stage: they proved nothing
-	domainOf         map[string]string // nodes holding (or about to hold) a slot
-	inFlightByDomain map[string]int    // slots taken, by domain
-	startedByDomain  map[string]int    // nodes whose child runs, by domain
+	// passedOverCanaries: canaries that did not run in the canary stage, blocked by their Pods
+	// or carrying a taint the Job does not tolerate (by name, outcome and reason).
+	passedOverCanaries []string
+	domainOf           map[string]string // nodes holding (or about to hold) a slot
+	inFlightByDomain   map[string]int    // slots taken, by domain
+	startedByDomain    map[string]int    // nodes whose child runs, by domain
 }
 
 func newPacer(s api.Pacing, carried *api.PacingProgress) pacer {
@@ -40,7 +42,7 @@ func newPacer(s api.Pacing, carried *api.PacingProgress) pacer {
 	if carried != nil {
 		p.canaryStage = carried.CanaryStage
 		p.canaries = carried.CanaryNodes
-		p.blockedCanaries = carried.BlockedCanaries
+		p.passedOverCanaries = carried.PassedOverCanaries
 		for _, n := range p.canaries {
 			p.isCanary[n] = true
 		}
@@ -154,7 +156,7 @@ func spread(queue []queuedNode) {
 }
 
 func (p *pacer) carried(queue []queuedNode) *api.PacingProgress {
-	c := &api.PacingProgress{CanaryStage: p.canaryStage, CanaryNodes: p.canaries, BlockedCanaries: p.blockedCanaries}
+	c := &api.PacingProgress{CanaryStage: p.canaryStage, CanaryNodes: p.canaries, PassedOverCanaries: p.passedOverCanaries}
 	for _, n := range queue {
 		c.Queue = append(c.Queue, api.PacedNode{Name: n.name, Skip: n.skip, Reason: n.reason, Domain: n.domain, Rank: n.rank})
 	}

@@ -104,12 +104,19 @@ func (r *rollout) awaitMaintenanceWindow(ctx workflow.Context, stop func() bool)
 	return nil
 }
 
-// canaryBlocked says a canary ended blocked (from versionBlockedCanaryStops): it never ran
-// the Job, so the stage proved nothing of it, and the rollout stops as for a failed canary
-// rather than going on to every node on the word of fewer canaries than the request named.
-// Asked only when a canary was blocked, so no other history records it.
-func (r *rollout) canaryBlocked(ctx workflow.Context) bool {
-	return len(r.pacer.blockedCanaries) > 0 && workflow.GetVersion(ctx, versionBlockedCanaryStops, workflow.DefaultVersion, 1) == 1
+// canaryPassedOver says a canary did not run in the canary stage (from
+// versionPassedOverCanaryStops): blocked by its Pods, or carrying a taint the Job does not
+// tolerate. It proved nothing, so the rollout stops as for a failed canary rather than going
+// on to every node on the word of fewer canaries than the request named. Asked only when a
+// canary was passed over, so no other history records it.
+func (r *rollout) canaryPassedOver(ctx workflow.Context) bool {
+	return len(r.pacer.passedOverCanaries) > 0 && workflow.GetVersion(ctx, versionPassedOverCanaryStops, workflow.DefaultVersion, 1) == 1
+}
+
+// passedOver says a node's result is one of a node that a gate of ours kept from running:
+// blocked by its Pods, or skipped for an untolerated taint (not one done already).
+func passedOver(result api.NodeResult) bool {
+	return result.Outcome == api.OutcomeBlocked || result.Reason == api.ReasonUntoleratedTaint
 }
 
 // runCanaries runs the canary nodes first, waits for their soak and approval, and fails the
@@ -181,7 +188,7 @@ func (r *rollout) runCanaries(ctx workflow.Context) (stop bool, res api.RolloutR
 		res, err := r.handOver(ctx)
 		return true, res, err
 	}
-	if failed() || r.canaryBlocked(ctx) {
+	if failed() || r.canaryPassedOver(ctx) {
 		r.done = true
 		result := r.result(ctx)
 		var names []string
@@ -191,8 +198,8 @@ func (r *rollout) runCanaries(ctx workflow.Context) (stop bool, res api.RolloutR
 		msg := fmt.Sprintf("rollout %s stopped after its canaries: %d of %d canary nodes failed, no other node was started; failed: %s",
 			r.req.Name, result.Counts.Failures(), len(r.pacer.canaries), strings.Join(names, ", "))
 		if !failed() {
-			msg = fmt.Sprintf("rollout %s stopped after its canaries: %d of %d canary nodes were blocked (Pods matching gates.blockingPods still ran there), so they proved nothing, and no other node was started; blocked: %s; run it again once they are free, or name other canaries",
-				r.req.Name, len(r.pacer.blockedCanaries), len(r.pacer.canaries), strings.Join(r.pacer.blockedCanaries, ", "))
+			msg = fmt.Sprintf("rollout %s stopped after its canaries: %d of %d canary nodes did not run, so they proved nothing, and no other node was started; not run: %s; run it again once they can run (their blocking Pods gone, a toleration for their taint), or name other canaries",
+				r.req.Name, len(r.pacer.passedOverCanaries), len(r.pacer.canaries), strings.Join(r.pacer.passedOverCanaries, ", "))
 		}
 		return true, result, temporal.NewNonRetryableApplicationError(msg, api.ErrCanaryFailed, nil, result)
 	}

@@ -406,13 +406,13 @@ func (s *RolloutSuite) blockedCanary() api.RolloutRequest {
 func (s *RolloutSuite) TestABlockedCanaryStopsTheRollout() {
 	s.env.ExecuteWorkflow(api.RolloutWorkflow, s.blockedCanary())
 	appErr := requireAppError(s.T(), s.env.GetWorkflowError(), api.ErrCanaryFailed)
-	s.Contains(appErr.Message(), "1 of 2 canary nodes were blocked (Pods matching gates.blockingPods still ran there), so they proved nothing, and no other node was started; blocked: node-00007")
+	s.Contains(appErr.Message(), "1 of 2 canary nodes did not run, so they proved nothing, and no other node was started; not run: node-00007 (blocked Blocked)")
 	s.Equal([]string{"node-00003", "node-00007"}, s.startedNodes())
 }
 
-// Before versionBlockedCanaryStops the stage passed over a blocked canary and every node ran.
+// Before versionPassedOverCanaryStops the stage passed over a blocked canary and every node ran.
 func (s *RolloutSuite) TestABlockedCanaryOnTheOldVersionWasPassedOver() {
-	s.env.OnGetVersion(versionBlockedCanaryStops, workflow.DefaultVersion, 1).Return(workflow.DefaultVersion)
+	s.env.OnGetVersion(versionPassedOverCanaryStops, workflow.DefaultVersion, 1).Return(workflow.DefaultVersion)
 	s.env.ExecuteWorkflow(api.RolloutWorkflow, s.blockedCanary())
 	s.NoError(s.env.GetWorkflowError())
 	s.Len(s.runs, 10)

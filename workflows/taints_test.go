@@ -38,6 +38,14 @@ func runTaintedFleet(t *testing.T, req api.RolloutRequest) ([]string, api.Rollou
 // template's tolerations (false: as a worker from before the check recorded it).
 func runTaintedFleetPrepared(t *testing.T, req api.RolloutRequest, tolerationsRead bool) ([]string, api.RolloutResult) {
 	t.Helper()
+	ran, res, err := runTaintedFleetEnding(t, req, tolerationsRead)
+	require.NoError(t, err)
+	return ran, res
+}
+
+// runTaintedFleetEnding is runTaintedFleetPrepared that returns how the rollout ended.
+func runTaintedFleetEnding(t *testing.T, req api.RolloutRequest, tolerationsRead bool) ([]string, api.RolloutResult, error) {
+	t.Helper()
 	kube := fake.NewSimpleClientset(
 		taintedNode("node-cordoned", true, corev1.Taint{Key: jobspec.UnschedulableTaintKey, Effect: corev1.TaintEffectNoSchedule}),
 		taintedNode("node-gpu", false, corev1.Taint{Key: "gpu", Value: "true", Effect: corev1.TaintEffectNoSchedule}),
@@ -59,11 +67,25 @@ func runTaintedFleetPrepared(t *testing.T, req api.RolloutRequest, tolerationsRe
 		return api.NodeResult{Node: in.Node, Outcome: api.OutcomeSucceeded}, nil
 	}).Maybe()
 	env.ExecuteWorkflow(api.RolloutWorkflow, req)
-	require.NoError(t, env.GetWorkflowError())
-	var res api.RolloutResult
-	require.NoError(t, env.GetWorkflowResult(&res))
 	slices.Sort(ran)
-	return ran, res
+	var res api.RolloutResult
+	if err := env.GetWorkflowError(); err != nil {
+		return ran, res, err
+	}
+	require.NoError(t, env.GetWorkflowResult(&res))
+	return ran, res, nil
+}
+
+// A canary whose taint the Job does not tolerate is skipped, so it proves nothing: the
+// rollout stops after the canary stage, naming it and its reason, and starts no other node.
+func TestACanaryWithAnUntoleratedTaintStopsTheRollout(t *testing.T) {
+	req := request(taintedFleet()...)
+	req.Canary = &api.Canary{Nodes: []string{"node-gpu", "node-infra"}}
+	ran, _, err := runTaintedFleetEnding(t, req, true)
+	appErr := requireAppError(t, err, api.ErrCanaryFailed)
+	require.Contains(t, appErr.Message(), "1 of 2 canary nodes did not run")
+	require.Contains(t, appErr.Message(), "not run: node-gpu (skipped "+api.ReasonUntoleratedTaint+")")
+	require.Equal(t, []string{"node-infra"}, ran)
 }
 
 // A node whose taint the Pod does not tolerate is skipped, named by its taint, and not charged

@@ -54,8 +54,8 @@ const (
 	versionReplacementTakesOver = "replacement-takes-over"
 	// Rollout, when a pause and a resume reach it together.
 	versionPauseWinsTogether = "pause-wins-when-words-come-together"
-	// Rollout, when a canary ended blocked in the canary stage.
-	versionBlockedCanaryStops = "blocked-canary-stops-the-rollout"
+	// Rollout, when a canary did not run in the canary stage (blocked, untolerated taint).
+	versionPassedOverCanaryStops = "passed-over-canary-stops-the-rollout"
 	// Rollout, when a maintained node's workflow was terminated.
 	versionRecordTerminatedNode = "record-terminated-node"
 	// Rollout, when a node handed over in flight is found ended without its word.
@@ -323,13 +323,13 @@ var ledger = []change{
 		removable: removableOnceDrained,
 	},
 	{
-		id: versionBlockedCanaryStops, workflow: "Rollout", since: "blocked-canary-stops-the-rollout (2026-12-07)",
+		id: versionPassedOverCanaryStops, workflow: "Rollout", since: "passed-over-canary-stops-the-rollout (2026-12-07)",
 		what: []string{
-			"a canary that its blocking Pods kept from running (blocked) counted as skipped, and the canary stage passed without it: with every canary blocked the rollout went on to every node on the word of none",
-			"a blocked canary stops the rollout after the canary stage, as a failed one does (CanaryFailed), naming the blocked canaries",
+			"a canary that did not run (blocked by its Pods, or skipped for a taint the Job does not tolerate) counted as skipped, and the canary stage passed without it: with every canary passed over the rollout went on to every node on the word of none",
+			"such a canary stops the rollout after the canary stage, as a failed one does (CanaryFailed), naming the canaries not run",
 		},
-		asked:     "only when a canary ended blocked in the canary stage",
-		covered:   "DefaultVersion: TestABlockedCanaryStopsTheRollout/old; version 1: TestABlockedCanaryStopsTheRollout; the model blocks canaries",
+		asked:     "only when a canary did not run in the canary stage",
+		covered:   "DefaultVersion: TestABlockedCanaryOnTheOldVersionWasPassedOver; version 1: TestABlockedCanaryStopsTheRollout and TestACanaryWithAnUntoleratedTaintStopsTheRollout; the model blocks canaries (gates.blockingPods)",
 		removable: removableOnceDrained,
 	},
 	{
