@@ -132,18 +132,7 @@ func TestBlockingPodHoldsItsNodeUntilItEnds(t *testing.T) {
 	f := NewFleet(t, 1)
 	n := f.Nodes[0]
 	ctx := context.Background()
-	pod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: "training", Namespace: f.Namespace, Labels: map[string]string{"app": "training", watchedLabel: "true"},
-			Annotations: map[string]string{"noderollout.dev/run-seconds": "8"}},
-		Spec: corev1.PodSpec{NodeName: n, RestartPolicy: corev1.RestartPolicyNever,
-			Containers: []corev1.Container{{Name: "train", Image: "busybox"}}},
-	}
-	_, err := stack.Kube.CoreV1().Pods(f.Namespace).Create(ctx, pod, metav1.CreateOptions{})
-	require.NoError(t, err)
-	waitFor(t, 30*time.Second, "the training Pod running", func() bool {
-		p, err := stack.Kube.CoreV1().Pods(f.Namespace).Get(ctx, pod.Name, metav1.GetOptions{})
-		return err == nil && p.Status.Phase == corev1.PodRunning
-	})
+	pod := runBlockingPod(t, f, n, "training", "8")
 	req := f.Request("blocking", time.Second)
 	req.Maintenance = &api.Maintenance{Cordon: true}
 	req.Gates = &api.Gates{BlockingPods: &api.BlockingPodsGate{Selector: "app=training", Timeout: "45s"}}
@@ -163,6 +152,25 @@ func TestBlockingPodHoldsItsNodeUntilItEnds(t *testing.T) {
 	jobs := f.Jobs(t, req.Name)[n]
 	require.Len(t, jobs, 1)
 	require.False(t, jobs[0].CreationTimestamp.Time.Before(ended.Truncate(time.Second)), "the Job (%v) came after the blocking Pod ended (%v)", jobs[0].CreationTimestamp.Time, ended)
+}
+
+// runBlockingPod runs a Pod labelled app=name on node for runSeconds, and waits until it runs.
+func runBlockingPod(t *testing.T, f *Fleet, node, name, runSeconds string) *corev1.Pod {
+	t.Helper()
+	ctx := context.Background()
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: f.Namespace, Labels: map[string]string{"app": name, watchedLabel: "true"},
+			Annotations: map[string]string{"noderollout.dev/run-seconds": runSeconds}},
+		Spec: corev1.PodSpec{NodeName: node, RestartPolicy: corev1.RestartPolicyNever,
+			Containers: []corev1.Container{{Name: name, Image: "busybox"}}},
+	}
+	_, err := stack.Kube.CoreV1().Pods(f.Namespace).Create(ctx, pod, metav1.CreateOptions{})
+	require.NoError(t, err)
+	waitFor(t, 30*time.Second, "the "+name+" Pod running", func() bool {
+		p, err := stack.Kube.CoreV1().Pods(f.Namespace).Get(ctx, pod.Name, metav1.GetOptions{})
+		return err == nil && p.Status.Phase == corev1.PodRunning
+	})
+	return pod
 }
 
 // TestFailingCheckJobFailsItsNode: a check Job that fails makes its node checkFailed, recorded
