@@ -11,9 +11,7 @@ import (
 
 	"github.com/stretchr/testify/mock"
 	"github.com/stretchr/testify/require"
-	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/testsuite"
-	"go.temporal.io/sdk/workflow"
 
 	"github.com/noderollout/noderollout/activities"
 	"github.com/noderollout/noderollout/api"
@@ -380,40 +378,4 @@ func (s *RolloutSuite) TestCanaryNodeOutsideTheSelectorIsRefused() {
 	s.Require().Error(err)
 	s.Contains(err.Error(), `canary.nodes[1]: "web-1" is not selected by the rollout`)
 	s.Empty(s.runs, "no node started")
-}
-
-// blockedCanary is the node plan of a rollout whose canary node-00007 its blocking Pods keep
-// from running: its node workflow ends blocked, as runMaintained's gate ends it.
-func (s *RolloutSuite) blockedCanary() api.RolloutRequest {
-	succeed := s.succeedAfter(time.Minute)
-	s.jobFn = func(ctx workflow.Context, in NodeRolloutInput) (api.NodeResult, error) {
-		if in.Node != "node-00007" {
-			return succeed(ctx, in)
-		}
-		s.mu.Lock()
-		s.runs = append(s.runs, nodeRun{node: in.Node, start: workflow.Now(ctx)})
-		s.mu.Unlock()
-		res := api.NodeResult{Node: in.Node, Outcome: api.OutcomeBlocked, Reason: api.ErrBlocked}
-		return res, temporal.NewNonRetryableApplicationError("node node-00007 blocked", api.ErrNodeFailed, nil, res)
-	}
-	req := request(nodeNames(10)...)
-	req.Canary = &api.Canary{Nodes: []string{"node-00007", "node-00003"}}
-	return req
-}
-
-// A canary its blocking Pods kept from running proved nothing: the rollout stops after the
-// canary stage as for a failed canary, naming it, and starts no other node.
-func (s *RolloutSuite) TestABlockedCanaryStopsTheRollout() {
-	s.env.ExecuteWorkflow(api.RolloutWorkflow, s.blockedCanary())
-	appErr := requireAppError(s.T(), s.env.GetWorkflowError(), api.ErrCanaryFailed)
-	s.Contains(appErr.Message(), "1 of 2 canary nodes did not run, so they proved nothing, and no other node was started; not run: node-00007 (blocked Blocked)")
-	s.Equal([]string{"node-00003", "node-00007"}, s.startedNodes())
-}
-
-// Before versionPassedOverCanaryStops the stage passed over a blocked canary and every node ran.
-func (s *RolloutSuite) TestABlockedCanaryOnTheOldVersionWasPassedOver() {
-	s.env.OnGetVersion(versionPassedOverCanaryStops, workflow.DefaultVersion, 1).Return(workflow.DefaultVersion)
-	s.env.ExecuteWorkflow(api.RolloutWorkflow, s.blockedCanary())
-	s.NoError(s.env.GetWorkflowError())
-	s.Len(s.runs, 10)
 }

@@ -378,25 +378,6 @@ func recordWordsTogether(t *testing.T, rec *recorder) {
 	rec.write(t, "rollout-words-together.json", rec.closed(t, run.GetID(), run.GetRunID(), enums.WORKFLOW_EXECUTION_STATUS_COMPLETED))
 }
 
-// recordCanaryNotRun: the only canary is held by a Pod that gates.blockingPods names until the
-// gate times out, so it ends blocked; it proved nothing, and the rollout stops after the canary
-// stage (versionPassedOverCanaryStops) with no Job created anywhere. Before, it went on to the
-// other node.
-func recordCanaryNotRun(t *testing.T, rec *recorder) {
-	f := NewFleet(t, 2)
-	runBlockingPod(t, f, f.Nodes[0], "blocker", "600")
-	req := f.Request("fixture-canary-not-run", time.Second)
-	req.Canary = &api.Canary{Nodes: []string{f.Nodes[0]}}
-	req.Gates = &api.Gates{BlockingPods: &api.BlockingPodsGate{Selector: "app=blocker", Timeout: "5s"}}
-	run := Start(t, req)
-	res, err := Result(t, run)
-	require.ErrorContains(t, err, "(type: "+api.ErrCanaryFailed)
-	require.ErrorContains(t, err, "not run: "+f.Nodes[0]+" (blocked Blocked)")
-	require.Equal(t, 1, res.Counts.Skipped, "%+v", res.Counts)
-	require.Empty(t, f.Jobs(t, req.Name), "no Job on any node")
-	rec.write(t, "rollout-canary-not-run.json", rec.closed(t, run.GetID(), run.GetRunID(), enums.WORKFLOW_EXECUTION_STATUS_FAILED))
-}
-
 // recordPacedMaintained: a canary approved by the update, one node per zone at a time in spread
 // order, and each node cordoned, drained, soaked and uncordoned around its Job.
 func recordPacedMaintained(t *testing.T, rec *recorder) {
@@ -581,4 +562,23 @@ func childrenOf(h *historypb.History) []*commonpb.WorkflowExecution {
 		}
 	}
 	return out
+}
+
+// recordCanaryNotRun: the only canary is held by a Pod that gates.blockingPods names until the
+// gate times out, so it ends blocked; it proved nothing, and the rollout stops after the canary
+// stage (versionPassedOverCanaryStops) with no Job created anywhere. Before, it went on to the
+// other node.
+func recordCanaryNotRun(t *testing.T, rec *recorder) {
+	f := NewFleet(t, 2)
+	runBlockingPod(t, f, f.Nodes[0], "blocker", "600")
+	req := f.Request("fixture-canary-not-run", time.Second)
+	req.Canary = &api.Canary{Nodes: []string{f.Nodes[0]}}
+	req.Gates = &api.Gates{BlockingPods: &api.BlockingPodsGate{Selector: "app=blocker", Timeout: "5s"}}
+	run := Start(t, req)
+	res, err := Result(t, run)
+	require.ErrorContains(t, err, "(type: "+api.ErrCanaryFailed)
+	require.ErrorContains(t, err, "not run: "+f.Nodes[0]+" (blocked Blocked)")
+	require.Equal(t, 1, res.Counts.Skipped, "%+v", res.Counts)
+	require.Empty(t, f.Jobs(t, req.Name), "no Job on any node")
+	rec.write(t, "rollout-canary-not-run.json", rec.closed(t, run.GetID(), run.GetRunID(), enums.WORKFLOW_EXECUTION_STATUS_FAILED))
 }
