@@ -36,13 +36,14 @@ import (
 // alone and in bursts, setParallelism, approve, abort, cluster-budget grants and slots leaked to
 // others, worker crashes as failed activity attempts, a node workflow terminated by hand, a
 // converging rollout replaced with a new pace or a new template, which every node then runs
-// again, the worker's policy refusing a node's Job). It runs the real Rollout and node workflows
-// over a fake cluster, one test environment per run (continue-as-new starts the next), and
-// checks the invariants at every node start (what a Rollout may start), at every Job created
-// (one per node at a time), and at the end (outcomes, cordons, markers, history). A failure
-// names its seed; rerun it with NODEROLLOUT_MODEL_SEED=<seed> (NODEROLLOUT_MODEL_TRACE=1 prints
-// what happened). NODEROLLOUT_MODEL_SEEDS sets how many seeds run and NODEROLLOUT_MODEL_FROM the
-// first (make soak runs 5,000 others).
+// again, nodes tainted against the Job's Pod, the worker's policy refusing a node's Job). It
+// runs the real Rollout and node workflows over a fake cluster, one test environment per run
+// (continue-as-new starts the next), and checks the invariants at every node start (what a
+// Rollout may start), at every Job created (one per node at a time), and at the end (outcomes,
+// cordons, markers, history). A failure names its seed; rerun it with
+// NODEROLLOUT_MODEL_SEED=<seed> (NODEROLLOUT_MODEL_TRACE=1 prints what happened).
+// NODEROLLOUT_MODEL_SEEDS sets how many seeds run and NODEROLLOUT_MODEL_FROM the first (make
+// soak runs 5,000 others).
 
 const (
 	modelRoot     = "model-rollout"
@@ -124,6 +125,9 @@ type modelNode struct {
 	// blockedFor: Pods that gates.blockingPods.selector matches run on the node until this
 	// long after the scenario's start; nothing may be done to the node before.
 	blockedFor time.Duration
+	// tainted: the node carries a taint the Job's Pod does not tolerate (taintedScenario), so
+	// the rollout must never run it.
+	tainted bool
 
 	// The fake cluster's state of the node.
 	cordoned, ourCordon bool
@@ -206,6 +210,8 @@ type model struct {
 	// pendingTemplate: the accepted replacement brings modelTemplate2; templateReplaced: the
 	// replacing run runs it (every node's marker of modelHash is then stale).
 	pendingTemplate, templateReplaced bool
+	// taintedScenario: the template's tolerations are known, and some nodes are tainted.
+	taintedScenario bool
 	// The model's cluster-wide budget coordinator.
 	queue   []string
 	held    map[string]bool
@@ -316,7 +322,31 @@ func newModel(seed uint64) *model {
 	m.scriptReboot()
 	m.scriptCheckAndMark()
 	m.scriptBlockingPods()
+	m.scriptTaints()
 	return m
+}
+
+// modelTaint is the taint of a tainted node, which the model's template does not tolerate.
+const modelTaint = "gpu=true:NoSchedule"
+
+// scriptTaints: a fifth of the scenarios taint some nodes with a taint the Job's Pod does not
+// tolerate. Such a node is never run (it is skipped, named by its taint), and a canary that is
+// one proves nothing. Drawn after everything else, so the scenarios of the seeds stay as they
+// were.
+func (m *model) scriptTaints() {
+	r := m.rng
+	if r.IntN(5) != 0 {
+		return
+	}
+	m.taintedScenario = true
+	for _, name := range m.order {
+		m.nodes[name].tainted = r.IntN(100) < 12
+	}
+}
+
+// untolerated says the rollout, which reads the template's tolerations, must not run node.
+func (m *model) untolerated(node string) bool {
+	return m.taintedScenario && m.nodes[node].tainted
 }
 
 // modelBlockingTimeout is how long a node waits for its blocking Pods before it is blocked.
@@ -581,6 +611,9 @@ func (m *model) describe() string {
 		}
 		if n.blockedFor > 0 {
 			s += fmt.Sprintf(" blocked %v", n.blockedFor)
+		}
+		if n.tainted {
+			s += " tainted"
 		}
 		if n.joinAt > 0 {
 			s += fmt.Sprintf(" joins %v", n.joinAt)
@@ -1149,10 +1182,11 @@ func (m *model) steer(env *testsuite.TestWorkflowEnvironment, i int, e modelEven
 func (m *model) mockActivities(env *testsuite.TestWorkflowEnvironment, run int) {
 	a := &activities.Activities{}
 	env.OnActivity(a.PrepareTemplate, mock.Anything, mock.Anything).Return(func(_ context.Context, in activities.PrepareTemplateInput) (activities.PreparedTemplate, error) {
+		prepared := activities.PreparedTemplate{Hash: modelHash, TolerationsRead: m.taintedScenario}
 		if in.Template == modelTemplate2 {
-			return activities.PreparedTemplate{Hash: modelHash2}, nil
+			prepared.Hash = modelHash2
 		}
-		return activities.PreparedTemplate{Hash: modelHash}, nil
+		return prepared, nil
 	}).Maybe()
 	env.OnActivity(a.ListNodes, mock.Anything, mock.Anything).Return(func(_ context.Context, in activities.ListNodesInput) (activities.ListNodesResult, error) {
 		if !m.lockRun(run) {
@@ -1182,6 +1216,11 @@ func (m *model) mockActivities(env *testsuite.TestWorkflowEnvironment, run int) 
 				continue
 			case n.marker == string(api.OutcomeSucceeded) && n.markerHash == in.TemplateHash && !in.Rerun:
 				res.Done = append(res.Done, name)
+			case in.TaintCheck != nil && n.tainted:
+				if res.Untolerated == nil {
+					res.Untolerated = map[string]string{}
+				}
+				res.Untolerated[name] = modelTaint
 			default:
 				res.Nodes = append(res.Nodes, name)
 			}
@@ -1209,6 +1248,13 @@ func (m *model) mockActivities(env *testsuite.TestWorkflowEnvironment, run int) 
 			n := m.nodes[name]
 			retry := slices.Contains(in.Retry, name) && api.RetriedByConverge(api.Outcome(n.marker)) && n.markerHash == in.TemplateHash
 			stale := n.marker == "" || n.markerHash != in.TemplateHash || n.marker == string(api.OutcomeAborted)
+			if n.joined && (stale || retry) && in.TaintCheck != nil && n.tainted {
+				if res.Untolerated == nil {
+					res.Untolerated = map[string]string{}
+				}
+				res.Untolerated[name] = modelTaint
+				continue
+			}
 			if n.joined && (stale || retry) && !slices.Contains(res.Run, name) {
 				res.Run = append(res.Run, name)
 				res.Labels[name] = map[string]string{zoneKey: n.zone}
@@ -1539,6 +1585,9 @@ func (m *model) nodeBegins(node string, at time.Time) {
 	if n.running {
 		m.fail("%s: a second node workflow runs while one runs", node)
 	}
+	if m.untolerated(node) {
+		m.fail("%s runs, though it carries %s, which the Job's Pod does not tolerate", node, modelTaint)
+	}
 	if m.converge && n.runs > 0 && api.RetriedByConverge(api.Outcome(n.outcome)) && !n.wiped && m.sinceReplaced(n.ended) {
 		// A failed node runs again only through retryFailedAfter, and not before it; or in
 		// the first pass of a replacing request, as in a re-run.
@@ -1657,6 +1706,9 @@ func (m *model) checkStart(node string, t time.Time) {
 			ended := o.runs > 0 && !o.running && !o.ended.After(t) // the rollout may go on at the instant a canary ends
 			if anew && !o.ended.After(m.replacedAt) {
 				ended = false
+			}
+			if m.untolerated(name) { // passed over at its listing: it never runs
+				canaryBlocked = true
 			}
 			if ended {
 				// ... but may have started the node before it learnt of a failure at that instant.
@@ -1780,17 +1832,17 @@ func (m *model) checkEnd(final error, result api.RolloutResult) {
 		switch {
 		case n.runs > 1+n.drifts+n.retries()+n.templateRuns:
 			m.fail("%s ran %d times (%d drifts after a run, %d failed runs retried, %d new templates)", name, n.runs, n.drifts, n.retries(), n.templateRuns)
-		case m.converge && n.joined && n.runs == 0 && !n.done && m.convergedToTheEnd(final):
+		case m.converge && n.joined && n.runs == 0 && !n.done && !m.untolerated(name) && m.convergedToTheEnd(final):
 			m.fail("%s joined at %v and never ran, though the rollout converged until its end", name, n.joinAt)
-		case m.templateReplaced && n.joined && !n.missing && n.markerHash != modelHash2 && m.convergedToTheEnd(final):
+		case m.templateReplaced && n.joined && !n.missing && !m.untolerated(name) && n.markerHash != modelHash2 && m.convergedToTheEnd(final):
 			m.fail("%s never ran the replacement's template (its marker: %q of %q), though the rollout converged until its end", name, n.marker, n.markerHash)
-		case m.converge && n.driftAt > 0 && n.marker == "" && m.convergedToTheEnd(final):
+		case m.converge && n.driftAt > 0 && n.marker == "" && !m.untolerated(name) && m.convergedToTheEnd(final):
 			m.fail("%s's marker was wiped at %v and never restored, though the rollout converged until its end", name, n.driftAt)
 		case n.running:
 			m.fail("%s still runs after the rollout ended", name)
 		case n.missing:
 			counted.NodeGone++
-		case n.done:
+		case n.done, m.untolerated(name):
 			counted.Skipped++
 		case n.runs >= 1: // more than one only where the case above allows it
 			counted.Add(api.Outcome(n.outcome))
