@@ -564,6 +564,23 @@ func childrenOf(h *historypb.History) []*commonpb.WorkflowExecution {
 	return out
 }
 
+// childrenInFlightAtEnd counts the child workflows a run started whose end its history does not
+// hold: those still in flight when it closed.
+func childrenInFlightAtEnd(h *historypb.History) int {
+	n := 0
+	for _, e := range h.Events {
+		switch e.GetEventType() {
+		case enums.EVENT_TYPE_CHILD_WORKFLOW_EXECUTION_STARTED:
+			n++
+		case enums.EVENT_TYPE_CHILD_WORKFLOW_EXECUTION_COMPLETED, enums.EVENT_TYPE_CHILD_WORKFLOW_EXECUTION_FAILED,
+			enums.EVENT_TYPE_CHILD_WORKFLOW_EXECUTION_CANCELED, enums.EVENT_TYPE_CHILD_WORKFLOW_EXECUTION_TIMED_OUT,
+			enums.EVENT_TYPE_CHILD_WORKFLOW_EXECUTION_TERMINATED:
+			n--
+		}
+	}
+	return n
+}
+
 // recordCanaryNotRun: the only canary is held by a Pod that gates.blockingPods names until the
 // gate times out, so it ends blocked; it proved nothing, and the rollout stops after the canary
 // stage (versionPassedOverCanaryStops) with no Job created anywhere. Before, it went on to the
